@@ -1,0 +1,75 @@
+/**
+ * `pnpm db:migrate:new <name>` writes the next migration from the difference between prisma/schema.prisma and
+ * prisma/migrations, using a throw-away database. `pnpm db:migrate:status` compares the migrations with
+ * DATABASE_URL. The service applies migrations itself at start (packages/db/src/migrate.ts).
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { loadConfig } from '@boxes/config';
+
+const here = path.dirname(path.dirname(new URL(import.meta.url).pathname));
+const repo = path.resolve(here, '..', '..');
+const [command, name] = process.argv.slice(2);
+
+function fail(message: string): never {
+  console.error(`db-migrate: ${message}`);
+  process.exit(1);
+}
+
+/** Prisma 6 wants `url = env(...)` in the datasource block, which Prisma 7 forbids: derive a copy that has it. */
+function writeSchemaCopy(): void {
+  const source = fs.readFileSync(path.join(repo, 'prisma', 'schema.prisma'), 'utf8');
+  const withUrl = source
+    // The copy is only diffed, never generated: a client-engine generator keeps the CLI from fetching a native engine.
+    .replace(/generator\s+client\s*\{[^}]*\}/, 'generator client {\n  provider   = "prisma-client"\n  output     = "./generated"\n  engineType = "client"\n}')
+    .replace(/datasource\s+db\s*\{([^}]*)\}/, (_m, body: string) =>
+      `datasource db {${body.replace(/\n\s*url\s*=.*$/m, '')}  url = env("MIGRATE_DATABASE_URL")\n}`,
+    );
+  fs.mkdirSync(path.join(here, '.tmp'), { recursive: true });
+  fs.writeFileSync(path.join(here, '.tmp', 'schema.prisma'), withUrl);
+}
+
+async function recreate(base: URL, db: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: Object.assign(new URL(base), { pathname: '/postgres' }).toString() });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS "${db}" WITH (FORCE)`);
+  await admin.query(`CREATE DATABASE "${db}"`);
+  await admin.end();
+}
+
+function prisma(args: string[], databaseUrl: string): number {
+  const bin = path.join(here, 'node_modules', '.bin', 'prisma');
+  const r = spawnSync(bin, [...args, '--config', path.join(here, 'prisma.config.ts')], {
+    stdio: 'inherit',
+    cwd: here,
+    env: { ...process.env, MIGRATE_DATABASE_URL: databaseUrl, PRISMA_HIDE_UPDATE_MESSAGE: '1' },
+  });
+  return r.status ?? 1;
+}
+
+const config = loadConfig();
+writeSchemaCopy();
+if (command === 'new') {
+  if (!name || !/^[a-z0-9_]+$/.test(name)) fail('usage: pnpm db:migrate:new <snake_case_name>');
+  const dev = new URL(config.databaseUrl);
+  dev.pathname = '/boxes_migrate_dev';
+  await recreate(dev, 'boxes_migrate_dev');
+  await recreate(dev, 'boxes_migrate_dev_shadow');
+  const dir = path.join(repo, 'prisma', 'migrations');
+  const before = new Set(fs.existsSync(dir) ? fs.readdirSync(dir) : []);
+  const status = prisma(['migrate', 'dev', '--create-only', '--skip-generate', '--name', name], dev.toString());
+  const created = (fs.existsSync(dir) ? fs.readdirSync(dir) : []).filter((d) => !before.has(d));
+  // The WASM engine can fail while tearing down ("null pointer passed to rust") after it has written the
+  // migration; the written file is what counts.
+  if (created.length > 0) {
+    console.log(`db-migrate: wrote prisma/migrations/${created.join(', ')}/migration.sql; review it and commit it.`);
+    process.exit(0);
+  }
+  process.exit(status);
+} else if (command === 'status') {
+  process.exit(prisma(['migrate', 'status'], config.databaseUrl));
+} else {
+  fail('commands: new <name> | status');
+}
