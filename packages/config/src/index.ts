@@ -20,6 +20,8 @@ const envSchema = z.object({
     .string()
     .regex(/^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}$/i, 'must be a domain name')
     .default('boxes.localhost'),
+  /** Host name mail clients and other MTAs use for this instance (MX target). Defaults to mail.<BASE_DOMAIN>. */
+  MAIL_HOST: z.string().optional(),
   /** Nameservers an owner sets at the registrar for byo_delegated domains. */
   NAMESERVERS: z.string().default('ns1.boxes.localhost,ns2.boxes.localhost'),
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).default('postgresql://postgres@127.0.0.1:5432/boxes'),
@@ -37,6 +39,7 @@ export interface Config {
   siteUrl: string;
   apiBaseUrl: string;
   baseDomain: string;
+  mailHost: string;
   nameservers: string[];
   databaseUrl: string;
   redisUrl: string;
@@ -66,6 +69,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     siteUrl,
     apiBaseUrl: `${siteUrl}/api/v1`,
     baseDomain: e.BASE_DOMAIN.toLowerCase(),
+    mailHost: (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase(),
     nameservers: e.NAMESERVERS.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean),
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,

@@ -1,0 +1,177 @@
+/**
+ * Agentic signup: an intent (POST /signup/agentic), then confirm, which provisions the account, its domain
+ * with a DKIM key, the primary box agent@<domain> and the owner key in one transaction.
+ */
+import type { SignupIntent } from '@boxes/db';
+import { Prisma } from '@boxes/db';
+import type { z } from 'zod';
+import type { ConfirmInput, SignupInput } from '@boxes/schemas';
+import { createBox } from '../boxes/boxes';
+import { createDkimKey } from '../domains/dkim';
+import { normalizeDomain, wordPair } from '../domains/names';
+import { requiredRecords } from '../domains/records';
+import { appendEvent } from '../events/append';
+import { mintKey } from '../keys/keys';
+import type { Services } from '../shared/context';
+import { AppError } from '../shared/errors';
+import { newId } from '../shared/ids';
+
+export const INTENT_TTL_MS = 24 * 60 * 60 * 1000;
+export const PRIMARY_LOCAL_PART = 'agent';
+
+async function domainInUse(svc: Services, name: string): Promise<boolean> {
+  const [domain, intent] = await Promise.all([
+    svc.db.domain.findUnique({ where: { name }, select: { id: true } }),
+    svc.db.signupIntent.findFirst({
+      where: { fullDomain: name, status: 'pending', expiresAt: { gt: new Date() } },
+      select: { id: true },
+    }),
+  ]);
+  return Boolean(domain || intent);
+}
+
+async function pickSubdomain(svc: Services): Promise<string> {
+  for (let i = 0; i < 20; i++) {
+    const name = `${wordPair()}.${svc.config.baseDomain}`;
+    if (!(await domainInUse(svc, name))) return name;
+  }
+  throw new AppError('service_unavailable', 'Could not find a free subdomain; try again');
+}
+
+export async function createSignupIntent(svc: Services, input: z.infer<typeof SignupInput>): Promise<SignupIntent> {
+  const intent = input.domain_intent;
+  if (intent.mode === 'register') {
+    throw new AppError(
+      'not_implemented',
+      'Domain registration is not available on this instance yet. Use mode subdomain, byo_manual or byo_delegated.',
+      { available_modes: ['subdomain', 'byo_manual', 'byo_delegated'] },
+    );
+  }
+  if (input.initial_credit_cents !== undefined) {
+    throw new AppError(
+      'not_implemented',
+      'Funded signup (initial_credit_cents) is not available on this instance yet. Sign up without it; every account starts with 250 free messages.',
+    );
+  }
+  let fullDomain: string;
+  if (intent.mode === 'subdomain') {
+    fullDomain = await pickSubdomain(svc);
+  } else {
+    const name = normalizeDomain(intent.byo_domain ?? '');
+    if (!name) {
+      throw new AppError('validation_error', 'domain_intent.byo_domain: must be a domain name such as example.com or mail.example.com', {
+        fields: [{ path: 'domain_intent.byo_domain', message: 'not a domain name' }],
+      });
+    }
+    if (name === svc.config.baseDomain || name.endsWith(`.${svc.config.baseDomain}`)) {
+      throw new AppError('validation_error', `domain_intent.byo_domain: ${name} is under this service's shared domain; use mode subdomain`, {
+        fields: [{ path: 'domain_intent.byo_domain', message: 'under the shared domain' }],
+      });
+    }
+    if (await domainInUse(svc, name)) {
+      throw new AppError('domain_taken', `${name} is already used by another account or a pending signup`, {
+        suggestions: [],
+      });
+    }
+    fullDomain = name;
+  }
+  return svc.db.signupIntent.create({
+    data: {
+      id: newId('int'),
+      humanEmail: input.human_email.toLowerCase(),
+      mode: intent.mode,
+      fullDomain,
+      callbackWebhook: input.agent_callback_webhook ?? null,
+      expiresAt: new Date(Date.now() + INTENT_TTL_MS),
+    },
+  });
+}
+
+export async function confirmSignup(svc: Services, input: z.infer<typeof ConfirmInput>) {
+  // Work that needs no lock (an RSA key takes tens of milliseconds) happens before the transaction.
+  const dkim = await createDkimKey(svc.secretKey);
+  try {
+    return await svc.db.$transaction(
+      async (tx) => {
+        const rows = await tx.$queryRaw<{ id: string }[]>`SELECT id FROM signup_intents WHERE id = ${input.intent_id} FOR UPDATE`;
+        if (!rows[0]) throw new AppError('not_found', `signup intent ${input.intent_id} not found`);
+        const intent = await tx.signupIntent.findUniqueOrThrow({ where: { id: input.intent_id }, include: { account: true } });
+        if (intent.status === 'completed') {
+          throw new AppError(
+            'intent_already_confirmed',
+            'This signup intent was already confirmed. The API key was shown once in that response; if it was lost, mint a new key with an admin key.',
+            { primary_address: intent.account?.primaryAddress ?? null, account_id: intent.accountId },
+          );
+        }
+        if (intent.expiresAt.getTime() < Date.now()) {
+          throw new AppError('intent_expired', 'This signup intent has expired; start again with POST /signup/agentic');
+        }
+        const accountId = newId('acct');
+        const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
+        const domainStatus = intent.mode === 'subdomain' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
+        await tx.account.create({
+          data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
+        });
+        const domain = await tx.domain.create({
+          data: {
+            id: newId('dom'),
+            accountId,
+            name: intent.fullDomain,
+            mode: intent.mode,
+            status: domainStatus,
+            dkimSelector: dkim.selector,
+            dkimPublicKey: dkim.publicKey,
+            dkimPrivateKeyEnc: dkim.privateKeyEnc,
+            verifiedAt: domainStatus === 'active' ? new Date() : null,
+          },
+        });
+        await appendEvent({
+          db: tx,
+          accountId,
+          type: 'signup.completed',
+          data: { account_id: accountId, primary_address: primaryAddress, domain: domain.name, mode: intent.mode, account_status: 'active' },
+        });
+        if (domainStatus === 'active') {
+          await appendEvent({ db: tx, accountId, type: 'domain.ready', data: { domain: domain.name } });
+        } else if (intent.mode === 'byo_manual') {
+          await appendEvent({
+            db: tx,
+            accountId,
+            type: 'domain.dns_required',
+            data: { domain: domain.name, records: requiredRecords(svc.config, domain) },
+          });
+        } else {
+          await appendEvent({
+            db: tx,
+            accountId,
+            type: 'domain.delegation_required',
+            data: { domain: domain.name, nameservers: svc.config.nameservers },
+          });
+        }
+        const box = await createBox({ db: tx, accountId, address: PRIMARY_LOCAL_PART, isPrimary: true, domainId: domain.id });
+        const { key, raw } = await mintKey({ db: tx, accountId, label: 'owner', scopes: ['send', 'receive', 'admin'], isOwner: true });
+        await tx.signupIntent.update({
+          where: { id: intent.id },
+          data: { status: 'completed', accountId, confirmedAt: new Date() },
+        });
+        return {
+          account_id: accountId,
+          primary_address: box.address,
+          api_key: raw,
+          key_id: key.id,
+          account_status: 'active' as const,
+          domain: domain.name,
+          domain_status: domainStatus as 'active' | 'pending_dns' | 'pending_delegation',
+        };
+      },
+      { maxWait: 10_000, timeout: 20_000 },
+    );
+  } catch (err) {
+    if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
+      throw new AppError('domain_taken', 'The domain of this intent was taken by another account meanwhile; start again with POST /signup/agentic', {
+        suggestions: [],
+      });
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,138 @@
+/** Boxes: addresses on the account's domain. Box-restricted keys see and change only their own boxes. */
+import type { Box, Db, DbClient } from '@boxes/db';
+import { Prisma } from '@boxes/db';
+import { appendEvent } from '../events/append';
+import { inTransaction } from '../shared/context';
+import { AppError, notFound } from '../shared/errors';
+import { newId } from '../shared/ids';
+
+/** RFC 5322 dot-atom-text, at most 64 octets. */
+const DOT_ATOM = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/;
+
+export interface BoxView {
+  id: string;
+  address: string;
+  local_part: string;
+  domain: string;
+  is_primary: boolean;
+  signature: string | null;
+  created_at: string;
+}
+
+export function presentBox(b: Box): BoxView {
+  return {
+    id: b.id,
+    address: b.address,
+    local_part: b.localPart,
+    domain: b.address.slice(b.localPart.length + 1),
+    is_primary: b.isPrimary,
+    signature: b.signature,
+    created_at: b.createdAt.toISOString(),
+  };
+}
+
+/** null means every box (an unrestricted key). */
+export type BoxScope = string[] | null;
+
+function visible(scope: BoxScope, boxId: string): boolean {
+  return scope === null || scope.includes(boxId);
+}
+
+/** Validates a local part, or a full address whose domain is `domain`; returns the lower-cased local part. */
+export function parseLocalPart(input: string, domain: string): string {
+  let local = input.trim();
+  const at = local.lastIndexOf('@');
+  if (at !== -1) {
+    const d = local.slice(at + 1).toLowerCase();
+    if (d !== domain) {
+      throw new AppError('validation_error', `address: the box must be on your domain ${domain}, not ${d}`, {
+        fields: [{ path: 'address', message: `domain must be ${domain}` }],
+      });
+    }
+    local = local.slice(0, at);
+  }
+  if (!local || local.length > 64 || !DOT_ATOM.test(local)) {
+    throw new AppError(
+      'validation_error',
+      'address: a local part is 1 to 64 characters of letters, digits and !#$%&\'*+/=?^_`{|}~- with single dots between them (no leading, trailing or double dot)',
+      { fields: [{ path: 'address', message: 'not a valid local part (RFC 5322 dot-atom)' }] },
+    );
+  }
+  return local.toLowerCase();
+}
+
+export async function createBox(input: {
+  db: DbClient;
+  accountId: string;
+  address: string;
+  isPrimary?: boolean;
+  domainId?: string;
+}): Promise<Box> {
+  return inTransaction(input.db, async (tx) => {
+    const domain = input.domainId
+      ? await tx.domain.findUniqueOrThrow({ where: { id: input.domainId } })
+      : await tx.domain.findFirstOrThrow({ where: { accountId: input.accountId, isPrimary: true } });
+    const localPart = parseLocalPart(input.address, domain.name);
+    const address = `${localPart}@${domain.name}`;
+    let box: Box;
+    try {
+      box = await tx.box.create({
+        data: {
+          id: newId('box'),
+          accountId: input.accountId,
+          domainId: domain.id,
+          localPart,
+          address,
+          isPrimary: input.isPrimary ?? false,
+        },
+      });
+    } catch (err) {
+      if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
+        throw new AppError('box_exists', `The box ${address} already exists`, { address });
+      }
+      throw err;
+    }
+    await appendEvent({ db: tx, accountId: input.accountId, type: 'box.created', boxId: box.id, data: { box: presentBox(box) } });
+    return box;
+  });
+}
+
+export async function listBoxes(input: { db: Db; accountId: string; scope: BoxScope }): Promise<Box[]> {
+  return input.db.box.findMany({
+    where: { accountId: input.accountId, ...(input.scope ? { id: { in: input.scope } } : {}) },
+    orderBy: { createdAt: 'asc' },
+  });
+}
+
+async function findVisible(db: DbClient, accountId: string, scope: BoxScope, boxId: string): Promise<Box> {
+  const box = await db.box.findFirst({ where: { id: boxId, accountId } });
+  if (!box || !visible(scope, box.id)) throw notFound('box', boxId);
+  return box;
+}
+
+export async function deleteBox(input: { db: Db; accountId: string; scope: BoxScope; boxId: string }) {
+  return inTransaction(input.db, async (tx) => {
+    const box = await findVisible(tx, input.accountId, input.scope, input.boxId);
+    if (box.isPrimary) {
+      throw new AppError('primary_box', `${box.address} is the primary box and cannot be deleted`, { box_id: box.id });
+    }
+    await tx.box.delete({ where: { id: box.id } });
+    await appendEvent({ db: tx, accountId: input.accountId, type: 'box.deleted', boxId: box.id, data: { box_id: box.id, address: box.address } });
+    return { id: box.id, deleted: true as const };
+  });
+}
+
+export async function setSignature(input: { db: Db; accountId: string; scope: BoxScope; boxId: string; signature: string | null }) {
+  return inTransaction(input.db, async (tx) => {
+    const box = await findVisible(tx, input.accountId, input.scope, input.boxId);
+    const updated = await tx.box.update({ where: { id: box.id }, data: { signature: input.signature } });
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'box.signature_updated',
+      boxId: box.id,
+      data: { box_id: box.id, address: box.address, signature: input.signature },
+    });
+    return updated;
+  });
+}

@@ -1,0 +1,186 @@
+/**
+ * API keys: bxs_live_ + 32 random bytes (base62), stored only as SHA-256 with a display prefix. Authentication
+ * looks the key up by its hash and compares in constant time; revocation is read on every request.
+ */
+import { randomBytes } from 'node:crypto';
+import type { ApiKey, Db, DbClient } from '@boxes/db';
+import type { Scope } from '@boxes/schemas';
+import { appendEvent } from '../events/append';
+import { constantTimeEqual, sha256Hex } from '../shared/crypto';
+import { inTransaction } from '../shared/context';
+import { AppError, notFound } from '../shared/errors';
+import { newId } from '../shared/ids';
+
+export const KEY_PREFIX = 'bxs_live_';
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+function randomBase62(bytes: number): string {
+  // 43 base62 characters carry 256 bits; rejection sampling keeps them uniform.
+  const need = Math.ceil((bytes * 8) / Math.log2(62));
+  let out = '';
+  while (out.length < need) {
+    for (const b of randomBytes(need * 2)) {
+      if (b < 248 && out.length < need) out += BASE62[b % 62];
+    }
+  }
+  return out;
+}
+
+export function generateRawKey(): string {
+  return KEY_PREFIX + randomBase62(32);
+}
+
+export interface KeyView {
+  id: string;
+  prefix: string;
+  label: string;
+  scopes: Scope[];
+  allowed_box_ids: string[] | null;
+  allowed_boxes: string[] | null;
+  is_owner: boolean;
+  created_at: string;
+  last_used_at: string | null;
+}
+
+export async function presentKeys(db: DbClient, keys: ApiKey[]): Promise<KeyView[]> {
+  const ids = [...new Set(keys.flatMap((k) => k.allowedBoxIds))];
+  const boxes = ids.length ? await db.box.findMany({ where: { id: { in: ids } }, select: { id: true, address: true } }) : [];
+  const address = new Map(boxes.map((b) => [b.id, b.address]));
+  return keys.map((k) => ({
+    id: k.id,
+    prefix: k.prefix,
+    label: k.label,
+    scopes: k.scopes as Scope[],
+    allowed_box_ids: k.allowedBoxIds.length ? k.allowedBoxIds : null,
+    // A box deleted since keeps its id in the restriction (the key must not widen) but has no address.
+    allowed_boxes: k.allowedBoxIds.length ? k.allowedBoxIds.map((id) => address.get(id)).filter((a): a is string => !!a) : null,
+    is_owner: k.isOwner,
+    created_at: k.createdAt.toISOString(),
+    last_used_at: k.lastUsedAt?.toISOString() ?? null,
+  }));
+}
+
+export interface MintKeyInput {
+  db: DbClient;
+  accountId: string;
+  label: string;
+  scopes: Scope[];
+  allowedBoxIds?: string[];
+  isOwner?: boolean;
+  /** Key that asked for this one (for the event); null at signup. */
+  actorKeyId?: string | null;
+}
+
+export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: string }> {
+  const raw = generateRawKey();
+  return inTransaction(input.db, async (tx) => {
+    const key = await tx.apiKey.create({
+      data: {
+        id: newId('key'),
+        accountId: input.accountId,
+        hash: sha256Hex(raw),
+        prefix: raw.slice(0, KEY_PREFIX.length + 4),
+        label: input.label,
+        scopes: input.scopes,
+        allowedBoxIds: input.allowedBoxIds ?? [],
+        isOwner: input.isOwner ?? false,
+      },
+    });
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'api_key.created',
+      data: {
+        key_id: key.id,
+        prefix: key.prefix,
+        label: key.label,
+        scopes: key.scopes,
+        allowed_box_ids: key.allowedBoxIds.length ? key.allowedBoxIds : null,
+        by_key_id: input.actorKeyId ?? null,
+      },
+    });
+    return { key, raw };
+  });
+}
+
+/** Resolves allowed_boxes (addresses or local parts) or allowed_box_ids to ids of this account's boxes. */
+export async function resolveBoxRestriction(input: {
+  db: DbClient;
+  accountId: string;
+  allowedBoxes?: string[] | undefined;
+  allowedBoxIds?: string[] | undefined;
+}): Promise<string[]> {
+  const boxes = await input.db.box.findMany({ where: { accountId: input.accountId } });
+  if (input.allowedBoxIds) {
+    const known = new Set(boxes.map((b) => b.id));
+    const unknown = input.allowedBoxIds.filter((id) => !known.has(id));
+    if (unknown.length) {
+      throw new AppError('validation_error', `allowed_box_ids: no such box on this account: ${unknown.join(', ')}`, {
+        fields: [{ path: 'allowed_box_ids', message: `unknown box ids: ${unknown.join(', ')}` }],
+      });
+    }
+    return [...new Set(input.allowedBoxIds)];
+  }
+  if (input.allowedBoxes) {
+    const ids: string[] = [];
+    const unknown: string[] = [];
+    for (const a of input.allowedBoxes) {
+      const want = a.trim().toLowerCase();
+      const box = boxes.find((b) => b.address === want || (!want.includes('@') && b.localPart === want));
+      if (box) ids.push(box.id);
+      else unknown.push(a);
+    }
+    if (unknown.length) {
+      throw new AppError('validation_error', `allowed_boxes: no such box on this account: ${unknown.join(', ')}`, {
+        fields: [{ path: 'allowed_boxes', message: `unknown boxes: ${unknown.join(', ')}` }],
+      });
+    }
+    return [...new Set(ids)];
+  }
+  return [];
+}
+
+export async function listKeys(input: { db: Db; accountId: string }): Promise<KeyView[]> {
+  const keys = await input.db.apiKey.findMany({
+    where: { accountId: input.accountId, revokedAt: null },
+    orderBy: { createdAt: 'asc' },
+  });
+  return presentKeys(input.db, keys);
+}
+
+export async function revokeKey(input: { db: Db; accountId: string; keyId: string; actorKeyId: string }) {
+  return inTransaction(input.db, async (tx) => {
+    const key = await tx.apiKey.findFirst({ where: { id: input.keyId, accountId: input.accountId, revokedAt: null } });
+    if (!key) throw notFound('API key', input.keyId);
+    if (key.isOwner) {
+      throw new AppError(
+        'owner_key_protected',
+        'The original owner key cannot be revoked. Mint a new admin key if this one leaked, and contact support to rotate the owner key.',
+      );
+    }
+    const revokedAt = new Date();
+    await tx.apiKey.update({ where: { id: key.id }, data: { revokedAt } });
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'api_key.revoked',
+      data: { key_id: key.id, prefix: key.prefix, by_key_id: input.actorKeyId },
+    });
+    return { id: key.id, revoked: true as const, revoked_at: revokedAt.toISOString() };
+  });
+}
+
+/** Finds the active key for a raw bearer value, or null. */
+export async function authenticateKey(input: { db: Db; raw: string }) {
+  if (!input.raw.startsWith(KEY_PREFIX) || input.raw.length > 128) return null;
+  const hash = sha256Hex(input.raw);
+  const key = await input.db.apiKey.findUnique({ where: { hash }, include: { account: true } });
+  if (!key || key.revokedAt || !constantTimeEqual(key.hash, hash)) return null;
+  if (!key.lastUsedAt || Date.now() - key.lastUsedAt.getTime() > 60_000) {
+    // At most one write a minute per key; failure to record use must not fail the request.
+    void input.db.apiKey
+      .updateMany({ where: { id: key.id }, data: { lastUsedAt: new Date() } })
+      .catch(() => undefined);
+  }
+  return key;
+}

@@ -1,0 +1,18 @@
+/** What every core function may need besides its own arguments. */
+import type { Config } from '@boxes/config';
+import type { Db, DbClient } from '@boxes/db';
+
+export interface Services {
+  db: Db;
+  config: Config;
+  /** 32-byte key for secrets at rest (DKIM private keys, later message bodies). */
+  secretKey: Buffer;
+}
+
+/** Runs fn in the given transaction, or opens one when given the root client. */
+export async function inTransaction<T>(db: DbClient, fn: (tx: Parameters<Parameters<Db['$transaction']>[0]>[0]) => Promise<T>): Promise<T> {
+  if ('$transaction' in db && typeof (db as Db).$transaction === 'function') {
+    return (db as Db).$transaction(fn, { maxWait: 10_000, timeout: 20_000 });
+  }
+  return fn(db as Parameters<Parameters<Db['$transaction']>[0]>[0]);
+}

@@ -1,0 +1,49 @@
+/**
+ * AppError is the one error type core throws. Its code decides the HTTP status (REST) and the tRPC code; the
+ * table below is the only place that mapping lives.
+ */
+export const ERROR_CODES = {
+  bad_request: { status: 400, trpc: 'BAD_REQUEST' },
+  validation_error: { status: 400, trpc: 'BAD_REQUEST' },
+  invalid_json: { status: 400, trpc: 'PARSE_ERROR' },
+  invalid_cursor: { status: 400, trpc: 'BAD_REQUEST' },
+  unauthorized: { status: 401, trpc: 'UNAUTHORIZED' },
+  payment_required: { status: 402, trpc: 'PAYMENT_REQUIRED' },
+  forbidden: { status: 403, trpc: 'FORBIDDEN' },
+  insufficient_scope: { status: 403, trpc: 'FORBIDDEN' },
+  box_restricted_key: { status: 403, trpc: 'FORBIDDEN' },
+  owner_key_protected: { status: 403, trpc: 'FORBIDDEN' },
+  not_found: { status: 404, trpc: 'NOT_FOUND' },
+  method_not_allowed: { status: 405, trpc: 'METHOD_NOT_SUPPORTED' },
+  conflict: { status: 409, trpc: 'CONFLICT' },
+  domain_taken: { status: 409, trpc: 'CONFLICT' },
+  box_exists: { status: 409, trpc: 'CONFLICT' },
+  primary_box: { status: 409, trpc: 'CONFLICT' },
+  intent_already_confirmed: { status: 409, trpc: 'CONFLICT' },
+  intent_expired: { status: 410, trpc: 'NOT_FOUND' },
+  payload_too_large: { status: 413, trpc: 'PAYLOAD_TOO_LARGE' },
+  unsupported_media_type: { status: 415, trpc: 'UNSUPPORTED_MEDIA_TYPE' },
+  rate_limited: { status: 429, trpc: 'TOO_MANY_REQUESTS' },
+  internal: { status: 500, trpc: 'INTERNAL_SERVER_ERROR' },
+  not_implemented: { status: 501, trpc: 'NOT_IMPLEMENTED' },
+  service_unavailable: { status: 503, trpc: 'SERVICE_UNAVAILABLE' },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+export type ErrorDetails = Record<string, unknown>;
+
+export class AppError extends Error {
+  override name = 'AppError';
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details: ErrorDetails = {},
+  ) {
+    super(message);
+  }
+  get status(): number {
+    return ERROR_CODES[this.code].status;
+  }
+}
+
+export const notFound = (what: string, id: string): AppError => new AppError('not_found', `${what} ${id} not found`);

@@ -1,0 +1,13 @@
+/** Prefixed random ids (acct_, key_, box_, evt_, ...): 20 base32 characters, 100 bits from the CSPRNG. */
+import { randomBytes } from 'node:crypto';
+
+const ALPHABET = '0123456789abcdefghjkmnpqrstvwxyz';
+
+export type IdPrefix = 'int' | 'acct' | 'key' | 'box' | 'evt' | 'dom' | 'req' | 'msg';
+
+export function newId(prefix: IdPrefix): string {
+  const bytes = randomBytes(20);
+  let out = '';
+  for (const b of bytes) out += ALPHABET[b & 31];
+  return `${prefix}_${out}`;
+}

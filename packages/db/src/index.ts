@@ -1,0 +1,9 @@
+/**
+ * Database access: the Prisma 7 client factory (driver adapter over pg), the migration runner used at start
+ * and in tests, and the helpers that create a database and explain a missing server in one line.
+ */
+export { createDb, type Db, type Tx, type DbClient } from './client';
+export { migrate, migrationsDir } from './migrate';
+export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
+export { Prisma } from './generated/client';
+export type { Account, SignupIntent, Domain, ApiKey, Box, Event } from './generated/client';

@@ -1,0 +1,27 @@
+import { z } from 'zod';
+import { HttpsUrl, Timestamp } from './common';
+import { DOMAIN_MODES } from './signup';
+
+export const AccountOutput = z
+  .object({
+    id: z.string().meta({ example: 'acct_0a1b2c3d4e5f6g7h8j9k' }),
+    account_status: z.enum(['active']).meta({ description: 'active after confirm' }),
+    primary_address: z.string().meta({ example: 'agent@brave-otter.boxes.localhost' }),
+    owner_email: z.string().meta({ description: "The human owner's email", example: 'owner@example.com' }),
+    domain: z.object({
+      name: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
+      mode: z.enum(DOMAIN_MODES),
+      status: z.enum(['active', 'pending_dns', 'pending_delegation']),
+    }),
+    agent_callback_webhook: z.string().nullable().meta({ description: 'Where events are POSTed, or null' }),
+    created_at: Timestamp,
+  })
+  .meta({ id: 'Account' });
+
+export const CallbackWebhookOutput = z.object({
+  agent_callback_webhook: z.string().nullable().meta({ description: 'The callback URL, or null when none is set' }),
+});
+
+export const CallbackWebhookInput = z.strictObject({
+  agent_callback_webhook: HttpsUrl.nullable().meta({ description: 'The https callback URL, or null to remove it' }),
+});

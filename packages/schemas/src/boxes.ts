@@ -1,0 +1,33 @@
+import { z } from 'zod';
+import { Timestamp } from './common';
+
+export const BoxOutput = z
+  .object({
+    id: z.string().meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
+    address: z.string().meta({ description: 'The full address', example: 'billing@brave-otter.boxes.localhost' }),
+    local_part: z.string().meta({ example: 'billing' }),
+    domain: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
+    is_primary: z.boolean().meta({ description: 'agent@<domain>; cannot be deleted' }),
+    signature: z.string().nullable().meta({ description: 'Appended to every message sent from the box' }),
+    created_at: Timestamp,
+  })
+  .meta({ id: 'Box' });
+
+export const CreateBoxInput = z.strictObject({
+  address: z
+    .string()
+    .min(1)
+    .max(254)
+    .meta({ description: 'The local part (billing), or a full address on your domain', example: 'billing' }),
+});
+
+export const BoxIdInput = z.strictObject({ id: z.string().max(40).meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }) });
+export const BoxListOutput = z.object({ boxes: z.array(BoxOutput) });
+export const SignatureInput = z.strictObject({
+  id: z.string().max(40),
+  signature: z
+    .string()
+    .max(4000)
+    .nullable()
+    .meta({ description: 'Plain text appended to every message sent from the box; null removes it', example: '-- \nBilling bot, Example Inc.' }),
+});

@@ -1,0 +1,10 @@
+/**
+ * Zod schemas shared by the API, the SDK and MCP. Every public field carries .meta({ description, example }):
+ * that text is the API reference. No server dependencies here.
+ */
+export * from './common';
+export * from './signup';
+export * from './account';
+export * from './keys';
+export * from './boxes';
+export * from './events';

@@ -1,0 +1,50 @@
+import { z } from 'zod';
+import { Scope, Timestamp } from './common';
+
+export const CreateKeyInput = z
+  .strictObject({
+    label: z.string().trim().min(1).max(100).meta({ description: 'What the key is for', example: 'invoice-bot' }),
+    scopes: z
+      .array(Scope)
+      .min(1, 'give at least one scope')
+      .refine((s) => new Set(s).size === s.length, 'scopes must not repeat')
+      .meta({ description: 'Subset of send, receive, admin', example: ['send', 'receive'] }),
+    allowed_boxes: z
+      .array(z.string().max(254))
+      .min(1)
+      .max(100)
+      .optional()
+      .meta({ description: 'Restrict the key to these box addresses (or local parts)', example: ['billing@brave-otter.boxes.localhost'] }),
+    allowed_box_ids: z
+      .array(z.string().max(40))
+      .min(1)
+      .max(100)
+      .optional()
+      .meta({ description: 'Restrict the key to these box ids', example: ['box_0a1b2c3d4e5f6g7h8j9k'] }),
+  })
+  .refine((v) => !(v.allowed_boxes && v.allowed_box_ids), {
+    message: 'give allowed_boxes or allowed_box_ids, not both',
+    path: ['allowed_box_ids'],
+  });
+
+export const KeyOutput = z
+  .object({
+    id: z.string().meta({ example: 'key_0a1b2c3d4e5f6g7h8j9k' }),
+    prefix: z.string().meta({ description: 'First characters of the key, to recognise it', example: 'bxs_live_Ab3d' }),
+    label: z.string(),
+    scopes: z.array(Scope),
+    allowed_box_ids: z.array(z.string()).nullable().meta({ description: 'null: every box of the account' }),
+    allowed_boxes: z.array(z.string()).nullable().meta({ description: 'Addresses of allowed_box_ids; null: every box' }),
+    is_owner: z.boolean().meta({ description: 'The original owner key, which cannot be revoked' }),
+    created_at: Timestamp,
+    last_used_at: Timestamp.nullable(),
+  })
+  .meta({ id: 'ApiKey' });
+
+export const CreatedKeyOutput = KeyOutput.extend({
+  api_key: z.string().meta({ description: 'The raw key. Shown once; it cannot be recovered.', example: 'bxs_live_...' }),
+});
+
+export const KeyListOutput = z.object({ keys: z.array(KeyOutput) });
+export const KeyIdInput = z.strictObject({ id: z.string().max(40).meta({ example: 'key_0a1b2c3d4e5f6g7h8j9k' }) });
+export const RevokedKeyOutput = z.object({ id: z.string(), revoked: z.literal(true), revoked_at: Timestamp });

@@ -1,0 +1,69 @@
+import { z } from 'zod';
+import { EmailAddress, HttpsUrl, Timestamp } from './common';
+
+export const DOMAIN_MODES = ['subdomain', 'register', 'byo_manual', 'byo_delegated'] as const;
+
+export const DomainIntent = z
+  .strictObject({
+    mode: z.enum(DOMAIN_MODES).meta({ description: 'How the account gets its mail domain', example: 'subdomain' }),
+    slug_style: z
+      .enum(['word_pair'])
+      .optional()
+      .meta({ description: 'With mode subdomain: the shape of the generated name (default word_pair: <word>-<word>)', example: 'word_pair' }),
+    register_domain: z.string().max(253).optional().meta({ description: 'With mode register: the domain to register', example: 'my-agent.com' }),
+    byo_domain: z
+      .string()
+      .max(253)
+      .optional()
+      .meta({ description: 'With byo_manual or byo_delegated: your own apex or third-level domain', example: 'mail.example.com' }),
+  })
+  .superRefine((v, ctx) => {
+    if ((v.mode === 'byo_manual' || v.mode === 'byo_delegated') && !v.byo_domain) {
+      ctx.addIssue({ code: 'custom', path: ['byo_domain'], message: `byo_domain is required with mode ${v.mode}` });
+    }
+    if (v.mode === 'register' && !v.register_domain) {
+      ctx.addIssue({ code: 'custom', path: ['register_domain'], message: 'register_domain is required with mode register' });
+    }
+  })
+  .meta({ id: 'DomainIntent', description: 'The mail domain the account wants' });
+
+export const SignupInput = z.strictObject({
+  human_email: EmailAddress.meta({ description: "The human owner's email; the owner approves payments", example: 'owner@example.com' }),
+  domain_intent: DomainIntent,
+  agent_callback_webhook: HttpsUrl.optional().meta({ description: 'https URL that receives signup.completed and later events' }),
+  initial_credit_cents: z
+    .number()
+    .int()
+    .min(100)
+    .optional()
+    .meta({ description: 'Funded signup: prepaid credit the owner approves (at least 100)', example: 500 }),
+});
+
+export const SignupOutput = z.object({
+  intent_id: z.string().meta({ description: 'Signup intent id; pass it to /signup/agentic/confirm', example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
+  full_domain: z.string().meta({ description: 'The domain the account will use', example: 'brave-otter.boxes.localhost' }),
+  mode: z.enum(DOMAIN_MODES),
+  status: z.enum(['pending_confirmation']).meta({ description: 'State of the intent' }),
+  expires_at: Timestamp.meta({ description: 'Confirm before this time' }),
+  next_step: z.object({
+    method: z.literal('POST'),
+    url: z.string().meta({ example: 'http://localhost:3000/api/v1/signup/agentic/confirm' }),
+    body: z.object({ intent_id: z.string() }),
+  }),
+});
+
+export const ConfirmInput = z.strictObject({
+  intent_id: z.string().regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)').meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
+});
+
+export const ConfirmOutput = z.object({
+  account_id: z.string().meta({ example: 'acct_0a1b2c3d4e5f6g7h8j9k' }),
+  primary_address: z.string().meta({ description: 'agent@<domain>', example: 'agent@brave-otter.boxes.localhost' }),
+  api_key: z.string().meta({ description: 'The owner key (scopes send, receive, admin). Shown once; store it now.', example: 'bxs_live_...' }),
+  key_id: z.string().meta({ example: 'key_0a1b2c3d4e5f6g7h8j9k' }),
+  account_status: z.enum(['active']),
+  domain: z.string(),
+  domain_status: z.enum(['active', 'pending_dns', 'pending_delegation']).meta({
+    description: 'active: mail flows now. pending_dns / pending_delegation: see the domain.dns_required or domain.delegation_required event',
+  }),
+});
