@@ -1,0 +1,96 @@
+/**
+ * The HTTP app: tRPC at /trpc, REST at /api/v1, the OpenAPI document, the discovery manifest and a small
+ * index. Framework: Hono, so every face works on Fetch Requests and the context is built one way.
+ */
+import { Hono } from 'hono';
+import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
+import { stringify } from 'yaml';
+import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
+import { AppError, newId, type Services } from '@boxes/core';
+import type { Logger } from './logger';
+import { createRestHandler, errorResponse, REST_PREFIX, routeTable } from './rest';
+
+export function createApp(svc: Services, log: Logger): Hono {
+  const app = new Hono();
+  const openapi = buildOpenApiDocument({ apiBaseUrl: svc.config.apiBaseUrl, siteUrl: svc.config.siteUrl });
+  const openapiJson = JSON.stringify(openapi, null, 2);
+  const openapiYaml = stringify(openapi);
+  const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
+    svc,
+    requestId,
+    transport,
+    authorization: req.headers.get('authorization'),
+  });
+
+  const rest = createRestHandler({
+    routes: routeTable(openapi.paths as Record<string, Record<string, unknown>>),
+    context: context('rest'),
+    newRequestId: () => newId('req'),
+    log,
+  });
+  app.all(`${REST_PREFIX}`, (c) => rest(c.req.raw));
+  app.all(`${REST_PREFIX}/*`, (c) => rest(c.req.raw));
+
+  app.all('/trpc/*', (c) => {
+    const requestId = newId('req');
+    return fetchRequestHandler({
+      endpoint: '/trpc',
+      req: c.req.raw,
+      router: appRouter,
+      createContext: () => context('trpc')(c.req.raw, requestId),
+      onError: ({ error, path }) => {
+        if (toAppError(error).status >= 500) log.error({ err: error, requestId, path }, 'request failed');
+      },
+      responseMeta: () => ({ headers: new Headers({ 'x-request-id': requestId }) }),
+    });
+  });
+
+  app.get('/openapi.json', (c) => c.body(openapiJson, 200, { 'content-type': 'application/json' }));
+  app.get('/openapi.yaml', (c) => c.body(openapiYaml, 200, { 'content-type': 'application/yaml' }));
+
+  app.get('/.well-known/agentic.json', (c) =>
+    c.json({
+      name: 'Boxes',
+      description: 'Email for software agents: sign up with two HTTP calls, send with one, receive by polling, webhook or MQTT.',
+      version: API_VERSION,
+      api_base_url: svc.config.apiBaseUrl,
+      openapi_url: `${svc.config.siteUrl}/openapi.json`,
+      openapi_yaml_url: `${svc.config.siteUrl}/openapi.yaml`,
+      docs_url: `${svc.config.siteUrl}/docs`,
+      trpc_url: `${svc.config.siteUrl}/trpc`,
+      signup: {
+        url: `${svc.config.apiBaseUrl}/signup/agentic`,
+        confirm_url: `${svc.config.apiBaseUrl}/signup/agentic/confirm`,
+        modes: ['subdomain', 'byo_manual', 'byo_delegated'],
+        example: { human_email: 'owner@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } },
+      },
+      auth: { type: 'bearer', key_prefix: 'bxs_live_', scopes: ['send', 'receive', 'admin'] },
+      pricing: { currency: 'USD', free_messages: 250, per_message_usd: '0.0016', attachments_per_mb_usd: '0.0012', boxes: 'unlimited, free' },
+      skills: [
+        { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm'] },
+        { name: 'boxes', description: 'Create and list addresses on your domain', operations: ['POST /boxes', 'GET /boxes'] },
+        { name: 'events', description: 'Poll the hash-chained event log and verify it', operations: ['GET /events', 'GET /events/verify'] },
+      ],
+    }),
+  );
+
+  app.get('/', (c) =>
+    c.json({
+      name: 'Boxes',
+      description: 'Email for software agents',
+      api_base_url: svc.config.apiBaseUrl,
+      openapi: `${svc.config.siteUrl}/openapi.json`,
+      discovery: `${svc.config.siteUrl}/.well-known/agentic.json`,
+      getting_started: gettingStarted(svc),
+    }),
+  );
+  app.get('/healthz', (c) => c.json({ ok: true }));
+
+  app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
+  app.onError((err, c) => {
+    const requestId = newId('req');
+    log.error({ err, requestId, path: c.req.path }, 'unhandled error');
+    return errorResponse(new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+  });
+  return app;
+}

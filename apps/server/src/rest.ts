@@ -1,0 +1,119 @@
+/**
+ * REST face of the router under /api/v1 (trpc-to-openapi), with the parts of the HTTP contract the generator
+ * does not own: 404 for unknown paths and 405 (with Allow) for known paths with another method, 400 for
+ * malformed JSON, 415 for non-JSON bodies, 413 for oversized ones, and every error as
+ * {"error": {"code", "message", "request_id", ...details}} without a stack trace.
+ */
+import { createOpenApiFetchHandler } from 'trpc-to-openapi';
+import { appRouter, toAppError, type Context } from '@boxes/api';
+import { AppError } from '@boxes/core';
+import type { Logger } from './logger';
+
+export const REST_PREFIX = '/api/v1';
+export const MAX_BODY_BYTES = 30 * 1024 * 1024;
+
+interface Route {
+  method: string;
+  pattern: RegExp;
+}
+
+/** The routes of the OpenAPI document, as patterns over the path below /api/v1. */
+export function routeTable(paths: Record<string, Record<string, unknown>>): Route[] {
+  return Object.entries(paths).flatMap(([path, ops]) => {
+    const pattern = new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+')}/?$`);
+    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern }));
+  });
+}
+
+export function errorResponse(err: AppError, requestId: string, headers: Record<string, string> = {}): Response {
+  return Response.json(
+    { error: { code: err.code, message: err.message, request_id: requestId, ...err.details } },
+    { status: err.status, headers: { 'x-request-id': requestId, ...headers } },
+  );
+}
+
+const WITH_BODY = new Set(['POST', 'PUT', 'PATCH']);
+
+export function createRestHandler(opts: {
+  routes: Route[];
+  context: (req: Request, requestId: string) => Context;
+  newRequestId: () => string;
+  log: Logger;
+}) {
+  return async function handleRest(req: Request): Promise<Response> {
+    const requestId = opts.newRequestId();
+    const url = new URL(req.url);
+    const path = url.pathname.slice(REST_PREFIX.length) || '/';
+    const method = req.method === 'HEAD' ? 'GET' : req.method;
+    const candidates = opts.routes.filter((r) => r.pattern.test(path));
+    if (candidates.length === 0) {
+      return errorResponse(
+        new AppError('not_found', `No route ${req.method} ${REST_PREFIX}${path}. Every route is listed in /openapi.json.`),
+        requestId,
+      );
+    }
+    if (!candidates.some((r) => r.method === method)) {
+      const allow = [...new Set(candidates.map((r) => r.method))].join(', ');
+      return errorResponse(
+        new AppError('method_not_allowed', `${req.method} is not allowed on ${REST_PREFIX}${path}; use ${allow}`, { allow: allow.split(', ') }),
+        requestId,
+        { allow },
+      );
+    }
+
+    let body: string | undefined;
+    if (WITH_BODY.has(method)) {
+      const declared = Number(req.headers.get('content-length') ?? 0);
+      if (declared > MAX_BODY_BYTES) {
+        return errorResponse(new AppError('payload_too_large', `The body is larger than ${MAX_BODY_BYTES} bytes`), requestId);
+      }
+      const text = await req.text();
+      if (Buffer.byteLength(text) > MAX_BODY_BYTES) {
+        return errorResponse(new AppError('payload_too_large', `The body is larger than ${MAX_BODY_BYTES} bytes`), requestId);
+      }
+      const type = req.headers.get('content-type');
+      if (text.trim() === '') {
+        body = '{}';
+      } else if (type && !/^application\/([\w.+-]+\+)?json\b/i.test(type)) {
+        return errorResponse(
+          new AppError('unsupported_media_type', `The body must be JSON (Content-Type: application/json), not ${type}`),
+          requestId,
+        );
+      } else {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch (err) {
+          return errorResponse(new AppError('invalid_json', `The request body is not valid JSON: ${(err as Error).message}`), requestId);
+        }
+        if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+          return errorResponse(new AppError('validation_error', 'The request body must be a JSON object', { fields: [{ path: '(body)', message: 'expected an object' }] }), requestId);
+        }
+        body = text;
+      }
+    }
+
+    const headers = new Headers(req.headers);
+    if (body !== undefined) headers.set('content-type', 'application/json');
+    headers.delete('content-length');
+    const forwarded = new Request(req.url, { method, headers, body });
+    let failure: unknown;
+    const res = await createOpenApiFetchHandler({
+      endpoint: REST_PREFIX,
+      router: appRouter,
+      req: forwarded,
+      createContext: () => opts.context(req, requestId),
+      onError: ({ error }) => {
+        failure = error;
+      },
+    });
+    if (res.status < 400) {
+      const out = new Response(req.method === 'HEAD' ? null : res.body, res);
+      out.headers.set('x-request-id', requestId);
+      return out;
+    }
+    const app = toAppError(failure);
+    if (app.status >= 500) opts.log.error({ err: failure, requestId, path, method }, 'request failed');
+    return errorResponse(app, requestId);
+  };
+}

@@ -1,0 +1,4 @@
+/** The API package: the one router, its context and error mapping, and the OpenAPI document. */
+export { appRouter, type AppRouter } from './router';
+export { buildOpenApiDocument, API_VERSION } from './openapi';
+export { toAppError, describeZodError, gettingStarted, createCallerFactory, type Context, type Transport, type ErrorData } from './trpc';

@@ -1,0 +1,17 @@
+/** The one router. Served as tRPC (/trpc), REST (/api/v1) and, later, MCP tools. */
+import { accountRouter } from './routers/account';
+import { boxesRouter } from './routers/boxes';
+import { eventsRouter } from './routers/events';
+import { keysRouter } from './routers/keys';
+import { signupRouter } from './routers/signup';
+import { router } from './trpc';
+
+export const appRouter = router({
+  signup: signupRouter,
+  account: accountRouter,
+  keys: keysRouter,
+  boxes: boxesRouter,
+  events: eventsRouter,
+});
+
+export type AppRouter = typeof appRouter;

@@ -1,0 +1,54 @@
+/** Boxes: create (admin), list (any key; box-restricted keys see their boxes), delete and signature (admin). */
+import { z } from 'zod';
+import { createBox, deleteBox, listBoxes, presentBox, setSignature } from '@boxes/core';
+import { BoxIdInput, BoxListOutput, BoxOutput, CreateBoxInput, Deleted, SignatureInput } from '@boxes/schemas';
+import { keyProcedure, router } from '../trpc';
+
+export const boxesRouter = router({
+  create: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'POST',
+        path: '/boxes',
+        tags: ['boxes'],
+        summary: 'Create a box',
+        description: 'address is a local part (RFC 5322 dot-atom, at most 64 characters, stored lower-case) on the account domain. Boxes are free and unlimited.',
+      },
+    })
+    .input(CreateBoxInput)
+    .output(BoxOutput)
+    .mutation(async ({ ctx, input }) => presentBox(await createBox({ db: ctx.svc.db, accountId: ctx.account.id, address: input.address }))),
+  list: keyProcedure
+    .meta({ openapi: { method: 'GET', path: '/boxes', tags: ['boxes'], summary: 'List boxes', description: 'A box-restricted key sees only its boxes.' } })
+    .input(z.void())
+    .output(BoxListOutput)
+    .query(async ({ ctx }) => ({
+      boxes: (await listBoxes({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope })).map(presentBox),
+    })),
+  delete: keyProcedure
+    .meta({
+      scope: 'admin',
+      openapi: { method: 'DELETE', path: '/boxes/{id}', tags: ['boxes'], summary: 'Delete a box', description: 'The primary box cannot be deleted (409 primary_box).' },
+    })
+    .input(BoxIdInput)
+    .output(Deleted)
+    .mutation(({ ctx, input }) => deleteBox({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, boxId: input.id })),
+  setSignature: keyProcedure
+    .meta({
+      scope: 'admin',
+      openapi: {
+        method: 'PUT',
+        path: '/boxes/{id}/signature',
+        tags: ['boxes'],
+        summary: "Set a box's signature",
+        description: 'Plain text (at most 4000 characters) appended to every message sent from the box; null removes it.',
+      },
+    })
+    .input(SignatureInput)
+    .output(BoxOutput)
+    .mutation(async ({ ctx, input }) =>
+      presentBox(await setSignature({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, boxId: input.id, signature: input.signature })),
+    ),
+});

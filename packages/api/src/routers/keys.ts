@@ -1,0 +1,58 @@
+/** API keys: mint, list, revoke (admin scope, unrestricted key). */
+import { z } from 'zod';
+import { listKeys, mintKey, presentKeys, resolveBoxRestriction, revokeKey } from '@boxes/core';
+import { CreatedKeyOutput, CreateKeyInput, KeyIdInput, KeyListOutput, RevokedKeyOutput } from '@boxes/schemas';
+import { keyProcedure, router } from '../trpc';
+
+export const keysRouter = router({
+  create: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'POST',
+        path: '/account/keys',
+        tags: ['keys'],
+        summary: 'Mint an API key',
+        description: 'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. The raw api_key is returned only here.',
+      },
+    })
+    .input(CreateKeyInput)
+    .output(CreatedKeyOutput)
+    .mutation(async ({ ctx, input }) => {
+      const db = ctx.svc.db;
+      const allowedBoxIds = await resolveBoxRestriction({
+        db,
+        accountId: ctx.account.id,
+        allowedBoxes: input.allowed_boxes,
+        allowedBoxIds: input.allowed_box_ids,
+      });
+      const { key, raw } = await mintKey({ db, accountId: ctx.account.id, label: input.label, scopes: input.scopes, allowedBoxIds, actorKeyId: ctx.key.id });
+      const [view] = await presentKeys(db, [key]);
+      return { ...view!, api_key: raw };
+    }),
+  list: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: { method: 'GET', path: '/account/keys', tags: ['keys'], summary: 'List active API keys', description: 'Never returns raw keys.' },
+    })
+    .input(z.void())
+    .output(KeyListOutput)
+    .query(async ({ ctx }) => ({ keys: await listKeys({ db: ctx.svc.db, accountId: ctx.account.id }) })),
+  revoke: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'DELETE',
+        path: '/account/keys/{id}',
+        tags: ['keys'],
+        summary: 'Revoke an API key',
+        description: 'Takes effect on the next request. The original owner key cannot be revoked (403 owner_key_protected).',
+      },
+    })
+    .input(KeyIdInput)
+    .output(RevokedKeyOutput)
+    .mutation(({ ctx, input }) => revokeKey({ db: ctx.svc.db, accountId: ctx.account.id, keyId: input.id, actorKeyId: ctx.key.id })),
+});

@@ -1,0 +1,48 @@
+/** POST /signup/agentic and POST /signup/agentic/confirm: the only calls that need no key. */
+import { confirmSignup, createSignupIntent } from '@boxes/core';
+import { ConfirmInput, ConfirmOutput, SignupInput, SignupOutput } from '@boxes/schemas';
+import { publicProcedure, router } from '../trpc';
+
+export const signupRouter = router({
+  create: publicProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/signup/agentic',
+        tags: ['signup'],
+        protect: false,
+        summary: 'Start a signup',
+        description:
+          'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours.',
+        successDescription: 'The intent',
+      },
+    })
+    .input(SignupInput)
+    .output(SignupOutput)
+    .mutation(async ({ ctx, input }) => {
+      const intent = await createSignupIntent(ctx.svc, input);
+      return {
+        intent_id: intent.id,
+        full_domain: intent.fullDomain,
+        mode: intent.mode as 'subdomain',
+        status: 'pending_confirmation' as const,
+        expires_at: intent.expiresAt.toISOString(),
+        next_step: { method: 'POST' as const, url: `${ctx.svc.config.apiBaseUrl}/signup/agentic/confirm`, body: { intent_id: intent.id } },
+      };
+    }),
+  confirm: publicProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/signup/agentic/confirm',
+        tags: ['signup'],
+        protect: false,
+        summary: 'Confirm a signup',
+        description:
+          'Provisions the account: the domain, the primary box agent@<domain> and the owner key (send, receive, admin). The api_key is shown only in this response. Confirming twice returns 409 and creates nothing.',
+      },
+    })
+    .input(ConfirmInput)
+    .output(ConfirmOutput)
+    .mutation(({ ctx, input }) => confirmSignup(ctx.svc, input)),
+});

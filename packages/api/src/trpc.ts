@@ -1,0 +1,133 @@
+/**
+ * tRPC setup: the context, the error formatter and the procedure builders. publicProcedure needs no key;
+ * keyProcedure authenticates the Bearer key on every transport, checks meta.scope, and narrows ctx.account and
+ * ctx.key. Errors thrown by core (AppError) keep their code on both transports.
+ */
+import { initTRPC, TRPCError } from '@trpc/server';
+import type { OpenApiMeta } from 'trpc-to-openapi';
+import { ZodError } from 'zod';
+import { AppError, authenticateKey, ERROR_CODES, type BoxScope, type Services } from '@boxes/core';
+import type { Scope } from '@boxes/schemas';
+import type { Account, ApiKey } from '@boxes/db';
+
+export type Transport = 'rest' | 'trpc' | 'mcp';
+
+export interface Context {
+  svc: Services;
+  requestId: string;
+  transport: Transport;
+  /** Raw Authorization header value, or null. */
+  authorization: string | null;
+}
+
+// A type alias, not an interface: trpc-to-openapi needs meta to have an implicit index signature.
+export type BoxesMeta = {
+  /** Scope the key needs; omit for "any valid key". */
+  scope?: Scope;
+  /** Account-wide changes (keys, callback URL, new boxes) are refused to box-restricted keys. */
+  accountWide?: boolean;
+};
+export type Meta = OpenApiMeta<BoxesMeta>;
+
+export interface ErrorData {
+  boxes: { code: string; status: number; request_id: string; details: Record<string, unknown> } | null;
+}
+
+/** Turns a zod error into the `fields` list and a one-line message naming each offending field. */
+export function describeZodError(err: ZodError): { message: string; fields: { path: string; message: string }[] } {
+  const fields = err.issues.map((i) => {
+    const path = i.path.map(String).join('.');
+    if (i.code === 'unrecognized_keys') {
+      return { path: path || '(body)', message: `unknown field${i.keys.length > 1 ? 's' : ''}: ${i.keys.join(', ')}` };
+    }
+    return { path: path || '(body)', message: i.message };
+  });
+  return { message: fields.map((f) => `${f.path}: ${f.message}`).join('; '), fields };
+}
+
+/** The AppError behind any error thrown in a procedure (validation errors become validation_error). */
+export function toAppError(error: unknown): AppError {
+  const cause = error instanceof TRPCError ? (error.cause ?? error) : error;
+  if (cause instanceof AppError) return cause;
+  if (cause instanceof ZodError) {
+    const { message, fields } = describeZodError(cause);
+    return new AppError('validation_error', message, { fields });
+  }
+  if (error instanceof TRPCError) {
+    const byTrpc = Object.entries(ERROR_CODES).find(([, v]) => v.trpc === error.code && v.status < 500);
+    if (error.code === 'PARSE_ERROR') return new AppError('invalid_json', 'The request body is not valid JSON');
+    if (byTrpc) return new AppError(byTrpc[0] as keyof typeof ERROR_CODES, error.message);
+  }
+  return new AppError('internal', 'Internal error. It has been logged; quote the request_id if you contact support.');
+}
+
+const t = initTRPC
+  .context<Context>()
+  .meta<Meta>()
+  .create({
+    errorFormatter({ shape, error, ctx }) {
+      const app = toAppError(error);
+      return {
+        ...shape,
+        message: app.message,
+        data: {
+          ...shape.data,
+          stack: undefined,
+          boxes: { code: app.code, status: app.status, request_id: ctx?.requestId ?? 'req_unknown', details: app.details },
+        },
+      };
+    },
+  });
+
+export const router = t.router;
+export const createCallerFactory = t.createCallerFactory;
+
+/** Converts AppError into a TRPCError with the mapped code, keeping the AppError as cause. */
+const appErrors = t.middleware(async ({ next }) => {
+  const result = await next();
+  if (!result.ok && result.error.cause instanceof AppError) {
+    const app = result.error.cause;
+    (result as { error: TRPCError }).error = new TRPCError({ code: ERROR_CODES[app.code].trpc, message: app.message, cause: app });
+  }
+  return result;
+});
+
+export const publicProcedure = t.procedure.use(appErrors);
+
+export function gettingStarted(svc: Services) {
+  return {
+    signup: `${svc.config.apiBaseUrl}/signup/agentic`,
+    confirm: `${svc.config.apiBaseUrl}/signup/agentic/confirm`,
+    docs: `${svc.config.siteUrl}/docs`,
+    openapi: `${svc.config.siteUrl}/openapi.json`,
+    how: 'POST /signup/agentic with human_email and domain_intent {mode: "subdomain"}, then POST /signup/agentic/confirm with the intent_id; send the api_key as Authorization: Bearer <api_key>.',
+  };
+}
+
+export const keyProcedure = publicProcedure.use(async ({ ctx, meta, next }) => {
+  const header = ctx.authorization?.trim() ?? '';
+  const match = /^Bearer\s+(\S+)$/i.exec(header);
+  if (!match) {
+    throw new AppError(
+      'unauthorized',
+      header ? 'The Authorization header must be "Bearer <api_key>"' : 'This call needs an API key: send Authorization: Bearer <api_key>',
+      { getting_started: gettingStarted(ctx.svc) },
+    );
+  }
+  const key = await authenticateKey({ db: ctx.svc.db, raw: match[1]! });
+  if (!key) {
+    throw new AppError('unauthorized', 'The API key is not valid or has been revoked', { getting_started: gettingStarted(ctx.svc) });
+  }
+  if (meta?.scope && !key.scopes.includes(meta.scope)) {
+    throw new AppError('insufficient_scope', `This call needs a key with the ${meta.scope} scope; this key has ${key.scopes.join(', ')}`, {
+      required_scope: meta.scope,
+      key_scopes: key.scopes,
+    });
+  }
+  const boxScope: BoxScope = key.allowedBoxIds.length ? key.allowedBoxIds : null;
+  if (meta?.accountWide && boxScope) {
+    throw new AppError('box_restricted_key', 'This key is restricted to some boxes and cannot make account-wide changes; use an unrestricted key');
+  }
+  const { account, ...apiKey } = key;
+  return next({ ctx: { account: account as Account, key: apiKey as ApiKey, boxScope } });
+});
