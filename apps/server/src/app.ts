@@ -12,9 +12,20 @@ import { createRestHandler, errorResponse, REST_PREFIX, routeTable } from './res
 
 export function createApp(svc: Services, log: Logger): Hono {
   const app = new Hono();
-  const openapi = buildOpenApiDocument({ apiBaseUrl: svc.config.apiBaseUrl, siteUrl: svc.config.siteUrl });
-  const openapiJson = JSON.stringify(openapi, null, 2);
-  const openapiYaml = stringify(openapi);
+  // Built on first use, from the configuration as it is then (a server on an ephemeral port learns its URL
+  // only after it listens).
+  let docs: { json: string; yaml: string; routes: ReturnType<typeof routeTable> } | null = null;
+  const getDocs = () => {
+    if (!docs) {
+      const openapi = buildOpenApiDocument({ apiBaseUrl: svc.config.apiBaseUrl, siteUrl: svc.config.siteUrl });
+      docs = {
+        json: JSON.stringify(openapi, null, 2),
+        yaml: stringify(openapi),
+        routes: routeTable(openapi.paths as Record<string, Record<string, unknown>>),
+      };
+    }
+    return docs;
+  };
   const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
     svc,
     requestId,
@@ -23,7 +34,7 @@ export function createApp(svc: Services, log: Logger): Hono {
   });
 
   const rest = createRestHandler({
-    routes: routeTable(openapi.paths as Record<string, Record<string, unknown>>),
+    routes: () => getDocs().routes,
     context: context('rest'),
     newRequestId: () => newId('req'),
     log,
@@ -45,8 +56,8 @@ export function createApp(svc: Services, log: Logger): Hono {
     });
   });
 
-  app.get('/openapi.json', (c) => c.body(openapiJson, 200, { 'content-type': 'application/json' }));
-  app.get('/openapi.yaml', (c) => c.body(openapiYaml, 200, { 'content-type': 'application/yaml' }));
+  app.get('/openapi.json', (c) => c.body(getDocs().json, 200, { 'content-type': 'application/json' }));
+  app.get('/openapi.yaml', (c) => c.body(getDocs().yaml, 200, { 'content-type': 'application/yaml' }));
 
   app.get('/.well-known/agentic.json', (c) =>
     c.json({

@@ -35,7 +35,7 @@ export function errorResponse(err: AppError, requestId: string, headers: Record<
 const WITH_BODY = new Set(['POST', 'PUT', 'PATCH']);
 
 export function createRestHandler(opts: {
-  routes: Route[];
+  routes: () => Route[];
   context: (req: Request, requestId: string) => Context;
   newRequestId: () => string;
   log: Logger;
@@ -45,7 +45,7 @@ export function createRestHandler(opts: {
     const url = new URL(req.url);
     const path = url.pathname.slice(REST_PREFIX.length) || '/';
     const method = req.method === 'HEAD' ? 'GET' : req.method;
-    const candidates = opts.routes.filter((r) => r.pattern.test(path));
+    const candidates = opts.routes().filter((r) => r.pattern.test(path));
     if (candidates.length === 0) {
       return errorResponse(
         new AppError('not_found', `No route ${req.method} ${REST_PREFIX}${path}. Every route is listed in /openapi.json.`),

@@ -1,0 +1,86 @@
+/**
+ * @boxes/sdk: the typed client for TypeScript agents. createBoxesClient gives every procedure of the router
+ * with its input and output types (client.boxes.create.mutate({ address }), client.events.list.query({})),
+ * over tRPC at <site>/trpc. signup() and confirmSignup() need no key. Errors are BoxesError with the same
+ * code, status and request_id the REST API returns.
+ */
+import { createTRPCClient, httpLink, TRPCClientError, type TRPCLink } from '@trpc/client';
+import { observable } from '@trpc/server/observable';
+import type { AppRouter } from '@boxes/api';
+import type { inferRouterInputs, inferRouterOutputs } from '@trpc/server';
+
+export type { AppRouter };
+export type BoxesInputs = inferRouterInputs<AppRouter>;
+export type BoxesOutputs = inferRouterOutputs<AppRouter>;
+export type BoxesEvent = BoxesOutputs['events']['list']['events'][number];
+
+export interface BoxesClientOptions {
+  /** The site (http://localhost:3000) or the API base (http://localhost:3000/api/v1); either works. */
+  baseUrl: string;
+  /** A bxs_live_ key. Omit only for signup calls. */
+  apiKey?: string;
+  /** A fetch implementation (defaults to the global one). */
+  fetch?: typeof fetch;
+}
+
+interface BoxesErrorData {
+  boxes?: { code: string; status: number; request_id: string; details: Record<string, unknown> } | null;
+  httpStatus?: number;
+}
+
+/** An error answered by Boxes: code (e.g. insufficient_scope), HTTP status, request_id and details. */
+export class BoxesError extends TRPCClientError<AppRouter> {
+  override name = 'BoxesError';
+  readonly code: string;
+  readonly status: number;
+  readonly requestId: string | null;
+  readonly details: Record<string, unknown>;
+
+  constructor(cause: TRPCClientError<AppRouter>) {
+    super(cause.message, { cause, result: cause.shape ? { error: cause.shape } : undefined, meta: cause.meta });
+    const data = (cause.data ?? {}) as BoxesErrorData;
+    this.code = data.boxes?.code ?? (data.httpStatus ? `http_${data.httpStatus}` : 'network_error');
+    this.status = data.boxes?.status ?? data.httpStatus ?? 0;
+    this.requestId = data.boxes?.request_id ?? null;
+    this.details = data.boxes?.details ?? {};
+  }
+}
+
+export function siteUrlOf(baseUrl: string): string {
+  return baseUrl.replace(/\/+$/, '').replace(/\/api\/v1$/, '');
+}
+
+/** Rewraps every error as BoxesError so callers can switch on err.code. */
+const boxesErrors: TRPCLink<AppRouter> = () => ({ next, op }) =>
+  observable((observer) =>
+    next(op).subscribe({
+      next: (value) => observer.next(value),
+      error: (err) => observer.error(err instanceof BoxesError ? err : new BoxesError(err)),
+      complete: () => observer.complete(),
+    }),
+  );
+
+export function createBoxesClient(options: BoxesClientOptions) {
+  return createTRPCClient<AppRouter>({
+    links: [
+      boxesErrors,
+      httpLink({
+        url: `${siteUrlOf(options.baseUrl)}/trpc`,
+        ...(options.fetch ? { fetch: options.fetch } : {}),
+        headers: () => (options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {}),
+      }),
+    ],
+  });
+}
+
+export type BoxesClient = ReturnType<typeof createBoxesClient>;
+
+/** POST /signup/agentic: starts a signup and returns the intent. */
+export function signup(baseUrl: string, input: BoxesInputs['signup']['create'], opts: { fetch?: typeof fetch } = {}) {
+  return createBoxesClient({ baseUrl, ...opts }).signup.create.mutate(input);
+}
+
+/** POST /signup/agentic/confirm: provisions the account; the api_key in the result is shown only once. */
+export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['confirm'], opts: { fetch?: typeof fetch } = {}) {
+  return createBoxesClient({ baseUrl, ...opts }).signup.confirm.mutate(input);
+}

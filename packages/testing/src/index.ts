@@ -1,0 +1,133 @@
+/**
+ * Test harness: a fresh PostgreSQL database per test file (cloned from a migrated template made once per
+ * run by global-setup.ts), the real HTTP server on an ephemeral port, and helpers to sign up over REST.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { loadConfig, type Config } from '@boxes/config';
+import { createDb, type Db } from '@boxes/db';
+import type { Services } from '@boxes/core';
+import { createLogger, start, type ServerHandle } from '@boxes/server';
+import { TEMPLATE_DB, adminUrl, databaseUrlFor } from './databases';
+
+export { TEMPLATE_DB, adminUrl, databaseUrlFor } from './databases';
+
+/** Creates a database cloned from the migrated template; returns its URL and a function that drops it. */
+export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `boxes_test_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE "${name}" TEMPLATE "${TEMPLATE_DB}"`);
+  await admin.end();
+  return {
+    url: databaseUrlFor(name),
+    drop: async () => {
+      const c = new pg.Client({ connectionString: adminUrl() });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+export interface TestServer {
+  url: string;
+  apiBase: string;
+  config: Config;
+  db: Db;
+  svc: Services;
+  server: ServerHandle;
+  stop(): Promise<void>;
+}
+
+export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
+  const database = await createTestDatabase();
+  const base = loadConfig({ ...process.env, ...env, DATABASE_URL: database.url, PORT: '0', LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent' });
+  const db = createDb(base.databaseUrl, { max: 20 });
+  const svc: Services = { db, config: base, secretKey: randomBytes(32) };
+  const server = await start(base, { svc, log: createLogger(base.logLevel) });
+  // The real port is known only now; the app reads svc.config when it builds URLs, so update it in place.
+  base.port = server.port;
+  base.siteUrl = `http://127.0.0.1:${server.port}`;
+  base.apiBaseUrl = `${base.siteUrl}/api/v1`;
+  return {
+    url: server.url,
+    apiBase: `${server.url}/api/v1`,
+    config: base,
+    db,
+    svc,
+    server,
+    async stop() {
+      await server.stop();
+      await db.$disconnect();
+      await database.drop();
+    },
+  };
+}
+
+export interface JsonResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+}
+
+/** fetch against the REST API with an optional key; parses JSON bodies. */
+export async function rest<T = any>(
+  t: Pick<TestServer, 'apiBase'>,
+  method: string,
+  path: string,
+  opts: { key?: string | undefined; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {},
+): Promise<JsonResponse<T>> {
+  const headers: Record<string, string> = { ...opts.headers };
+  if (opts.key) headers.authorization = `Bearer ${opts.key}`;
+  let body: string | undefined;
+  if (opts.rawBody !== undefined) body = opts.rawBody;
+  else if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(`${t.apiBase}${path}`, { method, headers, body });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    /* not JSON: keep the text */
+  }
+  return { status: res.status, headers: res.headers, body: parsed as T };
+}
+
+export interface TestAccount {
+  accountId: string;
+  apiKey: string;
+  keyId: string;
+  primaryAddress: string;
+  domain: string;
+}
+
+/** Signs up (subdomain mode) over REST and returns the new account's owner key. */
+export async function signupAccount(t: Pick<TestServer, 'apiBase'>, human = 'owner@example.com'): Promise<TestAccount> {
+  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: human, domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } } });
+  if (intent.status !== 200) throw new Error(`signup failed: ${intent.status} ${JSON.stringify(intent.body)}`);
+  const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
+  if (done.status !== 200) throw new Error(`confirm failed: ${done.status} ${JSON.stringify(done.body)}`);
+  return {
+    accountId: done.body.account_id,
+    apiKey: done.body.api_key,
+    keyId: done.body.key_id,
+    primaryAddress: done.body.primary_address,
+    domain: done.body.domain,
+  };
+}
+
+/** Mints a key with the given scopes (and optional box restriction) using an admin key. */
+export async function mintKey(
+  t: Pick<TestServer, 'apiBase'>,
+  adminKey: string,
+  scopes: string[],
+  extra: Record<string, unknown> = {},
+): Promise<{ id: string; api_key: string }> {
+  const r = await rest(t, 'POST', '/account/keys', { key: adminKey, body: { label: `test-${scopes.join('-')}`, scopes, ...extra } });
+  if (r.status !== 200) throw new Error(`mint failed: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body;
+}
