@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Starts the local PostgreSQL and Redis that Boxes needs, if they are not already answering.
+# Used by .ci/run and by newcomers on a Debian machine; on other systems start them your own way and set
+# DATABASE_URL / REDIS_URL.
+set -euo pipefail
+
+pg_up() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
+redis_up() { [ "$(printf 'PING\r\n' | timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/6379; cat >&3; head -c 5 <&3' 2>/dev/null)" = "+PONG" ]; }
+
+install_if_missing() {
+  if ! command -v "$1" >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing $2 from Debian packages"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  fi
+}
+
+if ! pg_up; then
+  install_if_missing pg_ctlcluster postgresql
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start || true
+  fi
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  pg_up || { echo "PostgreSQL is not running on 127.0.0.1:5432 and could not be started" >&2; exit 1; }
+fi
+
+if ! redis_up; then
+  install_if_missing redis-server redis-server
+  echo "starting Redis"
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no >/dev/null
+  for _ in $(seq 1 30); do redis_up && break; sleep 1; done
+  redis_up || { echo "Redis is not running on 127.0.0.1:6379 and could not be started" >&2; exit 1; }
+fi
+echo "PostgreSQL and Redis are up"
