@@ -8,6 +8,7 @@ import { stringify } from 'yaml';
 import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
 import { AppError, newId, type Services } from '@boxes/core';
 import type { Logger } from './logger';
+import { mountDocs } from './docs';
 import { createRestHandler, errorResponse, REST_PREFIX, routeTable } from './rest';
 
 export function createApp(svc: Services, log: Logger): Hono {
@@ -95,6 +96,7 @@ export function createApp(svc: Services, log: Logger): Hono {
       getting_started: gettingStarted(svc),
     }),
   );
+  mountDocs(app);
   app.get('/healthz', (c) => c.json({ ok: true }));
 
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
