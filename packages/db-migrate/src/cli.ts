@@ -39,14 +39,15 @@ async function recreate(base: URL, db: string): Promise<void> {
   await admin.end();
 }
 
-function prisma(args: string[], databaseUrl: string): number {
+function prisma(args: string[], databaseUrl: string, capture = false) {
   const bin = path.join(here, 'node_modules', '.bin', 'prisma');
   const r = spawnSync(bin, [...args, '--config', path.join(here, 'prisma.config.ts')], {
-    stdio: 'inherit',
+    stdio: capture ? 'pipe' : 'inherit',
+    encoding: 'utf8',
     cwd: here,
     env: { ...process.env, MIGRATE_DATABASE_URL: databaseUrl, PRISMA_HIDE_UPDATE_MESSAGE: '1' },
   });
-  return r.status ?? 1;
+  return { status: r.status ?? 1, stdout: r.stdout ?? '', stderr: r.stderr ?? '' };
 }
 
 const config = loadConfig();
@@ -55,21 +56,25 @@ if (command === 'new') {
   if (!name || !/^[a-z0-9_]+$/.test(name)) fail('usage: pnpm db:migrate:new <snake_case_name>');
   const dev = new URL(config.databaseUrl);
   dev.pathname = '/boxes_migrate_dev';
-  await recreate(dev, 'boxes_migrate_dev');
+  // `migrate diff` replays the existing migrations into the shadow database and diffs the result against
+  // the schema. (`migrate dev` cannot run here: its data-loss check wants a shadow factory the WASM engine lacks.)
   await recreate(dev, 'boxes_migrate_dev_shadow');
   const dir = path.join(repo, 'prisma', 'migrations');
-  const before = new Set(fs.existsSync(dir) ? fs.readdirSync(dir) : []);
-  const status = prisma(['migrate', 'dev', '--create-only', '--skip-generate', '--name', name], dev.toString());
-  const created = (fs.existsSync(dir) ? fs.readdirSync(dir) : []).filter((d) => !before.has(d));
-  // The WASM engine can fail while tearing down ("null pointer passed to rust") after it has written the
-  // migration; the written file is what counts.
-  if (created.length > 0) {
-    console.log(`db-migrate: wrote prisma/migrations/${created.join(', ')}/migration.sql; review it and commit it.`);
+  const out = prisma(['migrate', 'diff', '--from-migrations', dir, '--to-schema-datamodel', path.join(here, '.tmp', 'schema.prisma'), '--script'], dev.toString(), true);
+  if (out.status !== 0) fail(`prisma migrate diff failed:\n${out.stderr}`);
+  const sql = out.stdout.trim();
+  if (!sql || /^-- This is an empty migration\.?$/.test(sql)) {
+    console.log('db-migrate: prisma/schema.prisma matches the migrations; nothing to write.');
     process.exit(0);
   }
-  process.exit(status);
+  const stamp = new Date().toISOString().replace(/\D/g, '').slice(0, 14);
+  const target = path.join(dir, `${stamp}_${name}`);
+  fs.mkdirSync(target, { recursive: true });
+  fs.writeFileSync(path.join(target, 'migration.sql'), `${sql}\n`);
+  console.log(`db-migrate: wrote prisma/migrations/${stamp}_${name}/migration.sql; review it and commit it.`);
+  process.exit(0);
 } else if (command === 'status') {
-  process.exit(prisma(['migrate', 'status'], config.databaseUrl));
+  process.exit(prisma(['migrate', 'status'], config.databaseUrl).status);
 } else {
   fail('commands: new <name> | status');
 }
