@@ -88,8 +88,12 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
 }
 
 export async function confirmSignup(svc: Services, input: z.infer<typeof ConfirmInput>) {
-  // Work that needs no lock (an RSA key takes tens of milliseconds) happens before the transaction.
-  const dkim = await createDkimKey(svc.secretKey);
+  // Cheap checks first: an unauthenticated caller must not make us generate RSA keys for unknown intents.
+  const found = await svc.db.signupIntent.findUnique({ where: { id: input.intent_id }, select: { status: true } });
+  if (!found) throw new AppError('not_found', `signup intent ${input.intent_id} not found`);
+  // Work that needs no lock (an RSA key takes tens of milliseconds) happens before the transaction; the
+  // transaction re-checks the intent under a row lock.
+  const dkim = found.status === 'pending' ? await createDkimKey(svc.secretKey) : null;
   try {
     return await svc.db.$transaction(
       async (tx) => {
@@ -106,6 +110,7 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
         if (intent.expiresAt.getTime() < Date.now()) {
           throw new AppError('intent_expired', 'This signup intent has expired; start again with POST /signup/agentic');
         }
+        if (!dkim) throw new Error('unreachable: a pending intent always has a DKIM key prepared');
         const accountId = newId('acct');
         const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
         const domainStatus = intent.mode === 'subdomain' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';

@@ -100,7 +100,7 @@ export async function verifyChain(input: { db: Db; accountId: string; batchSize?
         anomalies.push({ at_seq: row.seq, kind: 'prev_hash_mismatch', message: `event ${row.seq} does not link to the event before it`, expected: expectedPrev, found: row.prevHash });
         broken = true;
       }
-      const body = toApiEvent(row);
+      const { _chain, ...body } = toApiEvent(row);
       const recomputed = chainHash(row.prevHash, body);
       if (recomputed !== row.hash) {
         anomalies.push({ at_seq: row.seq, kind: 'hash_mismatch', message: `event ${row.seq} was altered after it was written`, expected: recomputed, found: row.hash });
