@@ -29,7 +29,9 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
     docsUrl: `${opts.siteUrl}/docs`,
     securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'An API key: bxs_live_...' } },
   });
-  const errorSchema = z.toJSONSchema(ErrorBody, { target: 'draft-2020-12', io: 'output' }) as Record<string, unknown>;
+  // ErrorBody has an id, so the converter puts it under $defs and answers with a $ref to it: take the definition.
+  const converted = z.toJSONSchema(ErrorBody, { target: 'draft-2020-12', io: 'output' }) as { $defs?: Record<string, Record<string, unknown>> };
+  const errorSchema = converted.$defs?.Error ?? (converted as Record<string, unknown>);
   delete errorSchema.$schema;
   doc.components = { ...doc.components, schemas: { ...(doc.components?.schemas ?? {}), Error: errorSchema } };
   for (const item of Object.values(doc.paths ?? {})) {

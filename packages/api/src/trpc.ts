@@ -55,7 +55,8 @@ export function toAppError(error: unknown): AppError {
   }
   if (error instanceof TRPCError) {
     const byTrpc = Object.entries(ERROR_CODES).find(([, v]) => v.trpc === error.code && v.status < 500);
-    if (error.code === 'PARSE_ERROR') return new AppError('invalid_json', 'The request body is not valid JSON');
+    // tRPC reports an unparsable body as BAD_REQUEST caused by a SyntaxError (PARSE_ERROR in older versions).
+    if (error.code === 'PARSE_ERROR' || error.cause instanceof SyntaxError) return new AppError('invalid_json', 'The request body is not valid JSON');
     if (byTrpc) return new AppError(byTrpc[0] as keyof typeof ERROR_CODES, error.message);
   }
   return new AppError('internal', 'Internal error. It has been logged; quote the request_id if you contact support.');

@@ -54,7 +54,9 @@ export class ConfigError extends Error {
 
 /** Parses the environment (or the given record). Throws ConfigError with one readable line per bad setting. */
 export function loadConfig(env: Record<string, string | undefined> = process.env, overrides: Partial<Config> = {}): Config {
-  const parsed = envSchema.safeParse(env);
+  // An empty variable (PORT=) means unset, not zero or an empty string.
+  const set = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = envSchema.safeParse(set);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `${i.path.join('.') || 'environment'}: ${i.message}`);
     throw new ConfigError(`invalid configuration: ${lines.join('; ')}`);

@@ -42,8 +42,10 @@ export async function ensureDatabase(databaseUrl: string): Promise<void> {
       try {
         await client.query(`CREATE DATABASE "${name.replaceAll('"', '""')}"`);
       } catch (err) {
-        // Another instance created it between our check and our create.
-        if ((err as { code?: string }).code !== '42P04') throw err;
+        // Another instance created it between our check and our create: 42P04, or 23505 when both raced inside
+        // the catalog insert.
+        const code = (err as { code?: string }).code;
+        if (code !== '42P04' && code !== '23505') throw err;
       }
     }
   } finally {

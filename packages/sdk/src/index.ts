@@ -38,6 +38,8 @@ export class BoxesError extends TRPCClientError<AppRouter> {
 
   constructor(cause: TRPCClientError<AppRouter>) {
     super(cause.message, { cause, result: cause.shape ? { error: cause.shape } : undefined, meta: cause.meta });
+    // TRPCClientError's constructor resets the prototype to its own; restore ours so instanceof works.
+    Object.setPrototypeOf(this, new.target.prototype);
     const data = (cause.data ?? {}) as BoxesErrorData;
     this.code = data.boxes?.code ?? (data.httpStatus ? `http_${data.httpStatus}` : 'network_error');
     this.status = data.boxes?.status ?? data.httpStatus ?? 0;

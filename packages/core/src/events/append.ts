@@ -1,7 +1,9 @@
 /**
  * Appending to an account's event stream. Always inside the transaction of the change it reports: the
- * account row (the chain head) is locked FOR UPDATE, so appends of one account are serialised, seq has no gaps,
- * and an event becomes visible only after every event before it.
+ * account row (the chain head) is locked FOR NO KEY UPDATE, so appends of one account are serialised, seq has
+ * no gaps, and an event becomes visible only after every event before it. Not FOR UPDATE: rows inserted in the
+ * same transaction (a box, a key) hold KEY SHARE on the account through their foreign key, and FOR UPDATE
+ * conflicts with that, so two such transactions would deadlock.
  */
 import type { DbClient } from '@boxes/db';
 import { inTransaction } from '../shared/context';
@@ -25,7 +27,7 @@ export interface StoredEvent extends ChainBody {
 export async function appendEvent(input: AppendInput): Promise<StoredEvent> {
   return inTransaction(input.db, async (tx) => {
     const heads = await tx.$queryRaw<{ chain_seq: number; chain_hash: string }[]>`
-      SELECT chain_seq, chain_hash FROM accounts WHERE id = ${input.accountId} FOR UPDATE`;
+      SELECT chain_seq, chain_hash FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE`;
     const head = heads[0];
     if (!head) throw new Error(`appendEvent: account ${input.accountId} does not exist`);
     // A JSON round trip drops undefined members so the hashed body equals what the database returns.

@@ -30,9 +30,12 @@ export interface ListEventsInput {
   boxIds?: string[] | null | undefined;
 }
 
+/** seq is a PostgreSQL integer. */
+const MAX_SEQ = 2_147_483_647;
+
 export function parseCursor(since: string | undefined): number {
   if (since === undefined || since === '') return 0;
-  if (!/^\d{1,12}$/.test(since)) {
+  if (!/^\d{1,10}$/.test(since) || Number(since) > MAX_SEQ) {
     throw new AppError('invalid_cursor', 'since must be a cursor returned as next_cursor (a decimal string)', {
       field: 'since',
     });
@@ -46,6 +49,12 @@ export async function listEvents(input: ListEventsInput) {
   // head (a filtered poll then skips what it cannot see instead of scanning it again next time).
   const account = await input.db.account.findUnique({ where: { id: input.accountId }, select: { chainSeq: true } });
   const head = account?.chainSeq ?? 0;
+  if (after > head) {
+    // Never issued by us; moving on from it would skip every event up to it once the stream grows.
+    throw new AppError('invalid_cursor', `since ${after} is ahead of the stream (its newest event is ${head}); use a next_cursor you were given`, {
+      field: 'since',
+    });
+  }
   const rows = await input.db.event.findMany({
     where: {
       accountId: input.accountId,
