@@ -1,7 +1,12 @@
-/** Once per test run: (re)create the template database and apply every migration to it. */
+/**
+ * Once per test run: create this run's template database and apply every migration to it. Test files clone
+ * it (packages/testing createTestDatabase). At the end, drop this run's databases and any left by runs that
+ * were killed long ago; databases of other runs in progress are left alone.
+ */
 import pg from 'pg';
+import type { TestProject } from 'vitest/node';
 import { migrate, ServiceUnavailableError } from '@boxes/db';
-import { TEMPLATE_DB, adminUrl, databaseUrlFor } from './databases';
+import { STALE_AFTER_SECONDS, TEST_DB_PREFIX, adminUrl, databaseUrlFor, newRunId, runStartOf, templateName } from './databases';
 
 async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   const c = new pg.Client({ connectionString: adminUrl(), connectionTimeoutMillis: 5000 });
@@ -17,19 +22,26 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-async function dropLeftovers(c: pg.Client): Promise<void> {
-  const { rows } = await c.query<{ datname: string }>("SELECT datname FROM pg_database WHERE datname LIKE 'boxes\\_test\\_%' AND datname <> $1", [TEMPLATE_DB]);
-  for (const r of rows) await c.query(`DROP DATABASE IF EXISTS "${r.datname}" WITH (FORCE)`);
+async function dropWhere(c: pg.Client, pick: (name: string) => boolean): Promise<void> {
+  const { rows } = await c.query<{ datname: string }>('SELECT datname FROM pg_database WHERE starts_with(datname, $1)', [TEST_DB_PREFIX]);
+  for (const r of rows.filter((r) => pick(r.datname))) await c.query(`DROP DATABASE IF EXISTS "${r.datname}" WITH (FORCE)`);
 }
 
-export default async function setup(): Promise<() => Promise<void>> {
+const stale = (name: string): boolean => {
+  const start = runStartOf(name);
+  return start === null || Date.now() / 1000 - start > STALE_AFTER_SECONDS;
+};
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const runId = newRunId();
+  const template = templateName(runId);
   await admin(async (c) => {
-    await dropLeftovers(c);
-    await c.query(`DROP DATABASE IF EXISTS "${TEMPLATE_DB}" WITH (FORCE)`);
-    await c.query(`CREATE DATABASE "${TEMPLATE_DB}"`);
+    await dropWhere(c, stale);
+    await c.query(`CREATE DATABASE "${template}"`);
   });
-  await migrate(databaseUrlFor(TEMPLATE_DB));
+  await migrate(databaseUrlFor(template));
+  project.provide('boxesRunId', runId);
   return async () => {
-    await admin(dropLeftovers);
+    await admin((c) => dropWhere(c, (name) => name.startsWith(`${TEST_DB_PREFIX}${runId}_`) || stale(name)));
   };
 }

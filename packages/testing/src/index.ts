@@ -8,16 +8,18 @@ import { loadConfig, type Config } from '@boxes/config';
 import { createDb, type Db } from '@boxes/db';
 import type { Services } from '@boxes/core';
 import { createLogger, start, type ServerHandle } from '@boxes/server';
-import { TEMPLATE_DB, adminUrl, databaseUrlFor } from './databases';
+import { inject } from 'vitest';
+import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databases';
 
-export { TEMPLATE_DB, adminUrl, databaseUrlFor } from './databases';
+export { adminUrl, databaseUrlFor } from './databases';
 
 /** Creates a database cloned from the migrated template; returns its URL and a function that drops it. */
 export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
-  const name = `boxes_test_${randomBytes(6).toString('hex')}`;
+  const runId = inject('boxesRunId');
+  const name = `${TEST_DB_PREFIX}${runId}_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: adminUrl() });
   await admin.connect();
-  await admin.query(`CREATE DATABASE "${name}" TEMPLATE "${TEMPLATE_DB}"`);
+  await admin.query(`CREATE DATABASE "${name}" TEMPLATE "${templateName(runId)}"`);
   await admin.end();
   return {
     url: databaseUrlFor(name),
