@@ -1,0 +1,131 @@
+/** loadConfig: defaults on an empty environment, derived URLs, and one readable line per bad setting. */
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './index';
+
+function configError(env: Record<string, string>): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error(`loadConfig(${JSON.stringify(env)}) did not throw`);
+}
+
+describe('loadConfig', () => {
+  it('runs on an empty environment with the documented defaults', () => {
+    expect(loadConfig({})).toEqual({
+      nodeEnv: 'development',
+      host: '127.0.0.1',
+      port: 3000,
+      siteUrl: 'http://localhost:3000',
+      apiBaseUrl: 'http://localhost:3000/api/v1',
+      baseDomain: 'boxes.localhost',
+      mailHost: 'mail.boxes.localhost',
+      nameservers: ['ns1.boxes.localhost', 'ns2.boxes.localhost'],
+      databaseUrl: 'postgresql://postgres@127.0.0.1:5432/boxes',
+      redisUrl: 'redis://127.0.0.1:6379',
+      secretKey: undefined,
+      logLevel: 'info',
+      trustProxy: false,
+    });
+  });
+
+  it('derives the site and API URLs from PORT, or takes SITE_URL without its trailing slash', () => {
+    expect(loadConfig({ PORT: '8080' })).toMatchObject({ port: 8080, siteUrl: 'http://localhost:8080', apiBaseUrl: 'http://localhost:8080/api/v1' });
+    expect(loadConfig({ SITE_URL: 'https://mail.example.com/' })).toMatchObject({
+      siteUrl: 'https://mail.example.com',
+      apiBaseUrl: 'https://mail.example.com/api/v1',
+    });
+    // The API base ends in /api/v1 exactly once.
+    expect(loadConfig({ SITE_URL: 'https://x.example//' }).apiBaseUrl).toBe('https://x.example/api/v1');
+  });
+
+  it('reads the other settings', () => {
+    const c = loadConfig({
+      NODE_ENV: 'production',
+      HOST: '0.0.0.0',
+      BASE_DOMAIN: 'Agents.Example.COM',
+      NAMESERVERS: ' NS1.example.net, ns2.example.net ,,',
+      DATABASE_URL: 'postgres://u:p@db:5433/x',
+      REDIS_URL: 'rediss://cache:6380/2',
+      BOXES_SECRET_KEY: 'ab'.repeat(32),
+      LOG_LEVEL: 'warn',
+      TRUST_PROXY: 'yes',
+    });
+    expect(c).toMatchObject({
+      nodeEnv: 'production',
+      host: '0.0.0.0',
+      baseDomain: 'agents.example.com',
+      mailHost: 'mail.agents.example.com',
+      nameservers: ['ns1.example.net', 'ns2.example.net'],
+      databaseUrl: 'postgres://u:p@db:5433/x',
+      redisUrl: 'rediss://cache:6380/2',
+      secretKey: 'ab'.repeat(32),
+      logLevel: 'warn',
+      trustProxy: true,
+    });
+    expect(loadConfig({ MAIL_HOST: 'MX.Example.org' }).mailHost).toBe('mx.example.org');
+    for (const [v, want] of [['true', true], ['1', true], ['yes', true], ['false', false], ['0', false], ['no', false], ['', false]] as const) {
+      expect(loadConfig({ TRUST_PROXY: v }).trustProxy, v).toBe(want);
+    }
+  });
+
+  it('applies overrides, keeping the derived URLs consistent', () => {
+    const c = loadConfig({}, { port: 4100 });
+    expect(c).toMatchObject({ port: 4100, siteUrl: 'http://localhost:4100', apiBaseUrl: 'http://localhost:4100/api/v1' });
+    expect(loadConfig({}, { siteUrl: 'https://o.example' }).apiBaseUrl).toBe('https://o.example/api/v1');
+  });
+
+  it('reads process.env when given nothing', () => {
+    const saved = process.env.BASE_DOMAIN;
+    process.env.BASE_DOMAIN = 'from-env.example';
+    try {
+      expect(loadConfig().baseDomain).toBe('from-env.example');
+    } finally {
+      if (saved === undefined) delete process.env.BASE_DOMAIN;
+      else process.env.BASE_DOMAIN = saved;
+    }
+  });
+
+  it('a bad value gives a ConfigError: one line naming the variable', () => {
+    const cases: Record<string, string> = {
+      PORT: 'abc',
+      DATABASE_URL: 'mysql://root@127.0.0.1/boxes',
+      REDIS_URL: 'http://127.0.0.1:6379',
+      BASE_DOMAIN: 'not a domain',
+      LOG_LEVEL: 'loud',
+      TRUST_PROXY: 'maybe',
+      NODE_ENV: 'staging',
+      SITE_URL: 'ftp://example.com',
+    };
+    for (const [name, value] of Object.entries(cases)) {
+      const err = configError({ [name]: value });
+      expect(err.name).toBe('ConfigError');
+      expect(err.message, name).not.toContain('\n');
+      expect(err.message, name).toMatch(new RegExp(`\\b${name}\\b`));
+      // Only the variable that is wrong is named.
+      for (const other of Object.keys(cases).filter((n) => n !== name)) expect(err.message, `${name} vs ${other}`).not.toMatch(new RegExp(`\\b${other}\\b`));
+    }
+    for (const port of ['70000', '-1', '3.5']) expect(configError({ PORT: port }).message).toMatch(/\bPORT\b/);
+  });
+
+  it('several bad values are all named, still on one line', () => {
+    const err = configError({ PORT: 'x', REDIS_URL: 'nope' });
+    expect(err.message).not.toContain('\n');
+    expect(err.message).toMatch(/\bPORT\b/);
+    expect(err.message).toMatch(/\bREDIS_URL\b/);
+  });
+
+  it('an empty PORT is not silently port 0 (a random port)', () => {
+    let port: number | undefined;
+    try {
+      port = loadConfig({ PORT: '' }).port;
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      expect((err as Error).message).toMatch(/\bPORT\b/);
+      return;
+    }
+    expect(port).toBe(3000);
+  });
+});

@@ -1,0 +1,302 @@
+/**
+ * The REST error contract of /api/v1 over real HTTP: malformed or non-object JSON, unknown fields, wrong
+ * methods, unknown paths, non-JSON and oversized bodies, and the one error shape
+ * {"error": {"code", "message", "request_id", ...}} that never carries a stack trace. Also the tRPC face's
+ * error data (data.boxes.code).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
+
+let t: TestServer;
+let a: TestAccount;
+beforeAll(async () => {
+  t = await startTestServer();
+  a = await signupAccount(t);
+});
+afterAll(() => t?.stop());
+
+interface Raw {
+  status: number;
+  headers: Headers;
+  text: string;
+  json: any;
+}
+
+async function call(method: string, path: string, init: { key?: string | null; body?: RequestInit["body"]; headers?: Record<string, string> } = {}): Promise<Raw> {
+  const headers: Record<string, string> = { ...init.headers };
+  const key = init.key === undefined ? a.apiKey : init.key;
+  if (key) headers.authorization = `Bearer ${key}`;
+  const res = await fetch(`${t.apiBase}${path}`, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}) });
+  const text = await res.text();
+  let json: unknown = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+const JSON_CT = { 'content-type': 'application/json' };
+
+/** Asserts the one REST error shape and returns error. */
+function expectErrorShape(r: Raw, status: number, code: string) {
+  expect(r.status).toBe(status);
+  expect(r.headers.get('content-type')).toMatch(/^application\/json/);
+  expect(r.json).toBeTypeOf('object');
+  expect(Object.keys(r.json)).toEqual(['error']);
+  const e = r.json.error;
+  expect(e.code).toBe(code);
+  expect(typeof e.message).toBe('string');
+  expect(e.message.length).toBeGreaterThan(0);
+  expect(e.request_id).toMatch(/^req_[0-9a-z]+$/);
+  expect(r.headers.get('x-request-id')).toBe(e.request_id);
+  expectNoStack(r.text);
+  return e as { code: string; message: string; request_id: string; [k: string]: unknown };
+}
+
+function expectNoStack(text: string) {
+  expect(text).not.toMatch(/\bat [^\n"]*\(?[^\s"()]+:\d+:\d+\)?/); // "at fn (file:line:col)" frames
+  expect(text).not.toContain('node_modules');
+  expect(text).not.toMatch(/\.(ts|js|mjs):\d+/);
+  expect(text).not.toMatch(/"stack"\s*:/);
+  expect(text).not.toMatch(/prisma|invocation/i);
+}
+
+describe('bodies', () => {
+  it('malformed JSON -> 400 invalid_json', async () => {
+    for (const body of ['{"address":', '{address: "x"}', "{'address':'x'}", '{"address":"x",}']) {
+      const r = await call('POST', '/boxes', { body, headers: JSON_CT });
+      const e = expectErrorShape(r, 400, 'invalid_json');
+      expect(e.message).toMatch(/JSON/);
+    }
+  });
+
+  it('a JSON array, string, number or null body -> 400 naming the body', async () => {
+    for (const body of ['[{"address":"x"}]', '"x"', '42', 'null', 'true']) {
+      const r = await call('POST', '/boxes', { body, headers: JSON_CT });
+      const e = expectErrorShape(r, 400, 'validation_error');
+      expect(e.message).toMatch(/object/);
+      expect(e.fields).toEqual([{ path: '(body)', message: expect.stringMatching(/object/) }]);
+    }
+  });
+
+  it('an unknown body field -> 400 naming it, and nothing is created', async () => {
+    const r = await call('POST', '/boxes', { body: JSON.stringify({ address: 'unk', colour: 'red' }), headers: JSON_CT });
+    const e = expectErrorShape(r, 400, 'validation_error');
+    expect(e.message).toContain('colour');
+    expect(JSON.stringify(e.fields)).toContain('colour');
+    const boxes = await call('GET', '/boxes');
+    expect(boxes.json.boxes.map((b: { local_part: string }) => b.local_part)).not.toContain('unk');
+  });
+
+  it('an unknown query parameter -> 400 naming it', async () => {
+    const r = await call('GET', '/events?colour=red');
+    const e = expectErrorShape(r, 400, 'validation_error');
+    expect(e.message).toContain('colour');
+  });
+
+  it('a field of the wrong type -> 400 naming the field', async () => {
+    const box = await call('POST', '/boxes', { body: JSON.stringify({ address: 'typed' }), headers: JSON_CT });
+    expect(box.status).toBe(200);
+    const r = await call('PUT', `/boxes/${box.json.id}/signature`, { body: JSON.stringify({ signature: 5 }), headers: JSON_CT });
+    const e = expectErrorShape(r, 400, 'validation_error');
+    expect(e.fields).toEqual([{ path: 'signature', message: expect.any(String) }]);
+    expect(e.message).toMatch(/^signature: /);
+  });
+
+  it('an out-of-range or malformed cursor is a 400, never a 500', async () => {
+    for (const since of ['abc', '-1', '1.5', '2147483648', '999999999999']) {
+      const r = await call('GET', `/events?since=${since}`);
+      expectErrorShape(r, 400, 'invalid_cursor');
+    }
+  });
+
+  it('a non-JSON content type with a body -> 415', async () => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml']) {
+      const r = await call('POST', '/boxes', { body: 'address=ct', headers: { 'content-type': type } });
+      const e = expectErrorShape(r, 415, 'unsupported_media_type');
+      expect(e.message).toContain('application/json');
+    }
+    // fetch labels a bare string body text/plain: also 415, even when the text is JSON.
+    const bare = await call('POST', '/boxes', { body: '{"address":"ct"}' });
+    expectErrorShape(bare, 415, 'unsupported_media_type');
+  });
+
+  it('JSON content types with parameters or a +json suffix are accepted', async () => {
+    const r1 = await call('POST', '/boxes', { body: '{"address":"cs1"}', headers: { 'content-type': 'application/json; charset=utf-8' } });
+    expect([r1.status, r1.json.local_part]).toEqual([200, 'cs1']);
+    const r2 = await call('POST', '/boxes', { body: '{"address":"cs2"}', headers: { 'content-type': 'application/merge-patch+json' } });
+    expect([r2.status, r2.json.local_part]).toEqual([200, 'cs2']);
+  });
+
+  it('a body over 30 MiB -> 413, with and without a Content-Length', async () => {
+    const size = 30 * 1024 * 1024 + 1024;
+    const big = new Uint8Array(size).fill(0x20); // JSON whitespace: only the size is wrong
+    const withLength = await call('POST', '/boxes', { body: big, headers: JSON_CT });
+    expectErrorShape(withLength, 413, 'payload_too_large');
+
+    const chunk = 1024 * 1024;
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (let off = 0; off < size; off += chunk) c.enqueue(big.subarray(off, Math.min(size, off + chunk)));
+        c.close();
+      },
+    });
+    const res = await fetch(`${t.apiBase}/boxes`, {
+      method: 'POST',
+      headers: { ...JSON_CT, authorization: `Bearer ${a.apiKey}` },
+      body: stream,
+      duplex: 'half',
+    } as RequestInit & { duplex: 'half' });
+    const text = await res.text();
+    expectErrorShape({ status: res.status, headers: res.headers, text, json: JSON.parse(text) }, 413, 'payload_too_large');
+  });
+
+  it('an empty POST body counts as {} (a validation error for the missing field, not a parse error)', async () => {
+    const r = await call('POST', '/boxes', { body: '', headers: JSON_CT });
+    const e = expectErrorShape(r, 400, 'validation_error');
+    expect(e.message).toMatch(/^address: /);
+  });
+});
+
+describe('routes and methods', () => {
+  it('an unknown path -> 404, with or without a key', async () => {
+    for (const path of ['/nope', '/boxes/x/nope', '/v1/boxes', '/', '']) {
+      expectErrorShape(await call('GET', path), 404, 'not_found');
+      expectErrorShape(await call('GET', path, { key: null }), 404, 'not_found');
+    }
+    expectErrorShape(await call('POST', '/nope', { body: '{}', headers: JSON_CT }), 404, 'not_found');
+  });
+
+  it('a wrong method on a known path -> 405 with an Allow header', async () => {
+    const cases: [string, string, string[]][] = [
+      ['PATCH', '/boxes', ['GET', 'POST']],
+      ['DELETE', '/boxes', ['GET', 'POST']],
+      ['GET', '/boxes/box_123', ['DELETE']],
+      ['POST', '/events', ['GET']],
+      ['GET', '/signup/agentic', ['POST']],
+      ['OPTIONS', '/events/verify', ['GET']],
+    ];
+    for (const [method, path, allow] of cases) {
+      const r = await call(method, path, { key: null });
+      const e = expectErrorShape(r, 405, 'method_not_allowed');
+      const header = r.headers.get('allow');
+      expect(header, `${method} ${path}`).not.toBeNull();
+      expect(header!.split(',').map((s) => s.trim()).sort()).toEqual(allow);
+      expect([...(e.allow as string[])].sort()).toEqual(allow);
+    }
+  });
+
+  it('HEAD on a GET route answers like GET without a body', async () => {
+    const get = await call('GET', '/boxes');
+    expect(get.status).toBe(200);
+    const res = await fetch(`${t.apiBase}/boxes`, { method: 'HEAD', headers: { authorization: `Bearer ${a.apiKey}` } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(res.headers.get('x-request-id')).toMatch(/^req_/);
+    expect(await res.text()).toBe('');
+
+    const unauth = await fetch(`${t.apiBase}/boxes`, { method: 'HEAD' });
+    expect(unauth.status).toBe(401);
+    expect(unauth.headers.get('x-request-id')).toMatch(/^req_/);
+    expect(await unauth.text()).toBe('');
+  });
+
+  it('DELETE without a body and without a content type works', async () => {
+    const box = await call('POST', '/boxes', { body: JSON.stringify({ address: 'gone' }), headers: JSON_CT });
+    expect(box.status).toBe(200);
+    const res = await fetch(`${t.apiBase}/boxes/${box.json.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${a.apiKey}` } });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ id: box.json.id, deleted: true });
+    const again = await call('DELETE', `/boxes/${box.json.id}`);
+    expectErrorShape(again, 404, 'not_found');
+  });
+
+  it('successful responses carry x-request-id too, and ids differ per request', async () => {
+    const r1 = await call('GET', '/boxes');
+    const r2 = await call('GET', '/boxes');
+    expect(r1.headers.get('x-request-id')).toMatch(/^req_/);
+    expect(r2.headers.get('x-request-id')).toMatch(/^req_/);
+    expect(r1.headers.get('x-request-id')).not.toBe(r2.headers.get('x-request-id'));
+  });
+});
+
+describe('auth errors keep the shape', () => {
+  it('no key -> 401 with getting_started; a bad key -> 401; a wrong scope -> 403', async () => {
+    const none = expectErrorShape(await call('GET', '/events', { key: null }), 401, 'unauthorized');
+    expect(none.getting_started).toMatchObject({ signup: `${t.apiBase}/signup/agentic` });
+    const bad = expectErrorShape(await call('GET', '/events', { key: 'bxs_live_nope' }), 401, 'unauthorized');
+    expect(bad.getting_started).toBeDefined();
+    const malformed = expectErrorShape(await call('GET', '/events', { key: null, headers: { authorization: 'Basic abc' } }), 401, 'unauthorized');
+    expect(malformed.message).toContain('Bearer');
+
+    const send = await fetch(`${t.apiBase}/account/keys`, {
+      method: 'POST',
+      headers: { ...JSON_CT, authorization: `Bearer ${a.apiKey}` },
+      body: JSON.stringify({ label: 'send-only', scopes: ['send'] }),
+    });
+    const sendKey = ((await send.json()) as { api_key: string }).api_key;
+    const scoped = expectErrorShape(await call('GET', '/events', { key: sendKey }), 403, 'insufficient_scope');
+    expect(scoped.required_scope).toBe('receive');
+  });
+});
+
+describe('tRPC errors', () => {
+  async function trpc(path: string, init: RequestInit = {}) {
+    const res = await fetch(`${t.url}/trpc/${path}`, init);
+    const text = await res.text();
+    expectNoStack(text);
+    const body = JSON.parse(text) as { error: { message: string; data: { boxes: { code: string; status: number; request_id: string; details: Record<string, unknown> } } } };
+    return { res, body, boxes: body.error.data.boxes };
+  }
+
+  it('no key: data.boxes.code unauthorized with getting_started and the request id', async () => {
+    const { res, body, boxes } = await trpc('boxes.list');
+    expect(res.status).toBe(401);
+    expect(boxes).toMatchObject({ code: 'unauthorized', status: 401 });
+    expect(boxes.request_id).toBe(res.headers.get('x-request-id'));
+    expect(boxes.details.getting_started).toMatchObject({ signup: `${t.apiBase}/signup/agentic` });
+    expect(body.error.data).not.toHaveProperty('stack');
+  });
+
+  it('unknown input field: data.boxes.code validation_error naming it', async () => {
+    const { res, body, boxes } = await trpc('boxes.create', {
+      method: 'POST',
+      headers: { ...JSON_CT, authorization: `Bearer ${a.apiKey}` },
+      body: JSON.stringify({ address: 'x', colour: 'red' }),
+    });
+    expect(res.status).toBe(400);
+    expect(boxes.code).toBe('validation_error');
+    expect(body.error.message).toContain('colour');
+    expect(boxes.request_id).toBe(res.headers.get('x-request-id'));
+  });
+
+  it('a core AppError keeps its code: invalid_cursor, box_exists, not_found', async () => {
+    const key = { authorization: `Bearer ${a.apiKey}` };
+    const cursor = await trpc(`events.list?input=${encodeURIComponent(JSON.stringify({ since: 'zz' }))}`, { headers: key });
+    expect([cursor.res.status, cursor.boxes.code, cursor.boxes.details.field]).toEqual([400, 'invalid_cursor', 'since']);
+
+    const create = () =>
+      fetch(`${t.url}/trpc/boxes.create`, { method: 'POST', headers: { ...JSON_CT, ...key }, body: JSON.stringify({ address: 'dup' }) });
+    expect((await create()).status).toBe(200);
+    const dup = await trpc('boxes.create', { method: 'POST', headers: { ...JSON_CT, ...key }, body: JSON.stringify({ address: 'dup' }) });
+    expect([dup.res.status, dup.boxes.code]).toEqual([409, 'box_exists']);
+
+    const missing = await trpc('boxes.delete', { method: 'POST', headers: { ...JSON_CT, ...key }, body: JSON.stringify({ id: 'box_nope' }) });
+    expect([missing.res.status, missing.boxes.code]).toEqual([404, 'not_found']);
+  });
+
+  it('transport errors are mapped too: unknown procedure, wrong method, malformed JSON', async () => {
+    const unknown = await trpc('nope.nothing');
+    expect([unknown.res.status, unknown.boxes.code]).toEqual([404, 'not_found']);
+
+    const wrongMethod = await trpc('boxes.create', { headers: { authorization: `Bearer ${a.apiKey}` } });
+    expect([wrongMethod.res.status, wrongMethod.boxes.code]).toEqual([405, 'method_not_allowed']);
+
+    const malformed = await trpc('boxes.create', { method: 'POST', headers: { ...JSON_CT, authorization: `Bearer ${a.apiKey}` }, body: '{"address":' });
+    expect(malformed.res.status).toBe(400);
+    expect(malformed.boxes.code).toBe('invalid_json');
+    expect(malformed.boxes.request_id).toBe(malformed.res.headers.get('x-request-id'));
+  });
+});

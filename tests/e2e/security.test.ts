@@ -1,0 +1,360 @@
+/**
+ * The shared security cases of DESIGN.md "Tests", for every keyed route, driven by ROUTES:
+ *   (a) no key, a malformed header, an unknown or a revoked key: 401 with getting_started;
+ *   (b) a key without the route's scope: 403 insufficient_scope (and a key with only that scope gets through);
+ *   (c) another account's resource: 404, never 403;
+ *   (d) a box-restricted key: only its boxes and their events, 404 for other boxes, 403 box_restricted_key for
+ *       account-wide changes.
+ * A new keyed route is one line in ROUTES; the router walk at the end fails until that line exists.
+ */
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appRouter } from '@boxes/api';
+import { mintKey, rest, signupAccount, startTestServer, type JsonResponse, type TestAccount, type TestServer } from '@boxes/testing';
+
+type Scope = 'send' | 'receive' | 'admin';
+type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+/**
+ * What a box-restricted key holding every scope gets:
+ *   account_wide: 403 box_restricted_key (keys, callback URL, new boxes);
+ *   own_box:      200 on its own box, 404 on any other box of the account;
+ *   filtered:     200, and the answer mentions only its own boxes;
+ *   allowed:      200, the same as an unrestricted key.
+ */
+type Restricted = 'account_wide' | 'own_box' | 'filtered' | 'allowed';
+
+interface RouteCase {
+  /** Procedure path in the router (appRouter._def.procedures key). */
+  proc: string;
+  method: Method;
+  /** Path below /api/v1; {box} and {key} stand for a box id and an API key id of the account under test. */
+  path: string;
+  /** Scope the route needs; null: any valid key. */
+  scope: Scope | null;
+  /** A valid sample body (so that a refusal is about the key, not the input). */
+  body?: unknown;
+  restricted: Restricted;
+}
+
+// prettier-ignore
+const ROUTES: RouteCase[] = [
+  { proc: 'account.get',                method: 'GET',    path: '/account',                  scope: null,      restricted: 'allowed' },
+  { proc: 'account.getCallbackWebhook', method: 'GET',    path: '/account/callback-webhook', scope: 'admin',   restricted: 'allowed' },
+  { proc: 'account.setCallbackWebhook', method: 'PUT',    path: '/account/callback-webhook', scope: 'admin',   restricted: 'account_wide', body: { agent_callback_webhook: 'https://agent.example.com/security-probe' } },
+  { proc: 'keys.create',                method: 'POST',   path: '/account/keys',             scope: 'admin',   restricted: 'account_wide', body: { label: 'security-probe', scopes: ['send'] } },
+  { proc: 'keys.list',                  method: 'GET',    path: '/account/keys',             scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'keys.revoke',                method: 'DELETE', path: '/account/keys/{key}',       scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'boxes.create',               method: 'POST',   path: '/boxes',                    scope: 'admin',   restricted: 'account_wide', body: { address: 'security-probe' } },
+  { proc: 'boxes.list',                 method: 'GET',    path: '/boxes',                    scope: null,      restricted: 'filtered' },
+  { proc: 'boxes.delete',               method: 'DELETE', path: '/boxes/{box}',              scope: 'admin',   restricted: 'own_box' },
+  { proc: 'boxes.setSignature',         method: 'PUT',    path: '/boxes/{box}/signature',    scope: 'admin',   restricted: 'own_box', body: { signature: 'security-probe' } },
+  { proc: 'events.list',                method: 'GET',    path: '/events',                   scope: 'receive', restricted: 'filtered' },
+  { proc: 'events.verify',              method: 'GET',    path: '/events/verify',            scope: 'receive', restricted: 'allowed' },
+];
+
+const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
+const MISSING_BOX = 'box_00000000000000000000';
+const MISSING_KEY = 'key_00000000000000000000';
+
+let t: TestServer;
+
+/** An account with a spare (non-primary) box and a spare (non-owner) key, the targets of {box} and {key}. */
+interface Fixture {
+  account: TestAccount;
+  primaryBoxId: string;
+  spareBoxId: string;
+  spareKeyId: string;
+  spareKey: string;
+}
+
+let A: Fixture; // the account whose resources are attacked
+let B: Fixture; // another account
+let revokedKey: string; // an all-scope key of A, revoked
+const scopedKeys = new Map<string, string>(); // "send,receive" -> raw key of A with exactly those scopes
+const scopedKeysOfC = new Map<Scope, string>(); // single-scope keys of a third account, for calls that succeed
+
+async function fixture(): Promise<Fixture> {
+  const account = await signupAccount(t, `sec-${randomBytes(4).toString('hex')}@example.com`);
+  const boxes = await rest(t, 'GET', '/boxes', { key: account.apiKey });
+  const spare = await rest(t, 'POST', '/boxes', { key: account.apiKey, body: { address: 'spare' } });
+  if (spare.status !== 200) throw new Error(`box create failed: ${JSON.stringify(spare.body)}`);
+  const key = await mintKey(t, account.apiKey, ALL_SCOPES);
+  return { account, primaryBoxId: boxes.body.boxes[0].id, spareBoxId: spare.body.id, spareKeyId: key.id, spareKey: key.api_key };
+}
+
+function fill(path: string, ids: { box: string; key: string }): string {
+  return path.replace('{box}', ids.box).replace('{key}', ids.key);
+}
+
+const targets = (f: Fixture) => ({ box: f.spareBoxId, key: f.spareKeyId });
+
+function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: { box: string; key: string } }) {
+  return rest(t, route.method, fill(route.path, opts.ids ?? targets(A)), {
+    ...(opts.key ? { key: opts.key } : {}),
+    ...(opts.headers ? { headers: opts.headers } : {}),
+    ...(route.body !== undefined ? { body: route.body } : {}),
+  });
+}
+
+function expectError(r: JsonResponse, status: number, code: string, label: string) {
+  expect({ status: r.status, code: r.body?.error?.code }, `${label}: ${JSON.stringify(r.body)}`).toEqual({ status, code });
+  expect(r.body.error.request_id).toMatch(/^req_/);
+}
+
+beforeAll(async () => {
+  t = await startTestServer();
+  const [a, b, c] = await Promise.all([fixture(), fixture(), signupAccount(t, 'sec-c@example.com')]);
+  A = a;
+  B = b;
+  for (const s of ALL_SCOPES) scopedKeysOfC.set(s, (await mintKey(t, c.apiKey, [s])).api_key);
+  const revoked = await mintKey(t, A.account.apiKey, ALL_SCOPES);
+  const r = await rest(t, 'DELETE', `/account/keys/${revoked.id}`, { key: A.account.apiKey });
+  if (r.status !== 200) throw new Error(`revoke failed: ${JSON.stringify(r.body)}`);
+  revokedKey = revoked.api_key;
+  const combos: Scope[][] = [['send'], ['receive'], ['admin'], ['receive', 'admin'], ['send', 'admin'], ['send', 'receive']];
+  for (const scopes of combos) scopedKeys.set(scopes.join(','), (await mintKey(t, A.account.apiKey, scopes)).api_key);
+});
+afterAll(() => t?.stop());
+
+const routeName = (r: RouteCase) => `${r.method} ${r.path}`;
+
+describe('(a) no key, a malformed header, an unknown or a revoked key: 401 with getting_started', () => {
+  it.each(ROUTES.map((r) => [routeName(r), r] as const))('%s', async (_name, route) => {
+    const ownerKey = A.account.apiKey;
+    const variants: [string, { key?: string; headers?: Record<string, string> }][] = [
+      ['no Authorization header', {}],
+      ['an empty Authorization header', { headers: { authorization: '' } }],
+      ['the key without "Bearer"', { headers: { authorization: ownerKey } }],
+      ['another scheme', { headers: { authorization: `Basic ${ownerKey}` } }],
+      ['"Bearer" without a key', { headers: { authorization: 'Bearer' } }],
+      ['two tokens', { headers: { authorization: `Bearer ${ownerKey} ${ownerKey}` } }],
+      ['a key that does not exist', { key: `bxs_live_${'A'.repeat(43)}` }],
+      ['a key without the bxs_live_ prefix', { key: ownerKey.replace('bxs_live_', 'bxs_test_') }],
+      ['a truncated key', { key: ownerKey.slice(0, -1) }],
+      ['a revoked key', { key: revokedKey }],
+    ];
+    for (const [label, opts] of variants) {
+      const r = await call(route, opts);
+      expectError(r, 401, 'unauthorized', label);
+      const gs = r.body.error.getting_started;
+      expect(gs, label).toBeDefined();
+      expect(gs.signup, label).toBe(`${t.apiBase}/signup/agentic`);
+      expect(gs.docs, label).toBe(`${t.url}/docs`);
+    }
+  });
+});
+
+describe('(b) scopes', () => {
+  const scoped = ROUTES.filter((r): r is RouteCase & { scope: Scope } => r.scope !== null);
+  const anyKey = ROUTES.filter((r) => r.scope === null);
+
+  it.each(scoped.map((r) => [routeName(r), r.scope, r] as const))('%s needs %s: a key without it gets 403 insufficient_scope', async (_name, scope, route) => {
+    const others = ALL_SCOPES.filter((s) => s !== scope);
+    // Every key that lacks the scope, up to one holding both other scopes.
+    for (const scopes of [...others.map((s) => [s]), others]) {
+      const key = scopedKeys.get(ALL_SCOPES.filter((s) => scopes.includes(s)).join(','))!;
+      const r = await call(route, { key });
+      expectError(r, 403, 'insufficient_scope', `key with ${scopes.join('+')}`);
+      expect(r.body.error.required_scope).toBe(scope);
+    }
+  });
+
+  it.each(scoped.map((r) => [routeName(r), r.scope, r] as const))('%s: a key with only %s gets through', async (_name, scope, route) => {
+    // On a third account and at ids that do not exist, so nothing of A changes; the answer must not be about the key.
+    const r = await call(route, { key: scopedKeysOfC.get(scope)!, ids: { box: MISSING_BOX, key: MISSING_KEY } });
+    expect([401, 403], `${JSON.stringify(r.body)}`).not.toContain(r.status);
+    expect(r.status === 200 || r.status === 404, `${r.status} ${JSON.stringify(r.body)}`).toBe(true);
+  });
+
+  it.each(anyKey.map((r) => [routeName(r), r] as const))('%s needs no particular scope: every single-scope key gets 200', async (_name, route) => {
+    for (const s of ALL_SCOPES) {
+      const r = await call(route, { key: scopedKeys.get(s)! });
+      expect(r.status, `${s}: ${JSON.stringify(r.body)}`).toBe(200);
+    }
+  });
+});
+
+describe("(c) another account's resource: 404, never 403", () => {
+  const withIds = ROUTES.filter((r) => /\{(box|key)\}/.test(r.path));
+
+  it('every route with an id is covered', () => {
+    expect(withIds.map((r) => r.proc).sort()).toEqual(['boxes.delete', 'boxes.setSignature', 'keys.revoke']);
+  });
+
+  it.each(withIds.map((r) => [routeName(r), r] as const))("%s with another account's id", async (_name, route) => {
+    // B's owner key holds every scope and no box restriction: the only thing wrong is whose resource it is.
+    for (const [label, ids] of [
+      ["A's spare box / key", targets(A)],
+      ["A's primary box / owner key", { box: A.primaryBoxId, key: A.account.keyId }],
+    ] as const) {
+      const r = await call(route, { key: B.account.apiKey, ids });
+      expectError(r, 404, 'not_found', label);
+    }
+    // Same answer as for an id that does not exist at all.
+    const missing = await call(route, { key: B.account.apiKey, ids: { box: MISSING_BOX, key: MISSING_KEY } });
+    expectError(missing, 404, 'not_found', 'missing id');
+  });
+
+  it("A's resources are untouched, and lists show only the caller's own", async () => {
+    const boxes = await rest(t, 'GET', '/boxes', { key: A.account.apiKey });
+    const boxIds = (boxes.body.boxes as { id: string; signature: string | null }[]).map((b) => b.id);
+    expect(boxIds).toEqual(expect.arrayContaining([A.primaryBoxId, A.spareBoxId]));
+    expect((boxes.body.boxes as { id: string; signature: string | null }[]).find((b) => b.id === A.spareBoxId)?.signature).toBeNull();
+    expect((await rest(t, 'GET', '/account', { key: A.spareKey })).status).toBe(200);
+
+    const bBoxes = await rest(t, 'GET', '/boxes', { key: B.account.apiKey });
+    expect((bBoxes.body.boxes as { id: string }[]).map((b) => b.id).sort()).toEqual([B.primaryBoxId, B.spareBoxId].sort());
+    const bKeys = await rest(t, 'GET', '/account/keys', { key: B.account.apiKey });
+    expect((bKeys.body.keys as { id: string }[]).map((k) => k.id).sort()).toEqual([B.account.keyId, B.spareKeyId].sort());
+    const bEvents = await rest(t, 'GET', '/events?limit=500', { key: B.account.apiKey });
+    expect(bEvents.status).toBe(200);
+    for (const e of bEvents.body.events as { account_id: string }[]) expect(e.account_id).toBe(B.account.accountId);
+    const text = JSON.stringify([bBoxes.body, bKeys.body, bEvents.body]);
+    for (const id of [A.account.accountId, A.primaryBoxId, A.spareBoxId, A.spareKeyId, A.account.keyId]) expect(text).not.toContain(id);
+    const bAccount = await rest(t, 'GET', '/account', { key: B.account.apiKey });
+    expect(bAccount.body.id).toBe(B.account.accountId);
+  });
+});
+
+describe('(d) a box-restricted key', () => {
+  /** A fresh box of A and a key holding every scope, restricted to that box. */
+  async function restricted(by: 'allowed_boxes' | 'allowed_box_ids' = 'allowed_boxes') {
+    const local = `own-${randomBytes(3).toString('hex')}`;
+    const box = await rest(t, 'POST', '/boxes', { key: A.account.apiKey, body: { address: local } });
+    expect(box.status).toBe(200);
+    const key = await mintKey(t, A.account.apiKey, ALL_SCOPES, by === 'allowed_boxes' ? { allowed_boxes: [box.body.address] } : { allowed_box_ids: [box.body.id] });
+    return { boxId: box.body.id as string, address: box.body.address as string, key: key.api_key, keyId: key.id };
+  }
+
+  it.each(ROUTES.map((r) => [routeName(r), r.restricted, r] as const))('%s: %s', async (_name, kind, route) => {
+    const own = await restricted();
+    switch (kind) {
+      case 'account_wide': {
+        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: A.spareKeyId } });
+        expectError(r, 403, 'box_restricted_key', 'restricted key');
+        break;
+      }
+      case 'own_box': {
+        for (const other of [A.spareBoxId, A.primaryBoxId]) {
+          const r = await call(route, { key: own.key, ids: { box: other, key: own.keyId } });
+          expectError(r, 404, 'not_found', 'a box outside the restriction');
+        }
+        const mine = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId } });
+        expect(mine.status, JSON.stringify(mine.body)).toBe(200);
+        break;
+      }
+      case 'filtered': {
+        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId } });
+        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        const text = JSON.stringify(r.body);
+        expect(text).toContain(own.boxId);
+        for (const other of [A.primaryBoxId, A.spareBoxId]) expect(text).not.toContain(other);
+        break;
+      }
+      case 'allowed': {
+        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId } });
+        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        break;
+      }
+    }
+  });
+
+  it('GET /boxes lists exactly its boxes; GET /events only the events of its boxes', async () => {
+    const one = await rest(t, 'POST', '/boxes', { key: A.account.apiKey, body: { address: 'r-one' } });
+    const two = await rest(t, 'POST', '/boxes', { key: A.account.apiKey, body: { address: 'r-two' } });
+    const outside = await rest(t, 'POST', '/boxes', { key: A.account.apiKey, body: { address: 'r-outside' } });
+    const k = await mintKey(t, A.account.apiKey, ['receive'], { allowed_boxes: ['r-one', `r-two@${A.account.domain}`] });
+    await rest(t, 'PUT', `/boxes/${two.body.id}/signature`, { key: A.account.apiKey, body: { signature: 'two' } });
+    await rest(t, 'PUT', `/boxes/${outside.body.id}/signature`, { key: A.account.apiKey, body: { signature: 'outside' } });
+
+    const boxes = await rest(t, 'GET', '/boxes', { key: k.api_key });
+    expect(boxes.status).toBe(200);
+    expect((boxes.body.boxes as { id: string }[]).map((b) => b.id)).toEqual([one.body.id, two.body.id]);
+
+    const events = await rest(t, 'GET', '/events?limit=500', { key: k.api_key });
+    expect(events.status).toBe(200);
+    const seen = (events.body.events as { type: string; data: any }[]).map((e) => [e.type, e.data.box?.id ?? e.data.box_id]);
+    expect(seen).toEqual([
+      ['box.created', one.body.id],
+      ['box.created', two.body.id],
+      ['box.signature_updated', two.body.id],
+    ]);
+    // The cursor still moves to the head, so polling does not rescan what the key cannot see.
+    const all = await rest(t, 'GET', '/events?limit=500', { key: A.account.apiKey });
+    expect(events.body.next_cursor).toBe(all.body.next_cursor);
+    expect(events.body.has_more).toBe(false);
+
+    const typed = await rest(t, 'GET', '/events?type=box.created,signup.completed,api_key.created', { key: k.api_key });
+    expect((typed.body.events as { type: string; data: any }[]).map((e) => e.data.box?.id)).toEqual([one.body.id, two.body.id]);
+  });
+
+  it('allowed_box_ids restricts the same way', async () => {
+    const own = await restricted('allowed_box_ids');
+    const boxes = await rest(t, 'GET', '/boxes', { key: own.key });
+    expect((boxes.body.boxes as { id: string }[]).map((b) => b.id)).toEqual([own.boxId]);
+    expectError(await rest(t, 'DELETE', `/boxes/${A.spareBoxId}`, { key: own.key }), 404, 'not_found', 'other box');
+    expectError(await rest(t, 'POST', '/boxes', { key: own.key, body: { address: 'nope' } }), 403, 'box_restricted_key', 'new box');
+  });
+});
+
+describe('refused calls changed nothing', () => {
+  it("A's spare box, spare key and callback URL are as they were", async () => {
+    const boxes = await rest(t, 'GET', '/boxes', { key: A.account.apiKey });
+    const spare = (boxes.body.boxes as { id: string; signature: string | null; local_part: string }[]).find((b) => b.id === A.spareBoxId);
+    expect(spare).toMatchObject({ local_part: 'spare', signature: null });
+    expect((boxes.body.boxes as { local_part: string }[]).map((b) => b.local_part)).not.toContain('security-probe');
+    const keys = await rest(t, 'GET', '/account/keys', { key: A.account.apiKey });
+    expect((keys.body.keys as { id: string; label: string }[]).map((k) => k.id)).toContain(A.spareKeyId);
+    expect((keys.body.keys as { label: string }[]).map((k) => k.label)).not.toContain('security-probe');
+    const cb = await rest(t, 'GET', '/account/callback-webhook', { key: A.account.apiKey });
+    expect(cb.body).toEqual({ agent_callback_webhook: null });
+    const bBoxes = await rest(t, 'GET', '/boxes', { key: B.account.apiKey });
+    expect((bBoxes.body.boxes as { id: string }[]).map((b) => b.id)).toContain(B.spareBoxId);
+  });
+});
+
+describe('the security table covers the router', () => {
+  type ProcDef = { _def: { type?: string; meta?: { scope?: string; openapi?: { method: string; path: string; protect?: boolean } } } };
+  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, ProcDef> } })._def.procedures;
+  const normalise = (p: string) => p.replace(/\{[^}]+\}/g, '{}');
+
+  it('every keyed procedure (protect !== false) has a row, and every row a keyed procedure', () => {
+    const keyed = Object.entries(procedures)
+      .filter(([, p]) => p._def.meta?.openapi?.protect !== false)
+      .map(([name]) => name)
+      .sort();
+    const rows = ROUTES.map((r) => r.proc).sort();
+    expect(keyed.length).toBeGreaterThan(0);
+    expect({ missingFromTable: keyed.filter((n) => !rows.includes(n)), notInRouter: rows.filter((n) => !keyed.includes(n)) }).toEqual({
+      missingFromTable: [],
+      notInRouter: [],
+    });
+    expect(new Set(rows).size).toBe(rows.length);
+  });
+
+  it("each row's method, path and scope match the procedure", () => {
+    for (const route of ROUTES) {
+      const meta = procedures[route.proc]?._def.meta;
+      expect(meta?.openapi, `${route.proc} has a REST route`).toBeDefined();
+      expect(`${meta!.openapi!.method} ${normalise(meta!.openapi!.path)}`, route.proc).toBe(`${route.method} ${normalise(route.path)}`);
+      expect(meta!.scope ?? null, `${route.proc} scope`).toBe(route.scope);
+    }
+  });
+
+  it('the OpenAPI document marks every row as needing the bearer key, and only those', async () => {
+    const res = await fetch(`${t.url}/openapi.json`);
+    expect(res.status).toBe(200);
+    const doc = (await res.json()) as { paths: Record<string, Record<string, { security?: unknown[]; responses: Record<string, unknown> }>> };
+    const secured: string[] = [];
+    for (const [path, ops] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(ops)) {
+        if (op.security?.length) {
+          secured.push(`${method.toUpperCase()} ${normalise(path)}`);
+          expect(op.responses, `${method} ${path}`).toHaveProperty('401');
+          expect(op.responses, `${method} ${path}`).toHaveProperty('403');
+        }
+      }
+    }
+    expect(secured.sort()).toEqual(ROUTES.map((r) => `${r.method} ${normalise(r.path)}`).sort());
+  });
+});
