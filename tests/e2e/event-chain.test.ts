@@ -6,17 +6,8 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
+import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
 
-interface ApiEvent {
-  id: string;
-  seq: number;
-  type: string;
-  account_id: string;
-  created_at: string;
-  data: Record<string, any>;
-  _chain: { prev_hash: string; hash: string };
-}
 
 interface Page {
   events: ApiEvent[];

@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
+import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
 
 let t: TestServer;
 beforeAll(async () => {
@@ -13,15 +13,6 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-interface ApiEvent {
-  id: string;
-  seq: number;
-  type: string;
-  account_id: string;
-  created_at: string;
-  data: any;
-  _chain: { prev_hash: string; hash: string };
-}
 
 const uniq = () => randomBytes(5).toString('hex');
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

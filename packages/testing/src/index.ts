@@ -67,6 +67,17 @@ export async function startTestServer(env: Record<string, string> = {}): Promise
   };
 }
 
+/** An event as GET /events serves it. */
+export interface ApiEvent {
+  id: string;
+  seq: number;
+  type: string;
+  account_id: string;
+  created_at: string;
+  data: any;
+  _chain: { prev_hash: string; hash: string };
+}
+
 export interface JsonResponse<T = any> {
   status: number;
   headers: Headers;
