@@ -17,17 +17,21 @@ type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 /**
  * What a box-restricted key holding every scope gets:
  *   account_wide: 403 box_restricted_key (keys, callback URL, new boxes);
- *   own_box:      200 on its own box, 404 on any other box of the account;
+ *   own_box:      200 on its own box (or its box's message), 404 on any other box of the account;
+ *   sender:       200 sending from its own box, 403 box_restricted_key from any other box;
  *   filtered:     200, and the answer mentions only its own boxes;
  *   allowed:      200, the same as an unrestricted key.
  */
-type Restricted = 'account_wide' | 'own_box' | 'filtered' | 'allowed';
+type Restricted = 'account_wide' | 'own_box' | 'sender' | 'filtered' | 'allowed';
 
 interface RouteCase {
   /** Procedure path in the router (appRouter._def.procedures key). */
   proc: string;
   method: Method;
-  /** Path below /api/v1; {box} and {key} stand for a box id and an API key id of the account under test. */
+  /**
+   * Path below /api/v1; {box}, {key} and {message} stand for a box id, an API key id and a message id of the
+   * account under test, {address} for an address on its suppression list.
+   */
   path: string;
   /** Scope the route needs; null: any valid key. */
   scope: Scope | null;
@@ -50,11 +54,23 @@ const ROUTES: RouteCase[] = [
   { proc: 'boxes.setSignature',         method: 'PUT',    path: '/boxes/{box}/signature',    scope: 'admin',   restricted: 'own_box', body: { signature: 'security-probe' } },
   { proc: 'events.list',                method: 'GET',    path: '/events',                   scope: 'receive', restricted: 'filtered' },
   { proc: 'events.verify',              method: 'GET',    path: '/events/verify',            scope: 'receive', restricted: 'allowed' },
+  { proc: 'messages.send',              method: 'POST',   path: '/messages/send',            scope: 'send',    restricted: 'sender', body: { to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' } },
+  { proc: 'messages.list',              method: 'GET',    path: '/messages',                 scope: 'receive', restricted: 'filtered' },
+  { proc: 'messages.get',               method: 'GET',    path: '/messages/{message}',       scope: 'receive', restricted: 'own_box' },
+  { proc: 'messages.delete',            method: 'DELETE', path: '/messages/{message}',       scope: 'receive', restricted: 'own_box' },
+  { proc: 'suppression.list',           method: 'GET',    path: '/suppression',              scope: 'send',    restricted: 'allowed' },
+  { proc: 'suppression.get',            method: 'GET',    path: '/suppression/{address}',    scope: 'send',    restricted: 'allowed' },
+  { proc: 'suppression.unblock',        method: 'POST',   path: '/suppression/{address}/unblock', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'credit.balance',             method: 'GET',    path: '/account/credit/balance',   scope: null,      restricted: 'allowed' },
+  { proc: 'account.reputation',         method: 'GET',    path: '/account/reputation',       scope: null,      restricted: 'allowed' },
 ];
 
 const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
 const MISSING_BOX = 'box_00000000000000000000';
 const MISSING_KEY = 'key_00000000000000000000';
+const MISSING_MESSAGE = 'msg_00000000000000000000';
+const SUPPRESSED = 'bounced@remote.invalid';
+type Ids = { box: string; key: string; message?: string };
 
 let t: TestServer;
 
@@ -65,6 +81,8 @@ interface Fixture {
   spareBoxId: string;
   spareKeyId: string;
   spareKey: string;
+  /** A message sent from the spare box (it stays queued: no worker runs here). */
+  spareMessageId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -79,20 +97,28 @@ async function fixture(): Promise<Fixture> {
   const spare = await rest(t, 'POST', '/boxes', { key: account.apiKey, body: { address: 'spare' } });
   if (spare.status !== 200) throw new Error(`box create failed: ${JSON.stringify(spare.body)}`);
   const key = await mintKey(t, account.apiKey, ALL_SCOPES);
-  return { account, primaryBoxId: boxes.body.boxes[0].id, spareBoxId: spare.body.id, spareKeyId: key.id, spareKey: key.api_key };
+  const sent = await rest(t, 'POST', '/messages/send', { key: account.apiKey, body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' } });
+  if (sent.status !== 200) throw new Error(`send failed: ${JSON.stringify(sent.body)}`);
+  await t.db.suppression.create({ data: { accountId: account.accountId, address: SUPPRESSED, reason: 'bounce' } });
+  return { account, primaryBoxId: boxes.body.boxes[0].id, spareBoxId: spare.body.id, spareKeyId: key.id, spareKey: key.api_key, spareMessageId: sent.body.message_id };
 }
 
-function fill(path: string, ids: { box: string; key: string }): string {
-  return path.replace('{box}', ids.box).replace('{key}', ids.key);
+function fill(path: string, ids: Ids): string {
+  return path
+    .replace('{box}', ids.box)
+    .replace('{key}', ids.key)
+    .replace('{message}', ids.message ?? MISSING_MESSAGE)
+    .replace('{address}', encodeURIComponent(SUPPRESSED));
 }
 
-const targets = (f: Fixture) => ({ box: f.spareBoxId, key: f.spareKeyId });
+const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId });
 
-function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: { box: string; key: string } }) {
+function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
+  const body = opts.body ?? route.body;
   return rest(t, route.method, fill(route.path, opts.ids ?? targets(A)), {
     ...(opts.key ? { key: opts.key } : {}),
     ...(opts.headers ? { headers: opts.headers } : {}),
-    ...(route.body !== undefined ? { body: route.body } : {}),
+    ...(body !== undefined ? { body } : {}),
   });
 }
 
@@ -161,7 +187,7 @@ describe('(b) scopes', () => {
 
   it.each(scoped.map((r) => [routeName(r), r.scope, r] as const))('%s: a key with only %s gets through', async (_name, scope, route) => {
     // On a third account and at ids that do not exist, so nothing of A changes; the answer must not be about the key.
-    const r = await call(route, { key: scopedKeysOfC.get(scope)!, ids: { box: MISSING_BOX, key: MISSING_KEY } });
+    const r = await call(route, { key: scopedKeysOfC.get(scope)!, ids: { box: MISSING_BOX, key: MISSING_KEY, message: MISSING_MESSAGE } });
     expect([401, 403], `${JSON.stringify(r.body)}`).not.toContain(r.status);
     expect(r.status === 200 || r.status === 404, `${r.status} ${JSON.stringify(r.body)}`).toBe(true);
   });
@@ -175,23 +201,32 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
-    expect(withIds.map((r) => r.proc).sort()).toEqual(['boxes.delete', 'boxes.setSignature', 'keys.revoke']);
+    expect(withIds.map((r) => r.proc).sort()).toEqual(['boxes.delete', 'boxes.setSignature', 'keys.revoke', 'messages.delete', 'messages.get']);
+  });
+
+  it("another account's suppression list is not visible or changeable", async () => {
+    const seen = await rest(t, 'GET', `/suppression/${encodeURIComponent(SUPPRESSED)}`, { key: scopedKeysOfC.get('send')! });
+    expect(seen.body).toMatchObject({ suppressed: false, entry: null });
+    const list = await rest(t, 'GET', '/suppression', { key: scopedKeysOfC.get('send')! });
+    expect(list.body.suppressions).toEqual([]);
+    expectError(await rest(t, 'POST', `/suppression/${encodeURIComponent(SUPPRESSED)}/unblock`, { key: scopedKeysOfC.get('admin')! }), 404, 'not_found', 'unblock');
+    expect((await rest(t, 'GET', `/suppression/${encodeURIComponent(SUPPRESSED)}`, { key: A.account.apiKey })).body.suppressed).toBe(true);
   });
 
   it.each(withIds.map((r) => [routeName(r), r] as const))("%s with another account's id", async (_name, route) => {
     // B's owner key holds every scope and no box restriction: the only thing wrong is whose resource it is.
     for (const [label, ids] of [
       ["A's spare box / key", targets(A)],
-      ["A's primary box / owner key", { box: A.primaryBoxId, key: A.account.keyId }],
+      ["A's primary box / owner key", { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId }],
     ] as const) {
       const r = await call(route, { key: B.account.apiKey, ids });
       expectError(r, 404, 'not_found', label);
     }
     // Same answer as for an id that does not exist at all.
-    const missing = await call(route, { key: B.account.apiKey, ids: { box: MISSING_BOX, key: MISSING_KEY } });
+    const missing = await call(route, { key: B.account.apiKey, ids: { box: MISSING_BOX, key: MISSING_KEY, message: MISSING_MESSAGE } });
     expectError(missing, 404, 'not_found', 'missing id');
   });
 
@@ -223,7 +258,9 @@ describe('(d) a box-restricted key', () => {
     const box = await rest(t, 'POST', '/boxes', { key: A.account.apiKey, body: { address: local } });
     expect(box.status).toBe(200);
     const key = await mintKey(t, A.account.apiKey, ALL_SCOPES, by === 'allowed_boxes' ? { allowed_boxes: [box.body.address] } : { allowed_box_ids: [box.body.id] });
-    return { boxId: box.body.id as string, address: box.body.address as string, key: key.api_key, keyId: key.id };
+    const sent = await rest(t, 'POST', '/messages/send', { key: A.account.apiKey, body: { from: box.body.address, to: 'own@remote.invalid', text: 'own' } });
+    expect(sent.status).toBe(200);
+    return { boxId: box.body.id as string, address: box.body.address as string, key: key.api_key, keyId: key.id, messageId: sent.body.message_id as string };
   }
 
   it.each(ROUTES.map((r) => [routeName(r), r.restricted, r] as const))('%s: %s', async (_name, kind, route) => {
@@ -236,15 +273,25 @@ describe('(d) a box-restricted key', () => {
       }
       case 'own_box': {
         for (const other of [A.spareBoxId, A.primaryBoxId]) {
-          const r = await call(route, { key: own.key, ids: { box: other, key: own.keyId } });
+          const r = await call(route, { key: own.key, ids: { box: other, key: own.keyId, message: A.spareMessageId } });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
         }
-        const mine = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId } });
+        const mine = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId, message: own.messageId } });
+        expect(mine.status, JSON.stringify(mine.body)).toBe(200);
+        break;
+      }
+      case 'sender': {
+        // Without from, the sender is the primary box, which is outside the restriction.
+        expectError(await call(route, { key: own.key }), 403, 'box_restricted_key', 'the primary box');
+        const other = await rest(t, 'GET', '/boxes', { key: A.account.apiKey });
+        const spare = (other.body.boxes as { id: string; address: string }[]).find((b) => b.id === A.spareBoxId)!;
+        expectError(await call(route, { key: own.key, body: { ...(route.body as object), from: spare.address } }), 403, 'box_restricted_key', 'another box');
+        const mine = await call(route, { key: own.key, body: { ...(route.body as object), from: own.address } });
         expect(mine.status, JSON.stringify(mine.body)).toBe(200);
         break;
       }
       case 'filtered': {
-        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId } });
+        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId, message: own.messageId } });
         expect(r.status, JSON.stringify(r.body)).toBe(200);
         const text = JSON.stringify(r.body);
         expect(text).toContain(own.boxId);

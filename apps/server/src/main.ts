@@ -8,10 +8,10 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { ConfigError, loadConfig, type Config } from '@boxes/config';
-import { createDb, ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
+import { ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
 import { parseSecretKey } from '@boxes/core';
 import { createLogger } from './logger';
-import { start } from './index';
+import { startRuntime } from './runtime';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
@@ -53,17 +53,17 @@ async function main(): Promise<void> {
   const { applied } = await migrate(config.databaseUrl);
   if (applied.length) log.info({ applied }, 'migrations applied');
   await checkRedis(config.redisUrl);
-  const db = createDb(config.databaseUrl);
-  const server = await start(config, { svc: { db, config, secretKey }, log });
+  const runtime = await startRuntime(config, { secretKey, log });
   console.log(`Boxes is running.
   API (REST):   ${config.apiBaseUrl}
   tRPC:         ${config.siteUrl}/trpc
   OpenAPI:      ${config.siteUrl}/openapi.yaml
+  API reference ${config.siteUrl}/docs
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
-  Listening on  ${server.url}`);
+  MX (SMTP):    ${config.smtp.host}:${runtime.mail?.port} (mail for *.${config.baseDomain} and hosted domains)
+  Listening on  ${runtime.server.url}`);
   const shutdown = async () => {
-    await server.stop();
-    await db.$disconnect();
+    await runtime.stop();
     process.exit(0);
   };
   process.once('SIGINT', shutdown);

@@ -34,6 +34,31 @@ export function errorResponse(err: AppError, requestId: string, headers: Record<
 
 const WITH_BODY = new Set(['POST', 'PUT', 'PATCH']);
 
+/**
+ * trpc-to-openapi reads DELETE input from the query string only; a DELETE with a JSON object body (SPEC:
+ * DELETE /messages/{id} with {"purge": true}) has its scalar members moved there.
+ */
+async function deleteBodyToQuery(req: Request, url: URL): Promise<AppError | null> {
+  const text = await req.text();
+  if (text.trim() === '') return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    return new AppError('invalid_json', `The request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    return new AppError('validation_error', 'The request body must be a JSON object', { fields: [{ path: '(body)', message: 'expected an object' }] });
+  }
+  for (const [k, v] of Object.entries(parsed)) {
+    if (v === null || typeof v === 'object') {
+      return new AppError('validation_error', `${k}: must be a string, number or boolean`, { fields: [{ path: k, message: 'expected a scalar' }] });
+    }
+    url.searchParams.set(k, String(v));
+  }
+  return null;
+}
+
 export function createRestHandler(opts: {
   routes: () => Route[];
   context: (req: Request, requestId: string) => Context;
@@ -93,10 +118,26 @@ export function createRestHandler(opts: {
       }
     }
 
+    // trpc-to-openapi hands path parameters over still percent-encoded (/suppression/a%40b.example): decode
+    // each segment (except an encoded slash, which would change the route) before it matches them.
+    url.pathname = url.pathname
+      .split('/')
+      .map((seg) => {
+        try {
+          return /%2f/i.test(seg) ? seg : decodeURIComponent(seg);
+        } catch {
+          return seg;
+        }
+      })
+      .join('/');
+    if (method === 'DELETE') {
+      const bad = await deleteBodyToQuery(req, url);
+      if (bad) return errorResponse(bad, requestId);
+    }
     const headers = new Headers(req.headers);
     if (body !== undefined) headers.set('content-type', 'application/json');
     headers.delete('content-length');
-    const forwarded = new Request(req.url, { method, headers, body });
+    const forwarded = new Request(url, { method, headers, body });
     let failure: unknown;
     const res = await createOpenApiFetchHandler({
       endpoint: REST_PREFIX,

@@ -4,6 +4,9 @@ import { boxesRouter } from './routers/boxes';
 import { eventsRouter } from './routers/events';
 import { keysRouter } from './routers/keys';
 import { signupRouter } from './routers/signup';
+import { messagesRouter } from './routers/messages';
+import { suppressionRouter } from './routers/suppression';
+import { creditRouter } from './routers/credit';
 import { router } from './trpc';
 
 export const appRouter = router({
@@ -12,6 +15,9 @@ export const appRouter = router({
   keys: keysRouter,
   boxes: boxesRouter,
   events: eventsRouter,
+  messages: messagesRouter,
+  suppression: suppressionRouter,
+  credit: creditRouter,
 });
 
 export type AppRouter = typeof appRouter;

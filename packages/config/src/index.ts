@@ -28,6 +28,27 @@ const envSchema = z.object({
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
   /** 32-byte key (hex or base64) that encrypts secrets at rest. Generated into .data/ on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
+  /** Key prefix of everything Boxes keeps in Redis (queues, counters). */
+  REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9:_-]{1,64}$/).default('boxes'),
+  /** The MX (inbound SMTP) listener. 25 in production; an unprivileged port by default. */
+  SMTP_HOST: z.string().default('127.0.0.1'),
+  SMTP_PORT: port.default(2525),
+  /** Largest message the MX accepts (advertised as SIZE; 552 above it). */
+  SMTP_MAX_MESSAGE_BYTES: z.coerce.number().int().min(1024).default(25 * 1024 * 1024),
+  SMTP_MAX_RECIPIENTS: z.coerce.number().int().min(1).default(100),
+  SMTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(500),
+  /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
+  SMTP_TLS_CERT_FILE: z.string().optional(),
+  SMTP_TLS_KEY_FILE: z.string().optional(),
+  /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). */
+  SMTP_RELAY_URL: z.url({ protocol: /^smtps?$/ }).optional(),
+  /** Outbound: fixed routes for domains, domain=host:port[,...] (local testing without DNS). */
+  SMTP_STATIC_ROUTES: z.string().optional(),
+  /** Port used when delivering to MX hosts found in DNS. */
+  SMTP_DELIVERY_PORT: port.default(25),
+  /** Multiplies the delivery retry schedule (tests use a tiny factor). */
+  DELIVERY_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
+  DELIVERY_CONCURRENCY: z.coerce.number().int().min(1).max(500).default(50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -44,6 +65,21 @@ export interface Config {
   databaseUrl: string;
   redisUrl: string;
   secretKey: string | undefined;
+  redisPrefix: string;
+  smtp: {
+    host: string;
+    port: number;
+    maxMessageBytes: number;
+    maxRecipients: number;
+    maxConnections: number;
+    tlsCertFile: string | undefined;
+    tlsKeyFile: string | undefined;
+    relayUrl: string | undefined;
+    staticRoutes: string | undefined;
+    deliveryPort: number;
+  };
+  deliveryRetryScale: number;
+  deliveryConcurrency: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   trustProxy: boolean;
 }
@@ -76,6 +112,21 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
     secretKey: e.BOXES_SECRET_KEY,
+    redisPrefix: e.REDIS_PREFIX,
+    smtp: {
+      host: e.SMTP_HOST,
+      port: e.SMTP_PORT,
+      maxMessageBytes: e.SMTP_MAX_MESSAGE_BYTES,
+      maxRecipients: e.SMTP_MAX_RECIPIENTS,
+      maxConnections: e.SMTP_MAX_CONNECTIONS,
+      tlsCertFile: e.SMTP_TLS_CERT_FILE,
+      tlsKeyFile: e.SMTP_TLS_KEY_FILE,
+      relayUrl: e.SMTP_RELAY_URL,
+      staticRoutes: e.SMTP_STATIC_ROUTES,
+      deliveryPort: e.SMTP_DELIVERY_PORT,
+    },
+    deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
+    deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     logLevel: e.LOG_LEVEL,
     trustProxy: e.TRUST_PROXY,
     ...overrides,

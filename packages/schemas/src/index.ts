@@ -8,3 +8,4 @@ export * from './account';
 export * from './keys';
 export * from './boxes';
 export * from './events';
+export * from './messages';

@@ -5,9 +5,10 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { loadConfig, type Config } from '@boxes/config';
-import { createDb, type Db } from '@boxes/db';
+import type { Db } from '@boxes/db';
 import type { Services } from '@boxes/core';
-import { createLogger, start, type ServerHandle } from '@boxes/server';
+import type { MxResolver } from '@boxes/mail';
+import { createLogger, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
 import { inject } from 'vitest';
 import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databases';
 
@@ -32,41 +33,6 @@ export async function createTestDatabase(): Promise<{ url: string; drop: () => P
   };
 }
 
-export interface TestServer {
-  url: string;
-  apiBase: string;
-  config: Config;
-  db: Db;
-  svc: Services;
-  server: ServerHandle;
-  stop(): Promise<void>;
-}
-
-export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
-  const database = await createTestDatabase();
-  const base = loadConfig({ ...process.env, ...env, DATABASE_URL: database.url, PORT: '0', LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent' });
-  const db = createDb(base.databaseUrl, { max: 20 });
-  const svc: Services = { db, config: base, secretKey: randomBytes(32) };
-  const server = await start(base, { svc, log: createLogger(base.logLevel) });
-  // The real port is known only now; the app reads svc.config when it builds URLs, so update it in place.
-  base.port = server.port;
-  base.siteUrl = `http://127.0.0.1:${server.port}`;
-  base.apiBaseUrl = `${base.siteUrl}/api/v1`;
-  return {
-    url: server.url,
-    apiBase: `${server.url}/api/v1`,
-    config: base,
-    db,
-    svc,
-    server,
-    async stop() {
-      await server.stop();
-      await db.$disconnect();
-      await database.drop();
-    },
-  };
-}
-
 /** An event as GET /events serves it. */
 export interface ApiEvent {
   id: string;
@@ -76,6 +42,80 @@ export interface ApiEvent {
   created_at: string;
   data: any;
   _chain: { prev_hash: string; hash: string };
+}
+
+export interface TestServer {
+  url: string;
+  apiBase: string;
+  config: Config;
+  db: Db;
+  svc: Services;
+  server: ServerHandle;
+  runtime: Runtime;
+  /** Port of the MX, when started. */
+  smtpPort: number | null;
+  stop(): Promise<void>;
+}
+
+export interface TestServerOptions {
+  env?: Record<string, string>;
+  /** Start the delivery worker (default false). */
+  worker?: boolean;
+  /** Start the MX on an ephemeral port (default false). */
+  mail?: boolean;
+  /** Where outbound mail goes: tests stand in for the internet's MX hosts. */
+  resolver?: MxResolver;
+}
+
+/** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
+export async function startTestServer(opts: TestServerOptions = {}): Promise<TestServer> {
+  const env = opts.env ?? {};
+  const database = await createTestDatabase();
+  const config = loadConfig({
+    ...process.env,
+    SMTP_PORT: '0',
+    DELIVERY_RETRY_SCALE: '0.0001',
+    ...env,
+    DATABASE_URL: database.url,
+    PORT: '0',
+    REDIS_PREFIX: `boxes-test-${randomBytes(5).toString('hex')}`,
+    LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent',
+  });
+  const runtime = await startRuntime(config, {
+    secretKey: randomBytes(32),
+    worker: opts.worker ?? false,
+    mail: opts.mail ?? false,
+    ...(opts.resolver ? { resolver: opts.resolver } : {}),
+    log: createLogger(config.logLevel),
+    // The real port is known only now; the app reads svc.config when it builds URLs, so update it in place.
+    onListening: (port) => {
+      config.port = port;
+      config.siteUrl = `http://127.0.0.1:${port}`;
+      config.apiBaseUrl = `${config.siteUrl}/api/v1`;
+    },
+  });
+  return {
+    url: runtime.server.url,
+    apiBase: `${runtime.server.url}/api/v1`,
+    config,
+    db: runtime.svc.db,
+    svc: runtime.svc,
+    server: runtime.server,
+    runtime,
+    smtpPort: runtime.mail?.port ?? null,
+    async stop() {
+      // This file's queues and counters go with it.
+      const redis = runtime.svc.redis;
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', `${config.redisPrefix}:*`, 'COUNT', 500);
+        if (keys.length) await redis.del(...keys);
+        cursor = next;
+      } while (cursor !== '0');
+      await runtime.stop();
+      await database.drop();
+    },
+  };
 }
 
 export interface JsonResponse<T = any> {

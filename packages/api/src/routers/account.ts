@@ -1,7 +1,7 @@
 /** GET /account and the callback webhook URL. */
 import { z } from 'zod';
-import { getAccount, setCallbackWebhook } from '@boxes/core';
-import { AccountOutput, CallbackWebhookInput, CallbackWebhookOutput } from '@boxes/schemas';
+import { getAccount, reputationCounts, setCallbackWebhook } from '@boxes/core';
+import { AccountOutput, CallbackWebhookInput, CallbackWebhookOutput, ReputationOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 export const accountRouter = router({
@@ -37,4 +37,17 @@ export const accountRouter = router({
     .mutation(({ ctx, input }) =>
       setCallbackWebhook({ db: ctx.svc.db, accountId: ctx.account.id, url: input.agent_callback_webhook, actorKeyId: ctx.key.id }),
     ),
+  reputation: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/account/reputation',
+        tags: ['account'],
+        summary: 'Sending reputation',
+        description: 'Sent, bounced and complained counts over 7 days and their rates; reputation.warning fires above 3% bounces or 0.05% complaints. Any valid key.',
+      },
+    })
+    .input(z.void())
+    .output(ReputationOutput)
+    .query(({ ctx }) => reputationCounts(ctx.svc.db, ctx.account.id)),
 });

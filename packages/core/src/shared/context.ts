@@ -1,12 +1,18 @@
 /** What every core function may need besides its own arguments. */
 import type { Config } from '@boxes/config';
 import type { Db, DbClient } from '@boxes/db';
+import type { Jobs } from '@boxes/jobs';
+import type { Redis } from 'ioredis';
 
 export interface Services {
   db: Db;
   config: Config;
   /** 32-byte key for secrets at rest (DKIM private keys, later message bodies). */
   secretKey: Buffer;
+  /** Queues (BullMQ). */
+  jobs: Jobs;
+  /** Redis for counters (send-loop detection). */
+  redis: Redis;
 }
 
 /** Runs fn in the given transaction, or opens one when given the root client. */

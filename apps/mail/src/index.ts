@@ -1,0 +1,122 @@
+/**
+ * apps/mail: the MX. An SMTP server (smtp-server) that accepts mail only for boxes (and bounce addresses) of
+ * domains this instance hosts (550 otherwise: never an open relay), offers STARTTLS, advertises SIZE and answers
+ * 552 above it, limits recipients and connections, refuses loops, and hands each message to core, which parses,
+ * stores (sealed), charges and announces it.
+ */
+import fs from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { SMTPServer, type SMTPServerAddress, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
+import { generate } from 'selfsigned';
+import type { Config } from '@boxes/config';
+import { receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
+import type { Logger } from 'pino';
+
+/** More Received headers than this means the message is looping between servers. */
+export const MAX_RECEIVED_HEADERS = 30;
+
+export interface MailServerHandle {
+  port: number;
+  stop(): Promise<void>;
+}
+
+class SmtpReply extends Error {
+  constructor(
+    readonly responseCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+async function tlsMaterial(config: Config): Promise<{ key: string; cert: string }> {
+  if (config.smtp.tlsCertFile && config.smtp.tlsKeyFile) {
+    return { cert: fs.readFileSync(config.smtp.tlsCertFile, 'utf8'), key: fs.readFileSync(config.smtp.tlsKeyFile, 'utf8') };
+  }
+  const pems = await generate([{ name: 'commonName', value: config.mailHost }], { keySize: 2048, algorithm: 'sha256' });
+  return { key: pems.private, cert: pems.cert };
+}
+
+function countReceived(raw: Buffer): number {
+  const end = raw.indexOf('\r\n\r\n');
+  const head = raw.subarray(0, end === -1 ? Math.min(raw.length, 256 * 1024) : end).toString('latin1');
+  return (head.match(/^Received:/gim) ?? []).length;
+}
+
+export async function start(config: Config, deps: { svc: Services; log: Logger }): Promise<MailServerHandle> {
+  const { svc, log } = deps;
+  const resolved = new Map<string, RecipientResolution[]>();
+  const tls = await tlsMaterial(config);
+
+  const server = new SMTPServer({
+    name: config.mailHost,
+    banner: 'Boxes MX',
+    size: config.smtp.maxMessageBytes,
+    maxClients: config.smtp.maxConnections,
+    // An MX takes no logins: submission is the API's job.
+    disabledCommands: ['AUTH'],
+    authOptional: true,
+    key: tls.key,
+    cert: tls.cert,
+    logger: false,
+    onConnect(session, cb) {
+      resolved.set(session.id, []);
+      cb();
+    },
+    onClose(session) {
+      resolved.delete(session.id);
+    },
+    onMailFrom(_address, session, cb) {
+      // A new transaction on the same connection starts with no recipients.
+      resolved.set(session.id, []);
+      cb();
+    },
+    onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, cb) {
+      const list = resolved.get(session.id) ?? [];
+      if (list.length >= config.smtp.maxRecipients) {
+        cb(new SmtpReply(452, `4.5.3 Too many recipients (at most ${config.smtp.maxRecipients} per message)`));
+        return;
+      }
+      resolveRecipient(svc, address.address)
+        .then((r) => {
+          if (r.kind === 'not_hosted') return cb(new SmtpReply(550, `5.7.1 <${address.address}>: relay access denied, this server only accepts mail for its own domains`));
+          if (r.kind === 'unknown_box') return cb(new SmtpReply(550, `5.1.1 <${address.address}>: no such mailbox`));
+          list.push(r);
+          resolved.set(session.id, list);
+          cb();
+        })
+        .catch((err) => {
+          log.error({ err }, 'recipient lookup failed');
+          cb(new SmtpReply(451, '4.3.0 Temporary failure, try again later'));
+        });
+    },
+    onData(stream: SMTPServerDataStream, session: SMTPServerSession, cb) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        // smtp-server only flags the size after DATA; answering 552 is ours to do.
+        if (stream.sizeExceeded) return cb(new SmtpReply(552, `5.3.4 Message too big for this server (at most ${config.smtp.maxMessageBytes} bytes)`));
+        const raw = Buffer.concat(chunks);
+        if (countReceived(raw) > MAX_RECEIVED_HEADERS) return cb(new SmtpReply(554, '5.4.6 Routing loop detected: too many Received headers'));
+        const recipients = resolved.get(session.id) ?? [];
+        const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;
+        receiveMessage(svc, { raw, recipients, mailFrom, via: 'smtp' })
+          .then((stored) => cb(null, `2.0.0 Ok: stored ${stored.messageIds.length} message(s)`))
+          .catch((err) => {
+            log.error({ err }, 'storing inbound mail failed');
+            cb(new SmtpReply(451, '4.3.0 Temporary failure storing the message, try again later'));
+          });
+      });
+    },
+  });
+  server.on('error', (err) => log.error({ err }, 'smtp server error'));
+  await new Promise<void>((resolve, reject) => {
+    server.server.once('error', reject);
+    server.listen(config.smtp.port, config.smtp.host, () => resolve());
+  });
+  const port = (server.server.address() as AddressInfo).port;
+  return {
+    port,
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}

@@ -1,0 +1,66 @@
+/**
+ * The single-process runtime: builds the services (database, Redis, queues) and starts the HTTP server, the
+ * worker and the MX. `pnpm start` and the test harness use it; in production each app can run on its own
+ * with the same services.
+ */
+import type { Config } from '@boxes/config';
+import type { Services } from '@boxes/core';
+import { createDb } from '@boxes/db';
+import { createRedis, Jobs } from '@boxes/jobs';
+import type { MxResolver } from '@boxes/mail';
+import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
+import { start as startWorker, type WorkerHandle } from '@boxes/worker';
+import { start as startServer, type ServerHandle } from './index';
+import { createLogger, type Logger } from './logger';
+
+export interface Runtime {
+  svc: Services;
+  log: Logger;
+  server: ServerHandle;
+  worker: WorkerHandle | null;
+  mail: MailServerHandle | null;
+  stop(): Promise<void>;
+}
+
+export interface RuntimeOptions {
+  secretKey: Buffer;
+  /** Start the delivery worker (default true). */
+  worker?: boolean;
+  /** Start the MX (default true). */
+  mail?: boolean;
+  /** Outbound routing override (tests stand in for the internet's MX hosts). */
+  resolver?: MxResolver;
+  log?: Logger;
+  dbPoolSize?: number;
+  /** Called once the HTTP port is known, before the other apps start (tests set the public URL here). */
+  onListening?: (port: number) => void;
+}
+
+export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {
+  const log = opts.log ?? createLogger(config.logLevel);
+  const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
+  const redis = createRedis(config.redisUrl);
+  redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
+  const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
+  const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis };
+  const server = await startServer(config, { svc, log });
+  opts.onListening?.(server.port);
+  const worker = opts.worker === false ? null : await startWorker(config, { svc, log, ...(opts.resolver ? { resolver: opts.resolver } : {}) });
+  const mail = opts.mail === false ? null : await startMail(config, { svc, log });
+  return {
+    svc,
+    log,
+    server,
+    worker,
+    mail,
+    async stop() {
+      await server.stop();
+      await worker?.stop();
+      await mail?.stop();
+      await jobs.close();
+      jobs.connection.disconnect();
+      redis.disconnect();
+      await db.$disconnect();
+    },
+  };
+}

@@ -1,0 +1,61 @@
+/** Mail: send, list, read, delete. */
+import { deleteMessage, getMessage, listMessages, sendMessage } from '@boxes/core';
+import {
+  DeleteMessageInput,
+  DeleteMessageOutput,
+  ListMessagesInput,
+  ListMessagesOutput,
+  MessageIdInput,
+  MessageWithBody,
+  SendInput,
+  SendOutput,
+} from '@boxes/schemas';
+import { keyProcedure, router } from '../trpc';
+
+export const messagesRouter = router({
+  send: keyProcedure
+    .meta({
+      scope: 'send',
+      openapi: {
+        method: 'POST',
+        path: '/messages/send',
+        tags: ['messages'],
+        summary: 'Send a message',
+        description:
+          'Returns once the message is durably queued; delivery runs in the background (events mail.delivered, mail.bounced, mail.failed). One message is reserved per recipient (free allowance first) and charged when delivered. 402 with top-up guidance when credit is short; nothing is sent then.',
+      },
+    })
+    .input(SendInput)
+    .output(SendOutput)
+    .mutation(({ ctx, input }) => sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input)),
+  list: keyProcedure
+    .meta({
+      scope: 'receive',
+      openapi: { method: 'GET', path: '/messages', tags: ['messages'], summary: 'List messages', description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes.' },
+    })
+    .input(ListMessagesInput)
+    .output(ListMessagesOutput)
+    .query(({ ctx, input }) => listMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input })),
+  get: keyProcedure
+    .meta({
+      scope: 'receive',
+      openapi: { method: 'GET', path: '/messages/{id}', tags: ['messages'], summary: 'Read a message', description: 'The full decrypted body, headers and attachments, and for sent messages each delivery.' },
+    })
+    .input(MessageIdInput)
+    .output(MessageWithBody)
+    .query(({ ctx, input }) => getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id })),
+  delete: keyProcedure
+    .meta({
+      scope: 'receive',
+      openapi: {
+        method: 'DELETE',
+        path: '/messages/{id}',
+        tags: ['messages'],
+        summary: 'Reclaim a message body',
+        description: 'Removes the body and raw message. With purge (query ?purge=true or JSON body {"purge": true}) also subject, from, to and cc. A message.deleted event records it.',
+      },
+    })
+    .input(DeleteMessageInput)
+    .output(DeleteMessageOutput)
+    .mutation(({ ctx, input }) => deleteMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, purge: input.purge === 'true', actorKeyId: ctx.key.id })),
+});

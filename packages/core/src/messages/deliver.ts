@@ -1,0 +1,138 @@
+/**
+ * One delivery attempt (run by apps/worker for a job): compose and DKIM-sign the message once, then hand it to
+ * the recipient: locally (another box on this instance, in one transaction with the delivery's state) or over
+ * SMTP through the relay or the recipient domain's MX hosts. Idempotent: a delivery in a final state is left
+ * alone, so a repeated job does nothing.
+ */
+import type { Message } from '@boxes/db';
+import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
+import type { Services } from '../shared/context';
+import { open, seal } from '../shared/crypto';
+import { domainOf } from './addresses';
+import { openBody } from './body';
+import { markBounced, markDeferred, markDelivered, markFailed } from './outcomes';
+import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
+
+export interface DeliveryDeps {
+  sender: SmtpSender;
+  resolver: MxResolver;
+  /** Everything that leaves the instance goes here when set. */
+  relay?: SmtpDestination | undefined;
+  /** Delay before the next attempt, given the attempts made so far. */
+  retryDelayMs: (attemptsMade: number) => number;
+  maxAttempts: number;
+}
+
+const dkimKeys = new Map<string, string>();
+
+async function privateKeyFor(svc: Services, domainName: string): Promise<{ selector: string; pem: string }> {
+  const d = await svc.db.domain.findUniqueOrThrow({ where: { name: domainName }, select: { dkimSelector: true, dkimPrivateKeyEnc: true } });
+  let pem = dkimKeys.get(d.dkimPrivateKeyEnc);
+  if (!pem) {
+    pem = open(svc.secretKey, d.dkimPrivateKeyEnc).toString('utf8');
+    if (dkimKeys.size > 1000) dkimKeys.clear();
+    dkimKeys.set(d.dkimPrivateKeyEnc, pem);
+  }
+  return { selector: d.dkimSelector, pem };
+}
+
+/** The signed RFC 5322 bytes of a sent message, composed on first use and stored sealed. */
+export async function ensureComposed(svc: Services, message: Message): Promise<Buffer> {
+  if (message.rawEnc) return open(svc.secretKey, message.rawEnc);
+  if (!message.bodyEnc || !message.fromAddress) throw new Error(`message ${message.id} has no body to compose`);
+  const body = openBody(svc.secretKey, message.bodyEnc);
+  const raw = await composeMessage({
+    from: { name: body.from_name ?? undefined, address: message.fromAddress },
+    to: body.to_display ?? message.toAddresses,
+    cc: body.cc_display ?? message.ccAddresses,
+    replyTo: body.reply_to ?? [],
+    subject: message.subject ?? '',
+    text: body.text ?? undefined,
+    html: body.html ?? undefined,
+    headers: body.headers,
+    attachments: body.attachments.map((a) => ({
+      filename: a.filename ?? 'attachment',
+      content: Buffer.from(a.content_b64, 'base64'),
+      contentType: a.content_type,
+      contentId: a.content_id ?? undefined,
+    })),
+    messageId: message.rfcMessageId,
+    date: new Date(body.date ?? message.recordedAt.toISOString()),
+  });
+  const domain = domainOf(message.fromAddress);
+  const key = await privateKeyFor(svc, domain);
+  const signed = await dkimSign(raw, { domainName: domain, keySelector: key.selector, privateKey: key.pem });
+  const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: seal(svc.secretKey, signed), sizeBytes: signed.length } });
+  if (stored.count === 1) return signed;
+  // Another attempt stored it first: deliver the same bytes to every recipient.
+  const again = await svc.db.message.findUniqueOrThrow({ where: { id: message.id }, select: { rawEnc: true } });
+  return open(svc.secretKey, again.rawEnc!);
+}
+
+export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
+
+export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number): Promise<AttemptResult> {
+  const delivery = await svc.db.delivery.findUnique({ where: { id: deliveryId }, include: { message: true } });
+  if (!delivery || ['delivered', 'bounced', 'failed'].includes(delivery.status)) return { done: true };
+  const raw = await ensureComposed(svc, delivery.message);
+  const attempts = attemptsMade + 1;
+
+  if (delivery.route === 'local') {
+    const target = await resolveRecipient(svc, delivery.recipient);
+    if (target.kind !== 'box') {
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local' }));
+      return { done: true };
+    }
+    const parsed = await parseMessage(raw);
+    // The copy for the recipient and the delivery's state commit together: exactly once.
+    await svc.db.$transaction(
+      async (tx) => {
+        const fresh = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId }, select: { status: true } });
+        if (['delivered', 'bounced', 'failed'].includes(fresh.status)) return;
+        await receiveMessage(svc, { raw, parsed, recipients: [target], mailFrom: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), via: 'local', tx });
+        await markDelivered(tx, deliveryId, { mta: 'local', response: 'stored locally' });
+      },
+      { maxWait: 10_000, timeout: 30_000 },
+    );
+    return { done: true };
+  }
+
+  const domain = domainOf(delivery.recipient);
+  let destinations: SmtpDestination[];
+  let lastError = '';
+  try {
+    destinations = deps.relay ? [deps.relay] : await deps.resolver.resolve(domain);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'ENOTFOUND') {
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp' }));
+      return { done: true };
+    }
+    destinations = [];
+    lastError = `DNS lookup for ${domain} failed: ${(err as Error).message}`;
+  }
+  if (!deps.relay && destinations.length === 0 && !lastError) {
+    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp' }));
+    return { done: true };
+  }
+  const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
+  for (const dest of destinations) {
+    const outcome = await deps.sender.send(dest, envelope, raw);
+    if (outcome.kind === 'delivered') {
+      await svc.db.$transaction((tx) => markDelivered(tx, deliveryId, { mta: outcome.mta, response: outcome.response }));
+      return { done: true };
+    }
+    if (outcome.kind === 'permanent') {
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp' }));
+      return { done: true };
+    }
+    lastError = `${outcome.mta}: ${outcome.response}`;
+  }
+  if (attempts >= deps.maxAttempts) {
+    await svc.db.$transaction((tx) => markFailed(tx, deliveryId, { error: lastError, attempts }));
+    return { done: true };
+  }
+  const retryInMs = deps.retryDelayMs(attempts);
+  await svc.db.$transaction((tx) => markDeferred(tx, deliveryId, { error: lastError, attempts, nextAttemptAt: new Date(Date.now() + retryInMs) }));
+  return { done: false, retryInMs, error: lastError };
+}

@@ -1,0 +1,33 @@
+/**
+ * Looping single sends (SPEC "Send rules" 8): many one-recipient sends to different addresses within a
+ * minute are flagged with a warning, and once per ten minutes with a send.loop_detected event.
+ */
+import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
+
+export const LOOP_WINDOW_SECONDS = 60;
+export const LOOP_THRESHOLD = 20;
+
+export async function checkSendLoop(svc: Services, accountId: string, singleRecipient: string | null) {
+  if (!singleRecipient) return undefined;
+  const window = Math.floor(Date.now() / 1000 / LOOP_WINDOW_SECONDS);
+  const key = `${svc.config.redisPrefix}:loop:${accountId}:${window}`;
+  let distinct: number;
+  try {
+    const [[, , ], [, count]] = (await svc.redis.multi().pfadd(key, singleRecipient).pfcount(key).expire(key, LOOP_WINDOW_SECONDS * 2).exec()) as [
+      [unknown, unknown],
+      [unknown, number],
+      [unknown, unknown],
+    ];
+    distinct = count;
+  } catch {
+    return undefined; // Redis trouble must not block sending.
+  }
+  if (distinct <= LOOP_THRESHOLD) return undefined;
+  const message = `${distinct} single-recipient sends to different addresses in the last minute. Send one message to many recipients with POST /messages/send/bulk instead (see README "Bulk send").`;
+  const first = await svc.redis.set(`${svc.config.redisPrefix}:loop-event:${accountId}`, '1', 'EX', 600, 'NX').catch(() => null);
+  if (first === 'OK') {
+    await appendEvent({ db: svc.db, accountId, type: 'send.loop_detected', data: { distinct_recipients_last_minute: distinct, advice: 'use POST /messages/send/bulk' } });
+  }
+  return { code: 'looping_single_sends', message };
+}

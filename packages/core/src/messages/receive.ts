@@ -1,0 +1,151 @@
+/**
+ * Inbound mail, shared by the MX (apps/mail) and local delivery between accounts of this instance: resolve
+ * each recipient, store the message once per box (raw and parsed, both sealed), charge it, echo the context of
+ * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
+ */
+import type { Box, Tx } from '@boxes/db';
+import { Prisma } from '@boxes/db';
+import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
+import { chargeReceived } from '../credit/ledger';
+import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
+import { seal } from '../shared/crypto';
+import { newId } from '../shared/ids';
+import { domainOf } from './addresses';
+import { sealBody } from './body';
+import { applyReport } from './reports';
+
+export type RecipientResolution =
+  | { kind: 'box'; box: Box }
+  | { kind: 'bounce'; deliveryId: string; accountId: string }
+  | { kind: 'unknown_box' }
+  | { kind: 'not_hosted' };
+
+const BOUNCE_LOCAL = /^bounces\+(dlv_[0-9a-z]{20})$/;
+
+/** The address that DSNs for one delivery come back to (the SMTP MAIL FROM of that delivery). */
+export const bounceAddress = (deliveryId: string, domain: string): string => `bounces+${deliveryId}@${domain}`;
+
+export async function resolveRecipient(svc: Services, rcpt: string): Promise<RecipientResolution> {
+  const address = rcpt.trim().toLowerCase();
+  const domain = await svc.db.domain.findUnique({ where: { name: domainOf(address) }, select: { accountId: true } });
+  if (!domain) return { kind: 'not_hosted' };
+  const box = await svc.db.box.findUnique({ where: { address } });
+  if (box) return { kind: 'box', box };
+  const m = BOUNCE_LOCAL.exec(address.slice(0, address.lastIndexOf('@')));
+  if (m) {
+    const d = await svc.db.delivery.findUnique({ where: { id: m[1]! }, select: { accountId: true } });
+    if (d && d.accountId === domain.accountId) return { kind: 'bounce', deliveryId: m[1]!, accountId: d.accountId };
+  }
+  return { kind: 'unknown_box' };
+}
+
+async function findContext(tx: Tx, accountId: string, parsed: ParsedMessage) {
+  const ids = [parsed.inReplyTo, ...[...parsed.references].reverse()].filter((x): x is string => !!x).slice(0, 50);
+  if (!ids.length) return null;
+  const sent = await tx.message.findMany({
+    where: { accountId, direction: 'sent', rfcMessageId: { in: ids } },
+    select: { rfcMessageId: true, context: true },
+  });
+  // In-Reply-To first, then the newest reference.
+  for (const id of ids) {
+    const hit = sent.find((m) => m.rfcMessageId === id && m.context !== null);
+    if (hit) return hit.context as Record<string, unknown>;
+  }
+  return null;
+}
+
+export interface InboundInput {
+  raw: Buffer;
+  /** Resolved recipients (boxes and bounce addresses); unknown ones were refused at RCPT time. */
+  recipients: RecipientResolution[];
+  mailFrom: string | null;
+  via: 'smtp' | 'local';
+  /** Already parsed (local delivery parses once for all recipients). */
+  parsed?: ParsedMessage;
+  /** Run inside this transaction (local delivery marks its delivery in the same one). */
+  tx?: Tx;
+}
+
+export interface StoredInbound {
+  messageIds: string[];
+}
+
+export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
+  const parsed = input.parsed ?? (await parseMessage(input.raw));
+  const report = parseReport(parsed.mail);
+  const run = async (tx: Tx): Promise<StoredInbound> => {
+    const messageIds: string[] = [];
+    for (const r of input.recipients) {
+      if (r.kind === 'bounce') {
+        if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
+        continue;
+      }
+      if (r.kind !== 'box') continue;
+      const box = r.box;
+      const id = newId('msg');
+      const context = await findContext(tx, box.accountId, parsed);
+      await tx.message.create({
+        data: {
+          id,
+          accountId: box.accountId,
+          boxId: box.id,
+          direction: 'received',
+          status: 'received',
+          rfcMessageId: parsed.messageId ?? `<${id}@${domainOf(box.address)}>`,
+          providerMessageId: id,
+          inReplyTo: parsed.inReplyTo,
+          references: parsed.references,
+          fromAddress: parsed.from,
+          toAddresses: parsed.to,
+          ccAddresses: parsed.cc,
+          bccAddresses: [],
+          subject: parsed.subject,
+          sizeBytes: input.raw.length,
+          bodyEnc: sealBody(svc.secretKey, {
+            text: parsed.text,
+            html: parsed.html,
+            headers: parsed.headers,
+            attachments: parsed.attachments.map((a) => ({
+              filename: a.filename,
+              content_type: a.contentType,
+              content_id: a.contentId,
+              content_b64: a.content.toString('base64'),
+            })),
+          }),
+          rawEnc: seal(svc.secretKey, input.raw),
+          context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
+        },
+      });
+      await chargeReceived(svc, tx, box.accountId, id);
+      await appendEvent({
+        db: tx,
+        accountId: box.accountId,
+        type: 'mail.received',
+        boxId: box.id,
+        data: {
+          message: {
+            id,
+            box_id: box.id,
+            to_box: box.address,
+            from: parsed.from,
+            to: parsed.to,
+            cc: parsed.cc,
+            subject: parsed.subject,
+            rfc_message_id: parsed.messageId,
+            in_reply_to: parsed.inReplyTo,
+            size_bytes: input.raw.length,
+            attachments: parsed.attachments.length,
+            via: input.via,
+          },
+          context,
+        },
+      });
+      if (report) await applyReport(tx, { report, accountId: box.accountId });
+      messageIds.push(id);
+    }
+    return { messageIds };
+  };
+  if (input.tx) return run(input.tx);
+  return svc.db.$transaction(run, { maxWait: 10_000, timeout: 30_000 });
+}

@@ -1,0 +1,50 @@
+/**
+ * Per-account sending reputation over the last 7 days: sent, bounced and complained counts. Crossing a
+ * threshold (bounce rate over 3%, complaint rate over 0.05%) appends reputation.warning; falling back under
+ * both appends reputation.recovered. One account's bounces never touch another's counts.
+ */
+import type { DbClient, Tx } from '@boxes/db';
+import { appendEvent } from '../events/append';
+
+export const BOUNCE_RATE_LIMIT = 0.03;
+export const COMPLAINT_RATE_LIMIT = 0.0005;
+const WEEK_MS = 7 * 86_400_000;
+
+export async function reputationCounts(db: DbClient, accountId: string) {
+  const since = new Date(Date.now() - WEEK_MS);
+  const [sent, bounced, complained] = await Promise.all([
+    db.delivery.count({ where: { accountId, createdAt: { gte: since } } }),
+    db.delivery.count({ where: { accountId, createdAt: { gte: since }, status: 'bounced' } }),
+    db.suppression.count({ where: { accountId, reason: 'complaint', createdAt: { gte: since } } }),
+  ]);
+  const bounceRate = sent ? bounced / sent : 0;
+  const complaintRate = sent ? complained / sent : 0;
+  const state: 'ok' | 'bounce_rate_high' | 'complaint_rate_high' | 'bounce_and_complaint_rate_high' =
+    bounceRate > BOUNCE_RATE_LIMIT && complaintRate > COMPLAINT_RATE_LIMIT
+      ? 'bounce_and_complaint_rate_high'
+      : bounceRate > BOUNCE_RATE_LIMIT
+        ? 'bounce_rate_high'
+        : complaintRate > COMPLAINT_RATE_LIMIT
+          ? 'complaint_rate_high'
+          : 'ok';
+  return {
+    window_days: 7,
+    sent,
+    bounced,
+    complained,
+    bounce_rate: bounceRate,
+    complaint_rate: complaintRate,
+    bounce_rate_limit: BOUNCE_RATE_LIMIT,
+    complaint_rate_limit: COMPLAINT_RATE_LIMIT,
+    state,
+  };
+}
+
+/** Recomputes the reputation and appends an event when its state changed. Call inside the change's transaction. */
+export async function evaluateReputation(tx: Tx, accountId: string): Promise<void> {
+  const r = await reputationCounts(tx, accountId);
+  const account = await tx.account.findUniqueOrThrow({ where: { id: accountId }, select: { reputationState: true } });
+  if (account.reputationState === r.state) return;
+  await tx.account.update({ where: { id: accountId }, data: { reputationState: r.state } });
+  await appendEvent({ db: tx, accountId, type: r.state === 'ok' ? 'reputation.recovered' : 'reputation.warning', data: r });
+}

@@ -1,0 +1,69 @@
+/**
+ * Queues (BullMQ on Redis): names, job payloads (ids only, never secrets or bodies), retry schedules and the
+ * enqueue helpers core and the apps use. Every handler must be idempotent: BullMQ delivers at least once.
+ */
+import { Queue, type ConnectionOptions } from 'bullmq';
+import { Redis } from 'ioredis';
+import { z } from 'zod';
+
+export const QUEUE = { deliveries: 'deliveries' } as const;
+
+export const DeliveryJob = z.object({ deliveryId: z.string() });
+export type DeliveryJob = z.infer<typeof DeliveryJob>;
+
+/**
+ * Retry schedule of a deferred delivery, in seconds after each failed attempt: 1 min, 5 min, 15 min, 30 min,
+ * 1 h, 2 h, 4 h, 8 h, 12 h, 24 h. Eleven attempts over about 52 hours; then the delivery fails.
+ */
+export const DELIVERY_RETRY_SECONDS = [60, 300, 900, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400] as const;
+export const DELIVERY_ATTEMPTS = DELIVERY_RETRY_SECONDS.length + 1;
+
+export function deliveryRetryDelayMs(attemptsMade: number, scale = 1): number {
+  const i = Math.min(Math.max(attemptsMade - 1, 0), DELIVERY_RETRY_SECONDS.length - 1);
+  return Math.round(DELIVERY_RETRY_SECONDS[i]! * 1000 * scale);
+}
+
+export interface JobsOptions {
+  redisUrl: string;
+  /** Key prefix in Redis; tests give each file its own. */
+  prefix: string;
+}
+
+/** A Redis connection suitable for BullMQ (workers need maxRetriesPerRequest: null). */
+export function createRedis(url: string): Redis {
+  return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
+}
+
+export class Jobs {
+  readonly deliveries: Queue<DeliveryJob>;
+
+  constructor(
+    readonly connection: Redis,
+    readonly prefix: string,
+  ) {
+    this.deliveries = new Queue<DeliveryJob>(QUEUE.deliveries, { connection: connection as ConnectionOptions, prefix });
+  }
+
+  /** Enqueues delivery jobs; the job id is the delivery id, so enqueueing twice is harmless. */
+  async enqueueDeliveries(deliveryIds: string[], delayMs = 0): Promise<void> {
+    if (!deliveryIds.length) return;
+    await this.deliveries.addBulk(
+      deliveryIds.map((deliveryId) => ({
+        name: 'deliver',
+        data: { deliveryId },
+        opts: {
+          jobId: deliveryId,
+          delay: delayMs,
+          attempts: DELIVERY_ATTEMPTS,
+          backoff: { type: 'boxes' },
+          removeOnComplete: { age: 3600, count: 10_000 },
+          removeOnFail: { age: 7 * 86_400 },
+        },
+      })),
+    );
+  }
+
+  async close(): Promise<void> {
+    await this.deliveries.close();
+  }
+}

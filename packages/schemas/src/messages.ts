@@ -1,0 +1,206 @@
+import { z } from 'zod';
+import { Timestamp } from './common';
+
+const AddressList = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(50)]);
+
+export const MAX_CONTEXT_BYTES = 16 * 1024;
+export const MAX_HEADERS = 15;
+export const MAX_REPLY_TO = 5;
+export const MAX_RECIPIENTS = 50;
+
+export const SendAttachment = z.strictObject({
+  filename: z.string().min(1).max(255).meta({ example: 'invoice.pdf' }),
+  content_b64: z
+    .string()
+    .regex(/^[A-Za-z0-9+/\r\n]*={0,2}$/, 'must be base64')
+    .meta({ description: 'The content, base64-encoded', example: 'JVBERi0xLjQK' }),
+  content_type: z.string().min(3).max(255).regex(/^[\w.+-]+\/[\w.+-]+$/, 'must be a MIME type such as application/pdf').meta({ example: 'application/pdf' }),
+  content_id: z
+    .string()
+    .max(255)
+    .regex(/^[^<>\s]+$/, 'must not contain spaces or angle brackets')
+    .optional()
+    .meta({ description: 'Makes the attachment inline: reference it in html as cid:<content_id>', example: 'logo' }),
+});
+
+export const SendInput = z
+  .strictObject({
+    to: AddressList.meta({ description: 'One address or a list (Name <address> accepted)', example: 'someone@example.com' }),
+    cc: AddressList.optional(),
+    bcc: AddressList.optional().meta({ description: 'Delivered but not shown in the headers; kept on the sent record' }),
+    from: z
+      .string()
+      .max(320)
+      .optional()
+      .meta({ description: 'A box of your account (default: the primary address agent@<domain>); Name <address> accepted', example: 'Billing <billing@brave-otter.boxes.localhost>' }),
+    subject: z.string().max(998).default('').meta({ example: 'Your invoice' }),
+    text: z.string().max(5_000_000).optional().meta({ description: 'Plain-text body', example: 'Hello!' }),
+    html: z.string().max(5_000_000).optional().meta({ description: 'HTML body', example: '<p>Hello!</p>' }),
+    reply_to: z
+      .union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(MAX_REPLY_TO, `at most ${MAX_REPLY_TO} reply_to addresses`)])
+      .optional()
+      .meta({ description: `Reply-To addresses (at most ${MAX_REPLY_TO})` }),
+    headers: z
+      .record(z.string().min(1).max(100), z.string().max(2000))
+      .optional()
+      .meta({ description: `Custom headers (at most ${MAX_HEADERS}); no line breaks; reserved names are rejected`, example: { 'X-Campaign': 'november' } }),
+    attachments: z.array(SendAttachment).max(20).optional(),
+    idempotency_key: z
+      .string()
+      .min(1)
+      .max(255)
+      .optional()
+      .meta({ description: 'Repeat a send safely: the same key with the same message replays the first response; with a different message it is rejected (409)', example: 'invoice-2026-11-0042' }),
+    context: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .meta({ description: 'Your own JSON object (at most 16 KB), returned on replies to this message', example: { ticket: 4211 } }),
+  })
+  .meta({ id: 'SendMessage' });
+
+export const SendOutput = z.object({
+  message_id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+  rfc_message_id: z.string().meta({ description: 'The Message-ID header', example: '<msg_0a1b2c3d4e5f6g7h8j9k@brave-otter.boxes.localhost>' }),
+  status: z.enum(['queued', 'suppressed']).meta({ description: 'queued: durably queued for delivery; suppressed: every recipient is on the suppression list, nothing is sent' }),
+  from: z.string(),
+  recipients: z.array(z.string()).meta({ description: 'Addresses queued for delivery, each once' }),
+  suppressed: z.array(z.string()).meta({ description: 'Recipients on your suppression list: not attempted, not charged' }),
+  billing: z
+    .object({
+      messages: z.number().int().meta({ description: 'Messages reserved: one per recipient' }),
+      free_messages_used: z.number().int(),
+      paid_messages: z.number().int(),
+      price_per_message_usd: z.string().meta({ example: '0.0016' }),
+      reserved_usd: z.string().meta({ description: 'Held now; charged per recipient when delivered, released if it bounces or fails', example: '0.0032' }),
+      free_messages_left: z.number().int(),
+      credit_balance_cents: z.number().int(),
+    })
+    .meta({ description: 'What this send costs' }),
+  warning: z
+    .object({ code: z.string(), message: z.string() })
+    .optional()
+    .meta({ description: 'Present when many single sends to different recipients were made in a short time: use bulk send instead' }),
+  idempotent_replay: z.boolean().optional().meta({ description: 'true when this is the stored response of an earlier send with the same idempotency_key' }),
+});
+
+export const MessageSummary = z
+  .object({
+    id: z.string(),
+    direction: z.enum(['sent', 'received']),
+    status: z.string().meta({ description: 'sent: queued, delivered, partially_delivered, failed, bounced, suppressed; received: received' }),
+    box_id: z.string().nullable(),
+    from: z.string().nullable(),
+    to: z.array(z.string()),
+    cc: z.array(z.string()),
+    bcc: z.array(z.string()).meta({ description: 'Kept on sent records only' }),
+    subject: z.string().nullable(),
+    size_bytes: z.number().int(),
+    rfc_message_id: z.string(),
+    provider_message_id: z.string(),
+    in_reply_to: z.string().nullable(),
+    context: z.record(z.string(), z.unknown()).nullable(),
+    recorded_at: Timestamp,
+    body_state: z.enum(['available', 'reclaimed']),
+    purged: z.boolean(),
+  })
+  .meta({ id: 'MessageSummary' });
+
+export const MessageBody = z.object({
+  text: z.string().nullable(),
+  html: z.string().nullable(),
+  headers: z.record(z.string(), z.string()),
+  attachments: z.array(
+    z.object({
+      filename: z.string().nullable(),
+      content_type: z.string(),
+      size_bytes: z.number().int(),
+      content_id: z.string().nullable(),
+      content_b64: z.string(),
+    }),
+  ),
+});
+
+export const MessageWithBody = MessageSummary.extend({
+  body: MessageBody.nullable().meta({ description: 'null once the body was reclaimed (DELETE /messages/{id})' }),
+  deliveries: z
+    .array(
+      z.object({
+        recipient: z.string(),
+        status: z.string(),
+        attempts: z.number().int(),
+        last_error: z.string().nullable(),
+        delivered_at: Timestamp.nullable(),
+      }),
+    )
+    .meta({ description: 'Sent messages: one entry per recipient' }),
+});
+
+export const ListMessagesInput = z.strictObject({
+  include: z.enum(['body']).optional().meta({ description: 'include=body adds each message body' }),
+  direction: z.enum(['sent', 'received']).optional(),
+  box: z.string().max(320).optional().meta({ description: 'A box id or address' }),
+  since: Timestamp.optional().meta({ description: 'Only messages recorded at or after this time' }),
+  before: Timestamp.optional().meta({ description: 'Only messages recorded before this time' }),
+  limit: z.coerce.number().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)' }),
+  cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page' }),
+});
+
+export const ListMessagesOutput = z.object({
+  messages: z.array(MessageWithBody.extend({ body: MessageBody.nullable().optional() }).omit({ deliveries: true })),
+  next_cursor: z.string().nullable().meta({ description: 'Pass as cursor for older messages; null at the end' }),
+});
+
+export const MessageIdInput = z.strictObject({ id: z.string().max(40) });
+export const DeleteMessageInput = z.strictObject({
+  id: z.string().max(40),
+  // A string, not a boolean: the REST layer coerces query booleans with Boolean(), which reads "false" as true.
+  purge: z
+    .enum(['true', 'false'])
+    .optional()
+    .meta({ description: '"true" also removes subject, from, to and cc (id, provider message id, rfc_message_id, recorded_at and direction stay). REST also takes a JSON body {"purge": true}.' }),
+});
+export const DeleteMessageOutput = z.object({
+  id: z.string(),
+  body_state: z.object({ reclaimed_at_utc: Timestamp }),
+  purged: z.boolean(),
+});
+
+export const SuppressionEntry = z.object({
+  address: z.string(),
+  reason: z.enum(['bounce', 'complaint']),
+  detail: z.string().nullable(),
+  message_id: z.string().nullable(),
+  created_at: Timestamp,
+});
+export const SuppressionList = z.object({ suppressions: z.array(SuppressionEntry) });
+export const SuppressionAddressInput = z.strictObject({ address: z.string().min(3).max(320) });
+export const SuppressionStatus = z.object({
+  address: z.string(),
+  suppressed: z.boolean(),
+  entry: SuppressionEntry.nullable(),
+});
+export const UnblockOutput = z.object({ address: z.string(), removed: z.boolean() });
+
+export const CreditBalance = z.object({
+  credit_balance_cents: z.number().int().meta({ description: 'May be negative' }),
+  credit_balance_usd: z.string().meta({ example: '4.9968' }),
+  held_usd: z.string().meta({ description: 'Reserved by sends still being delivered' }),
+  free_messages_left: z.number().int(),
+  free_messages_total: z.number().int(),
+  emails_covered: z.number().int().meta({ description: 'Messages the free allowance and the balance still cover' }),
+  balance_state: z.enum(['ok', 'low', 'critical']),
+  low_balance: z.boolean(),
+  price_per_message_usd: z.string(),
+});
+
+export const ReputationOutput = z.object({
+  window_days: z.number().int(),
+  sent: z.number().int(),
+  bounced: z.number().int(),
+  complained: z.number().int(),
+  bounce_rate: z.number(),
+  complaint_rate: z.number(),
+  bounce_rate_limit: z.number(),
+  complaint_rate_limit: z.number(),
+  state: z.enum(['ok', 'bounce_rate_high', 'complaint_rate_high', 'bounce_and_complaint_rate_high']),
+});

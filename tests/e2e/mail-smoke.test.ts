@@ -1,0 +1,74 @@
+// End-to-end mail: an agent sends to an outside address (a local SMTP server standing in for the remote MX),
+// and an outside sender mails a box through our MX.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import nodemailer from 'nodemailer';
+import { SMTPServer } from 'smtp-server';
+import type { AddressInfo } from 'node:net';
+import { staticResolver } from '@boxes/mail';
+import { rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
+
+let t: TestServer;
+let sink: SMTPServer;
+const received: { rcpt: string[]; raw: Buffer }[] = [];
+
+beforeAll(async () => {
+  sink = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS', 'AUTH'],
+    logger: false,
+    onData(stream, session, cb) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        received.push({ rcpt: session.envelope.rcptTo.map((r) => r.address), raw: Buffer.concat(chunks) });
+        cb();
+      });
+    },
+  });
+  await new Promise<void>((r) => sink.listen(0, '127.0.0.1', () => r()));
+  const port = (sink.server.address() as AddressInfo).port;
+  t = await startTestServer({ worker: true, mail: true, resolver: staticResolver({ 'remote.test': { host: '127.0.0.1', port } }) });
+});
+afterAll(async () => {
+  await t?.stop();
+  await new Promise<void>((r) => sink.close(() => r()));
+});
+
+async function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+it('sends to an outside address and receives from one', async () => {
+  const a = await signupAccount(t);
+  const sent = await rest(t, 'POST', '/messages/send', {
+    key: a.apiKey,
+    body: { to: 'Someone <someone@remote.test>', subject: 'Hello', text: 'Hi there', context: { ticket: 42 } },
+  });
+  expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+  const got = await waitFor(async () => received.find((r) => r.rcpt.includes('someone@remote.test')));
+  expect(got.raw.toString()).toContain('DKIM-Signature:');
+  expect(got.raw.toString()).toContain(`Message-ID: ${sent.body.rfc_message_id}`);
+
+  const client = nodemailer.createTransport({ host: '127.0.0.1', port: t.smtpPort!, secure: false, tls: { rejectUnauthorized: false } });
+  await client.sendMail({
+    from: 'someone@remote.test',
+    to: a.primaryAddress,
+    subject: 'Re: Hello',
+    text: 'reply',
+    inReplyTo: sent.body.rfc_message_id,
+    references: [sent.body.rfc_message_id],
+  });
+  const ev = await waitFor(async () => {
+    const r = await rest(t, 'GET', '/events?type=mail.received', { key: a.apiKey });
+    return r.body.events[0];
+  });
+  expect(ev.data.context).toEqual({ ticket: 42 });
+  const list = await rest(t, 'GET', '/messages?direction=received&include=body', { key: a.apiKey });
+  expect(list.body.messages[0].body.text).toContain('reply');
+});
