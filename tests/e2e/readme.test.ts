@@ -1,27 +1,46 @@
-// The README's first curl block must work as pasted: run it with bash and curl against a real server.
+// The README's first curl blocks must work as pasted: run them with bash and curl against a real server.
 import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import fs from 'node:fs';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
 beforeAll(async () => {
-  t = await startTestServer();
+  t = await startTestServer({ worker: true });
 });
 afterAll(() => t?.stop());
 
-it('the README signup -> confirm -> GET /events block works as pasted', async () => {
-  const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
-  const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
-  const block = blocks.find((b) => b.includes('/signup/agentic/confirm'));
-  expect(block, 'README has a curl block that confirms a signup').toBeDefined();
-  expect(block).toContain('BASE=http://localhost:3000/api/v1');
-  const script = block!.replace('BASE=http://localhost:3000/api/v1', `BASE=${t.apiBase}`);
-  // Asynchronously: the server answering the script runs in this process.
-  const { stdout: out } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script], { encoding: 'utf8', timeout: 20_000 });
+const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
+const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+const signupBlock = blocks.find((b) => b.includes('/signup/agentic/confirm'));
+const sendBlock = blocks.find((b) => b.includes('/messages/send'));
+
+// Asynchronously: the server answering the script runs in this process.
+const bash = async (script: string) =>
+  (await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script], { encoding: 'utf8', timeout: 30_000 })).stdout;
+
+it('the signup -> confirm -> GET /events block works as pasted', async () => {
+  expect(signupBlock, 'README has a curl block that confirms a signup').toBeDefined();
+  expect(signupBlock).toContain('BASE=http://localhost:3000/api/v1');
+  const out = await bash(signupBlock!.replace('BASE=http://localhost:3000/api/v1', `BASE=${t.apiBase}`));
   const body = JSON.parse(out);
   expect(body.events.map((e: { type: string }) => e.type)).toEqual(['signup.completed', 'domain.ready', 'box.created', 'api_key.created']);
   expect(body.events[0].data.primary_address).toMatch(/^agent@[a-z]+-[a-z]+\.boxes\.localhost$/);
+});
+
+it('the first send block, run after it, delivers the message to the new account itself', async () => {
+  expect(sendBlock, 'README has a curl block that sends a message').toBeDefined();
+  const script = `${signupBlock!.trimEnd().replace('BASE=http://localhost:3000/api/v1', `BASE=${t.apiBase}`)} >/dev/null\n${sendBlock}`;
+  const out = await bash(script);
+  // The send's response, then the list of received messages (curl prints no newline between them).
+  const at = out.indexOf('}{"messages"') + 1;
+  expect(at, out).toBeGreaterThan(0);
+  const sent = JSON.parse(out.slice(0, at));
+  const list = JSON.parse(out.slice(at));
+  expect(sent.status).toBe('queued');
+  expect(list.messages).toHaveLength(1);
+  expect(list.messages[0]).toMatchObject({ direction: 'received', subject: 'hello' });
+  expect(list.messages[0].body.text).toContain('first mail');
 });
