@@ -63,6 +63,11 @@ const ROUTES: RouteCase[] = [
   { proc: 'suppression.unblock',        method: 'POST',   path: '/suppression/{address}/unblock', scope: 'admin', restricted: 'account_wide' },
   { proc: 'credit.balance',             method: 'GET',    path: '/account/credit/balance',   scope: null,      restricted: 'allowed' },
   { proc: 'account.reputation',         method: 'GET',    path: '/account/reputation',       scope: null,      restricted: 'allowed' },
+  { proc: 'webhook.get',                method: 'GET',    path: '/account/webhook',          scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'webhook.rotateSecret',       method: 'POST',   path: '/account/webhook/secret/rotate', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'webhook.deliveries',         method: 'GET',    path: '/account/webhook/deliveries', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'webhook.redeliver',          method: 'POST',   path: '/account/webhook/deliveries/{delivery}/redeliver', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'iot.provision',              method: 'POST',   path: '/account/iot/provision',    scope: 'admin',   restricted: 'account_wide' },
 ];
 
 const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
@@ -108,7 +113,9 @@ function fill(path: string, ids: Ids): string {
     .replace('{box}', ids.box)
     .replace('{key}', ids.key)
     .replace('{message}', ids.message ?? MISSING_MESSAGE)
-    .replace('{address}', encodeURIComponent(SUPPRESSED));
+    .replace('{address}', encodeURIComponent(SUPPRESSED))
+    // No deliveries exist here (no webhook is set): any id is another account's or none at all.
+    .replace('{delivery}', 'whd_00000000000000000000');
 }
 
 const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId });

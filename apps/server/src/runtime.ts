@@ -10,6 +10,7 @@ import { createRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
 import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
 import { start as startWorker, type WorkerHandle } from '@boxes/worker';
+import { connectPublisher, start as startPushBroker, type EventPublisher, type PushHandle } from '@boxes/push';
 import { start as startServer, type ServerHandle } from './index';
 import { createLogger, type Logger } from './logger';
 
@@ -19,6 +20,8 @@ export interface Runtime {
   server: ServerHandle;
   worker: WorkerHandle | null;
   mail: MailServerHandle | null;
+  /** The MQTT broker, when it runs in this process. */
+  push: PushHandle | null;
   stop(): Promise<void>;
 }
 
@@ -28,6 +31,8 @@ export interface RuntimeOptions {
   worker?: boolean;
   /** Start the MX (default true). */
   mail?: boolean;
+  /** Start the MQTT broker (default true, unless MQTT_BROKER_URL names an external one). */
+  push?: boolean;
   /** Outbound routing override (tests stand in for the internet's MX hosts). */
   resolver?: MxResolver;
   log?: Logger;
@@ -45,7 +50,18 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis };
   const server = await startServer(config, { svc, log });
   opts.onListening?.(server.port);
-  const worker = opts.worker === false ? null : await startWorker(config, { svc, log, ...(opts.resolver ? { resolver: opts.resolver } : {}) });
+  const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });
+  let publisher: EventPublisher | null = push?.publisher ?? null;
+  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await connectPublisher(config, svc);
+  const worker =
+    opts.worker === false
+      ? null
+      : await startWorker(config, {
+          svc,
+          log,
+          publish: publisher ? (topic, payload) => publisher!.publish(topic, payload) : null,
+          ...(opts.resolver ? { resolver: opts.resolver } : {}),
+        });
   const mail = opts.mail === false ? null : await startMail(config, { svc, log });
   return {
     svc,
@@ -53,10 +69,13 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     server,
     worker,
     mail,
+    push,
     async stop() {
       await server.stop();
       await worker?.stop();
       await mail?.stop();
+      await publisher?.close();
+      await push?.stop();
       await jobs.close();
       jobs.connection.disconnect();
       redis.disconnect();

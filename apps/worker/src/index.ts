@@ -9,17 +9,25 @@ import { attemptDelivery, type DeliveryDeps, type Services } from '@boxes/core';
 import { createRedis, DELIVERY_ATTEMPTS, deliveryRetryDelayMs, QUEUE, type DeliveryJob } from '@boxes/jobs';
 import { dnsMxResolver, parseRelayUrl, parseStaticRoutes, SmtpSender, staticResolver, type MxResolver } from '@boxes/mail';
 import type { Logger } from 'pino';
+import type { PublishFn } from '@boxes/core';
+import { startPush, type PushEngine } from './push';
+
+export { startPush, type PushEngine } from './push';
 
 export interface WorkerHandle {
   /** Enqueues every delivery the sweeper finds left behind; returns how many. */
   sweep(): Promise<number>;
+  push: PushEngine;
   stop(): Promise<void>;
 }
 
 /** Queued deliveries older than this with no job, or deferred ones this far past due, are re-enqueued. */
 const SWEEP_GRACE_MS = 60_000;
 
-export async function start(config: Config, deps: { svc: Services; log: Logger; resolver?: MxResolver; sweepIntervalMs?: number }): Promise<WorkerHandle> {
+export async function start(
+  config: Config,
+  deps: { svc: Services; log: Logger; resolver?: MxResolver; sweepIntervalMs?: number; publish?: PublishFn | null },
+): Promise<WorkerHandle> {
   const { svc, log } = deps;
   const sender = new SmtpSender({ heloName: config.mailHost });
   const routes = parseStaticRoutes(config.smtp.staticRoutes);
@@ -73,10 +81,13 @@ export async function start(config: Config, deps: { svc: Services; log: Logger; 
   timer.unref();
 
   await worker.waitUntilReady();
+  const push = await startPush(config, { svc, log, publish: deps.publish ?? null });
   return {
     sweep,
+    push,
     async stop() {
       clearInterval(timer);
+      await push.stop();
       await worker.close();
       connection.disconnect();
       sender.close();

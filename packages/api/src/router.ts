@@ -7,6 +7,7 @@ import { signupRouter } from './routers/signup';
 import { messagesRouter } from './routers/messages';
 import { suppressionRouter } from './routers/suppression';
 import { creditRouter } from './routers/credit';
+import { iotRouter, webhookRouter } from './routers/webhook';
 import { router } from './trpc';
 
 export const appRouter = router({
@@ -18,6 +19,8 @@ export const appRouter = router({
   messages: messagesRouter,
   suppression: suppressionRouter,
   credit: creditRouter,
+  webhook: webhookRouter,
+  iot: iotRouter,
 });
 
 export type AppRouter = typeof appRouter;

@@ -41,6 +41,8 @@ describe('loadConfig', () => {
       },
       deliveryRetryScale: 1,
       deliveryConcurrency: 50,
+      webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
+      mqtt: { host: '127.0.0.1', port: 8883, publicUrl: 'mqtts://mail.boxes.localhost:8883', brokerUrl: undefined },
       logLevel: 'info',
       trustProxy: false,
     });

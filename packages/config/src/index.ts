@@ -49,6 +49,20 @@ const envSchema = z.object({
   /** Multiplies the delivery retry schedule (tests use a tiny factor). */
   DELIVERY_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
   DELIVERY_CONCURRENCY: z.coerce.number().int().min(1).max(500).default(50),
+  /** Allow callback URLs on private and loopback addresses (local development and tests only). */
+  WEBHOOK_ALLOW_PRIVATE: bool.default(false),
+  /** Extra CA (PEM file) trusted for https callbacks, e.g. a development receiver's self-signed certificate. */
+  WEBHOOK_CA_FILE: z.string().optional(),
+  WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
+  /** Multiplies the webhook retry schedule (tests use a tiny factor). */
+  WEBHOOK_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
+  /** The MQTT broker (mutual TLS). */
+  MQTT_HOST: z.string().default('127.0.0.1'),
+  MQTT_PORT: port.default(8883),
+  /** The endpoint clients are told to connect to; defaults to mqtts://<MAIL_HOST>:<MQTT_PORT>. */
+  MQTT_PUBLIC_URL: z.string().optional(),
+  /** Publish to an external broker (mqtts://...) instead of the built-in one. */
+  MQTT_BROKER_URL: z.string().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -79,6 +93,8 @@ export interface Config {
     deliveryPort: number;
   };
   deliveryRetryScale: number;
+  webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
+  mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
   deliveryConcurrency: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   trustProxy: boolean;
@@ -126,6 +142,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       deliveryPort: e.SMTP_DELIVERY_PORT,
     },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
+    webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, caFile: e.WEBHOOK_CA_FILE, timeoutMs: e.WEBHOOK_TIMEOUT_MS, retryScale: e.WEBHOOK_RETRY_SCALE },
+    mqtt: {
+      host: e.MQTT_HOST,
+      port: e.MQTT_PORT,
+      publicUrl: e.MQTT_PUBLIC_URL ?? `mqtts://${(e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase()}:${e.MQTT_PORT}`,
+      brokerUrl: e.MQTT_BROKER_URL,
+    },
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     logLevel: e.LOG_LEVEL,
     trustProxy: e.TRUST_PROXY,

@@ -23,3 +23,8 @@ export * from './messages/outcomes';
 export * from './messages/read';
 export * from './suppression/suppression';
 export * from './suppression/reputation';
+export * from './webhooks/url-guard';
+export * from './webhooks/secret';
+export * from './webhooks/dispatch';
+export * from './iot/certificates';
+export * from './iot/drain';

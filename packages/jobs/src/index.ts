@@ -67,3 +67,23 @@ export class Jobs {
     await this.deliveries.close();
   }
 }
+
+/**
+ * Webhook retry schedule, in seconds after each failed attempt: 10 s, 30 s, 1 min, 2 min, 5 min, 10 min, 30 min,
+ * 1 h, 2 h, 4 h, 8 h, 12 h, then 24 h three times: 16 attempts over about 4.2 days. An event older than
+ * WEBHOOK_GIVE_UP_SECONDS (3 days) that fails again is given up at once, so a backlog behind a dead endpoint
+ * does not wait 4 days per event.
+ */
+export const WEBHOOK_RETRY_SECONDS = [10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 86_400, 86_400] as const;
+export const WEBHOOK_MAX_ATTEMPTS = WEBHOOK_RETRY_SECONDS.length + 1;
+export const WEBHOOK_GIVE_UP_SECONDS = 3 * 86_400;
+
+export function webhookRetryDelayMs(failedAttempts: number, scale = 1): number {
+  const i = Math.min(Math.max(failedAttempts - 1, 0), WEBHOOK_RETRY_SECONDS.length - 1);
+  return Math.round(WEBHOOK_RETRY_SECONDS[i]! * 1000 * scale);
+}
+
+/** Wakes the push drainer of one account at a given time (webhook retries). */
+export const PushJob = z.object({ accountId: z.string() });
+export type PushJob = z.infer<typeof PushJob>;
+export const PUSH_QUEUE = 'push';

@@ -9,3 +9,4 @@ export * from './keys';
 export * from './boxes';
 export * from './events';
 export * from './messages';
+export * from './webhooks';

@@ -54,6 +54,8 @@ export interface TestServer {
   runtime: Runtime;
   /** Port of the MX, when started. */
   smtpPort: number | null;
+  /** Port of the MQTT broker, when started. */
+  mqttPort: number | null;
   stop(): Promise<void>;
 }
 
@@ -63,6 +65,8 @@ export interface TestServerOptions {
   worker?: boolean;
   /** Start the MX on an ephemeral port (default false). */
   mail?: boolean;
+  /** Start the MQTT broker on an ephemeral port (default false). */
+  push?: boolean;
   /** Where outbound mail goes: tests stand in for the internet's MX hosts. */
   resolver?: MxResolver;
 }
@@ -74,6 +78,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
+    MQTT_PORT: '0',
+    WEBHOOK_RETRY_SCALE: '0.001',
     DELIVERY_RETRY_SCALE: '0.0001',
     ...env,
     DATABASE_URL: database.url,
@@ -85,6 +91,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     secretKey: randomBytes(32),
     worker: opts.worker ?? false,
     mail: opts.mail ?? false,
+    push: opts.push ?? false,
     ...(opts.resolver ? { resolver: opts.resolver } : {}),
     log: createLogger(config.logLevel),
     // The real port is known only now; the app reads svc.config when it builds URLs, so update it in place.
@@ -103,6 +110,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     server: runtime.server,
     runtime,
     smtpPort: runtime.mail?.port ?? null,
+    mqttPort: runtime.push?.port ?? null,
     async stop() {
       // This file's queues and counters go with it.
       const redis = runtime.svc.redis;

@@ -35,7 +35,7 @@ export const accountRouter = router({
     .input(CallbackWebhookInput)
     .output(CallbackWebhookOutput)
     .mutation(({ ctx, input }) =>
-      setCallbackWebhook({ db: ctx.svc.db, accountId: ctx.account.id, url: input.agent_callback_webhook, actorKeyId: ctx.key.id }),
+      setCallbackWebhook(ctx.svc, { accountId: ctx.account.id, url: input.agent_callback_webhook, actorKeyId: ctx.key.id }),
     ),
   reputation: keyProcedure
     .meta({

@@ -1,7 +1,8 @@
 /** The account itself: its summary and its callback webhook. */
 import type { Db } from '@boxes/db';
 import { appendEvent } from '../events/append';
-import { inTransaction } from '../shared/context';
+import type { Services } from '../shared/context';
+import { checkCallbackUrl } from '../webhooks/url-guard';
 
 export async function getAccount(input: { db: Db; accountId: string }) {
   const a = await input.db.account.findUniqueOrThrow({
@@ -24,15 +25,27 @@ export async function getAccount(input: { db: Db; accountId: string }) {
   };
 }
 
-export async function setCallbackWebhook(input: { db: Db; accountId: string; url: string | null; actorKeyId: string }) {
-  return inTransaction(input.db, async (tx) => {
-    await tx.account.update({ where: { id: input.accountId }, data: { callbackWebhook: input.url } });
+/**
+ * Sets (or with null removes) the callback URL after the URL guard. A new URL receives events from now on,
+ * starting with the account.callback_webhook_updated event of this change; history is on GET /events.
+ */
+export async function setCallbackWebhook(svc: Services, input: { accountId: string; url: string | null; actorKeyId: string }) {
+  const url = input.url === null ? null : await checkCallbackUrl(input.url, { allowPrivate: svc.config.webhook.allowPrivate });
+  return svc.db.$transaction(async (tx) => {
+    const a = await tx.account.findUniqueOrThrow({ where: { id: input.accountId }, select: { chainSeq: true, callbackWebhook: true } });
+    await tx.account.update({
+      where: { id: input.accountId },
+      data: {
+        callbackWebhook: url,
+        ...(url !== a.callbackWebhook ? { webhookCursor: a.chainSeq, webhookAttempts: 0, webhookNextAttemptAt: null } : {}),
+      },
+    });
     await appendEvent({
       db: tx,
       accountId: input.accountId,
       type: 'account.callback_webhook_updated',
-      data: { agent_callback_webhook: input.url, by_key_id: input.actorKeyId },
+      data: { agent_callback_webhook: url, by_key_id: input.actorKeyId },
     });
-    return { agent_callback_webhook: input.url };
+    return { agent_callback_webhook: url };
   });
 }

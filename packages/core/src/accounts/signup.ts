@@ -15,6 +15,8 @@ import { mintKey } from '../keys/keys';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { seal } from '../shared/crypto';
+import { checkCallbackUrl } from '../webhooks/url-guard';
 
 export const INTENT_TTL_MS = 24 * 60 * 60 * 1000;
 export const PRIMARY_LOCAL_PART = 'agent';
@@ -81,7 +83,9 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
       humanEmail: input.human_email.toLowerCase(),
       mode: intent.mode,
       fullDomain,
-      callbackWebhook: input.agent_callback_webhook ?? null,
+      callbackWebhook: input.agent_callback_webhook
+        ? await checkCallbackUrl(input.agent_callback_webhook, { allowPrivate: svc.config.webhook.allowPrivate })
+        : null,
       expiresAt: new Date(Date.now() + INTENT_TTL_MS),
     },
   });
@@ -157,7 +161,13 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
         const { key, raw } = await mintKey({ db: tx, accountId, label: 'owner', scopes: ['send', 'receive', 'admin'], isOwner: true });
         await tx.signupIntent.update({
           where: { id: intent.id },
-          data: { status: 'completed', accountId, confirmedAt: new Date() },
+          data: {
+            status: 'completed',
+            accountId,
+            confirmedAt: new Date(),
+            // signup.completed carries the key to the callback; kept sealed only until that delivery.
+            apiKeyForCallbackEnc: intent.callbackWebhook ? seal(svc.secretKey, raw) : null,
+          },
         });
         return {
           account_id: accountId,

@@ -10,6 +10,9 @@ import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
 import { chainHash, type ChainBody } from './chain';
 
+/** The LISTEN/NOTIFY channel on which each committed append names its account. */
+export const EVENTS_CHANNEL = 'boxes_events';
+
 export interface AppendInput {
   db: DbClient;
   accountId: string;
@@ -56,6 +59,8 @@ export async function appendEvent(input: AppendInput): Promise<StoredEvent> {
       },
     });
     await tx.account.update({ where: { id: input.accountId }, data: { chainSeq: body.seq, chainHash: hash } });
+    // Delivered by PostgreSQL only if this transaction commits: wakes the push workers (webhook, MQTT).
+    await tx.$executeRaw`SELECT pg_notify(${EVENTS_CHANNEL}, ${input.accountId})`;
     return { ...body, prev_hash: head.chain_hash, hash };
   });
 }

@@ -1,0 +1,141 @@
+/**
+ * The push engine: every committed event reaches the account's webhook and MQTT subscribers, in order, at least
+ * once. PostgreSQL NOTIFY (sent by each append at commit) wakes the drainer of that account at once; a Redis lock
+ * keeps one drainer per account across all workers; webhook retries are delayed BullMQ jobs; and a sweeper
+ * re-drives any account whose cursors lag its chain head (a missed notification, a crash mid-delivery).
+ */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { Queue, Worker, type ConnectionOptions } from 'bullmq';
+import type { Config } from '@boxes/config';
+import { drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
+import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
+import type { Logger } from 'pino';
+
+const LOCK_TTL_MS = 60_000;
+const SWEEP_MS = 5_000;
+
+export interface PushEngine {
+  /** Drains one account now (tests and the sweeper use it). */
+  kick(accountId: string): void;
+  sweep(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export async function startPush(config: Config, deps: { svc: Services; log: Logger; publish: PublishFn | null }): Promise<PushEngine> {
+  const { svc, log } = deps;
+  const redis = createRedis(config.redisUrl);
+  const queue = new Queue<PushJob>(PUSH_QUEUE, { connection: redis as ConnectionOptions, prefix: config.redisPrefix });
+  const webhookDeps: WebhookDeps = {
+    ...webhookHttpDeps(config),
+    retryDelayMs: (n) => webhookRetryDelayMs(n, config.webhook.retryScale),
+    giveUpAfterMs: WEBHOOK_GIVE_UP_SECONDS * 1000 * config.webhook.retryScale,
+    scheduleRetry: async (accountId, at) => {
+      await queue.add('retry', { accountId }, { delay: Math.max(0, at.getTime() - Date.now()), jobId: `retry-${accountId}-${at.getTime()}`, removeOnComplete: true, removeOnFail: 100 });
+    },
+  };
+
+  const running = new Set<string>();
+  const dirty = new Set<string>();
+  let stopped = false;
+  const lockKey = (id: string) => `${config.redisPrefix}:push-lock:${id}`;
+
+  async function hasDueWork(accountId: string): Promise<boolean> {
+    const rows = await svc.db.$queryRaw<{ due: boolean }[]>`
+      SELECT (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
+                AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now()))
+          OR (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL))
+          AS due
+      FROM accounts a WHERE a.id = ${accountId}`;
+    return Boolean(rows[0]?.due);
+  }
+
+  async function drainOnce(accountId: string): Promise<boolean> {
+    const token = randomUUID();
+    const got = await redis.set(lockKey(accountId), token, 'PX', LOCK_TTL_MS, 'NX');
+    if (got !== 'OK') return false; // another drainer has it; it re-checks after releasing
+    try {
+      do {
+        dirty.delete(accountId);
+        await redis.pexpire(lockKey(accountId), LOCK_TTL_MS);
+        if (deps.publish) await drainMqtt(svc, deps.publish, accountId);
+        await drainWebhook(svc, webhookDeps, accountId);
+      } while (dirty.has(accountId) && !stopped);
+    } finally {
+      // Release only our own lock.
+      await redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", 1, lockKey(accountId), token);
+    }
+    return true;
+  }
+
+  async function run(accountId: string): Promise<void> {
+    running.add(accountId);
+    try {
+      // After releasing the lock, look again: an event committed while another drainer held it is ours now.
+      for (let i = 0; i < 100 && !stopped; i++) {
+        const drained = await drainOnce(accountId);
+        if (!drained || !(dirty.has(accountId) || (await hasDueWork(accountId)))) break;
+      }
+    } catch (err) {
+      log.error({ err, accountId }, 'push drain failed');
+    } finally {
+      running.delete(accountId);
+    }
+  }
+
+  function kick(accountId: string): void {
+    if (stopped) return;
+    if (running.has(accountId)) {
+      dirty.add(accountId);
+      return;
+    }
+    void run(accountId);
+  }
+
+  // Wake-ups: NOTIFY at commit.
+  const listener = new pg.Client({ connectionString: config.databaseUrl });
+  listener.on('notification', (msg) => {
+    if (msg.channel === EVENTS_CHANNEL && msg.payload) kick(msg.payload);
+  });
+  listener.on('error', (err) => log.error({ err }, 'event listener error'));
+  await listener.connect();
+  await listener.query(`LISTEN ${EVENTS_CHANNEL}`);
+
+  // Wake-ups: scheduled retries.
+  const retryConnection = createRedis(config.redisUrl);
+  const retryWorker = new Worker<PushJob>(PUSH_QUEUE, async (job) => kick(job.data.accountId), {
+    connection: retryConnection as ConnectionOptions,
+    prefix: config.redisPrefix,
+    concurrency: 10,
+  });
+
+  // Wake-ups: anything left behind.
+  const sweep = async (): Promise<number> => {
+    const rows = await svc.db.$queryRaw<{ id: string }[]>`
+      SELECT a.id FROM accounts a
+      WHERE (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
+               AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now()))
+         OR (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL))
+      LIMIT 1000`;
+    for (const r of rows) kick(r.id);
+    return rows.length;
+  };
+  const timer = setInterval(() => void sweep().catch((err) => log.error({ err }, 'push sweep failed')), SWEEP_MS);
+  timer.unref();
+  void sweep().catch(() => undefined);
+
+  return {
+    kick,
+    sweep,
+    async stop() {
+      stopped = true;
+      clearInterval(timer);
+      await retryWorker.close();
+      await queue.close();
+      await listener.end().catch(() => undefined);
+      for (let i = 0; i < 100 && running.size; i++) await new Promise((r) => setTimeout(r, 50));
+      retryConnection.disconnect();
+      redis.disconnect();
+    },
+  };
+}

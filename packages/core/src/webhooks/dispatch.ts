@@ -1,0 +1,180 @@
+/**
+ * Pushing the event stream to an account's callback webhook: in order, at least once. The account row keeps a
+ * cursor (the last seq delivered or given up) and the failed attempts on the next event; the caller (the
+ * worker) holds a per-account lock so one drainer runs per account across all instances. A failure schedules
+ * a retry and stops the drain: later events wait, so the receiver always sees seq order.
+ */
+import https from 'node:https';
+import tls from 'node:tls';
+import { WEBHOOK_GIVE_UP_SECONDS, WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
+import { appendEvent } from '../events/append';
+import { toApiEvent } from '../events/read';
+import type { Services } from '../shared/context';
+import { open } from '../shared/crypto';
+import { newId } from '../shared/ids';
+import { signatureHeaders, signingSecrets } from './secret';
+import { readFileSync } from 'node:fs';
+import { guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
+
+export interface WebhookDeps {
+  lookup: ReturnType<typeof guardedLookup>;
+  /** Extra trusted CA (PEM), added to the system roots. */
+  ca?: string | undefined;
+  timeoutMs: number;
+  retryDelayMs: (failedAttempts: number) => number;
+  /** Give-up age of an event, in ms (3 days, scaled in tests). */
+  giveUpAfterMs: number;
+  /** Arranges for drainWebhook(accountId) to run again at the given time. */
+  scheduleRetry: (accountId: string, at: Date) => Promise<void>;
+}
+
+export interface PostResult {
+  ok: boolean;
+  status: number | null;
+  error: string | null;
+  latencyMs: number;
+}
+
+/** One POST, 2xx within the timeout counts; redirects are not followed; non-public addresses are refused. */
+export function postWebhook(url: string, headers: Record<string, string>, body: string, deps: Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs'>): Promise<PostResult> {
+  const started = performance.now();
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = (r: Omit<PostResult, 'latencyMs'>) => {
+      if (settled) return;
+      settled = true;
+      resolve({ ...r, latencyMs: Math.round(performance.now() - started) });
+    };
+    const req = https.request(
+      url,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'user-agent': 'Boxes-Webhooks/1', 'content-length': Buffer.byteLength(body), ...headers },
+        lookup: deps.lookup as never,
+        ca: deps.ca ? [...tls.rootCertificates, deps.ca] : undefined,
+        timeout: deps.timeoutMs,
+        agent: false,
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => {
+          const status = res.statusCode ?? 0;
+          done({ ok: status >= 200 && status < 300, status, error: status >= 300 && status < 400 ? 'redirects are not followed' : null });
+        });
+        res.on('error', (err) => done({ ok: false, status: res.statusCode ?? null, error: err.message }));
+      },
+    );
+    req.setTimeout(deps.timeoutMs, () => req.destroy(new Error(`no response within ${deps.timeoutMs} ms`)));
+    req.on('error', (err: NodeJS.ErrnoException) => done({ ok: false, status: null, error: err.code === 'EREFUSEDADDRESS' ? `refused: ${err.message}` : err.message }));
+    req.end(body);
+  });
+}
+
+/** The JSON a webhook (and MQTT) receives for an event: the event as GET /events serves it. */
+export async function eventPayload(svc: Services, event: Parameters<typeof toApiEvent>[0], forWebhook: boolean): Promise<string> {
+  const api = toApiEvent(event);
+  if (forWebhook && event.type === 'signup.completed') {
+    // The owner key goes to the signup callback once; it is kept sealed only until then.
+    const intent = await svc.db.signupIntent.findUnique({ where: { accountId: event.accountId }, select: { apiKeyForCallbackEnc: true } });
+    if (intent?.apiKeyForCallbackEnc) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.apiKeyForCallbackEnc).toString('utf8') });
+  }
+  return JSON.stringify(api);
+}
+
+/** Delivers what is due for one account, in order, until caught up or a failure asks for a retry. */
+export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: string): Promise<void> {
+  for (let guard = 0; guard < 10_000; guard++) {
+    const a = await svc.db.account.findUnique({
+      where: { id: accountId },
+      select: { callbackWebhook: true, webhookCursor: true, webhookAttempts: true, webhookNextAttemptAt: true, chainSeq: true },
+    });
+    if (!a?.callbackWebhook || a.webhookCursor >= a.chainSeq) return;
+    if (a.webhookNextAttemptAt && a.webhookNextAttemptAt.getTime() > Date.now()) return; // a retry is scheduled
+    const event = await svc.db.event.findUnique({ where: { accountId_seq: { accountId, seq: a.webhookCursor + 1 } } });
+    if (!event) return;
+    const body = await eventPayload(svc, event, true);
+    const secrets = await signingSecrets(svc, accountId);
+    const result = await postWebhook(a.callbackWebhook, signatureHeaders(secrets, event.id, body), body, deps);
+    const attempt = a.webhookAttempts + 1;
+    const base = { id: newId('whd'), accountId, eventId: event.id, seq: event.seq, eventType: event.type, url: a.callbackWebhook, attempt, statusCode: result.status, error: result.error, latencyMs: result.latencyMs };
+    // Only the drainer holding the lock moves the cursor; the where clause makes a stale drainer a no-op.
+    const at = { id: accountId, webhookCursor: a.webhookCursor };
+    if (result.ok) {
+      await svc.db.$transaction(async (tx) => {
+        await tx.account.updateMany({ where: at, data: { webhookCursor: event.seq, webhookAttempts: 0, webhookNextAttemptAt: null } });
+        await tx.webhookDelivery.create({ data: { ...base, status: 'delivered' } });
+        if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId }, data: { apiKeyForCallbackEnc: null } });
+      });
+      continue;
+    }
+    const old = Date.now() - event.createdAt.getTime() > deps.giveUpAfterMs;
+    if (attempt >= WEBHOOK_MAX_ATTEMPTS || old) {
+      await svc.db.$transaction(async (tx) => {
+        await tx.account.updateMany({ where: at, data: { webhookCursor: event.seq, webhookAttempts: 0, webhookNextAttemptAt: null } });
+        await tx.webhookDelivery.create({ data: { ...base, status: 'failed' } });
+        if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId }, data: { apiKeyForCallbackEnc: null } });
+        // No failure event for a failure event: a dead endpoint must not grow the log without end.
+        if (event.type !== 'webhook.delivery_failed') {
+          await appendEvent({
+            db: tx,
+            accountId,
+            type: 'webhook.delivery_failed',
+            data: { event_id: event.id, seq: event.seq, event_type: event.type, attempts: attempt, last_status: result.status, last_error: result.error, url: a.callbackWebhook },
+          });
+        }
+      });
+      continue;
+    }
+    const next = new Date(Date.now() + deps.retryDelayMs(attempt));
+    await svc.db.$transaction(async (tx) => {
+      await tx.account.updateMany({ where: at, data: { webhookAttempts: attempt, webhookNextAttemptAt: next } });
+      await tx.webhookDelivery.create({ data: { ...base, status: 'retrying', nextRetryAt: next } });
+    });
+    await deps.scheduleRetry(accountId, next);
+    return;
+  }
+}
+
+/** A manual redelivery of one event (outside the ordered stream), recorded like any attempt. */
+export async function redeliver(svc: Services, deps: Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs'>, accountId: string, deliveryId: string) {
+  const d = await svc.db.webhookDelivery.findFirst({ where: { id: deliveryId, accountId } });
+  if (!d) return null;
+  const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { callbackWebhook: true } });
+  const event = await svc.db.event.findUniqueOrThrow({ where: { id: d.eventId } });
+  if (!a.callbackWebhook) return { delivery: null, reason: 'no callback webhook is set' };
+  const body = await eventPayload(svc, event, false);
+  const result = await postWebhook(a.callbackWebhook, signatureHeaders(await signingSecrets(svc, accountId), event.id, body), body, deps);
+  const row = await svc.db.webhookDelivery.create({
+    data: {
+      id: newId('whd'),
+      accountId,
+      eventId: event.id,
+      seq: event.seq,
+      eventType: event.type,
+      url: a.callbackWebhook,
+      attempt: 1,
+      status: result.ok ? 'delivered' : 'failed',
+      statusCode: result.status,
+      error: result.error,
+      latencyMs: result.latencyMs,
+      redelivery: true,
+    },
+  });
+  return { delivery: row, reason: null };
+}
+
+const httpDepsCache = new WeakMap<object, Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs'>>();
+
+/** The HTTP side of webhook delivery as configured (URL guard, extra CA, timeout). */
+export function webhookHttpDeps(config: Services['config']): Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs'> {
+  let deps = httpDepsCache.get(config);
+  if (!deps) {
+    deps = {
+      lookup: guardedLookupImpl({ allowPrivate: config.webhook.allowPrivate }),
+      ca: config.webhook.caFile ? readFileSync(config.webhook.caFile, 'utf8') : undefined,
+      timeoutMs: config.webhook.timeoutMs,
+    };
+    httpDepsCache.set(config, deps);
+  }
+  return deps;
+}

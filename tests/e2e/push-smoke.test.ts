@@ -1,0 +1,88 @@
+// Push end to end: a real https receiver gets signed events; an MQTT client with a provisioned certificate
+// receives events over mutual TLS.
+import fs from 'node:fs';
+import https from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import mqtt from 'mqtt';
+import { generate } from 'selfsigned';
+import Stripe from 'stripe';
+import { Webhook } from 'standardwebhooks';
+import { rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
+
+let t: TestServer;
+let receiver: https.Server;
+let receiverUrl: string;
+const got: { headers: Record<string, string | string[] | undefined>; body: string }[] = [];
+
+beforeAll(async () => {
+  const pems = await generate([{ name: 'commonName', value: 'localhost' }], {
+    keyType: 'ec',
+    algorithm: 'sha256',
+    extensions: [{ name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }, { type: 2, value: 'localhost' }] }],
+  });
+  const caFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-wh-')), 'receiver.pem');
+  fs.writeFileSync(caFile, pems.cert);
+  receiver = https.createServer({ key: pems.private, cert: pems.cert }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      got.push({ headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
+      res.writeHead(200).end('ok');
+    });
+  });
+  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
+  receiverUrl = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+  t = await startTestServer({ worker: true, push: true, env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: caFile } });
+});
+afterAll(async () => {
+  await t?.stop();
+  await new Promise<void>((r) => receiver.close(() => r()));
+});
+
+async function waitFor<T>(fn: () => T | undefined | null | false | Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+it('signup.completed with the api_key reaches the signup callback, signed for stripe and standardwebhooks', async () => {
+  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: receiverUrl } });
+  expect(intent.status, JSON.stringify(intent.body)).toBe(200);
+  const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
+  const first = await waitFor(() => got.find((g) => JSON.parse(g.body).type === 'signup.completed' && JSON.parse(g.body).account_id === done.body.account_id));
+  expect(JSON.parse(first.body).api_key).toBe(done.body.api_key);
+  const secret = (await rest(t, 'GET', '/account/webhook', { key: done.body.api_key })).body.signing_secret;
+  const stripe = new Stripe('sk_test_unused');
+  const ev = stripe.webhooks.constructEvent(first.body, first.headers['x-boxes-signature'] as string, secret, 300);
+  expect((ev as unknown as { type: string }).type).toBe('signup.completed');
+  const wh = new Webhook(secret);
+  expect((wh.verify(first.body, first.headers as Record<string, string>) as { id: string }).id).toBe(JSON.parse(first.body).id);
+});
+
+it('an MQTT client with a provisioned certificate receives events', async () => {
+  const a = await signupAccount(t);
+  const prov = await rest(t, 'POST', '/account/iot/provision', { key: a.apiKey });
+  expect(prov.status, JSON.stringify(prov.body)).toBe(200);
+  const client = await mqtt.connectAsync(`mqtts://127.0.0.1:${t.mqttPort}`, {
+    clientId: prov.body.client_id,
+    key: prov.body.private_key,
+    cert: prov.body.certificate,
+    ca: [prov.body.ca_certificate],
+    servername: 'localhost',
+    reconnectPeriod: 0,
+  });
+  const messages: string[] = [];
+  client.on('message', (_topic, payload) => messages.push(payload.toString()));
+  await client.subscribeAsync(prov.body.topic, { qos: 1 });
+  await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'mqtt-probe' } });
+  const m = await waitFor(() => messages.map((x) => JSON.parse(x)).find((e) => e.type === 'box.created'));
+  expect(m.data.box.local_part).toBe('mqtt-probe');
+  await client.endAsync();
+});
