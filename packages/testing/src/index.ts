@@ -8,6 +8,7 @@ import { loadConfig, type Config } from '@boxes/config';
 import type { Db } from '@boxes/db';
 import type { Services } from '@boxes/core';
 import type { MxResolver } from '@boxes/mail';
+import { createRedis } from '@boxes/jobs';
 import { createLogger, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
 import { inject } from 'vitest';
 import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databases';
@@ -112,15 +113,16 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     smtpPort: runtime.mail?.port ?? null,
     mqttPort: runtime.push?.port ?? null,
     async stop() {
-      // This file's queues and counters go with it.
-      const redis = runtime.svc.redis;
+      await runtime.stop();
+      // This file's queues and counters go with it, once nothing uses them any more.
+      const redis = createRedis(config.redisUrl);
       let cursor = '0';
       do {
         const [next, keys] = await redis.scan(cursor, 'MATCH', `${config.redisPrefix}:*`, 'COUNT', 500);
         if (keys.length) await redis.del(...keys);
         cursor = next;
       } while (cursor !== '0');
-      await runtime.stop();
+      redis.disconnect();
       await database.drop();
     },
   };

@@ -80,7 +80,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   if (delivery.route === 'local') {
     const target = await resolveRecipient(svc, delivery.recipient);
     if (target.kind !== 'box') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local' }));
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts }));
       return { done: true };
     }
     const parsed = await parseMessage(raw);
@@ -90,7 +90,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
         const fresh = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId }, select: { status: true } });
         if (['delivered', 'bounced', 'failed'].includes(fresh.status)) return;
         await receiveMessage(svc, { raw, parsed, recipients: [target], mailFrom: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), via: 'local', tx });
-        await markDelivered(tx, deliveryId, { mta: 'local', response: 'stored locally' });
+        await markDelivered(tx, deliveryId, { mta: 'local', response: 'stored locally', attempts });
       },
       { maxWait: 10_000, timeout: 30_000 },
     );
@@ -105,25 +105,25 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   } catch (err) {
     const code = (err as { code?: string }).code;
     if (code === 'ENOTFOUND') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp' }));
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts }));
       return { done: true };
     }
     destinations = [];
     lastError = `DNS lookup for ${domain} failed: ${(err as Error).message}`;
   }
   if (!deps.relay && destinations.length === 0 && !lastError) {
-    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp' }));
+    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts }));
     return { done: true };
   }
   const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
   for (const dest of destinations) {
     const outcome = await deps.sender.send(dest, envelope, raw);
     if (outcome.kind === 'delivered') {
-      await svc.db.$transaction((tx) => markDelivered(tx, deliveryId, { mta: outcome.mta, response: outcome.response }));
+      await svc.db.$transaction((tx) => markDelivered(tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }));
       return { done: true };
     }
     if (outcome.kind === 'permanent') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp' }));
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts }));
       return { done: true };
     }
     lastError = `${outcome.mta}: ${outcome.response}`;

@@ -10,11 +10,14 @@ export const LOOP_THRESHOLD = 20;
 
 export async function checkSendLoop(svc: Services, accountId: string, singleRecipient: string | null) {
   if (!singleRecipient) return undefined;
+  // Two adjacent windows counted together (PFCOUNT of both is their union), so a burst that straddles a window
+  // boundary is still seen: the flag covers at least the last minute.
   const window = Math.floor(Date.now() / 1000 / LOOP_WINDOW_SECONDS);
   const key = `${svc.config.redisPrefix}:loop:${accountId}:${window}`;
+  const previous = `${svc.config.redisPrefix}:loop:${accountId}:${window - 1}`;
   let distinct: number;
   try {
-    const [[, , ], [, count]] = (await svc.redis.multi().pfadd(key, singleRecipient).pfcount(key).expire(key, LOOP_WINDOW_SECONDS * 2).exec()) as [
+    const [[, , ], [, count]] = (await svc.redis.multi().pfadd(key, singleRecipient).pfcount(key, previous).expire(key, LOOP_WINDOW_SECONDS * 3).exec()) as [
       [unknown, unknown],
       [unknown, number],
       [unknown, unknown],

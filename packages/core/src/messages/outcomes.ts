@@ -29,8 +29,8 @@ async function claim(tx: Tx, deliveryId: string, status: string, data: Record<st
   return r.count === 1;
 }
 
-export async function markDelivered(tx: Tx, deliveryId: string, info: { mta: string | null; response: string }): Promise<boolean> {
-  if (!(await claim(tx, deliveryId, 'delivered', { deliveredAt: new Date(), remoteMta: info.mta, lastError: null, nextAttemptAt: null }))) return false;
+export async function markDelivered(tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
+  if (!(await claim(tx, deliveryId, 'delivered', { deliveredAt: new Date(), remoteMta: info.mta, lastError: null, nextAttemptAt: null, attempts: info.attempts }))) return false;
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
   await settleDelivery(tx, d.id, 'charge');
   await appendEvent({
@@ -43,9 +43,10 @@ export async function markDelivered(tx: Tx, deliveryId: string, info: { mta: str
   return true;
 }
 
-export async function markBounced(tx: Tx, deliveryId: string, info: { code: number | null; response: string; source: 'smtp' | 'dsn' | 'local' }) {
+/** attempts: the attempts made when our own attempt bounced; omitted for a bounce reported later (DSN). */
+export async function markBounced(tx: Tx, deliveryId: string, info: { code: number | null; response: string; source: 'smtp' | 'dsn' | 'local'; attempts?: number }) {
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  const fresh = await claim(tx, deliveryId, 'bounced', { lastError: info.response.slice(0, 1000), nextAttemptAt: null });
+  const fresh = await claim(tx, deliveryId, 'bounced', { lastError: info.response.slice(0, 1000), nextAttemptAt: null, ...(info.attempts !== undefined ? { attempts: info.attempts } : {}) });
   // A DSN can arrive after we recorded the delivery as delivered (the remote accepted, then bounced): it still
   // counts as a bounce for the suppression list.
   if (!fresh && d.status !== 'delivered') return;

@@ -128,8 +128,15 @@ async function findVisible(db: Db | Parameters<Parameters<Db['$transaction']>[0]
 }
 
 export async function getMessage(svc: Services, input: { accountId: string; scope: BoxScope; id: string }) {
-  const m = await findVisible(svc.db, input.accountId, input.scope, input.id);
-  const deliveries = m.direction === 'sent' ? await svc.db.delivery.findMany({ where: { messageId: m.id }, orderBy: { recipient: 'asc' } }) : [];
+  // One snapshot, so the message's status and its deliveries agree.
+  const { m, deliveries } = await svc.db.$transaction(
+    async (tx) => {
+      const m = await findVisible(tx, input.accountId, input.scope, input.id);
+      const deliveries = m.direction === 'sent' ? await tx.delivery.findMany({ where: { messageId: m.id }, orderBy: { recipient: 'asc' } }) : [];
+      return { m, deliveries };
+    },
+    { isolationLevel: 'RepeatableRead' },
+  );
   return { ...presentMessage(m), body: presentBody(svc, m), deliveries: deliveries.map(presentDelivery) };
 }
 
