@@ -32,3 +32,12 @@ if ! redis_up; then
   redis_up || { echo "Redis is not running on 127.0.0.1:6379 and could not be started" >&2; exit 1; }
 fi
 echo "PostgreSQL and Redis are up"
+
+# The e2e mail tests (tests/e2e/mail-receive*.test.ts) talk SMTP to the MX with swaks and curl as well as
+# nodemailer. Installed only when missing, and only where root and apt-get are available; elsewhere install them.
+for tool in swaks curl; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    install_if_missing "$tool" "$tool" || true
+    command -v "$tool" >/dev/null 2>&1 || echo "$tool is not installed: the mail-receive e2e tests need it (apt-get install -y $tool)" >&2
+  fi
+done
