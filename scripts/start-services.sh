@@ -41,3 +41,16 @@ for tool in swaks curl; do
     command -v "$tool" >/dev/null 2>&1 || echo "$tool is not installed: the mail-receive e2e tests need it (apt-get install -y $tool)" >&2
   fi
 done
+
+# The e2e MQTT tests (tests/e2e/push-mqtt.test.ts) subscribe with mosquitto_sub (Debian package mosquitto-clients).
+if ! command -v mosquitto_sub >/dev/null 2>&1; then
+  install_if_missing mosquitto_sub mosquitto-clients || true
+  command -v mosquitto_sub >/dev/null 2>&1 || echo "mosquitto_sub is not installed: the MQTT e2e tests need it (apt-get install -y mosquitto-clients)" >&2
+fi
+
+# The /docs browser test (tests/e2e/docs-browser.test.ts) drives Debian's Chromium through playwright-core
+# (executablePath /usr/bin/chromium; playwright's own browser download cannot be used here).
+if ! command -v chromium >/dev/null 2>&1; then
+  install_if_missing chromium chromium || true
+  command -v chromium >/dev/null 2>&1 || echo "chromium is not installed: the /docs browser test needs it (apt-get install -y chromium)" >&2
+fi

@@ -38,6 +38,8 @@ interface RouteCase {
   /** A valid sample body (so that a refusal is about the key, not the input). */
   body?: unknown;
   restricted: Restricted;
+  /** Statuses that mean "the key was accepted" when the call is repeated (default [200]). */
+  ok?: number[];
 }
 
 // prettier-ignore
@@ -68,6 +70,20 @@ const ROUTES: RouteCase[] = [
   { proc: 'webhook.deliveries',         method: 'GET',    path: '/account/webhook/deliveries', scope: 'admin', restricted: 'account_wide' },
   { proc: 'webhook.redeliver',          method: 'POST',   path: '/account/webhook/deliveries/{delivery}/redeliver', scope: 'admin', restricted: 'account_wide' },
   { proc: 'iot.provision',              method: 'POST',   path: '/account/iot/provision',    scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'mcp.status',                 method: 'GET',    path: '/account/mcp/status',       scope: null,      restricted: 'allowed' },
+  { proc: 'mcp.enable',                 method: 'POST',   path: '/account/mcp/enable',       scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'mcp.disable',                method: 'POST',   path: '/account/mcp/disable',      scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'mcp.betaOptIn',              method: 'POST',   path: '/beta/mcp/opt-in',          scope: 'admin',   restricted: 'allowed' },
+  { proc: 'mcp.betaStatus',             method: 'GET',    path: '/beta/mcp/status',          scope: null,      restricted: 'allowed' },
+  { proc: 'mcp.feedback',               method: 'POST',   path: '/beta/mcp/feedback',        scope: null,      restricted: 'allowed', body: { notes: 'security probe' } },
+  { proc: 'support.ask',                method: 'POST',   path: '/support/questions',        scope: null,      restricted: 'allowed', body: { subject: 'security probe', body: 'probe' } },
+  { proc: 'support.list',               method: 'GET',    path: '/support/questions',        scope: null,      restricted: 'allowed' },
+  { proc: 'support.get',                method: 'GET',    path: '/support/questions/{question}', scope: null,  restricted: 'allowed' },
+  { proc: 'support.reply',              method: 'POST',   path: '/support/questions/{question}/replies', scope: null, restricted: 'allowed', body: { body: 'probe' } },
+  { proc: 'features.create',            method: 'POST',   path: '/feature-requests',         scope: null,      restricted: 'allowed', body: { title: 'security probe', description: 'a probe from the security tests' } },
+  { proc: 'features.list',              method: 'GET',    path: '/feature-requests',         scope: null,      restricted: 'allowed' },
+  { proc: 'features.get',               method: 'GET',    path: '/feature-requests/{feature}', scope: null,    restricted: 'allowed' },
+  { proc: 'features.vote',              method: 'POST',   path: '/feature-requests/{feature}/vote', scope: null, restricted: 'allowed', ok: [200, 409] },
 ];
 
 const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
@@ -75,7 +91,7 @@ const MISSING_BOX = 'box_00000000000000000000';
 const MISSING_KEY = 'key_00000000000000000000';
 const MISSING_MESSAGE = 'msg_00000000000000000000';
 const SUPPRESSED = 'bounced@remote.invalid';
-type Ids = { box: string; key: string; message?: string };
+type Ids = { box: string; key: string; message?: string; question?: string; feature?: string };
 
 let t: TestServer;
 
@@ -88,6 +104,9 @@ interface Fixture {
   spareKey: string;
   /** A message sent from the spare box (it stays queued: no worker runs here). */
   spareMessageId: string;
+  /** A support question and a feature request of the account. */
+  questionId: string;
+  featureId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -105,7 +124,19 @@ async function fixture(): Promise<Fixture> {
   const sent = await rest(t, 'POST', '/messages/send', { key: account.apiKey, body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' } });
   if (sent.status !== 200) throw new Error(`send failed: ${JSON.stringify(sent.body)}`);
   await t.db.suppression.create({ data: { accountId: account.accountId, address: SUPPRESSED, reason: 'bounce' } });
-  return { account, primaryBoxId: boxes.body.boxes[0].id, spareBoxId: spare.body.id, spareKeyId: key.id, spareKey: key.api_key, spareMessageId: sent.body.message_id };
+  const question = await rest(t, 'POST', '/support/questions', { key: account.apiKey, body: { subject: 'fixture', body: 'fixture' } });
+  const feature = await rest(t, 'POST', '/feature-requests', { key: account.apiKey, body: { title: 'fixture feature', description: 'a feature request of the fixture' } });
+  if (question.status !== 200 || feature.status !== 200) throw new Error(`fixture failed: ${JSON.stringify([question.body, feature.body])}`);
+  return {
+    account,
+    primaryBoxId: boxes.body.boxes[0].id,
+    spareBoxId: spare.body.id,
+    spareKeyId: key.id,
+    spareKey: key.api_key,
+    spareMessageId: sent.body.message_id,
+    questionId: question.body.id,
+    featureId: feature.body.id,
+  };
 }
 
 function fill(path: string, ids: Ids): string {
@@ -115,10 +146,12 @@ function fill(path: string, ids: Ids): string {
     .replace('{message}', ids.message ?? MISSING_MESSAGE)
     .replace('{address}', encodeURIComponent(SUPPRESSED))
     // No deliveries exist here (no webhook is set): any id is another account's or none at all.
-    .replace('{delivery}', 'whd_00000000000000000000');
+    .replace('{delivery}', 'whd_00000000000000000000')
+    .replace('{question}', ids.question ?? 'sq_00000000000000000000')
+    .replace('{feature}', ids.feature ?? 'fr_00000000000000000000');
 }
 
-const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId });
+const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId, question: f.questionId, feature: f.featureId });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
   const body = opts.body ?? route.body;
@@ -202,7 +235,7 @@ describe('(b) scopes', () => {
   it.each(anyKey.map((r) => [routeName(r), r] as const))('%s needs no particular scope: every single-scope key gets 200', async (_name, route) => {
     for (const s of ALL_SCOPES) {
       const r = await call(route, { key: scopedKeys.get(s)! });
-      expect(r.status, `${s}: ${JSON.stringify(r.body)}`).toBe(200);
+      expect(route.ok ?? [200], `${s}: ${r.status} ${JSON.stringify(r.body)}`).toContain(r.status);
     }
   });
 });
@@ -306,8 +339,8 @@ describe('(d) a box-restricted key', () => {
         break;
       }
       case 'allowed': {
-        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId } });
-        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId, question: A.questionId, feature: A.featureId } });
+        expect(route.ok ?? [200], `${r.status} ${JSON.stringify(r.body)}`).toContain(r.status);
         break;
       }
     }

@@ -76,7 +76,9 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     authorizeSubscribe(client, sub, done) {
       const who = identity.get(client);
       if (who?.kind === 'account' && sub.topic === mqttTopic(who.accountId)) return done(null, sub);
-      done(new Error(`not allowed to subscribe to ${sub.topic}`));
+      // Refused in the SUBACK (return code 0x80), as MQTT requires; an error here would drop the connection
+      // instead of answering, taking the client's allowed subscription down with it.
+      done(null, null);
     },
     authorizePublish(client, _packet, done) {
       if (client === null || identity.get(client)?.kind === 'publisher') return done(null);

@@ -2,6 +2,9 @@
  * The HTTP app: tRPC at /trpc, REST at /api/v1, the OpenAPI document, the discovery manifest and a small
  * index. Framework: Hono, so every face works on Fetch Requests and the context is built one way.
  */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Hono } from 'hono';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
@@ -9,6 +12,7 @@ import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppErro
 import { AppError, newId, type Services } from '@boxes/core';
 import type { Logger } from './logger';
 import { mountDocs } from './docs';
+import { createMcpHandler } from './mcp';
 import { createRestHandler, errorResponse, REST_PREFIX, routeTable } from './rest';
 
 export function createApp(svc: Services, log: Logger): Hono {
@@ -40,6 +44,14 @@ export function createApp(svc: Services, log: Logger): Hono {
     newRequestId: () => newId('req'),
     log,
   });
+  // Moved paths keep their method: /beta/mcp/<x> -> /account/mcp/<x> (opt-in, status and feedback stay).
+  app.all(`${REST_PREFIX}/beta/mcp/:rest{.+}`, async (c, next) => {
+    const rest = c.req.param('rest');
+    if (['opt-in', 'status', 'feedback'].includes(rest)) return next();
+    const url = new URL(c.req.url);
+    return c.redirect(`${REST_PREFIX}/account/mcp/${rest}${url.search}`, 308);
+  });
+
   app.all(`${REST_PREFIX}`, (c) => rest(c.req.raw));
   app.all(`${REST_PREFIX}/*`, (c) => rest(c.req.raw));
 
@@ -57,19 +69,28 @@ export function createApp(svc: Services, log: Logger): Hono {
     });
   });
 
+  const mcp = createMcpHandler(svc, log);
+  app.all('/mcp', (c) => mcp(c.req.raw));
   app.get('/openapi.json', (c) => c.body(getDocs().json, 200, { 'content-type': 'application/json' }));
   app.get('/openapi.yaml', (c) => c.body(getDocs().yaml, 200, { 'content-type': 'application/yaml' }));
 
-  app.get('/.well-known/agentic.json', (c) =>
-    c.json({
+  const skill = readFileSync(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../SKILL.md'), 'utf8');
+  app.get('/skill.md', (c) => c.body(skill, 200, { 'content-type': 'text/markdown; charset=utf-8' }));
+
+  app.get('/.well-known/agentic.json', (c) => {
+    const site = svc.config.siteUrl;
+    const mcpBase = svc.config.mcpUrl ?? site;
+    return c.json({
       name: 'Boxes',
-      description: 'Email for software agents: sign up with two HTTP calls, send with one, receive by polling, webhook or MQTT.',
+      description: 'Email for software agents: sign up with two HTTP calls, send with one, receive by polling, signed webhook or MQTT push.',
       version: API_VERSION,
       api_base_url: svc.config.apiBaseUrl,
-      openapi_url: `${svc.config.siteUrl}/openapi.json`,
-      openapi_yaml_url: `${svc.config.siteUrl}/openapi.yaml`,
-      docs_url: `${svc.config.siteUrl}/docs`,
-      trpc_url: `${svc.config.siteUrl}/trpc`,
+      openapi_url: `${site}/openapi.json`,
+      openapi_yaml_url: `${site}/openapi.yaml`,
+      docs_url: `${site}/docs`,
+      skill_url: `${site}/skill.md`,
+      mcp: { url: `${mcpBase}/mcp`, transport: 'streamable-http', auth: 'Authorization: Bearer <api_key>', management: `${svc.config.apiBaseUrl}/account/mcp/status` },
+      trpc_url: `${site}/trpc`,
       signup: {
         url: `${svc.config.apiBaseUrl}/signup/agentic`,
         confirm_url: `${svc.config.apiBaseUrl}/signup/agentic/confirm`,
@@ -77,14 +98,29 @@ export function createApp(svc: Services, log: Logger): Hono {
         example: { human_email: 'owner@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } },
       },
       auth: { type: 'bearer', key_prefix: 'bxs_live_', scopes: ['send', 'receive', 'admin'] },
-      pricing: { currency: 'USD', free_messages: 250, per_message_usd: '0.0016', attachments_per_mb_usd: '0.0012', boxes: 'unlimited, free' },
+      events: { poll: `${svc.config.apiBaseUrl}/events`, webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)', mqtt: svc.config.mqtt.publicUrl },
+      pricing: {
+        currency: 'USD',
+        model: 'prepaid credit, no subscription',
+        free_messages: 250,
+        per_message_usd: '0.0016',
+        per_message_applies_to: 'each message sent or received (per recipient for sends)',
+        attachments_per_mb_usd: '0.0012',
+        storage_per_gb_day_usd: '0.0333',
+        storage_free_days: 10,
+        boxes: 'unlimited, free',
+      },
+      support: { questions: `${svc.config.apiBaseUrl}/support/questions`, feature_requests: `${svc.config.apiBaseUrl}/feature-requests`, email: null },
       skills: [
-        { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm'] },
+        { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm'], skill_url: `${site}/skill.md` },
+        { name: 'send', description: 'Send mail with context and idempotency', operations: ['POST /messages/send'] },
+        { name: 'receive', description: 'Poll events and messages, or get them pushed', operations: ['GET /events', 'GET /messages', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
+        { name: 'verify', description: 'Verify webhook signatures and the hash-chained event log', operations: ['GET /account/webhook', 'GET /events/verify'] },
         { name: 'boxes', description: 'Create and list addresses on your domain', operations: ['POST /boxes', 'GET /boxes'] },
-        { name: 'events', description: 'Poll the hash-chained event log and verify it', operations: ['GET /events', 'GET /events/verify'] },
+        { name: 'support', description: 'Ask the operators, request features', operations: ['POST /support/questions', 'POST /feature-requests'] },
       ],
-    }),
-  );
+    });
+  });
 
   app.get('/', (c) =>
     c.json({

@@ -4,7 +4,8 @@
  * malformed JSON, 415 for non-JSON bodies, 413 for oversized ones, and every error as
  * {"error": {"code", "message", "request_id", ...details}} without a stack trace.
  */
-import { createOpenApiFetchHandler } from 'trpc-to-openapi';
+import { createOpenApiNodeHttpHandler } from 'trpc-to-openapi';
+import { TRPCError } from '@trpc/server';
 import { appRouter, toAppError, type Context } from '@boxes/api';
 import { AppError } from '@boxes/core';
 import type { Logger } from './logger';
@@ -59,12 +60,84 @@ async function deleteBodyToQuery(req: Request, url: URL): Promise<AppError | nul
   return null;
 }
 
+/** Reads the body as trpc-to-openapi's fetch adapter does: JSON and form bodies parsed, anything else as is. */
+async function readAdapterBody(req: Request): Promise<{ isValid: true; data: unknown } | { isValid: false; cause: unknown }> {
+  try {
+    if (req.headers.get('content-type')?.includes('application/json')) {
+      return { isValid: true, data: JSON.parse(await req.text()) };
+    }
+    if (req.headers.get('content-type')?.includes('application/x-www-form-urlencoded')) {
+      const params = new URLSearchParams(await req.text());
+      const data: Record<string, string[]> = {};
+      for (const key of params.keys()) data[key] = params.getAll(key);
+      return { isValid: true, data };
+    }
+    return { isValid: true, data: req.body };
+  } catch (cause) {
+    return { isValid: false, cause };
+  }
+}
+
+interface PendingCall {
+  context: () => Context;
+  onError: (error: unknown) => void;
+}
+
+/**
+ * trpc-to-openapi's createOpenApiFetchHandler builds a new Node handler on every request, and building one
+ * indexes every procedure and, unless NODE_ENV=production, generates the whole OpenAPI document to validate
+ * the router: most of the CPU time of a small request. This is the same adapter (request proxy, response
+ * shim) around one handler built once; each request finds its context and error sink through its proxy.
+ */
+function createOpenApiFetchAdapter(endpoint: string) {
+  const calls = new WeakMap<object, PendingCall>();
+  const handler = createOpenApiNodeHttpHandler({
+    router: appRouter,
+    createContext: ({ req }: { req: object }) => calls.get(req)!.context(),
+    onError: ({ error, req }: { error: unknown; req: object }) => calls.get(req)?.onError(error),
+  } as unknown as Parameters<typeof createOpenApiNodeHttpHandler>[0]);
+  return async (request: Request, call: PendingCall): Promise<Response> => {
+    const url = new URL(request.url.replace(endpoint, '')).toString();
+    const body = await readAdapterBody(request);
+    const proxied = new Proxy(request, {
+      get: (target, prop) => {
+        if (prop === 'url') return url;
+        if (prop === 'body') {
+          if (!body.isValid) throw new TRPCError({ code: 'PARSE_ERROR', message: 'Failed to parse request body', cause: body.cause });
+          return body.data;
+        }
+        return target[prop as keyof Request];
+      },
+    });
+    calls.set(proxied, call);
+    const resHeaders = new Headers();
+    return new Promise<Response>((resolve) => {
+      let statusCode: number | undefined;
+      const res = {
+        setHeader: (key: string, value: string | string[]) => {
+          if (typeof value === 'string') resHeaders.set(key, value);
+          else for (const v of value) resHeaders.append(key, v);
+        },
+        get statusCode() {
+          return statusCode;
+        },
+        set statusCode(code: number | undefined) {
+          statusCode = code;
+        },
+        end: (out?: string) => resolve(new Response(out, { headers: resHeaders, status: statusCode })),
+      };
+      void (handler as unknown as (req: unknown, res: unknown) => Promise<void>)(proxied, res);
+    });
+  };
+}
+
 export function createRestHandler(opts: {
   routes: () => Route[];
   context: (req: Request, requestId: string) => Context;
   newRequestId: () => string;
   log: Logger;
 }) {
+  const openApi = createOpenApiFetchAdapter(REST_PREFIX);
   return async function handleRest(req: Request): Promise<Response> {
     const requestId = opts.newRequestId();
     const url = new URL(req.url);
@@ -139,12 +212,9 @@ export function createRestHandler(opts: {
     headers.delete('content-length');
     const forwarded = new Request(url, { method, headers, body });
     let failure: unknown;
-    const res = await createOpenApiFetchHandler({
-      endpoint: REST_PREFIX,
-      router: appRouter,
-      req: forwarded,
-      createContext: () => opts.context(req, requestId),
-      onError: ({ error }) => {
+    const res = await openApi(forwarded, {
+      context: () => opts.context(req, requestId),
+      onError: (error) => {
         failure = error;
       },
     });

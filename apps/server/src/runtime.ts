@@ -4,7 +4,8 @@
  * with the same services.
  */
 import type { Config } from '@boxes/config';
-import type { Services } from '@boxes/core';
+import { announcePlatformVersion, type Services } from '@boxes/core';
+import { API_VERSION } from '@boxes/api';
 import { createDb } from '@boxes/db';
 import { createRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
@@ -50,6 +51,9 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis };
   const server = await startServer(config, { svc, log });
   opts.onListening?.(server.port);
+  // A new API version is announced to every account once (platform.updated).
+  const announced = await announcePlatformVersion(svc, API_VERSION);
+  if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
   const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });
   let publisher: EventPublisher | null = push?.publisher ?? null;
   if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await connectPublisher(config, svc);

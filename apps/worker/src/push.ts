@@ -33,6 +33,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     scheduleRetry: async (accountId, at) => {
       await queue.add('retry', { accountId }, { delay: Math.max(0, at.getTime() - Date.now()), jobId: `retry-${accountId}-${at.getTime()}`, removeOnComplete: true, removeOnFail: 100 });
     },
+    stopping: () => stopped,
   };
 
   const running = new Set<string>();
@@ -131,9 +132,13 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       stopped = true;
       clearInterval(timer);
       await retryWorker.close();
-      await queue.close();
       await listener.end().catch(() => undefined);
-      for (let i = 0; i < 100 && running.size; i++) await new Promise((r) => setTimeout(r, 50));
+      // A drain in flight finishes the delivery in hand (bounded by the webhook timeout), records it, schedules
+      // its retry and releases its account lock while Redis is still connected: a lock left behind would stall
+      // that account's webhook on every other worker until the lock's TTL runs out.
+      const deadline = Date.now() + config.webhook.timeoutMs + 5_000;
+      while (running.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      await queue.close();
       retryConnection.disconnect();
       redis.disconnect();
     },

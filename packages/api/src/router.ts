@@ -8,6 +8,8 @@ import { messagesRouter } from './routers/messages';
 import { suppressionRouter } from './routers/suppression';
 import { creditRouter } from './routers/credit';
 import { iotRouter, webhookRouter } from './routers/webhook';
+import { featuresRouter, supportRouter } from './routers/support';
+import { mcpRouter } from './routers/mcp';
 import { router } from './trpc';
 
 export const appRouter = router({
@@ -21,6 +23,9 @@ export const appRouter = router({
   credit: creditRouter,
   webhook: webhookRouter,
   iot: iotRouter,
+  mcp: mcpRouter,
+  support: supportRouter,
+  features: featuresRouter,
 });
 
 export type AppRouter = typeof appRouter;

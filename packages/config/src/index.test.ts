@@ -20,6 +20,7 @@ describe('loadConfig', () => {
       port: 3000,
       siteUrl: 'http://localhost:3000',
       apiBaseUrl: 'http://localhost:3000/api/v1',
+      mcpUrl: undefined,
       baseDomain: 'boxes.localhost',
       mailHost: 'mail.boxes.localhost',
       nameservers: ['ns1.boxes.localhost', 'ns2.boxes.localhost'],

@@ -20,6 +20,8 @@ const envSchema = z.object({
     .string()
     .regex(/^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}$/i, 'must be a domain name')
     .default('boxes.localhost'),
+  /** Public base of the MCP endpoint ({mcp_url}/mcp); defaults to SITE_URL. */
+  MCP_URL: z.url({ protocol: /^https?$/ }).optional(),
   /** Host name mail clients and other MTAs use for this instance (MX target). Defaults to mail.<BASE_DOMAIN>. */
   MAIL_HOST: z.string().optional(),
   /** Nameservers an owner sets at the registrar for byo_delegated domains. */
@@ -73,6 +75,8 @@ export interface Config {
   port: number;
   siteUrl: string;
   apiBaseUrl: string;
+  /** Public base of the MCP endpoint: the endpoint is <mcpUrl>/mcp. */
+  mcpUrl: string | undefined;
   baseDomain: string;
   mailHost: string;
   nameservers: string[];
@@ -122,6 +126,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     port,
     siteUrl,
     apiBaseUrl: `${siteUrl}/api/v1`,
+    mcpUrl: e.MCP_URL?.replace(/\/+$/, ''),
     baseDomain: e.BASE_DOMAIN.toLowerCase(),
     mailHost: (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase(),
     nameservers: e.NAMESERVERS.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean),

@@ -28,3 +28,6 @@ export * from './webhooks/secret';
 export * from './webhooks/dispatch';
 export * from './iot/certificates';
 export * from './iot/drain';
+export * from './mcp/access';
+export * from './support/support';
+export * from './platform/updates';

@@ -70,9 +70,10 @@ export class Jobs {
 
 /**
  * Webhook retry schedule, in seconds after each failed attempt: 10 s, 30 s, 1 min, 2 min, 5 min, 10 min, 30 min,
- * 1 h, 2 h, 4 h, 8 h, 12 h, then 24 h three times: 16 attempts over about 4.2 days. An event older than
- * WEBHOOK_GIVE_UP_SECONDS (3 days) that fails again is given up at once, so a backlog behind a dead endpoint
- * does not wait 4 days per event.
+ * 1 h, 2 h, 4 h, 8 h, 12 h, then 24 h. An event is given up at its first failure more than
+ * WEBHOOK_GIVE_UP_SECONDS (3 days) after it was created: for the event at the head that is the 15th attempt,
+ * about 3.2 days in (at most 16 attempts). Events queued behind a dead endpoint are past that age when their
+ * turn comes, so each is tried once more and given up, instead of waiting days each.
  */
 export const WEBHOOK_RETRY_SECONDS = [10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 86_400, 86_400] as const;
 export const WEBHOOK_MAX_ATTEMPTS = WEBHOOK_RETRY_SECONDS.length + 1;

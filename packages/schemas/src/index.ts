@@ -10,3 +10,4 @@ export * from './boxes';
 export * from './events';
 export * from './messages';
 export * from './webhooks';
+export * from './surfaces';

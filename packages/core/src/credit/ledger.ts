@@ -4,7 +4,7 @@
  * settled when delivery ends: charged when delivered, released when it bounces or fails. Inbound mail is
  * charged when stored and is never refused for credit (the balance may go negative).
  */
-import type { Tx } from '@boxes/db';
+import type { Delivery, Tx } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import type { Services } from '../shared/context';
@@ -36,6 +36,8 @@ export interface Reservation {
   perRecipient: { free: boolean; micros: bigint }[];
   freeUsed: number;
   heldMicros: bigint;
+  /** The account's credit after the reservation (the row stays locked until the transaction ends). */
+  after: { balanceMicros: bigint; freeMessagesLeft: number; heldFreeMessages: number };
 }
 
 export function paymentRequired(svc: Services, message: string, extra: Record<string, unknown> = {}): AppError {
@@ -76,17 +78,26 @@ export async function reserveMessages(svc: Services, tx: Tx, accountId: string, 
     UPDATE accounts SET held_micros = held_micros + ${need}, held_free_messages = held_free_messages + ${freeUsed}
     WHERE id = ${accountId}`;
   const perRecipient = Array.from({ length: count }, (_, i) => (i < freeUsed ? { free: true, micros: 0n } : { free: false, micros: price }));
-  return { perRecipient, freeUsed, heldMicros: need };
+  return {
+    perRecipient,
+    freeUsed,
+    heldMicros: need,
+    after: { balanceMicros: a.balance_micros, freeMessagesLeft: a.free_messages_left, heldFreeMessages: a.held_free_messages + freeUsed },
+  };
 }
 
 /**
  * Settles one delivery's hold: 'charge' debits it (ledger entry message_sent), 'release' returns it.
- * Idempotent: a delivery already settled is left alone.
+ * Idempotent: a delivery already settled is left alone. The caller has read the delivery; the columns used
+ * here never change after it is created.
  */
-export async function settleDelivery(tx: Tx, deliveryId: string, outcome: 'charge' | 'release'): Promise<void> {
-  const claimed = await tx.delivery.updateMany({ where: { id: deliveryId, settledAt: null }, data: { settledAt: new Date() } });
+export async function settleDelivery(
+  tx: Tx,
+  d: Pick<Delivery, 'id' | 'accountId' | 'messageId' | 'heldMicros' | 'usedFree'>,
+  outcome: 'charge' | 'release',
+): Promise<void> {
+  const claimed = await tx.delivery.updateMany({ where: { id: d.id, settledAt: null }, data: { settledAt: new Date() } });
   if (claimed.count === 0) return;
-  const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
   const a = await lockAccountCredit(tx, d.accountId);
   const free = d.usedFree ? 1 : 0;
   if (outcome === 'release') {

@@ -32,7 +32,7 @@ async function claim(tx: Tx, deliveryId: string, status: string, data: Record<st
 export async function markDelivered(tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
   if (!(await claim(tx, deliveryId, 'delivered', { deliveredAt: new Date(), remoteMta: info.mta, lastError: null, nextAttemptAt: null, attempts: info.attempts }))) return false;
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  await settleDelivery(tx, d.id, 'charge');
+  await settleDelivery(tx, d, 'charge');
   await appendEvent({
     db: tx,
     accountId: d.accountId,
@@ -50,7 +50,7 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
   // A DSN can arrive after we recorded the delivery as delivered (the remote accepted, then bounced): it still
   // counts as a bounce for the suppression list.
   if (!fresh && d.status !== 'delivered') return;
-  if (fresh) await settleDelivery(tx, d.id, 'release');
+  if (fresh) await settleDelivery(tx, d, 'release');
   else await tx.delivery.update({ where: { id: d.id }, data: { status: 'bounced', lastError: info.response.slice(0, 1000) } });
   await appendEvent({
     db: tx,
@@ -73,7 +73,7 @@ export async function markDeferred(tx: Tx, deliveryId: string, info: { error: st
 export async function markFailed(tx: Tx, deliveryId: string, info: { error: string; attempts: number }) {
   if (!(await claim(tx, deliveryId, 'failed', { lastError: info.error.slice(0, 1000), nextAttemptAt: null, attempts: info.attempts }))) return;
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  await settleDelivery(tx, d.id, 'release');
+  await settleDelivery(tx, d, 'release');
   await appendEvent({
     db: tx,
     accountId: d.accountId,

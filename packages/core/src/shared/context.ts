@@ -15,9 +15,13 @@ export interface Services {
   redis: Redis;
 }
 
-/** Runs fn in the given transaction, or opens one when given the root client. */
+/**
+ * Runs fn in the given transaction, or opens one when given the root client. A Prisma 7 transaction client
+ * also has $transaction (it would open a savepoint: two more round trips for nothing); only the root client
+ * has $disconnect.
+ */
 export async function inTransaction<T>(db: DbClient, fn: (tx: Parameters<Parameters<Db['$transaction']>[0]>[0]) => Promise<T>): Promise<T> {
-  if ('$transaction' in db && typeof (db as Db).$transaction === 'function') {
+  if ('$disconnect' in db && typeof (db as Db).$transaction === 'function') {
     return (db as Db).$transaction(fn, { maxWait: 10_000, timeout: 20_000 });
   }
   return fn(db as Parameters<Parameters<Db['$transaction']>[0]>[0]);

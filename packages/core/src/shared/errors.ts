@@ -22,6 +22,8 @@ export const ERROR_CODES = {
   primary_box: { status: 409, trpc: 'CONFLICT' },
   intent_already_confirmed: { status: 409, trpc: 'CONFLICT' },
   idempotency_key_reused: { status: 409, trpc: 'CONFLICT' },
+  already_voted: { status: 409, trpc: 'CONFLICT' },
+  mcp_disabled: { status: 403, trpc: 'FORBIDDEN' },
   intent_expired: { status: 410, trpc: 'NOT_FOUND' },
   payload_too_large: { status: 413, trpc: 'PAYLOAD_TOO_LARGE' },
   unsupported_media_type: { status: 415, trpc: 'UNSUPPORTED_MEDIA_TYPE' },

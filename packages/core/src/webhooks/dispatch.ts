@@ -5,6 +5,7 @@
  * a retry and stops the drain: later events wait, so the receiver always sees seq order.
  */
 import https from 'node:https';
+import net from 'node:net';
 import tls from 'node:tls';
 import { WEBHOOK_GIVE_UP_SECONDS, WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
 import { appendEvent } from '../events/append';
@@ -26,6 +27,8 @@ export interface WebhookDeps {
   giveUpAfterMs: number;
   /** Arranges for drainWebhook(accountId) to run again at the given time. */
   scheduleRetry: (accountId: string, at: Date) => Promise<void>;
+  /** True once the caller is shutting down: the drain stops after the event in hand. */
+  stopping?: () => boolean;
 }
 
 export interface PostResult {
@@ -45,28 +48,44 @@ export function postWebhook(url: string, headers: Record<string, string>, body: 
       settled = true;
       resolve({ ...r, latencyMs: Math.round(performance.now() - started) });
     };
-    const req = https.request(
-      url,
-      {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'user-agent': 'Boxes-Webhooks/1', 'content-length': Buffer.byteLength(body), ...headers },
-        lookup: deps.lookup as never,
-        ca: deps.ca ? [...tls.rootCertificates, deps.ca] : undefined,
-        timeout: deps.timeoutMs,
-        agent: false,
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => {
-          const status = res.statusCode ?? 0;
-          done({ ok: status >= 200 && status < 300, status, error: status >= 300 && status < 400 ? 'redirects are not followed' : null });
-        });
-        res.on('error', (err) => done({ ok: false, status: res.statusCode ?? null, error: err.message }));
-      },
-    );
-    req.setTimeout(deps.timeoutMs, () => req.destroy(new Error(`no response within ${deps.timeoutMs} ms`)));
-    req.on('error', (err: NodeJS.ErrnoException) => done({ ok: false, status: null, error: err.code === 'EREFUSEDADDRESS' ? `refused: ${err.message}` : err.message }));
-    req.end(body);
+    // Node skips the lookup hook for a literal IP address, so the connect-time check would never see one (a URL
+    // stored under an earlier WEBHOOK_ALLOW_PRIVATE): run the same check on it before connecting.
+    let host: string;
+    try {
+      host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+    } catch {
+      return done({ ok: false, status: null, error: 'not a URL' });
+    }
+    if (net.isIP(host)) {
+      deps.lookup(host, { all: true }, (err) => {
+        if (err) done({ ok: false, status: null, error: err.code === 'EREFUSEDADDRESS' ? `refused: ${err.message}` : err.message });
+        else send();
+      });
+    } else send();
+    function send() {
+      const req = https.request(
+        url,
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'user-agent': 'Boxes-Webhooks/1', 'content-length': Buffer.byteLength(body), ...headers },
+          lookup: deps.lookup as never,
+          ca: deps.ca ? [...tls.rootCertificates, deps.ca] : undefined,
+          timeout: deps.timeoutMs,
+          agent: false,
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => {
+            const status = res.statusCode ?? 0;
+            done({ ok: status >= 200 && status < 300, status, error: status >= 300 && status < 400 ? 'redirects are not followed' : null });
+          });
+          res.on('error', (err) => done({ ok: false, status: res.statusCode ?? null, error: err.message }));
+        },
+      );
+      req.setTimeout(deps.timeoutMs, () => req.destroy(new Error(`no response within ${deps.timeoutMs} ms`)));
+      req.on('error', (err: NodeJS.ErrnoException) => done({ ok: false, status: null, error: err.code === 'EREFUSEDADDRESS' ? `refused: ${err.message}` : err.message }));
+      req.end(body);
+    }
   });
 }
 
@@ -84,6 +103,7 @@ export async function eventPayload(svc: Services, event: Parameters<typeof toApi
 /** Delivers what is due for one account, in order, until caught up or a failure asks for a retry. */
 export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: string): Promise<void> {
   for (let guard = 0; guard < 10_000; guard++) {
+    if (deps.stopping?.()) return;
     const a = await svc.db.account.findUnique({
       where: { id: accountId },
       select: { callbackWebhook: true, webhookCursor: true, webhookAttempts: true, webhookNextAttemptAt: true, chainSeq: true },

@@ -1,0 +1,72 @@
+/**
+ * The operator CLI: `pnpm boxes admin <command>`, on the database named by DATABASE_URL.
+ *
+ *   pnpm boxes admin questions                 open support questions, oldest first
+ *   pnpm boxes admin answer <sq_id> <text...>  answer one (support.answered goes to the asking account)
+ *   pnpm boxes admin features                  open feature requests with their votes
+ *   pnpm boxes admin ship <fr_id> [note...]    mark one shipped (feature_request.shipped to requester and voters)
+ */
+import { loadConfig } from '@boxes/config';
+import { answerQuestion, openFeatures, openQuestions, shipFeature } from '@boxes/core';
+import { createDb } from '@boxes/db';
+
+const USAGE = `usage:
+  pnpm boxes admin questions
+  pnpm boxes admin answer <question id> <answer text>
+  pnpm boxes admin features
+  pnpm boxes admin ship <feature request id> [note]`;
+
+async function main(argv: string[]): Promise<number> {
+  const [area, command, id, ...rest] = argv;
+  if (area !== 'admin' || !command) {
+    console.error(USAGE);
+    return 2;
+  }
+  const config = loadConfig();
+  const db = createDb(config.databaseUrl, { max: 2 });
+  try {
+    switch (command) {
+      case 'questions': {
+        const qs = await openQuestions(db);
+        if (!qs.length) console.log('no open questions');
+        for (const q of qs) {
+          console.log(`${q.id}  ${q.accountId}  ${q.updatedAt.toISOString()}  ${q.subject}`);
+          for (const m of q.messages) console.log(`    [${m.author}] ${m.body.replace(/\s+/g, ' ').slice(0, 200)}`);
+        }
+        return 0;
+      }
+      case 'answer': {
+        const text = rest.join(' ').trim();
+        if (!id || !text) throw new Error('answer needs a question id and the answer text');
+        const r = await answerQuestion(db, id, text);
+        console.log(`answered ${r.question_id} (account ${r.account_id}); support.answered appended`);
+        return 0;
+      }
+      case 'features': {
+        const fs = await openFeatures(db);
+        if (!fs.length) console.log('no open feature requests');
+        for (const f of fs) console.log(`${f.id}  votes ${f._count.votes}  ${f.title}`);
+        return 0;
+      }
+      case 'ship': {
+        if (!id) throw new Error('ship needs a feature request id');
+        const r = await shipFeature(db, id, rest.join(' ').trim() || undefined);
+        console.log(`shipped ${r.id}; feature_request.shipped sent to ${r.notified} account(s)`);
+        return 0;
+      }
+      default:
+        console.error(USAGE);
+        return 2;
+    }
+  } finally {
+    await db.$disconnect();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: Error) => {
+    console.error(`boxes: ${err.message}`);
+    process.exit(1);
+  },
+);

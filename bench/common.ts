@@ -1,0 +1,344 @@
+/**
+ * Shared by the benchmarks: a fresh database (dropped at the end), the runtime on ephemeral ports of
+ * 127.0.0.1 with its own Redis key prefix (deleted at the end), keep-alive HTTP, signup, and a few numbers.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import http from 'node:http';
+import { availableParallelism, loadavg } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { loadConfig, type Config } from '@boxes/config';
+import { ensureDatabase, migrate } from '@boxes/db';
+import type { MxResolver } from '@boxes/mail';
+import { createLogger, startRuntime, type Runtime } from '@boxes/server';
+
+export function envInt(name: string, fallback: number, min = 1, max = 1_000_000): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name} must be an integer from ${min} to ${max} (got "${raw}")`);
+  return n;
+}
+
+const LOCAL_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]']);
+
+/** A URL from the environment (or the default), refused unless it points at this machine. */
+function localUrl(name: string, fallback: string): URL {
+  const u = new URL(process.env[name] || fallback);
+  if (!LOCAL_HOSTS.has(u.hostname)) throw new Error(`${name} must point at 127.0.0.1 for a benchmark (got ${u.hostname})`);
+  return u;
+}
+
+export interface BenchDatabase {
+  name: string;
+  url: string;
+  drop(): Promise<void>;
+}
+
+/** A fresh database boxes_bench_<random> with every migration applied. */
+export async function createBenchDatabase(): Promise<BenchDatabase> {
+  const base = localUrl('DATABASE_URL', 'postgresql://postgres@127.0.0.1:5432/boxes');
+  const name = `boxes_bench_${randomBytes(5).toString('hex')}`;
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  const admin = new URL(base);
+  admin.pathname = '/postgres';
+  await ensureDatabase(url.toString());
+  await migrate(url.toString());
+  return {
+    name,
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: admin.toString(), connectionTimeoutMillis: 5000 });
+      await c.connect();
+      try {
+        await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    },
+  };
+}
+
+export interface BenchRuntime {
+  runtime: Runtime;
+  config: Config;
+  apiBase: string;
+  smtpPort: number | null;
+  /** Deletes this run's Redis keys and stops every app. */
+  stop(): Promise<void>;
+}
+
+export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boolean; mail: boolean; resolver?: MxResolver }): Promise<BenchRuntime> {
+  const redisUrl = localUrl('REDIS_URL', 'redis://127.0.0.1:6379');
+  // Only what the benchmark decides: no relay, static route or listener from the caller's environment.
+  const config = loadConfig({
+    HOST: '127.0.0.1',
+    PORT: '0',
+    SMTP_HOST: '127.0.0.1',
+    SMTP_PORT: '0',
+    DATABASE_URL: db.url,
+    REDIS_URL: redisUrl.toString(),
+    REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL || 'error',
+    ...(process.env.DELIVERY_CONCURRENCY ? { DELIVERY_CONCURRENCY: process.env.DELIVERY_CONCURRENCY } : {}),
+  });
+  const poolSize = process.env.BENCH_DB_POOL ? envInt('BENCH_DB_POOL', 20, 1, 90) : undefined;
+  const runtime = await startRuntime(config, {
+    secretKey: randomBytes(32),
+    worker: opts.worker,
+    mail: opts.mail,
+    ...(opts.resolver ? { resolver: opts.resolver } : {}),
+    ...(poolSize ? { dbPoolSize: poolSize } : {}),
+    log: createLogger(config.logLevel),
+    onListening: (port) => {
+      config.port = port;
+      config.siteUrl = `http://127.0.0.1:${port}`;
+      config.apiBaseUrl = `${config.siteUrl}/api/v1`;
+    },
+  });
+  return {
+    runtime,
+    config,
+    apiBase: `${runtime.server.url}/api/v1`,
+    smtpPort: runtime.mail?.port ?? null,
+    async stop() {
+      const redis = runtime.svc.redis;
+      try {
+        let cursor = '0';
+        let rounds = 0;
+        do {
+          const [next, keys] = await redis.scan(cursor, 'MATCH', `${config.redisPrefix}:*`, 'COUNT', 1000);
+          if (keys.length) await redis.del(...keys);
+          cursor = next;
+        } while (cursor !== '0' && ++rounds < 100_000);
+      } finally {
+        await runtime.stop();
+      }
+    },
+  };
+}
+
+export interface HttpResult {
+  status: number;
+  body: any;
+  ms: number;
+}
+
+/** One JSON request over the given keep-alive agent. */
+export function request(agent: http.Agent, url: string, method: string, body?: unknown, key?: string, timeoutMs = 30_000): Promise<HttpResult> {
+  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  const headers: Record<string, string | number> = {};
+  if (payload) {
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = payload.length;
+  }
+  if (key) headers.authorization = `Bearer ${key}`;
+  const started = performance.now();
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method, agent, headers, timeout: timeoutMs }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let parsed: unknown = text;
+        try {
+          parsed = text ? JSON.parse(text) : null;
+        } catch {
+          /* keep the text */
+        }
+        resolve({ status: res.statusCode ?? 0, body: parsed, ms: performance.now() - started });
+      });
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`${method} ${url} timed out after ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+export interface BenchAccount {
+  accountId: string;
+  apiKey: string;
+  primaryAddress: string;
+  domain: string;
+}
+
+/** Signs up `n` accounts over REST (subdomain mode), a few at a time. */
+export async function signupAccounts(agent: http.Agent, apiBase: string, n: number): Promise<BenchAccount[]> {
+  const one = async (i: number): Promise<BenchAccount> => {
+    const intent = await request(agent, `${apiBase}/signup/agentic`, 'POST', {
+      human_email: `bench${i}@example.com`,
+      domain_intent: { mode: 'subdomain', slug_style: 'word_pair' },
+    });
+    if (intent.status !== 200) throw new Error(`signup failed: ${intent.status} ${JSON.stringify(intent.body)}`);
+    const done = await request(agent, `${apiBase}/signup/agentic/confirm`, 'POST', { intent_id: intent.body.intent_id });
+    if (done.status !== 200) throw new Error(`confirm failed: ${done.status} ${JSON.stringify(done.body)}`);
+    return { accountId: done.body.account_id, apiKey: done.body.api_key, primaryAddress: done.body.primary_address, domain: done.body.domain };
+  };
+  const out: BenchAccount[] = [];
+  for (let i = 0; i < n; i += 4) {
+    out.push(...(await Promise.all(Array.from({ length: Math.min(4, n - i) }, (_, j) => one(i + j)))));
+  }
+  return out;
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (!sorted.length) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export const rate = (count: number, ms: number): number => (ms > 0 ? Math.round((count / ms) * 1000) : 0);
+
+/**
+ * Runs the benchmark body with cleanup that always happens (also on Ctrl-C), then makes sure the process
+ * ends: anything still holding the event loop after cleanup is reported and the process exits anyway.
+ */
+export async function main(name: string, body: (cleanup: (fn: () => Promise<void>) => void) => Promise<void>): Promise<void> {
+  const cleanups: (() => Promise<void>)[] = [];
+  let cleaning: Promise<void> | null = null;
+  const cleanAll = () =>
+    (cleaning ??= (async () => {
+      for (const fn of cleanups.reverse()) {
+        try {
+          await fn();
+        } catch (err) {
+          console.error(`${name}: cleanup step failed: ${(err as Error).message}`);
+        }
+      }
+    })());
+  const onSignal = () => {
+    console.error(`${name}: interrupted, cleaning up`);
+    void cleanAll().then(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  let code = 0;
+  try {
+    await body((fn) => cleanups.push(fn));
+  } catch (err) {
+    console.error(`${name}: failed:`, err);
+    code = 1;
+  } finally {
+    await cleanAll();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  process.exitCode = code;
+  // Everything is closed; if some handle still holds the loop, do not hang.
+  setTimeout(() => {
+    const handles = (process as unknown as { _getActiveHandles(): object[] })._getActiveHandles().map((h) => {
+      const s = h as { constructor: { name: string }; remotePort?: number; localPort?: number };
+      return s.remotePort ? `${s.constructor.name}(${s.localPort}->${s.remotePort})` : s.constructor.name;
+    });
+    console.error(`${name}: handles still open after cleanup (${handles.join(', ')}); exiting`);
+    process.exit(code);
+  }, 3000).unref();
+}
+
+/**
+ * Jiffies (1/100 s) used so far by Redis and by PostgreSQL: its shared processes (WAL writer, checkpointer, ...)
+ * and the backends of `database`, not those of other databases (tests of other jobs may share the server).
+ */
+function serviceTicks(database: string): { postgres: number; redis: number } {
+  const out = { postgres: 0, redis: 0 };
+  let pids: string[] = [];
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return out;
+  }
+  for (const pid of pids) {
+    let stat: string;
+    let title: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      continue; // exited meanwhile
+    }
+    const close = stat.lastIndexOf(')');
+    const comm = stat.slice(stat.indexOf('(') + 1, close);
+    const which = comm === 'postgres' ? 'postgres' : comm === 'redis-server' ? 'redis' : null;
+    if (!which) continue;
+    // A backend's title is "postgres: <cluster>: <user> <database> <client> <state>".
+    const backend = /^postgres: [^:]+: \S+ (\S+) /.exec(title);
+    if (which === 'postgres' && backend && backend[1] !== database) continue;
+    const f = stat.slice(close + 2).split(' ');
+    // utime and stime (fields 14 and 15 of stat) are 11 and 12 after the state field.
+    out[which] += Number(f[11]) + Number(f[12]);
+  }
+  return out;
+}
+
+function machineTicks(): { busy: number; total: number } | null {
+  try {
+    const v = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const idle = (v[3] ?? 0) + (v[4] ?? 0);
+    const total = v.reduce((a, b) => a + b, 0);
+    return { busy: total - idle, total };
+  } catch {
+    return null;
+  }
+}
+
+/** Jiffies used so far by this process's main thread (the server under test; the load runs in a worker thread). */
+function mainThreadTicks(): number {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(f[11]) + Number(f[12]);
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * CPU used between construction and report(): by this process's main thread (the server: HTTP, worker, MX),
+ * by its other threads (the load worker thread, GC helpers, libuv pool), by PostgreSQL for this database, by
+ * Redis, and by everything else on the machine (other jobs skew throughput; CPU per message is steadier).
+ */
+export class CpuMeter {
+  private proc = process.cpuUsage();
+  private main = mainThreadTicks();
+  private machine = machineTicks();
+  private services: { postgres: number; redis: number };
+  private started = performance.now();
+
+  constructor(private readonly database: string) {
+    this.services = serviceTicks(database);
+  }
+
+  report(items: number): string {
+    const wallMs = performance.now() - this.started;
+    const p = process.cpuUsage(this.proc);
+    const procMs = (p.user + p.system) / 1000;
+    const mainMs = (mainThreadTicks() - this.main) * 10;
+    const otherMs = Math.max(0, procMs - mainMs);
+    const svc = serviceTicks(this.database);
+    const pgMs = (svc.postgres - this.services.postgres) * 10;
+    const redisMs = (svc.redis - this.services.redis) * 10;
+    const now = machineTicks();
+    const cores = availableParallelism();
+    let rest = '';
+    if (now && this.machine && now.total > this.machine.total) {
+      const busy = ((now.busy - this.machine.busy) / (now.total - this.machine.total)) * cores;
+      const other = Math.max(0, busy - (procMs + pgMs + redisMs) / wallMs);
+      rest = `, other jobs ${other.toFixed(2)}; machine ${busy.toFixed(2)} of ${cores} busy`;
+    }
+    const c = (ms: number) => (ms / wallMs).toFixed(2);
+    const per = (ms: number) => (ms / Math.max(1, items)).toFixed(2);
+    return (
+      `CPU cores: server thread ${c(mainMs)}, other threads (load client, GC) ${c(otherMs)}, PostgreSQL ${c(pgMs)}, Redis ${c(redisMs)}${rest}\n` +
+      `    CPU ms per message: server thread ${per(mainMs)}, other threads ${per(otherMs)}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}`
+    );
+  }
+}
+
+/** The 1-minute load average, to see whether other jobs share the machine. */
+export function loadNote(): string {
+  return `load average ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} cores`;
+}

@@ -1,0 +1,82 @@
+/**
+ * pnpm bench:mx — inbound mail through the MX, accepted and stored per second.
+ *
+ * A fresh database and the runtime with the MX (no worker: nothing goes out), on this process's main thread.
+ * A few accounts, each with a few boxes, are signed up over REST; then BENCH_MX messages (default 5000) are
+ * sent to those boxes from a worker thread (bench/load.ts) over BENCH_MX_CONNECTIONS reused SMTP connections
+ * (default 8; nodemailer's pooled transport with maxMessages Infinity, so smtp-server's 100 ms early-talker
+ * pause is paid once per connection). STARTTLS is used as the MX offers it, like real senders (BENCH_MX_TLS=0
+ * turns it off). Stored = received rows in the messages table at the end, which must equal the messages sent.
+ * Everything listens on 127.0.0.1; the database and the Redis keys are removed at the end.
+ *
+ *   BENCH_MX=5000 BENCH_MX_CONNECTIONS=8 BENCH_MX_ACCOUNTS=4 BENCH_MX_BOXES=3 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
+ *   BENCH_DB_POOL (default: the runtime's)
+ */
+import http from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, request, signupAccounts, startBenchRuntime } from './common';
+import { LoadClient, now } from './load';
+
+const M = envInt('BENCH_MX', 5000);
+const CONNECTIONS = envInt('BENCH_MX_CONNECTIONS', 8, 1, 100);
+const ACCOUNTS = envInt('BENCH_MX_ACCOUNTS', 4, 1, 100);
+const BOXES = envInt('BENCH_MX_BOXES', 3, 1, 50);
+const WARMUP = envInt('BENCH_WARMUP', 200, 0);
+const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
+const TLS = process.env.BENCH_MX_TLS !== '0';
+
+await main('bench:mx', async (onCleanup) => {
+  const deadline = Date.now() + TIMEOUT_MS;
+  const load = new LoadClient();
+  onCleanup(() => load.close());
+  const db = await createBenchDatabase();
+  onCleanup(() => db.drop());
+  const rt = await startBenchRuntime(db, { worker: false, mail: true });
+  onCleanup(() => rt.stop());
+
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+  const accounts = await signupAccounts(agent, rt.apiBase, ACCOUNTS);
+  const boxes: string[] = [];
+  for (const a of accounts) {
+    boxes.push(a.primaryAddress);
+    for (let b = 1; b < BOXES; b++) {
+      const r = await request(agent, `${rt.apiBase}/boxes`, 'POST', { address: `inbox${b}` }, a.apiKey);
+      if (r.status !== 200) throw new Error(`creating a box failed: ${r.status} ${JSON.stringify(r.body)}`);
+      boxes.push(r.body.address);
+    }
+  }
+  agent.destroy();
+  // Inbound mail is charged; keep every account within its free allowance so the ledger path stays the same.
+  await rt.runtime.svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${M + WARMUP + 1000}`;
+  const smtp = { port: rt.smtpPort!, boxes, connections: CONNECTIONS, tls: TLS, deadline };
+
+  if (WARMUP) {
+    const w = await load.call({ op: 'smtpSends', ...smtp, count: WARMUP, startSeq: 0 });
+    if (w.ok !== WARMUP) throw new Error(`warm-up: ${w.ok}/${WARMUP} messages accepted; first failure: ${w.firstError}`);
+  }
+
+  console.log(
+    `bench:mx: ${M} messages to ${boxes.length} boxes of ${ACCOUNTS} accounts over ${CONNECTIONS} SMTP connections${TLS ? ' (STARTTLS)' : ''}, ` +
+      `after ${WARMUP} warm-up messages; ${loadNote()}`,
+  );
+  const cpu = new CpuMeter(db.name);
+  const elu0 = performance.eventLoopUtilization();
+  const run = await load.call({ op: 'smtpSends', ...smtp, count: M, startSeq: WARMUP });
+  const acceptedMs = run.t1 - run.t0;
+  const elu = performance.eventLoopUtilization(elu0).utilization;
+  const cpuReport = cpu.report(run.ok);
+  // The MX answers 250 only after the transaction committed, so the rows are there now; count them.
+  const [row] = await rt.runtime.svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM messages WHERE direction = 'received'`;
+  const storedMs = now() - run.t0;
+  const stored = Number(row!.n) - WARMUP;
+
+  const lat = [...run.latencies].sort((a, b) => a - b);
+  const p = (q: number) => percentile(lat, q).toFixed(1);
+  console.log(`  SMTP: ${run.ok}/${run.started} messages accepted (250) in ${(acceptedMs / 1000).toFixed(2)} s, ${run.statuses.failed ?? 0} refused or failed`);
+  if (run.firstError) console.log(`  first failure: ${run.firstError}`);
+  console.log(`  per-message latency (MAIL FROM to 250, ${CONNECTIONS * 2} queued on ${CONNECTIONS} connections): p50 ${p(50)} ms, p99 ${p(99)} ms`);
+  console.log(`  stored: ${stored} received messages in the database`);
+  console.log(`  server event loop ${(elu * 100).toFixed(0)}% busy; ${cpuReport}`);
+  console.log(`mx: accepted ${rate(run.ok, acceptedMs)}/s, stored ${rate(stored, storedMs)}/s (N=${M}, connections=${CONNECTIONS})`);
+  if (stored !== M || run.ok !== M) throw new Error(`incomplete run: ${run.ok}/${M} accepted, ${stored}/${M} stored`);
+});

@@ -1,0 +1,111 @@
+/**
+ * pnpm bench:send — API sends accepted per second, and deliveries per second to a remote MX.
+ *
+ * A fresh database; the HTTP server and the delivery worker run on this process's main thread, exactly as
+ * startRuntime runs them. The outside world runs in a worker thread (bench/load.ts): the HTTP client and the
+ * remote MX, a local SMTP sink that counts recipients, to which staticResolver routes mail for sink.test.
+ * Accounts are signed up over REST and given enough free messages; then BENCH_SENDS sends (default 5000) go out
+ * with BENCH_CONCURRENCY requests in flight (default 64) over keep-alive HTTP. Everything listens on 127.0.0.1;
+ * the database and the Redis keys are removed at the end.
+ *
+ *   BENCH_SENDS=5000 BENCH_CONCURRENCY=64 BENCH_ACCOUNTS=20 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
+ *   BENCH_DB_POOL (default: the runtime's) DELIVERY_CONCURRENCY (default: the config's)
+ *   BENCH_DELIVER=0 runs the API alone (no worker; the deliveries stay queued)
+ */
+import http from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { staticResolver } from '@boxes/mail';
+import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, signupAccounts, sleep, startBenchRuntime } from './common';
+import { LoadClient, now } from './load';
+
+const N = envInt('BENCH_SENDS', 5000);
+const CONCURRENCY = envInt('BENCH_CONCURRENCY', 64, 1, 1000);
+const ACCOUNTS = envInt('BENCH_ACCOUNTS', 20, 1, 500);
+const WARMUP = envInt('BENCH_WARMUP', 200, 0);
+const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
+const DELIVER = process.env.BENCH_DELIVER !== '0';
+const SINK_DOMAIN = 'sink.test';
+
+await main('bench:send', async (onCleanup) => {
+  const deadline = Date.now() + TIMEOUT_MS;
+  const load = new LoadClient();
+  onCleanup(() => load.close());
+  const { port: sinkPort } = await load.call({ op: 'startSink' });
+
+  const db = await createBenchDatabase();
+  onCleanup(() => db.drop());
+  const rt = await startBenchRuntime(db, {
+    worker: DELIVER,
+    mail: false,
+    resolver: staticResolver({ [SINK_DOMAIN]: { host: '127.0.0.1', port: sinkPort } }),
+  });
+  onCleanup(() => rt.stop());
+
+  const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+  const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);
+  setupAgent.destroy();
+  // Enough free messages for every send, so no send meets 402.
+  await rt.runtime.svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${N + WARMUP + 1000}`;
+  const sends = { apiBase: rt.apiBase, accounts, concurrency: CONCURRENCY, deadline, sinkDomain: SINK_DOMAIN };
+
+  if (WARMUP) {
+    const w = await load.call({ op: 'httpSends', ...sends, count: WARMUP, startSeq: 0 });
+    if (w.ok !== WARMUP) throw new Error(`warm-up: ${w.ok}/${WARMUP} sends answered 200; first failure: ${w.firstError}`);
+    if (DELIVER && (await load.call({ op: 'waitSink', target: WARMUP, deadline })).at === null) throw new Error('warm-up deliveries did not arrive in time');
+  }
+
+  console.log(
+    `bench:send: ${N} sends from ${ACCOUNTS} accounts, ${CONCURRENCY} in flight, after ${WARMUP} warm-up sends${DELIVER ? '' : ', no delivery worker'}; ${loadNote()}`,
+  );
+  const cpu = new CpuMeter(db.name);
+  const elu0 = performance.eventLoopUtilization();
+  const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
+  const acceptedMs = run.t1 - run.t0;
+  const eluAccept = performance.eventLoopUtilization(elu0).utilization;
+  const cpuAccept = cpu.report(run.ok);
+
+  let deliveredMs: number | null = null;
+  let settledMs: number | null = null;
+  let sink = { count: 0, duplicates: 0 };
+  let cpuAll = '';
+  let eluAll = 0;
+  let outcomes: { status: string; n: bigint; retried: bigint }[] = [];
+  if (DELIVER) {
+    // Deliveries of sends that failed never come: wait for the accepted ones only.
+    const w = await load.call({ op: 'waitSink', target: WARMUP + run.ok, deadline });
+    sink = { count: w.count - WARMUP, duplicates: w.duplicates };
+    deliveredMs = w.at === null ? null : w.at - run.t0;
+    eluAll = performance.eventLoopUtilization(elu0).utilization;
+    cpuAll = cpu.report(run.ok);
+    // The worker records each delivery after the remote MX accepted it: wait for those rows too.
+    while (Date.now() < deadline) {
+      const [row] = await rt.runtime.svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM deliveries WHERE status = 'delivered'`;
+      if (Number(row!.n) >= WARMUP + run.ok) {
+        settledMs = now() - run.t0;
+        break;
+      }
+      await sleep(20);
+    }
+    outcomes = await rt.runtime.svc.db.$queryRaw<{ status: string; n: bigint; retried: bigint }[]>`
+      SELECT status, count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS retried FROM deliveries GROUP BY status ORDER BY status`;
+  }
+
+  const lat = [...run.latencies].sort((a, b) => a - b);
+  const p = (q: number) => percentile(lat, q).toFixed(1);
+  console.log(`  API: ${run.ok}/${run.started} sends answered 200 in ${(acceptedMs / 1000).toFixed(2)} s; statuses ${JSON.stringify(run.statuses)}`);
+  if (run.firstError) console.log(`  first failure: ${run.firstError}`);
+  console.log(`  API latency: p50 ${p(50)} ms, p90 ${p(90)} ms, p99 ${p(99)} ms, max ${p(100)} ms`);
+  if (DELIVER) {
+    const at = (ms: number | null) => (ms === null ? ' (timed out)' : ` after ${(ms / 1000).toFixed(2)} s`);
+    console.log(`  sink received ${sink.count}/${run.ok}${at(deliveredMs)}; delivery rows marked delivered${at(settledMs)}`);
+    console.log(
+      `  deliveries (warm-up included): ${outcomes.map((o) => `${o.status} ${o.n}${Number(o.retried) ? ` (${o.retried} retried)` : ''}`).join(', ')}; ` +
+        `recipients the sink saw more than once: ${sink.duplicates}`,
+    );
+  }
+  console.log(`  while accepting${DELIVER ? ' (deliveries run meanwhile)' : ''}: server event loop ${(eluAccept * 100).toFixed(0)}% busy; ${cpuAccept}`);
+  if (DELIVER) console.log(`  until delivered: server event loop ${(eluAll * 100).toFixed(0)}% busy; ${cpuAll}`);
+  const delivered = !DELIVER ? 'n/a (BENCH_DELIVER=0)' : deliveredMs === null ? `timed out (${sink.count} of ${run.ok})` : `${rate(sink.count, deliveredMs)}/s`;
+  console.log(`send: accepted ${rate(run.ok, acceptedMs)}/s, delivered ${delivered}, p50 ${p(50)} ms, p99 ${p(99)} ms (N=${N}, concurrency=${CONCURRENCY})`);
+  if (run.ok !== N || (DELIVER && deliveredMs === null)) throw new Error(`incomplete run: ${run.ok}/${N} accepted, ${sink.count} delivered`);
+});
