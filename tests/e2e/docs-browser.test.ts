@@ -1,0 +1,93 @@
+// GET /docs in a real browser (Debian's Chromium, driven by playwright-core): the Swagger UI renders the API
+// reference from the server's own /openapi.json and its own assets, and the page makes no request off the host
+// that served it. scripts/start-services.sh installs chromium.
+import fs from 'node:fs';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { startTestServer, type TestServer } from '@boxes/testing';
+
+const CHROMIUM = '/usr/bin/chromium';
+// A host name that is not localhost: Swagger UI treats loopback spec URLs specially, and a deployed /docs is
+// served under a real name. Chromium resolves it to the test server and every other name to nothing, so no
+// request can leave the machine even if the page tries one.
+const DOCS_HOST = 'docs.boxes.test';
+
+let t: TestServer;
+let browser: Browser;
+beforeAll(async () => {
+  expect(fs.existsSync(CHROMIUM), `${CHROMIUM} is missing: run scripts/start-services.sh (apt-get install -y chromium)`).toBe(true);
+  t = await startTestServer();
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-sync',
+      `--host-resolver-rules=EXCLUDE 127.0.0.1, MAP ${DOCS_HOST} 127.0.0.1, MAP * ~NOTFOUND`,
+    ],
+  });
+});
+afterAll(async () => {
+  await browser?.close();
+  await t?.stop();
+});
+
+/** Opens /docs at base, waits for Swagger UI to render the send operation, and returns what the page did. */
+async function openDocs(base: string): Promise<{ page: Page; requests: string[]; errors: string[] }> {
+  const page = await browser.newPage();
+  const requests: string[] = [];
+  const errors: string[] = [];
+  page.on('request', (r) => requests.push(r.url()));
+  page.on('pageerror', (e) => errors.push(e.message));
+  const res = await page.goto(`${base}/docs`, { waitUntil: 'load' });
+  expect(res?.status()).toBe(200);
+  await page.locator('.opblock-summary-path[data-path="/messages/send"]').first().waitFor({ state: 'visible', timeout: 15_000 });
+  // Let everything the rendered page asks for go out (the validator badge, images) before looking.
+  await page.waitForLoadState('networkidle');
+  return { page, requests, errors };
+}
+
+/** Requests that went anywhere but the origin (data: and blob: URLs stay in the page). */
+function offHost(requests: string[], origin: string): string[] {
+  return requests.filter((u) => !u.startsWith('data:') && !u.startsWith('blob:') && new URL(u).origin !== origin);
+}
+
+it('renders the API reference with the send endpoint, from local assets only', async () => {
+  const { page, requests, errors } = await openDocs(t.url);
+  expect(await page.title()).toBe('Boxes API reference');
+  expect(await page.locator('.info .title').first().textContent()).toContain('Boxes API');
+
+  const send = page.locator('.opblock-post').filter({ has: page.locator('.opblock-summary-path[data-path="/messages/send"]') }).first();
+  expect(await send.locator('.opblock-summary-method').textContent()).toBe('POST');
+  // Every operation of the OpenAPI document is on the page.
+  const spec = (await (await fetch(`${t.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
+  const operations = Object.values(spec.paths).reduce((n, item) => n + Object.keys(item).filter((m) => ['get', 'post', 'put', 'delete', 'patch'].includes(m)).length, 0);
+  expect(await page.locator('.opblock').count()).toBe(operations);
+  // Expanded, the send operation shows its request body fields.
+  await send.locator('.opblock-summary').click();
+  await send.locator('.opblock-body').waitFor({ state: 'visible' });
+  await send.getByText('Schema', { exact: true }).first().click();
+  const body = await send.locator('.opblock-body').innerText();
+  for (const field of ['to', 'subject', 'idempotency_key', 'context']) expect(body).toContain(field);
+
+  expect(errors).toEqual([]);
+  expect(requests).toContain(`${t.url}/openapi.json`);
+  expect(requests).toContain(`${t.url}/docs/assets/swagger-ui-bundle.js`);
+  expect(offHost(requests, t.url)).toEqual([]);
+  for (const u of requests.filter((x) => x.startsWith('http'))) expect(new URL(u).hostname).toBe('127.0.0.1');
+  await page.close();
+});
+
+it('makes no request off the host under a public host name either (no validator badge, no CDN)', async () => {
+  const origin = `http://${DOCS_HOST}:${t.server.port}`;
+  const { page, requests, errors } = await openDocs(origin);
+  expect(errors).toEqual([]);
+  expect(requests).toContain(`${origin}/openapi.json`);
+  expect(offHost(requests, origin)).toEqual([]);
+  await page.close();
+});
