@@ -10,6 +10,7 @@ import pg from 'pg';
 import { loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate } from '@boxes/db';
 import type { MxResolver } from '@boxes/mail';
+import { deleteKeysWithPrefix } from '@boxes/jobs';
 import { createLogger, startRuntime, type Runtime } from '@boxes/server';
 
 export function envInt(name: string, fallback: number, min = 1, max = 1_000_000): number {
@@ -77,6 +78,8 @@ export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boole
     PORT: '0',
     SMTP_HOST: '127.0.0.1',
     SMTP_PORT: '0',
+    MQTT_HOST: '127.0.0.1',
+    MQTT_PORT: '0',
     DATABASE_URL: db.url,
     REDIS_URL: redisUrl.toString(),
     REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
@@ -103,17 +106,10 @@ export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boole
     apiBase: `${runtime.server.url}/api/v1`,
     smtpPort: runtime.mail?.port ?? null,
     async stop() {
-      const redis = runtime.svc.redis;
       try {
-        let cursor = '0';
-        let rounds = 0;
-        do {
-          const [next, keys] = await redis.scan(cursor, 'MATCH', `${config.redisPrefix}:*`, 'COUNT', 1000);
-          if (keys.length) await redis.del(...keys);
-          cursor = next;
-        } while (cursor !== '0' && ++rounds < 100_000);
-      } finally {
         await runtime.stop();
+      } finally {
+        await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
       }
     },
   };

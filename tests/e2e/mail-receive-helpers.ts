@@ -10,16 +10,9 @@ import { rest, signupAccount, type ApiEvent, type TestAccount, type TestServer }
 /** Asynchronous only: the server under test runs in this process, so a synchronous spawn would deadlock it. */
 export const execFileAsync = promisify(execFile);
 
-/** Polls fn until it returns something truthy; fails after ms with what it was waiting for. */
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+import { waitFor } from '@boxes/testing';
+
+export { waitFor };
 
 /**
  * Fresh accounts, signed up n at a time in parallel (a signup generates a DKIM key, the slow part of most tests

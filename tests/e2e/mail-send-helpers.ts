@@ -3,6 +3,7 @@
  * outside domain resolves to it), with scripted answers chosen by the recipient's local part, and small
  * helpers to poll the API for asynchronous outcomes.
  */
+import { waitFor as baseWaitFor } from '@boxes/testing';
 import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { MxResolver } from '@boxes/mail';
@@ -111,16 +112,8 @@ function mailFromOf(session: SMTPServerSession): string {
   return f ? f.address : '';
 }
 
-/** Polls fn every 50 ms until it returns something truthy; fails after `ms`. */
-export async function waitFor<T>(fn: () => Promise<T | undefined | null | false> | T | undefined | null | false, what: string, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+/** The harness's waitFor, with the condition first as these tests call it. */
+export const waitFor = <T>(fn: Parameters<typeof baseWaitFor<T>>[1], what: string, ms = 10_000) => baseWaitFor<T>(what, fn, ms);
 
 /** Every event of the account of the given type(s), oldest first. */
 export async function events(t: Pick<TestServer, 'apiBase'>, key: string, type: string): Promise<ApiEvent[]> {

@@ -5,7 +5,7 @@ import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 import type { AddressInfo } from 'node:net';
 import { staticResolver } from '@boxes/mail';
-import { rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
+import { rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
 let sink: SMTPServer;
@@ -34,15 +34,6 @@ afterAll(async () => {
   await new Promise<void>((r) => sink.close(() => r()));
 });
 
-async function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 it('sends to an outside address and receives from one', async () => {
   const a = await signupAccount(t);
@@ -51,7 +42,7 @@ it('sends to an outside address and receives from one', async () => {
     body: { to: 'Someone <someone@remote.test>', subject: 'Hello', text: 'Hi there', context: { ticket: 42 } },
   });
   expect(sent.status, JSON.stringify(sent.body)).toBe(200);
-  const got = await waitFor(async () => received.find((r) => r.rcpt.includes('someone@remote.test')));
+  const got = await waitFor('the message at the stand-in MX', async () => received.find((r) => r.rcpt.includes('someone@remote.test')));
   expect(got.raw.toString()).toContain('DKIM-Signature:');
   expect(got.raw.toString()).toContain(`Message-ID: ${sent.body.rfc_message_id}`);
 
@@ -64,7 +55,7 @@ it('sends to an outside address and receives from one', async () => {
     inReplyTo: sent.body.rfc_message_id,
     references: [sent.body.rfc_message_id],
   });
-  const ev = await waitFor(async () => {
+  const ev = await waitFor('mail.received', async () => {
     const r = await rest(t, 'GET', '/events?type=mail.received', { key: a.apiKey });
     return r.body.events[0];
   });

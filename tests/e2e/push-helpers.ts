@@ -1,6 +1,7 @@
 // Shared by the push-*.test.ts files: a real https webhook receiver (self-signed certificate that the service
 // trusts through WEBHOOK_CA_FILE), the three ways a receiver verifies a delivery (stripe, standardwebhooks, and
 // X-Boxes-Signature by hand), mail through the MX, and a bounded wait.
+import { waitFor as baseWaitFor } from '@boxes/testing';
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -13,16 +14,8 @@ import Stripe from 'stripe';
 import { Webhook } from 'standardwebhooks';
 import { rest, type ApiEvent, type TestServer } from '@boxes/testing';
 
-/** Polls fn until it returns something truthy; fails after ms naming what it waited for. */
-export async function waitFor<T>(what: string, fn: () => T | undefined | null | false | Promise<T | undefined | null | false>, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+/** The harness's waitFor with a longer default: pushes cross a worker and a network hop. */
+export const waitFor = <T>(what: string, fn: Parameters<typeof baseWaitFor<T>>[1], ms = 15_000) => baseWaitFor<T>(what, fn, ms);
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

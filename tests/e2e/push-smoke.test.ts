@@ -10,7 +10,7 @@ import mqtt from 'mqtt';
 import { generate } from 'selfsigned';
 import Stripe from 'stripe';
 import { Webhook } from 'standardwebhooks';
-import { rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
+import { rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
 let receiver: https.Server;
@@ -42,21 +42,12 @@ afterAll(async () => {
   await new Promise<void>((r) => receiver.close(() => r()));
 });
 
-async function waitFor<T>(fn: () => T | undefined | null | false | Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 it('signup.completed with the api_key reaches the signup callback, signed for stripe and standardwebhooks', async () => {
   const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: receiverUrl } });
   expect(intent.status, JSON.stringify(intent.body)).toBe(200);
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
-  const first = await waitFor(() => got.find((g) => JSON.parse(g.body).type === 'signup.completed' && JSON.parse(g.body).account_id === done.body.account_id));
+  const first = await waitFor('signup.completed at the receiver', () => got.find((g) => JSON.parse(g.body).type === 'signup.completed' && JSON.parse(g.body).account_id === done.body.account_id));
   expect(JSON.parse(first.body).api_key).toBe(done.body.api_key);
   const secret = (await rest(t, 'GET', '/account/webhook', { key: done.body.api_key })).body.signing_secret;
   const stripe = new Stripe('sk_test_unused');
@@ -82,7 +73,7 @@ it('an MQTT client with a provisioned certificate receives events', async () => 
   client.on('message', (_topic, payload) => messages.push(payload.toString()));
   await client.subscribeAsync(prov.body.topic, { qos: 1 });
   await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'mqtt-probe' } });
-  const m = await waitFor(() => messages.map((x) => JSON.parse(x)).find((e) => e.type === 'box.created'));
+  const m = await waitFor('box.created over MQTT', () => messages.map((x) => JSON.parse(x)).find((e) => e.type === 'box.created'));
   expect(m.data.box.local_part).toBe('mqtt-probe');
   await client.endAsync();
 });

@@ -88,3 +88,20 @@ export function webhookRetryDelayMs(failedAttempts: number, scale = 1): number {
 export const PushJob = z.object({ accountId: z.string() });
 export type PushJob = z.infer<typeof PushJob>;
 export const PUSH_QUEUE = 'push';
+
+/** Deletes every key under `<prefix>:` (a test file's or a benchmark's queues and counters). */
+export async function deleteKeysWithPrefix(redisUrl: string, prefix: string): Promise<number> {
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  let cursor = '0';
+  let deleted = 0;
+  try {
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+      if (keys.length) deleted += await redis.del(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+  return deleted;
+}

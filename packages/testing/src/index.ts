@@ -8,7 +8,7 @@ import { loadConfig, type Config } from '@boxes/config';
 import type { Db } from '@boxes/db';
 import type { Services } from '@boxes/core';
 import type { MxResolver } from '@boxes/mail';
-import { createRedis } from '@boxes/jobs';
+import { deleteKeysWithPrefix } from '@boxes/jobs';
 import { createLogger, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
 import { inject } from 'vitest';
 import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databases';
@@ -115,17 +115,23 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     async stop() {
       await runtime.stop();
       // This file's queues and counters go with it, once nothing uses them any more.
-      const redis = createRedis(config.redisUrl);
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `${config.redisPrefix}:*`, 'COUNT', 500);
-        if (keys.length) await redis.del(...keys);
-        cursor = next;
-      } while (cursor !== '0');
-      redis.disconnect();
+      await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
       await database.drop();
     },
   };
+}
+
+type Maybe<T> = T | undefined | null | false;
+
+/** Polls fn every 50 ms until it returns something truthy; fails after ms naming what it waited for. */
+export async function waitFor<T>(what: string, fn: () => Maybe<T> | Promise<Maybe<T>>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 export interface JsonResponse<T = any> {

@@ -1,0 +1,159 @@
+/**
+ * pnpm bench:push — latency from an event's append to its arrival at a local webhook receiver and at an MQTT
+ * subscriber (p50, p99), while events are appended at BENCH_PUSH_RATE per second (default 200).
+ *
+ * A fresh database; the runtime with the worker (push engine) and the MQTT broker. BENCH_PUSH_ACCOUNTS accounts
+ * (default 10) each get a callback webhook pointing at a local https receiver (self-signed, trusted through
+ * WEBHOOK_CA_FILE; WEBHOOK_ALLOW_PRIVATE for 127.0.0.1) and an MQTT subscriber with a provisioned certificate.
+ * Events are appended straight through core's appendEvent (what every API change does) round-robin over the
+ * accounts for BENCH_PUSH_SECONDS (default 10). The append time is the event's created_at, taken in this
+ * process just before the insert, so both clocks are the same. Everything listens on 127.0.0.1; the database and
+ * the Redis keys are removed at the end.
+ *
+ *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import mqtt from 'mqtt';
+import { generate } from 'selfsigned';
+import { loadConfig } from '@boxes/config';
+import { appendEvent } from '@boxes/core';
+import { deleteKeysWithPrefix } from '@boxes/jobs';
+import { createLogger, startRuntime } from '@boxes/server';
+import { createBenchDatabase, envInt, main, percentile, request, signupAccounts, sleep } from './common';
+
+const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
+const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
+const ACCOUNTS = envInt('BENCH_PUSH_ACCOUNTS', 10, 1, 200);
+
+const summary = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return `p50 ${percentile(s, 50).toFixed(1)} ms, p99 ${percentile(s, 99).toFixed(1)} ms, max ${(s[s.length - 1] ?? 0).toFixed(1)} ms (n=${s.length})`;
+};
+
+await main('bench:push', async (onCleanup) => {
+  // The local https receiver.
+  const pems = await generate([{ name: 'commonName', value: 'localhost' }], {
+    keyType: 'ec',
+    algorithm: 'sha256',
+    extensions: [{ name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] }],
+  });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-bench-push-'));
+  onCleanup(async () => fs.rmSync(dir, { recursive: true, force: true }));
+  fs.writeFileSync(path.join(dir, 'ca.pem'), pems.cert);
+  const webhookLatency: number[] = [];
+  const mqttLatency: number[] = [];
+  const seenWebhook = new Set<string>();
+  const seenMqtt = new Set<string>();
+  const receiver = https.createServer({ key: pems.private, cert: pems.cert, keepAliveTimeout: 30_000 }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const at = Date.now();
+      const e = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id: string; type: string; created_at: string };
+      if (e.type === 'bench.tick' && !seenWebhook.has(e.id)) {
+        seenWebhook.add(e.id);
+        webhookLatency.push(at - Date.parse(e.created_at));
+      }
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
+  onCleanup(() => new Promise<void>((r) => receiver.close(() => r())));
+  const receiverUrl = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+
+  const db = await createBenchDatabase();
+  onCleanup(() => db.drop());
+  const config = loadConfig({
+    HOST: '127.0.0.1',
+    PORT: '0',
+    MQTT_HOST: '127.0.0.1',
+    MQTT_PORT: '0',
+    DATABASE_URL: db.url,
+    REDIS_URL: process.env.REDIS_URL || 'redis://127.0.0.1:6379',
+    REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
+    WEBHOOK_ALLOW_PRIVATE: 'true',
+    WEBHOOK_CA_FILE: path.join(dir, 'ca.pem'),
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL || 'error',
+  });
+  const runtime = await startRuntime(config, {
+    secretKey: randomBytes(32),
+    worker: true,
+    mail: false,
+    push: true,
+    log: createLogger(config.logLevel),
+    onListening: (port) => {
+      config.siteUrl = `http://127.0.0.1:${port}`;
+      config.apiBaseUrl = `${config.siteUrl}/api/v1`;
+    },
+  });
+  onCleanup(async () => {
+    await runtime.stop();
+    await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
+  });
+  const apiBase = `${runtime.server.url}/api/v1`;
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
+  onCleanup(async () => agent.destroy());
+
+  const accounts = await signupAccounts(agent, apiBase, ACCOUNTS);
+  const clients: mqtt.MqttClient[] = [];
+  onCleanup(async () => {
+    await Promise.all(clients.map((c) => c.endAsync().catch(() => undefined)));
+  });
+  for (const a of accounts) {
+    const cb = await request(agent, `${apiBase}/account/callback-webhook`, 'PUT', { agent_callback_webhook: receiverUrl }, a.apiKey);
+    if (cb.status !== 200) throw new Error(`setting the webhook failed: ${cb.status} ${JSON.stringify(cb.body)}`);
+    const prov = await request(agent, `${apiBase}/account/iot/provision`, 'POST', undefined, a.apiKey);
+    if (prov.status !== 200) throw new Error(`provisioning failed: ${prov.status} ${JSON.stringify(prov.body)}`);
+    const client = await mqtt.connectAsync(`mqtts://127.0.0.1:${runtime.push!.port}`, {
+      clientId: prov.body.client_id,
+      key: prov.body.private_key,
+      cert: prov.body.certificate,
+      ca: [prov.body.ca_certificate],
+      reconnectPeriod: 0,
+      connectTimeout: 10_000,
+    });
+    client.on('message', (_topic, payload) => {
+      const at = Date.now();
+      const e = JSON.parse(payload.toString('utf8')) as { id: string; type: string; created_at: string };
+      if (e.type === 'bench.tick' && !seenMqtt.has(e.id)) {
+        seenMqtt.add(e.id);
+        mqttLatency.push(at - Date.parse(e.created_at));
+      }
+    });
+    await client.subscribeAsync(prov.body.topic, { qos: 1 });
+    clients.push(client);
+  }
+  await sleep(500); // let the setup events drain
+
+  const total = RATE * SECONDS;
+  const started = Date.now();
+  let appended = 0;
+  const inflight = new Set<Promise<unknown>>();
+  while (appended < total) {
+    const due = Math.min(total, Math.floor(((Date.now() - started) / 1000) * RATE));
+    // Appends run concurrently but bounded: a falling-behind machine shows up as a lower achieved rate.
+    while (appended < due && inflight.size < 32) {
+      const a = accounts[appended % accounts.length]!;
+      const p = appendEvent({ db: runtime.svc.db, accountId: a.accountId, type: 'bench.tick', data: { n: appended } }).finally(() => inflight.delete(p));
+      inflight.add(p);
+      appended += 1;
+    }
+    await sleep(2);
+  }
+  await Promise.all(inflight);
+  const appendSeconds = (Date.now() - started) / 1000;
+  const deadline = Date.now() + 60_000;
+  while ((seenWebhook.size < total || seenMqtt.size < total) && Date.now() < deadline) await sleep(50);
+
+  console.log(`bench:push: ${total} events appended over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s) across ${ACCOUNTS} accounts`);
+  console.log(`  webhook: ${summary(webhookLatency)}${seenWebhook.size < total ? `  MISSING ${total - seenWebhook.size}` : ''}`);
+  console.log(`  mqtt:    ${summary(mqttLatency)}${seenMqtt.size < total ? `  MISSING ${total - seenMqtt.size}` : ''}`);
+  console.log(`push: webhook p99 ${percentile([...webhookLatency].sort((x, y) => x - y), 99).toFixed(1)} ms, mqtt p99 ${percentile([...mqttLatency].sort((x, y) => x - y), 99).toFixed(1)} ms at ${RATE} events/s (machine: ${os.cpus().length} cores)`);
+  if (seenWebhook.size < total || seenMqtt.size < total) throw new Error('some events did not arrive within 60 s');
+});
