@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { staticResolver } from '@boxes/mail';
-import { rest, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
+import { hasMessageId, rest, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import {
   accountPool,
   crlf,
@@ -55,7 +55,7 @@ async function sendDelivered(a: TestAccount, to: string[], subject = `report tes
     const m = await rest(t, 'GET', `/messages/${id}`, { key: a.apiKey });
     return m.body.deliveries.length === to.length && m.body.deliveries.every((d: any) => d.status === 'delivered');
   });
-  const copies = remote.received.filter((c) => c.raw.toString('latin1').includes(`Message-ID: ${rfc}`));
+  const copies = remote.received.filter((c) => hasMessageId(c.raw, rfc));
   expect(copies).toHaveLength(to.length);
   return { id, rfc, copies };
 }

@@ -123,6 +123,17 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
 
 type Maybe<T> = T | undefined | null | false;
 
+/**
+ * Whether raw RFC 5322 bytes carry this Message-ID header. Header lines longer than 76 characters are folded
+ * ("Message-ID:\r\n <id>"), which happens with long domains, so a plain substring search would be flaky.
+ */
+export function hasMessageId(raw: Buffer | string, messageId: string): boolean {
+  const text = typeof raw === 'string' ? raw : raw.toString('latin1');
+  const head = text.slice(0, Math.max(0, text.indexOf('\r\n\r\n')) || text.length);
+  const escaped = messageId.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return new RegExp(`^Message-ID:[ \\t]*(?:\\r?\\n[ \\t]+)?${escaped}`, 'im').test(head);
+}
+
 /** Polls fn every 50 ms until it returns something truthy; fails after ms naming what it waited for. */
 export async function waitFor<T>(what: string, fn: () => Maybe<T> | Promise<Maybe<T>>, ms = 10_000): Promise<T> {
   const end = Date.now() + ms;
