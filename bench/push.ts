@@ -5,6 +5,7 @@
  * A fresh database; the runtime with the worker (push engine) and the MQTT broker. BENCH_PUSH_ACCOUNTS accounts
  * (default 10) each get a callback webhook pointing at a local https receiver (self-signed, trusted through
  * WEBHOOK_CA_FILE; WEBHOOK_ALLOW_PRIVATE for 127.0.0.1) and an MQTT subscriber with a provisioned certificate.
+ * The receiver and the subscribers run in a worker thread (bench/push-peer.ts), outside the service's event loop.
  * Events are appended straight through core's appendEvent (what every API change does) round-robin over the
  * accounts for BENCH_PUSH_SECONDS (default 10). The append time is the event's created_at, taken in this
  * process just before the insert, so both clocks are the same. Everything listens on 127.0.0.1; the database and
@@ -14,12 +15,10 @@
  */
 import fs from 'node:fs';
 import http from 'node:http';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
-import mqtt from 'mqtt';
+import { Worker } from 'node:worker_threads';
 import { generate } from 'selfsigned';
 import { loadConfig } from '@boxes/config';
 import { appendEvent } from '@boxes/core';
@@ -46,26 +45,21 @@ await main('bench:push', async (onCleanup) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-bench-push-'));
   onCleanup(async () => fs.rmSync(dir, { recursive: true, force: true }));
   fs.writeFileSync(path.join(dir, 'ca.pem'), pems.cert);
-  const webhookLatency: number[] = [];
-  const mqttLatency: number[] = [];
-  const seenWebhook = new Set<string>();
-  const seenMqtt = new Set<string>();
-  const receiver = https.createServer({ key: pems.private, cert: pems.cert, keepAliveTimeout: 30_000 }, (req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const at = Date.now();
-      const e = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id: string; type: string; created_at: string };
-      if (e.type === 'bench.tick' && !seenWebhook.has(e.id)) {
-        seenWebhook.add(e.id);
-        webhookLatency.push(at - Date.parse(e.created_at));
-      }
-      res.writeHead(200).end();
-    });
+  // The receiver and the subscribers run in a worker thread: the outside world must not share the service's loop.
+  // tsx's loader does not reach worker threads on Node 20: register it in the worker, then load the peer.
+  const boot = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((m) => { m.register(); return import(${JSON.stringify(new URL('./push-peer.ts', import.meta.url).href)}); })`;
+  const peer = new Worker(boot, { eval: true, workerData: { keyPem: pems.private, certPem: pems.cert } });
+  const replies: { op: string; [k: string]: unknown }[] = [];
+  const waiters: ((m: { op: string; [k: string]: unknown }) => void)[] = [];
+  peer.on('message', (m) => (waiters.shift() ?? ((x) => replies.push(x)))(m));
+  const nextReply = () => new Promise<{ op: string; [k: string]: unknown }>((r) => (replies.length ? r(replies.shift()!) : waiters.push(r)));
+  onCleanup(async () => {
+    peer.postMessage({ op: 'close' });
+    await Promise.race([nextReply(), sleep(5000)]);
+    await peer.terminate();
   });
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
-  onCleanup(() => new Promise<void>((r) => receiver.close(() => r())));
-  const receiverUrl = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+  const listening = await nextReply();
+  const receiverUrl = `https://127.0.0.1:${listening.port as number}/hook`;
 
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
@@ -101,34 +95,16 @@ await main('bench:push', async (onCleanup) => {
   onCleanup(async () => agent.destroy());
 
   const accounts = await signupAccounts(agent, apiBase, ACCOUNTS);
-  const clients: mqtt.MqttClient[] = [];
-  onCleanup(async () => {
-    await Promise.all(clients.map((c) => c.endAsync().catch(() => undefined)));
-  });
+  const subscribers: { clientId: string; key: string; cert: string; ca: string; topic: string }[] = [];
   for (const a of accounts) {
     const cb = await request(agent, `${apiBase}/account/callback-webhook`, 'PUT', { agent_callback_webhook: receiverUrl }, a.apiKey);
     if (cb.status !== 200) throw new Error(`setting the webhook failed: ${cb.status} ${JSON.stringify(cb.body)}`);
     const prov = await request(agent, `${apiBase}/account/iot/provision`, 'POST', undefined, a.apiKey);
     if (prov.status !== 200) throw new Error(`provisioning failed: ${prov.status} ${JSON.stringify(prov.body)}`);
-    const client = await mqtt.connectAsync(`mqtts://127.0.0.1:${runtime.push!.port}`, {
-      clientId: prov.body.client_id,
-      key: prov.body.private_key,
-      cert: prov.body.certificate,
-      ca: [prov.body.ca_certificate],
-      reconnectPeriod: 0,
-      connectTimeout: 10_000,
-    });
-    client.on('message', (_topic, payload) => {
-      const at = Date.now();
-      const e = JSON.parse(payload.toString('utf8')) as { id: string; type: string; created_at: string };
-      if (e.type === 'bench.tick' && !seenMqtt.has(e.id)) {
-        seenMqtt.add(e.id);
-        mqttLatency.push(at - Date.parse(e.created_at));
-      }
-    });
-    await client.subscribeAsync(prov.body.topic, { qos: 1 });
-    clients.push(client);
+    subscribers.push({ clientId: prov.body.client_id, key: prov.body.private_key, cert: prov.body.certificate, ca: prov.body.ca_certificate, topic: prov.body.topic });
   }
+  peer.postMessage({ op: 'subscribe', mqttPort: runtime.push!.port, subscribers });
+  await nextReply();
   await sleep(500); // let the setup events drain
 
   const total = RATE * SECONDS;
@@ -149,11 +125,28 @@ await main('bench:push', async (onCleanup) => {
   await Promise.all(inflight);
   const appendSeconds = (Date.now() - started) / 1000;
   const deadline = Date.now() + 60_000;
-  while ((seenWebhook.size < total || seenMqtt.size < total) && Date.now() < deadline) await sleep(50);
+  let webhookLatency: number[] = [];
+  let mqttLatency: number[] = [];
+  for (;;) {
+    peer.postMessage({ op: 'results' });
+    const r = await nextReply();
+    webhookLatency = r.webhook as number[];
+    mqttLatency = r.mqtt as number[];
+    if ((webhookLatency.length >= total && mqttLatency.length >= total) || Date.now() > deadline) break;
+    await sleep(100);
+  }
+  const seenWebhook = { size: webhookLatency.length };
+  const seenMqtt = { size: mqttLatency.length };
 
   console.log(`bench:push: ${total} events appended over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s) across ${ACCOUNTS} accounts`);
   console.log(`  webhook: ${summary(webhookLatency)}${seenWebhook.size < total ? `  MISSING ${total - seenWebhook.size}` : ''}`);
   console.log(`  mqtt:    ${summary(mqttLatency)}${seenMqtt.size < total ? `  MISSING ${total - seenMqtt.size}` : ''}`);
+  const attempts = await runtime.svc.db.$queryRaw<{ n: bigint; avg: number; p99: number; failed: bigint }[]>`
+    SELECT count(*) AS n, avg(latency_ms)::float AS avg, percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms)::float AS p99,
+           count(*) FILTER (WHERE status <> 'delivered') AS failed
+    FROM webhook_deliveries WHERE event_type = 'bench.tick'`;
+  const w = attempts[0]!;
+  console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
   console.log(`push: webhook p99 ${percentile([...webhookLatency].sort((x, y) => x - y), 99).toFixed(1)} ms, mqtt p99 ${percentile([...mqttLatency].sort((x, y) => x - y), 99).toFixed(1)} ms at ${RATE} events/s (machine: ${os.cpus().length} cores)`);
   if (seenWebhook.size < total || seenMqtt.size < total) throw new Error('some events did not arrive within 60 s');
 });

@@ -36,61 +36,91 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     stopping: () => stopped,
   };
 
-  const running = new Set<string>();
-  const dirty = new Set<string>();
   let stopped = false;
-  const lockKey = (id: string) => `${config.redisPrefix}:push-lock:${id}`;
 
-  async function hasDueWork(accountId: string): Promise<boolean> {
-    const rows = await svc.db.$queryRaw<{ due: boolean }[]>`
-      SELECT (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
-                AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now()))
-          OR (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL))
-          AS due
-      FROM accounts a WHERE a.id = ${accountId}`;
-    return Boolean(rows[0]?.due);
-  }
+  /**
+   * One ordered stream per account and channel. The channels drain independently (MQTT never waits behind a
+   * slow webhook), each under its own per-account Redis lock, so one drainer per account and channel runs
+   * across all workers.
+   */
+  type Channel = {
+    name: 'webhook' | 'mqtt';
+    drain: (accountId: string) => Promise<void>;
+    due: (accountId: string) => Promise<boolean>;
+    running: Set<string>;
+    dirty: Set<string>;
+  };
+  const channels: Channel[] = [
+    {
+      name: 'webhook',
+      drain: (id) => drainWebhook(svc, webhookDeps, id),
+      due: async (id) => {
+        const rows = await svc.db.$queryRaw<{ due: boolean }[]>`
+          SELECT (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
+                  AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now())) AS due
+          FROM accounts a WHERE a.id = ${id}`;
+        return Boolean(rows[0]?.due);
+      },
+      running: new Set(),
+      dirty: new Set(),
+    },
+    ...(deps.publish
+      ? [
+          {
+            name: 'mqtt' as const,
+            drain: (id: string) => drainMqtt(svc, deps.publish!, id),
+            due: async (id: string) => {
+              const rows = await svc.db.$queryRaw<{ due: boolean }[]>`
+                SELECT (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL)) AS due
+                FROM accounts a WHERE a.id = ${id}`;
+              return Boolean(rows[0]?.due);
+            },
+            running: new Set<string>(),
+            dirty: new Set<string>(),
+          },
+        ]
+      : []),
+  ];
+  const lockKey = (ch: Channel, id: string) => `${config.redisPrefix}:push-lock:${ch.name}:${id}`;
 
-  async function drainOnce(accountId: string): Promise<boolean> {
+  async function drainOnce(ch: Channel, accountId: string): Promise<boolean> {
     const token = randomUUID();
-    const got = await redis.set(lockKey(accountId), token, 'PX', LOCK_TTL_MS, 'NX');
+    const got = await redis.set(lockKey(ch, accountId), token, 'PX', LOCK_TTL_MS, 'NX');
     if (got !== 'OK') return false; // another drainer has it; it re-checks after releasing
     try {
       do {
-        dirty.delete(accountId);
-        await redis.pexpire(lockKey(accountId), LOCK_TTL_MS);
-        if (deps.publish) await drainMqtt(svc, deps.publish, accountId);
-        await drainWebhook(svc, webhookDeps, accountId);
-      } while (dirty.has(accountId) && !stopped);
+        ch.dirty.delete(accountId);
+        await redis.pexpire(lockKey(ch, accountId), LOCK_TTL_MS);
+        await ch.drain(accountId);
+      } while (ch.dirty.has(accountId) && !stopped);
     } finally {
       // Release only our own lock.
-      await redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", 1, lockKey(accountId), token);
+      await redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", 1, lockKey(ch, accountId), token);
     }
     return true;
   }
 
-  async function run(accountId: string): Promise<void> {
-    running.add(accountId);
+  async function run(ch: Channel, accountId: string): Promise<void> {
+    ch.running.add(accountId);
     try {
       // After releasing the lock, look again: an event committed while another drainer held it is ours now.
       for (let i = 0; i < 100 && !stopped; i++) {
-        const drained = await drainOnce(accountId);
-        if (!drained || !(dirty.has(accountId) || (await hasDueWork(accountId)))) break;
+        const drained = await drainOnce(ch, accountId);
+        if (!drained || !(ch.dirty.has(accountId) || (await ch.due(accountId)))) break;
       }
     } catch (err) {
-      log.error({ err, accountId }, 'push drain failed');
+      log.error({ err, accountId, channel: ch.name }, 'push drain failed');
     } finally {
-      running.delete(accountId);
+      ch.running.delete(accountId);
     }
   }
 
   function kick(accountId: string): void {
     if (stopped) return;
-    if (running.has(accountId)) {
-      dirty.add(accountId);
-      return;
+    for (const ch of channels) {
+      if (ch.running.has(accountId)) ch.dirty.add(accountId);
+      else void run(ch, accountId);
     }
-    void run(accountId);
   }
 
   // Wake-ups: NOTIFY at commit.
@@ -137,7 +167,8 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       // its retry and releases its account lock while Redis is still connected: a lock left behind would stall
       // that account's webhook on every other worker until the lock's TTL runs out.
       const deadline = Date.now() + config.webhook.timeoutMs + 5_000;
-      while (running.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      while (channels.some((ch) => ch.running.size) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      webhookDeps.agent?.destroy();
       await queue.close();
       retryConnection.disconnect();
       redis.disconnect();
