@@ -252,9 +252,15 @@ export class LoadClient {
     });
   }
 
-  async close(): Promise<void> {
-    await this.call({ op: 'close' }).catch(() => undefined);
-    await this.worker.terminate();
+  private closed: Promise<void> | null = null;
+
+  /** Closes the clients' connections and the sink, then ends the thread. Safe to call more than once. */
+  close(): Promise<void> {
+    this.closed ??= (async () => {
+      await this.call({ op: 'close' }).catch(() => undefined);
+      await this.worker.terminate();
+    })();
+    return this.closed;
   }
 }
 

@@ -33,6 +33,8 @@ await main('bench:mx', async (onCleanup) => {
   onCleanup(() => db.drop());
   const rt = await startBenchRuntime(db, { worker: false, mail: true });
   onCleanup(() => rt.stop());
+  // Clients first: the MX waits for open SMTP connections when it stops.
+  onCleanup(() => load.close());
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   const accounts = await signupAccounts(agent, rt.apiBase, ACCOUNTS);

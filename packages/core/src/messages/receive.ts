@@ -74,9 +74,29 @@ export interface StoredInbound {
 export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
   const parsed = input.parsed ?? (await parseMessage(input.raw));
   const report = parseReport(parsed.mail);
+  // One sealed copy per box, made before the transaction: encrypting a large message must not keep a
+  // connection busy in a transaction.
+  const sealed = input.recipients.map((r) =>
+    r.kind !== 'box'
+      ? null
+      : {
+          bodyEnc: sealBody(svc.secretKey, {
+            text: parsed.text,
+            html: parsed.html,
+            headers: parsed.headers,
+            attachments: parsed.attachments.map((a) => ({
+              filename: a.filename,
+              content_type: a.contentType,
+              content_id: a.contentId,
+              content_b64: a.content.toString('base64'),
+            })),
+          }),
+          rawEnc: seal(svc.secretKey, input.raw),
+        },
+  );
   const run = async (tx: Tx): Promise<StoredInbound> => {
     const messageIds: string[] = [];
-    for (const r of input.recipients) {
+    for (const [i, r] of input.recipients.entries()) {
       if (r.kind === 'bounce') {
         if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
         continue;
@@ -104,18 +124,8 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
           bccAddresses: { set: [] },
           subject: parsed.subject,
           sizeBytes: input.raw.length,
-          bodyEnc: sealBody(svc.secretKey, {
-            text: parsed.text,
-            html: parsed.html,
-            headers: parsed.headers,
-            attachments: parsed.attachments.map((a) => ({
-              filename: a.filename,
-              content_type: a.contentType,
-              content_id: a.contentId,
-              content_b64: a.content.toString('base64'),
-            })),
-          }),
-          rawEnc: seal(svc.secretKey, input.raw),
+          bodyEnc: sealed[i]!.bodyEnc,
+          rawEnc: sealed[i]!.rawEnc,
           context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
         },
       });

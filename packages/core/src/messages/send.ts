@@ -128,6 +128,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   };
   const sizeBytes = Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + attachments.reduce((n, a) => n + Math.ceil((a.content_b64.length * 3) / 4), 0);
   const warning = await checkSendLoop(svc, accountId, recipients.length === 1 ? recipients[0]! : null);
+  // Sealed before the transaction: encrypting a large body must not happen under the account's row lock.
+  const bodyEnc = sealBody(svc.secretKey, body);
 
   let response: Output;
   let deliveryIds: string[] = [];
@@ -188,7 +190,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
             bccAddresses: { set: bcc.map((m) => m.address) },
             subject: input.subject,
             sizeBytes,
-            bodyEnc: sealBody(svc.secretKey, body),
+            bodyEnc,
             context: (input.context ?? Prisma.DbNull) as Prisma.InputJsonValue,
             idempotencyKey: idemKey ?? null,
             requestHash,
