@@ -11,7 +11,7 @@ import { loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate } from '@boxes/db';
 import type { MxResolver } from '@boxes/mail';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
-import { createLogger, startRuntime, type Runtime } from '@boxes/server';
+import { createLogger, publicUrlFollowsPort, startRuntime, type Runtime } from '@boxes/server';
 
 export function envInt(name: string, fallback: number, min = 1, max = 1_000_000): number {
   const raw = process.env[name];
@@ -94,11 +94,7 @@ export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boole
     ...(opts.resolver ? { resolver: opts.resolver } : {}),
     ...(poolSize ? { dbPoolSize: poolSize } : {}),
     log: createLogger(config.logLevel),
-    onListening: (port) => {
-      config.port = port;
-      config.siteUrl = `http://127.0.0.1:${port}`;
-      config.apiBaseUrl = `${config.siteUrl}/api/v1`;
-    },
+    onListening: publicUrlFollowsPort(config),
   });
   return {
     runtime,

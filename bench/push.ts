@@ -23,7 +23,7 @@ import { generate } from 'selfsigned';
 import { loadConfig } from '@boxes/config';
 import { appendEvent } from '@boxes/core';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
-import { createLogger, startRuntime } from '@boxes/server';
+import { createLogger, publicUrlFollowsPort, startRuntime } from '@boxes/server';
 import { createBenchDatabase, envInt, main, percentile, request, signupAccounts, sleep } from './common';
 
 const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
@@ -81,10 +81,7 @@ await main('bench:push', async (onCleanup) => {
     mail: false,
     push: true,
     log: createLogger(config.logLevel),
-    onListening: (port) => {
-      config.siteUrl = `http://127.0.0.1:${port}`;
-      config.apiBaseUrl = `${config.siteUrl}/api/v1`;
-    },
+    onListening: publicUrlFollowsPort(config),
   });
   onCleanup(async () => {
     await runtime.stop();

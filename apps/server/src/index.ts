@@ -8,7 +8,7 @@ import { createLogger, type Logger } from './logger';
 
 export { createApp } from './app';
 export { createLogger, type Logger } from './logger';
-export { startRuntime, type Runtime, type RuntimeOptions } from './runtime';
+export { publicUrlFollowsPort, startRuntime, type Runtime, type RuntimeOptions } from './runtime';
 
 export interface ServerHandle {
   url: string;

@@ -42,6 +42,18 @@ export interface RuntimeOptions {
   onListening?: (port: number) => void;
 }
 
+/**
+ * For a server on an ephemeral port (PORT=0: tests, benchmarks): once the port is known, the public URLs the
+ * API prints point at it. The app reads svc.config when it builds URLs, so the config is updated in place.
+ */
+export function publicUrlFollowsPort(config: Config): (port: number) => void {
+  return (port) => {
+    config.port = port;
+    config.siteUrl = `http://127.0.0.1:${port}`;
+    config.apiBaseUrl = `${config.siteUrl}/api/v1`;
+  };
+}
+
 export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {
   const log = opts.log ?? createLogger(config.logLevel);
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });

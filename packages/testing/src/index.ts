@@ -9,7 +9,7 @@ import type { Db } from '@boxes/db';
 import type { Services } from '@boxes/core';
 import type { MxResolver } from '@boxes/mail';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
-import { createLogger, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
+import { createLogger, publicUrlFollowsPort, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
 import { inject } from 'vitest';
 import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databases';
 
@@ -95,12 +95,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     push: opts.push ?? false,
     ...(opts.resolver ? { resolver: opts.resolver } : {}),
     log: createLogger(config.logLevel),
-    // The real port is known only now; the app reads svc.config when it builds URLs, so update it in place.
-    onListening: (port) => {
-      config.port = port;
-      config.siteUrl = `http://127.0.0.1:${port}`;
-      config.apiBaseUrl = `${config.siteUrl}/api/v1`;
-    },
+    onListening: publicUrlFollowsPort(config),
   });
   return {
     url: runtime.server.url,
