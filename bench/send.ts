@@ -39,9 +39,9 @@ await main('bench:send', async (onCleanup) => {
     mail: false,
     resolver: staticResolver({ [SINK_DOMAIN]: { host: '127.0.0.1', port: sinkPort } }),
   });
+  // Runs before the load worker closes (cleanup runs in reverse): the sink waits for the worker's pooled
+  // SMTP connections when it stops.
   onCleanup(() => rt.stop());
-  // Clients first: the MX waits for open SMTP connections when it stops.
-  onCleanup(() => load.close());
 
   const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);

@@ -69,6 +69,13 @@ export async function ensureComposed(svc: Services, message: Message): Promise<B
   return open(svc.secretKey, again.rawEnc!);
 }
 
+/**
+ * Recording an outcome waits for a connection as long as the rest of the service does: with Prisma's default
+ * 2 s wait, a busy pool could fail the record after the remote MX had accepted, and the retried job would
+ * send the message again.
+ */
+const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
+
 export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
 
 export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number): Promise<AttemptResult> {
@@ -80,7 +87,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   if (delivery.route === 'local') {
     const target = await resolveRecipient(svc, delivery.recipient);
     if (target.kind !== 'box') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts }));
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts }), RECORD_TX);
       return { done: true };
     }
     const parsed = await parseMessage(raw);
@@ -105,34 +112,34 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   } catch (err) {
     const code = (err as { code?: string }).code;
     if (code === 'ENOTFOUND') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts }));
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts }), RECORD_TX);
       return { done: true };
     }
     destinations = [];
     lastError = `DNS lookup for ${domain} failed: ${(err as Error).message}`;
   }
   if (!deps.relay && destinations.length === 0 && !lastError) {
-    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts }));
+    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts }), RECORD_TX);
     return { done: true };
   }
   const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
   for (const dest of destinations) {
     const outcome = await deps.sender.send(dest, envelope, raw);
     if (outcome.kind === 'delivered') {
-      await svc.db.$transaction((tx) => markDelivered(tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }));
+      await svc.db.$transaction((tx) => markDelivered(tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }), RECORD_TX);
       return { done: true };
     }
     if (outcome.kind === 'permanent') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts }));
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts }), RECORD_TX);
       return { done: true };
     }
     lastError = `${outcome.mta}: ${outcome.response}`;
   }
   if (attempts >= deps.maxAttempts) {
-    await svc.db.$transaction((tx) => markFailed(tx, deliveryId, { error: lastError, attempts }));
+    await svc.db.$transaction((tx) => markFailed(tx, deliveryId, { error: lastError, attempts }), RECORD_TX);
     return { done: true };
   }
   const retryInMs = deps.retryDelayMs(attempts);
-  await svc.db.$transaction((tx) => markDeferred(tx, deliveryId, { error: lastError, attempts, nextAttemptAt: new Date(Date.now() + retryInMs) }));
+  await svc.db.$transaction((tx) => markDeferred(tx, deliveryId, { error: lastError, attempts, nextAttemptAt: new Date(Date.now() + retryInMs) }), RECORD_TX);
   return { done: false, retryInMs, error: lastError };
 }
