@@ -2,38 +2,21 @@
 // and an outside sender mails a box through our MX.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import nodemailer from 'nodemailer';
-import { SMTPServer } from 'smtp-server';
-import type { AddressInfo } from 'node:net';
 import { staticResolver } from '@boxes/mail';
+import { startStandInMx } from './mail-receive-helpers';
 import { hasMessageId, rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
-let sink: SMTPServer;
-const received: { rcpt: string[]; raw: Buffer }[] = [];
+let remote: Awaited<ReturnType<typeof startStandInMx>>;
 
 beforeAll(async () => {
-  sink = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
-    onData(stream, session, cb) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
-        received.push({ rcpt: session.envelope.rcptTo.map((r) => r.address), raw: Buffer.concat(chunks) });
-        cb();
-      });
-    },
-  });
-  await new Promise<void>((r) => sink.listen(0, '127.0.0.1', () => r()));
-  const port = (sink.server.address() as AddressInfo).port;
-  t = await startTestServer({ worker: true, mail: true, resolver: staticResolver({ 'remote.test': { host: '127.0.0.1', port } }) });
+  remote = await startStandInMx();
+  t = await startTestServer({ worker: true, mail: true, resolver: staticResolver({ 'remote.test': { host: '127.0.0.1', port: remote.port } }) });
 });
 afterAll(async () => {
   await t?.stop();
-  await new Promise<void>((r) => sink.close(() => r()));
+  await remote?.close();
 });
-
 
 it('sends to an outside address and receives from one', async () => {
   const a = await signupAccount(t);
@@ -42,7 +25,7 @@ it('sends to an outside address and receives from one', async () => {
     body: { to: 'Someone <someone@remote.test>', subject: 'Hello', text: 'Hi there', context: { ticket: 42 } },
   });
   expect(sent.status, JSON.stringify(sent.body)).toBe(200);
-  const got = await waitFor('the message at the stand-in MX', async () => received.find((r) => r.rcpt.includes('someone@remote.test')));
+  const got = await waitFor('the message at the stand-in MX', async () => remote.received.find((r) => r.rcpt.includes('someone@remote.test')));
   expect(got.raw.toString()).toContain('DKIM-Signature:');
   expect(hasMessageId(got.raw, sent.body.rfc_message_id)).toBe(true);
 
