@@ -58,6 +58,8 @@ if (command === 'new') {
   dev.pathname = '/boxes_migrate_dev';
   // `migrate diff` replays the existing migrations into the shadow database and diffs the result against
   // the schema. (`migrate dev` cannot run here: its data-loss check wants a shadow factory the WASM engine lacks.)
+  // Both are throw-away: on a fresh machine neither exists yet.
+  await recreate(dev, 'boxes_migrate_dev');
   await recreate(dev, 'boxes_migrate_dev_shadow');
   const dir = path.join(repo, 'prisma', 'migrations');
   const out = prisma(['migrate', 'diff', '--from-migrations', dir, '--to-schema-datamodel', path.join(here, '.tmp', 'schema.prisma'), '--script'], dev.toString(), true);
