@@ -4,7 +4,7 @@
  * with the same services.
  */
 import type { Config } from '@boxes/config';
-import { announcePlatformVersion, type Services } from '@boxes/core';
+import { announcePlatformVersion, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
 import { createDb } from '@boxes/db';
 import { createRedis, Jobs } from '@boxes/jobs';
@@ -38,6 +38,10 @@ export interface RuntimeOptions {
   resolver?: MxResolver;
   log?: Logger;
   dbPoolSize?: number;
+  /** The service clock (tests pass an adjustable one). */
+  clock?: Clock;
+  /** The payment provider (default: the built-in local provider). */
+  payments?: PaymentProvider;
   /** Called once the HTTP port is known, before the other apps start (tests set the public URL here). */
   onListening?: (port: number) => void;
 }
@@ -60,7 +64,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const redis = createRedis(config.redisUrl);
   redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
   const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
-  const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis };
+  const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider() };
   const server = await startServer(config, { svc, log });
   opts.onListening?.(server.port);
   // A new API version is announced to every account once (platform.updated).

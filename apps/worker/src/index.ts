@@ -11,13 +11,16 @@ import { dnsMxResolver, parseRelayUrl, parseStaticRoutes, SmtpSender, staticReso
 import type { Logger } from 'pino';
 import type { PublishFn } from '@boxes/core';
 import { startPush, type PushEngine } from './push';
+import { startBilling, type BillingHandle } from './billing';
 
 export { startPush, type PushEngine } from './push';
+export { startBilling, type BillingHandle } from './billing';
 
 export interface WorkerHandle {
   /** Enqueues every delivery the sweeper finds left behind; returns how many. */
   sweep(): Promise<number>;
   push: PushEngine;
+  billing: BillingHandle;
   stop(): Promise<void>;
 }
 
@@ -82,11 +85,14 @@ export async function start(
 
   await worker.waitUntilReady();
   const push = await startPush(config, { svc, log, publish: deps.publish ?? null });
+  const billing = await startBilling(config, { svc, log, notice: { sender, resolver, relay: deliveryDeps.relay } });
   return {
     sweep,
     push,
+    billing,
     async stop() {
       clearInterval(timer);
+      await billing.stop();
       await push.stop();
       await worker.close();
       connection.disconnect();

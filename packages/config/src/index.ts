@@ -65,6 +65,14 @@ const envSchema = z.object({
   MQTT_PUBLIC_URL: z.string().optional(),
   /** Publish to an external broker (mqtts://...) instead of the built-in one. */
   MQTT_BROKER_URL: z.string().optional(),
+  /** Charge the introductory message price ($0.0004) instead of the standard one ($0.0016). */
+  PRICE_INTRODUCTORY: bool.default(false),
+  /** How often the worker's repeatable billing job runs (recurring debits: domain hosting, storage, DNS overage). */
+  BILLING_CYCLE_MS: z.coerce.number().int().min(100).default(3_600_000),
+  /** The payment provider; only the built-in local one (with a simulated card network) exists so far. */
+  PAYMENT_PROVIDER: z.enum(['local']).default('local'),
+  /** Sender of the mail the service itself sends (owner links, billing notices). Defaults to noreply@<BASE_DOMAIN>. */
+  NOTICE_FROM: z.email().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -100,6 +108,8 @@ export interface Config {
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
   mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
   deliveryConcurrency: number;
+  billing: { introductoryPrice: boolean; cycleMs: number; paymentProvider: 'local' };
+  noticeFrom: string;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   trustProxy: boolean;
 }
@@ -147,6 +157,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       deliveryPort: e.SMTP_DELIVERY_PORT,
     },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
+    billing: { introductoryPrice: e.PRICE_INTRODUCTORY, cycleMs: e.BILLING_CYCLE_MS, paymentProvider: e.PAYMENT_PROVIDER },
+    noticeFrom: (e.NOTICE_FROM ?? `noreply@${e.BASE_DOMAIN}`).toLowerCase(),
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, caFile: e.WEBHOOK_CA_FILE, timeoutMs: e.WEBHOOK_TIMEOUT_MS, retryScale: e.WEBHOOK_RETRY_SCALE },
     mqtt: {
       host: e.MQTT_HOST,

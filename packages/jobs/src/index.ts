@@ -6,7 +6,16 @@ import { Queue, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 
-export const QUEUE = { deliveries: 'deliveries' } as const;
+export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices' } as const;
+
+/** Billing queue jobs: the repeatable cycle (recurring debits, payment sweep) and one payment's due check. */
+export const BillingJob = z.object({ paymentId: z.string().optional() });
+export type BillingJob = z.infer<typeof BillingJob>;
+export const NoticeJob = z.object({ noticeId: z.string() });
+export type NoticeJob = z.infer<typeof NoticeJob>;
+export const BILLING_SCHEDULER_ID = 'billing-cycle';
+/** Attempts of a notice (mail the service sends) before it is marked failed: about 2 days with exponential backoff. */
+export const NOTICE_ATTEMPTS = 12;
 
 export const DeliveryJob = z.object({ deliveryId: z.string() });
 export type DeliveryJob = z.infer<typeof DeliveryJob>;
@@ -36,12 +45,38 @@ export function createRedis(url: string): Redis {
 
 export class Jobs {
   readonly deliveries: Queue<DeliveryJob>;
+  readonly billing: Queue<BillingJob>;
+  readonly notices: Queue<NoticeJob>;
 
   constructor(
     readonly connection: Redis,
     readonly prefix: string,
   ) {
     this.deliveries = new Queue<DeliveryJob>(QUEUE.deliveries, { connection: connection as ConnectionOptions, prefix });
+    this.billing = new Queue<BillingJob>(QUEUE.billing, { connection: connection as ConnectionOptions, prefix });
+    this.notices = new Queue<NoticeJob>(QUEUE.notices, { connection: connection as ConnectionOptions, prefix });
+  }
+
+  /** Checks a payment when something about it falls due (an MPP token after approval); id-deduplicated. */
+  async schedulePaymentCheck(paymentId: string, delayMs: number): Promise<void> {
+    await this.billing.add('payment', { paymentId }, { jobId: `payment-${paymentId}-${Date.now() + delayMs}`, delay: delayMs, attempts: 5, backoff: { type: 'exponential', delay: 1000 }, removeOnComplete: { count: 1000 }, removeOnFail: { age: 86_400 } });
+  }
+
+  /** The repeatable billing job (BullMQ job scheduler): one per instance, however many workers start it. */
+  async scheduleBillingCycle(everyMs: number): Promise<void> {
+    await this.billing.upsertJobScheduler(BILLING_SCHEDULER_ID, { every: everyMs }, { name: 'cycle', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+  }
+
+  /** Enqueues a notice; the job id is the notice id, so enqueueing twice is harmless. */
+  async enqueueNotices(noticeIds: string[]): Promise<void> {
+    if (!noticeIds.length) return;
+    await this.notices.addBulk(
+      noticeIds.map((noticeId) => ({
+        name: 'notice',
+        data: { noticeId },
+        opts: { jobId: noticeId, attempts: NOTICE_ATTEMPTS, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } },
+      })),
+    );
   }
 
   /** Enqueues delivery jobs; the job id is the delivery id, so enqueueing twice is harmless. */
@@ -65,6 +100,8 @@ export class Jobs {
 
   async close(): Promise<void> {
     await this.deliveries.close();
+    await this.billing.close();
+    await this.notices.close();
   }
 }
 

@@ -11,3 +11,4 @@ export * from './events';
 export * from './messages';
 export * from './webhooks';
 export * from './surfaces';
+export * from './credit';

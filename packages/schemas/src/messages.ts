@@ -181,17 +181,6 @@ export const SuppressionStatus = z.object({
 });
 export const UnblockOutput = z.object({ address: z.string(), removed: z.boolean() });
 
-export const CreditBalance = z.object({
-  credit_balance_cents: z.number().int().meta({ description: 'May be negative' }),
-  credit_balance_usd: z.string().meta({ example: '4.9968' }),
-  held_usd: z.string().meta({ description: 'Reserved by sends still being delivered' }),
-  free_messages_left: z.number().int(),
-  free_messages_total: z.number().int(),
-  emails_covered: z.number().int().meta({ description: 'Messages the free allowance and the balance still cover' }),
-  balance_state: z.enum(['ok', 'low', 'critical']),
-  low_balance: z.boolean(),
-  price_per_message_usd: z.string(),
-});
 
 export const ReputationOutput = z.object({
   window_days: z.number().int(),

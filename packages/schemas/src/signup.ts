@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PaymentView } from './credit';
 import { EmailAddress, HttpsUrl, Timestamp } from './common';
 
 export const DOMAIN_MODES = ['subdomain', 'register', 'byo_manual', 'byo_delegated'] as const;
@@ -43,13 +44,20 @@ export const SignupOutput = z.object({
   intent_id: z.string().meta({ description: 'Signup intent id; pass it to /signup/agentic/confirm', example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
   full_domain: z.string().meta({ description: 'The domain the account will use', example: 'brave-otter.boxes.localhost' }),
   mode: z.enum(DOMAIN_MODES),
-  status: z.enum(['pending_confirmation']).meta({ description: 'State of the intent' }),
-  expires_at: Timestamp.meta({ description: 'Confirm before this time' }),
+  status: z.enum(['pending_confirmation', 'pending_payment']).meta({
+    description: 'pending_confirmation: call confirm. pending_payment (funded signup): the owner pays; the account is provisioned then, with no confirm call',
+  }),
+  expires_at: Timestamp.meta({ description: 'Confirm (or have the owner pay) before this time' }),
   next_step: z.object({
     method: z.literal('POST'),
     url: z.string().meta({ example: 'http://localhost:3000/api/v1/signup/agentic/confirm' }),
     body: z.object({ intent_id: z.string() }),
-  }),
+  }).nullable().meta({ description: 'The confirm call; null for a funded signup' }),
+  local_payment_intent: PaymentView.extend({
+    client_secret: z.string().meta({ description: 'Card-form path: confirms the payment on approval_url?client_secret=...; shown once' }),
+  })
+    .optional()
+    .meta({ description: "Funded signup: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. signup.completed with the api_key then goes to agent_callback_webhook" }),
 });
 
 export const ConfirmInput = z.strictObject({

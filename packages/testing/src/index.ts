@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { loadConfig, type Config } from '@boxes/config';
 import type { Db } from '@boxes/db';
-import type { Services } from '@boxes/core';
+import type { Clock, Services } from '@boxes/core';
 import type { MxResolver } from '@boxes/mail';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
 import { createLogger, publicUrlFollowsPort, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
@@ -70,6 +70,8 @@ export interface TestServerOptions {
   push?: boolean;
   /** Where outbound mail goes: tests stand in for the internet's MX hosts. */
   resolver?: MxResolver;
+  /** The service clock; an AdjustableClock lets a test move time forward (payment TTLs, billing periods). */
+  clock?: Clock;
 }
 
 /** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
@@ -94,6 +96,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     mail: opts.mail ?? false,
     push: opts.push ?? false,
     ...(opts.resolver ? { resolver: opts.resolver } : {}),
+    ...(opts.clock ? { clock: opts.clock } : {}),
     log: createLogger(config.logLevel),
     onListening: publicUrlFollowsPort(config),
   });

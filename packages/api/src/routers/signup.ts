@@ -13,7 +13,7 @@ export const signupRouter = router({
         protect: false,
         summary: 'Start a signup',
         description:
-          'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours.',
+          'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100, needs agent_callback_webhook) the signup is funded: the response carries local_payment_intent, the owner approves it from an emailed link, and the account is provisioned then with that credit (no confirm; signup.completed with the api_key goes to the callback webhook). Mode register is not available yet (501).',
         successDescription: 'The intent',
       },
     })
@@ -21,12 +21,13 @@ export const signupRouter = router({
     .output(SignupOutput)
     .mutation(async ({ ctx, input }) => {
       const intent = await createSignupIntent(ctx.svc, input);
+      const base = { intent_id: intent.id, full_domain: intent.fullDomain, mode: intent.mode as 'subdomain', expires_at: intent.expiresAt.toISOString() };
+      if (intent.funding) {
+        return { ...base, status: 'pending_payment' as const, next_step: null, local_payment_intent: { ...intent.funding.payment, client_secret: intent.funding.client_secret } };
+      }
       return {
-        intent_id: intent.id,
-        full_domain: intent.fullDomain,
-        mode: intent.mode as 'subdomain',
+        ...base,
         status: 'pending_confirmation' as const,
-        expires_at: intent.expiresAt.toISOString(),
         next_step: { method: 'POST' as const, url: `${ctx.svc.config.apiBaseUrl}/signup/agentic/confirm`, body: { intent_id: intent.id } },
       };
     }),

@@ -1,8 +1,9 @@
 /**
  * Agentic signup: an intent (POST /signup/agentic), then confirm, which provisions the account, its domain
- * with a DKIM key, the primary box agent@<domain> and the owner key in one transaction.
+ * with a DKIM key, the primary box agent@<domain> and the owner key in one transaction. A funded signup
+ * (initial_credit_cents) has no confirm: it is provisioned when the owner pays (payments/payments.ts).
  */
-import type { SignupIntent } from '@boxes/db';
+import type { SignupIntent, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import type { z } from 'zod';
 import type { ConfirmInput, SignupInput } from '@boxes/schemas';
@@ -17,6 +18,9 @@ import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { seal } from '../shared/crypto';
 import { checkCallbackUrl } from '../webhooks/url-guard';
+import { createSignupPayment } from '../payments/payments';
+
+type DkimKey = Awaited<ReturnType<typeof createDkimKey>>;
 
 export const INTENT_TTL_MS = 24 * 60 * 60 * 1000;
 export const PRIMARY_LOCAL_PART = 'agent';
@@ -40,7 +44,7 @@ async function pickSubdomain(svc: Services): Promise<string> {
   throw new AppError('service_unavailable', 'Could not find a free subdomain; try again');
 }
 
-export async function createSignupIntent(svc: Services, input: z.infer<typeof SignupInput>): Promise<SignupIntent> {
+export async function createSignupIntent(svc: Services, input: z.infer<typeof SignupInput>): Promise<SignupIntent & { funding: Awaited<ReturnType<typeof createSignupPayment>> | null }> {
   const intent = input.domain_intent;
   if (intent.mode === 'register') {
     throw new AppError(
@@ -49,10 +53,11 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
       { available_modes: ['subdomain', 'byo_manual', 'byo_delegated'] },
     );
   }
-  if (input.initial_credit_cents !== undefined) {
+  if (input.initial_credit_cents !== undefined && !input.agent_callback_webhook) {
     throw new AppError(
-      'not_implemented',
-      'Funded signup (initial_credit_cents) is not available on this instance yet. Sign up without it; every account starts with 250 free messages.',
+      'validation_error',
+      'agent_callback_webhook: required with initial_credit_cents. A funded signup completes when the owner pays, without a confirm call; the API key reaches you in signup.completed at that webhook.',
+      { fields: [{ path: 'agent_callback_webhook', message: 'required for a funded signup' }] },
     );
   }
   let fullDomain: string;
@@ -77,18 +82,37 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
     }
     fullDomain = name;
   }
-  return svc.db.signupIntent.create({
-    data: {
-      id: newId('int'),
-      humanEmail: input.human_email.toLowerCase(),
-      mode: intent.mode,
-      fullDomain,
-      callbackWebhook: input.agent_callback_webhook
-        ? await checkCallbackUrl(input.agent_callback_webhook, { allowPrivate: svc.config.webhook.allowPrivate })
-        : null,
-      expiresAt: new Date(Date.now() + INTENT_TTL_MS),
-    },
+  const callbackWebhook = input.agent_callback_webhook
+    ? await checkCallbackUrl(input.agent_callback_webhook, { allowPrivate: svc.config.webhook.allowPrivate })
+    : null;
+  return svc.db.$transaction(async (tx) => {
+    const created = await tx.signupIntent.create({
+      data: {
+        id: newId('int'),
+        humanEmail: input.human_email.toLowerCase(),
+        mode: intent.mode,
+        fullDomain,
+        callbackWebhook,
+        initialCreditCents: input.initial_credit_cents ?? null,
+        expiresAt: new Date(Date.now() + INTENT_TTL_MS),
+      },
+    });
+    const funding = input.initial_credit_cents !== undefined ? await createSignupPayment(svc, tx, created, input.initial_credit_cents) : null;
+    return { ...created, funding };
   });
+}
+
+/** Work done before the provisioning transaction (an RSA key takes tens of milliseconds). */
+export async function prepareProvisioning(svc: Services): Promise<DkimKey> {
+  return createDkimKey(svc.secretKey);
+}
+
+/** Provisions a funded signup once its payment has cleared (no confirm call); returns the account id. */
+export async function provisionFunded(svc: Services, tx: Tx, intentId: string, dkim: DkimKey): Promise<string> {
+  const intent = await tx.signupIntent.findUniqueOrThrow({ where: { id: intentId } });
+  if (intent.status === 'completed' && intent.accountId) return intent.accountId;
+  const out = await provisionAccount(svc, tx, intent, dkim);
+  return out.account_id;
 }
 
 export async function confirmSignup(svc: Services, input: z.infer<typeof ConfirmInput>) {
@@ -103,7 +127,7 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
       async (tx) => {
         const rows = await tx.$queryRaw<{ id: string }[]>`SELECT id FROM signup_intents WHERE id = ${input.intent_id} FOR UPDATE`;
         if (!rows[0]) throw new AppError('not_found', `signup intent ${input.intent_id} not found`);
-        const intent = await tx.signupIntent.findUniqueOrThrow({ where: { id: input.intent_id }, include: { account: true } });
+        const intent = await tx.signupIntent.findUniqueOrThrow({ where: { id: input.intent_id }, include: { account: true, payment: true } });
         if (intent.status === 'completed') {
           throw new AppError(
             'intent_already_confirmed',
@@ -114,70 +138,14 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
         if (intent.expiresAt.getTime() < Date.now()) {
           throw new AppError('intent_expired', 'This signup intent has expired; start again with POST /signup/agentic');
         }
-        if (!dkim) throw new Error('unreachable: a pending intent always has a DKIM key prepared');
-        const accountId = newId('acct');
-        const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
-        const domainStatus = intent.mode === 'subdomain' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
-        await tx.account.create({
-          data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
-        });
-        const domain = await tx.domain.create({
-          data: {
-            id: newId('dom'),
-            accountId,
-            name: intent.fullDomain,
-            mode: intent.mode,
-            status: domainStatus,
-            dkimSelector: dkim.selector,
-            dkimPublicKey: dkim.publicKey,
-            dkimPrivateKeyEnc: dkim.privateKeyEnc,
-            verifiedAt: domainStatus === 'active' ? new Date() : null,
-          },
-        });
-        await appendEvent({
-          db: tx,
-          accountId,
-          type: 'signup.completed',
-          data: { account_id: accountId, primary_address: primaryAddress, domain: domain.name, mode: intent.mode, account_status: 'active' },
-        });
-        if (domainStatus === 'active') {
-          await appendEvent({ db: tx, accountId, type: 'domain.ready', data: { domain: domain.name } });
-        } else if (intent.mode === 'byo_manual') {
-          await appendEvent({
-            db: tx,
-            accountId,
-            type: 'domain.dns_required',
-            data: { domain: domain.name, records: requiredRecords(svc.config, domain) },
-          });
-        } else {
-          await appendEvent({
-            db: tx,
-            accountId,
-            type: 'domain.delegation_required',
-            data: { domain: domain.name, nameservers: svc.config.nameservers },
+        if (intent.payment) {
+          throw new AppError('funded_signup', 'This signup is funded: it completes by itself when the owner approves the payment (no confirm call); the API key arrives in signup.completed at the callback webhook.', {
+            payment_id: intent.payment.id,
+            payment_status: intent.payment.status,
           });
         }
-        const box = await createBox({ db: tx, accountId, address: PRIMARY_LOCAL_PART, isPrimary: true, domainId: domain.id });
-        const { key, raw } = await mintKey({ db: tx, accountId, label: 'owner', scopes: ['send', 'receive', 'admin'], isOwner: true });
-        await tx.signupIntent.update({
-          where: { id: intent.id },
-          data: {
-            status: 'completed',
-            accountId,
-            confirmedAt: new Date(),
-            // signup.completed carries the key to the callback; kept sealed only until that delivery.
-            apiKeyForCallbackEnc: intent.callbackWebhook ? seal(svc.secretKey, raw) : null,
-          },
-        });
-        return {
-          account_id: accountId,
-          primary_address: box.address,
-          api_key: raw,
-          key_id: key.id,
-          account_status: 'active' as const,
-          domain: domain.name,
-          domain_status: domainStatus as 'active' | 'pending_dns' | 'pending_delegation',
-        };
+        if (!dkim) throw new Error('unreachable: a pending intent always has a DKIM key prepared');
+        return provisionAccount(svc, tx, intent, dkim);
       },
       { maxWait: 10_000, timeout: 20_000 },
     );
@@ -189,4 +157,71 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
     }
     throw err;
   }
+}
+
+/** Creates the account, its domain, agent@<domain> and the owner key for an intent; announces signup.completed. */
+async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dkim: DkimKey) {
+  const accountId = newId('acct');
+  const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
+  const domainStatus = intent.mode === 'subdomain' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
+  await tx.account.create({
+    data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
+  });
+  const domain = await tx.domain.create({
+    data: {
+      id: newId('dom'),
+      accountId,
+      name: intent.fullDomain,
+      mode: intent.mode,
+      status: domainStatus,
+      dkimSelector: dkim.selector,
+      dkimPublicKey: dkim.publicKey,
+      dkimPrivateKeyEnc: dkim.privateKeyEnc,
+      verifiedAt: domainStatus === 'active' ? new Date() : null,
+    },
+  });
+  await appendEvent({
+    db: tx,
+    accountId,
+    type: 'signup.completed',
+    data: { account_id: accountId, primary_address: primaryAddress, domain: domain.name, mode: intent.mode, account_status: 'active' },
+  });
+  if (domainStatus === 'active') {
+    await appendEvent({ db: tx, accountId, type: 'domain.ready', data: { domain: domain.name } });
+  } else if (intent.mode === 'byo_manual') {
+    await appendEvent({
+      db: tx,
+      accountId,
+      type: 'domain.dns_required',
+      data: { domain: domain.name, records: requiredRecords(svc.config, domain) },
+    });
+  } else {
+    await appendEvent({
+      db: tx,
+      accountId,
+      type: 'domain.delegation_required',
+      data: { domain: domain.name, nameservers: svc.config.nameservers },
+    });
+  }
+  const box = await createBox({ db: tx, accountId, address: PRIMARY_LOCAL_PART, isPrimary: true, domainId: domain.id });
+  const { key, raw } = await mintKey({ db: tx, accountId, label: 'owner', scopes: ['send', 'receive', 'admin'], isOwner: true });
+  await tx.signupIntent.update({
+    where: { id: intent.id },
+    data: {
+      status: 'completed',
+      accountId,
+      confirmedAt: new Date(),
+      // signup.completed carries the key to the callback; kept sealed only until that delivery.
+      apiKeyForCallbackEnc: intent.callbackWebhook ? seal(svc.secretKey, raw) : null,
+    },
+  });
+  return {
+    account_id: accountId,
+    primary_address: box.address,
+    api_key: raw,
+    key_id: key.id,
+    account_status: 'active' as const,
+    domain: domain.name,
+    domain_status: domainStatus as 'active' | 'pending_dns' | 'pending_delegation',
+  };
 }

@@ -1,14 +1,27 @@
 /**
- * The ledger. A send reserves (holds) one message per recipient when it is accepted, from the free allowance
- * first and then from credit, under the account row lock, so parallel sends cannot overspend. The hold is
- * settled when delivery ends: charged when delivered, released when it bounces or fails. Inbound mail is
- * charged when stored and is never refused for credit (the balance may go negative).
+ * The ledger (integer micro-dollars). Every charge and credit is one entry with its type, under the account's
+ * row lock (the same lock the event log takes), and moves the balance in the same statement sequence.
+ *
+ * Sends reserve (hold) what each recipient will cost when the send is accepted: the message (from the free
+ * allowance first, then credit), its attachments, and the trailer surcharge when the account opted out.
+ * The hold is settled when delivery ends: charged when delivered, released when it bounces or fails. Inbound
+ * mail and recurring debits are charged even below zero; only sends are refused (402).
  */
 import type { Delivery, Tx } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import type { Services } from '../shared/context';
-import { FREE_MESSAGES, microsToCents, microsToUsd, PRICES_MICROS } from './prices';
+import { announceBalanceChange, balanceState, type BalanceState } from './alerts';
+import {
+  attachmentMicros,
+  FREE_MESSAGES,
+  messagePriceMicros,
+  microsToCents,
+  microsToUsd,
+  PRICES_MICROS,
+  TRAILER_PAYOFF_MICROS,
+  type LedgerType,
+} from './prices';
 
 export interface LockedAccount {
   id: string;
@@ -16,28 +29,118 @@ export interface LockedAccount {
   held_micros: bigint;
   free_messages_left: number;
   held_free_messages: number;
+  primary_address: string;
+  human_email: string;
+  alert_first_micros: bigint | null;
+  alert_second_micros: bigint | null;
+  deficit_since: Date | null;
+  trailer_opted_out_at: Date | null;
+  trailer_paid_micros: bigint;
 }
 
 /** Locks the account row (the same lock the event log takes) and reads its credit. */
 export async function lockAccountCredit(tx: Tx, accountId: string): Promise<LockedAccount> {
   const rows = await tx.$queryRaw<LockedAccount[]>`
-    SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages
+    SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
+      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros
     FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`;
   if (!rows[0]) throw new AppError('not_found', `account ${accountId} not found`);
   return rows[0];
 }
 
-export function messagePrice(_svc?: Services): bigint {
-  return BigInt(PRICES_MICROS.message);
+export function messagePrice(svc: Pick<Services, 'config'>): bigint {
+  return messagePriceMicros(svc.config);
+}
+
+export interface Posting {
+  type: LedgerType;
+  /** Negative for a charge, positive for a credit. */
+  amountMicros: bigint;
+  freeMessages?: number;
+  messageId?: string | null;
+  deliveryId?: string | null;
+  paymentId?: string | null;
+  /** A posting with a key is made at most once (recurring debits, payments). */
+  idempotencyKey?: string | null;
+  quantity?: bigint | null;
+  description?: string | null;
+}
+
+export interface LedgerPostResult {
+  before: bigint;
+  after: bigint;
+  /** Entries written (a posting whose idempotency key exists already is skipped). */
+  posted: number;
+}
+
+/**
+ * Writes entries and moves the balance, then announces what the change crossed (low_balance,
+ * billing.deficit, billing.recovered). `locked` is the row as the caller's lock read it, when it has one.
+ */
+export async function postEntries(svc: Services, tx: Tx, accountId: string, postings: Posting[], locked?: LockedAccount): Promise<LedgerPostResult> {
+  const a = locked ?? (await lockAccountCredit(tx, accountId));
+  let balance = a.balance_micros;
+  let free = 0;
+  let posted = 0;
+  const keys = postings.map((p) => p.idempotencyKey).filter((k): k is string => !!k);
+  const seen = keys.length
+    ? new Set((await tx.ledgerEntry.findMany({ where: { idempotencyKey: { in: keys } }, select: { idempotencyKey: true } })).map((e) => e.idempotencyKey))
+    : new Set<string | null>();
+  const rows = [];
+  for (const p of postings) {
+    if (p.idempotencyKey && seen.has(p.idempotencyKey)) continue;
+    balance += p.amountMicros;
+    free += p.freeMessages ?? 0;
+    posted += 1;
+    rows.push({
+      id: newId('led'),
+      accountId,
+      type: p.type,
+      amountMicros: p.amountMicros,
+      freeMessages: p.freeMessages ?? 0,
+      balanceAfter: balance,
+      messageId: p.messageId ?? null,
+      deliveryId: p.deliveryId ?? null,
+      paymentId: p.paymentId ?? null,
+      idempotencyKey: p.idempotencyKey ?? null,
+      quantity: p.quantity ?? null,
+      description: p.description ?? null,
+    });
+  }
+  if (!rows.length) return { before: a.balance_micros, after: a.balance_micros, posted: 0 };
+  await tx.$executeRaw`UPDATE accounts SET balance_micros = ${balance}, free_messages_left = free_messages_left - ${free} WHERE id = ${accountId}`;
+  if (rows.length === 1) await tx.ledgerEntry.create({ data: rows[0]!, select: { id: true } });
+  else await tx.ledgerEntry.createMany({ data: rows });
+  if (balance !== a.balance_micros) {
+    await announceBalanceChange(svc, tx, {
+      accountId,
+      primaryAddress: a.primary_address,
+      humanEmail: a.human_email,
+      thresholds: { first: a.alert_first_micros, second: a.alert_second_micros },
+      deficitSince: a.deficit_since,
+      before: a.balance_micros,
+      after: balance,
+      cause: rows.find((r) => r.amountMicros !== 0n)?.type ?? rows[0]!.type,
+    });
+  }
+  return { before: a.balance_micros, after: balance, posted };
+}
+
+export interface RecipientHold {
+  free: boolean;
+  /** Total held for this recipient: message (unless free) + attachments (unless free) + surcharge. */
+  micros: bigint;
+  attachmentMicros: bigint;
+  surchargeMicros: bigint;
 }
 
 export interface Reservation {
-  /** Per recipient: true when a free message was reserved, else the micro-dollars held. */
-  perRecipient: { free: boolean; micros: bigint }[];
+  perRecipient: RecipientHold[];
   freeUsed: number;
   heldMicros: bigint;
   /** The account's credit after the reservation (the row stays locked until the transaction ends). */
   after: { balanceMicros: bigint; freeMessagesLeft: number; heldFreeMessages: number };
+  trailer: boolean;
 }
 
 export function paymentRequired(svc: Services, message: string, extra: Record<string, unknown> = {}): AppError {
@@ -53,8 +156,13 @@ export function paymentRequired(svc: Services, message: string, extra: Record<st
   });
 }
 
-/** Reserves `count` messages for a send, or throws 402 with nothing reserved. */
-export async function reserveMessages(svc: Services, tx: Tx, accountId: string, count: number): Promise<Reservation> {
+/** Whether the account pays a surcharge per message (trailer opted out and not yet paid off). */
+export function surchargeApplies(a: Pick<LockedAccount, 'trailer_opted_out_at' | 'trailer_paid_micros'>): boolean {
+  return a.trailer_opted_out_at !== null && a.trailer_paid_micros < TRAILER_PAYOFF_MICROS;
+}
+
+/** Reserves `count` recipients of one message for a send, or throws 402 with nothing reserved. */
+export async function reserveMessages(svc: Services, tx: Tx, accountId: string, count: number, opts: { attachmentBytes?: number; trailer?: boolean } = {}): Promise<Reservation> {
   const a = await lockAccountCredit(tx, accountId);
   const price = messagePrice(svc);
   if (a.balance_micros < 0n) {
@@ -62,90 +170,145 @@ export async function reserveMessages(svc: Services, tx: Tx, accountId: string, 
       credit_balance_cents: microsToCents(a.balance_micros),
     });
   }
+  const attach = attachmentMicros(opts.attachmentBytes ?? 0);
+  const surcharge = !opts.trailer && surchargeApplies(a) ? BigInt(PRICES_MICROS.trailerSurcharge) : 0n;
   const freeAvailable = Math.max(0, a.free_messages_left - a.held_free_messages);
   const freeUsed = Math.min(count, freeAvailable);
-  const paid = count - freeUsed;
-  const need = BigInt(paid) * price;
+  const perRecipient: RecipientHold[] = Array.from({ length: count }, (_, i) => {
+    const free = i < freeUsed;
+    return { free, micros: (free ? 0n : price + attach) + surcharge, attachmentMicros: free ? 0n : attach, surchargeMicros: surcharge };
+  });
+  const need = perRecipient.reduce((n, r) => n + r.micros, 0n);
   const spendable = a.balance_micros - a.held_micros;
   if (need > spendable) {
+    const paid = count - freeUsed;
     throw paymentRequired(
       svc,
-      `Not enough credit: this send needs ${microsToUsd(need)} USD for ${paid} message(s) beyond the free allowance, and ${microsToUsd(spendable > 0n ? spendable : 0n)} USD is available. Nothing was sent.`,
+      `Not enough credit: this send needs ${microsToUsd(need)} USD (${paid} message(s) beyond the free allowance${attach ? ', attachments' : ''}${surcharge ? ', trailer surcharge' : ''}), and ${microsToUsd(spendable > 0n ? spendable : 0n)} USD is available. Nothing was sent.`,
       { required_usd: microsToUsd(need), available_usd: microsToUsd(spendable > 0n ? spendable : 0n), credit_balance_cents: microsToCents(a.balance_micros) },
     );
   }
   await tx.$executeRaw`
     UPDATE accounts SET held_micros = held_micros + ${need}, held_free_messages = held_free_messages + ${freeUsed}
     WHERE id = ${accountId}`;
-  const perRecipient = Array.from({ length: count }, (_, i) => (i < freeUsed ? { free: true, micros: 0n } : { free: false, micros: price }));
   return {
     perRecipient,
     freeUsed,
     heldMicros: need,
     after: { balanceMicros: a.balance_micros, freeMessagesLeft: a.free_messages_left, heldFreeMessages: a.held_free_messages + freeUsed },
+    trailer: a.trailer_opted_out_at === null,
   };
 }
 
-/**
- * Settles one delivery's hold: 'charge' debits it (ledger entry message_sent), 'release' returns it.
- * Idempotent: a delivery already settled is left alone. The caller has read the delivery; the columns used
- * here never change after it is created.
- */
-export async function settleDelivery(
-  tx: Tx,
-  d: Pick<Delivery, 'id' | 'accountId' | 'messageId' | 'heldMicros' | 'usedFree'>,
-  outcome: 'charge' | 'release',
-): Promise<void> {
+type SettledDelivery = Pick<Delivery, 'id' | 'accountId' | 'messageId' | 'heldMicros' | 'usedFree' | 'attachmentMicros' | 'surchargeMicros'>;
+
+/** Claims a delivery's hold for settlement; false when it was settled already (settling is idempotent). */
+async function claimHold(tx: Tx, d: SettledDelivery): Promise<boolean> {
   const claimed = await tx.delivery.updateMany({ where: { id: d.id, settledAt: null }, data: { settledAt: new Date() } });
-  if (claimed.count === 0) return;
+  return claimed.count === 1;
+}
+
+/** Returns a delivery's hold (it bounced or failed). */
+export async function releaseDelivery(tx: Tx, d: SettledDelivery): Promise<void> {
+  if (!(await claimHold(tx, d))) return;
+  await lockAccountCredit(tx, d.accountId);
+  await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${d.usedFree ? 1 : 0} WHERE id = ${d.accountId}`;
+}
+
+/** Charges a delivered recipient's hold: message_sent, attachments and trailer_surcharge entries. */
+export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery): Promise<void> {
+  if (!(await claimHold(tx, d))) return;
   const a = await lockAccountCredit(tx, d.accountId);
   const free = d.usedFree ? 1 : 0;
-  if (outcome === 'release') {
-    await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${free} WHERE id = ${d.accountId}`;
-    return;
+  await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${free} WHERE id = ${d.accountId}`;
+  // The surcharge stops once the opt-out is paid off, even when more was held.
+  const surcharge = minBig(d.surchargeMicros, maxBig(0n, TRAILER_PAYOFF_MICROS - a.trailer_paid_micros));
+  const postings: Posting[] = [
+    { type: 'message_sent', amountMicros: -(d.heldMicros - d.attachmentMicros - d.surchargeMicros), freeMessages: free, messageId: d.messageId, deliveryId: d.id },
+  ];
+  if (d.attachmentMicros > 0n) postings.push({ type: 'attachments', amountMicros: -d.attachmentMicros, messageId: d.messageId });
+  if (surcharge > 0n) {
+    postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.messageId });
+    await tx.$executeRaw`UPDATE accounts SET trailer_paid_micros = trailer_paid_micros + ${surcharge} WHERE id = ${d.accountId}`;
   }
-  const balanceAfter = a.balance_micros - d.heldMicros;
-  await tx.$executeRaw`
-    UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${free},
-      balance_micros = ${balanceAfter}, free_messages_left = free_messages_left - ${free}
-    WHERE id = ${d.accountId}`;
-  await tx.ledgerEntry.create({
-    data: {
-      id: newId('led'),
-      accountId: d.accountId,
-      type: 'message_sent',
-      amountMicros: -d.heldMicros,
-      freeMessages: free,
-      balanceAfter,
-      messageId: d.messageId,
-      deliveryId: d.id,
-    },
-  });
+  await postEntries(svc, tx, d.accountId, postings, a);
 }
 
-/** Charges one received message to the receiving account: free allowance first, then credit, even below zero. */
-export async function chargeReceived(svc: Services, tx: Tx, accountId: string, messageId: string): Promise<void> {
+const minBig = (x: bigint, y: bigint) => (x < y ? x : y);
+const maxBig = (x: bigint, y: bigint) => (x > y ? x : y);
+
+/**
+ * Charges one received message to the receiving account: free allowance first (message and attachments),
+ * then credit, even below zero.
+ */
+export async function chargeReceived(svc: Services, tx: Tx, accountId: string, messageId: string, attachmentBytes = 0): Promise<void> {
   const a = await lockAccountCredit(tx, accountId);
   const useFree = a.free_messages_left - a.held_free_messages > 0;
-  const amount = useFree ? 0n : messagePrice(svc);
-  const balanceAfter = a.balance_micros - amount;
-  await tx.$executeRaw`
-    UPDATE accounts SET balance_micros = ${balanceAfter}, free_messages_left = free_messages_left - ${useFree ? 1 : 0}
-    WHERE id = ${accountId}`;
-  await tx.ledgerEntry.create({
-    data: { id: newId('led'), accountId, type: 'message_received', amountMicros: -amount, freeMessages: useFree ? 1 : 0, balanceAfter, messageId },
-  });
+  const postings: Posting[] = [{ type: 'message_received', amountMicros: useFree ? 0n : -messagePrice(svc), freeMessages: useFree ? 1 : 0, messageId }];
+  const attach = useFree ? 0n : attachmentMicros(attachmentBytes);
+  if (attach > 0n) postings.push({ type: 'attachments', amountMicros: -attach, messageId, quantity: BigInt(attachmentBytes) });
+  await postEntries(svc, tx, accountId, postings, a);
 }
 
-export async function creditBalance(svc: Services, accountId: string) {
+export interface CreditBalanceView {
+  credit_balance_cents: number;
+  credit_balance_usd: string;
+  held_usd: string;
+  free_messages_left: number;
+  free_messages_total: number;
+  emails_covered: number;
+  balance_state: BalanceState;
+  low_balance: boolean;
+  deficit: boolean;
+  sending_blocked: boolean;
+  alert_thresholds: { first_cents: number | null; second_cents: number | null };
+  price_per_message_usd: string;
+  trailer: TrailerStatus;
+}
+
+export interface TrailerStatus {
+  enabled: boolean;
+  /** on (default), surcharge (opted out, paying per message), paid_off (opted out, nothing more to pay). */
+  status: 'on' | 'surcharge' | 'paid_off';
+  surcharge_per_message_usd: string;
+  surcharge_paid_usd: string;
+  surcharge_remaining_usd: string;
+}
+
+export function trailerStatus(a: { trailerOptedOutAt: Date | null; trailerPaidMicros: bigint }): TrailerStatus {
+  const remaining = maxBig(0n, TRAILER_PAYOFF_MICROS - a.trailerPaidMicros);
+  const status = a.trailerOptedOutAt === null ? 'on' : remaining > 0n ? 'surcharge' : 'paid_off';
+  return {
+    enabled: a.trailerOptedOutAt === null,
+    status,
+    surcharge_per_message_usd: microsToUsd(status === 'surcharge' ? BigInt(PRICES_MICROS.trailerSurcharge) : 0n),
+    surcharge_paid_usd: microsToUsd(a.trailerPaidMicros),
+    surcharge_remaining_usd: microsToUsd(remaining),
+  };
+}
+
+export async function creditBalance(svc: Services, accountId: string): Promise<CreditBalanceView> {
   const a = await svc.db.account.findUniqueOrThrow({
     where: { id: accountId },
-    select: { balanceMicros: true, heldMicros: true, freeMessagesLeft: true, heldFreeMessages: true },
+    select: {
+      balanceMicros: true,
+      heldMicros: true,
+      freeMessagesLeft: true,
+      heldFreeMessages: true,
+      alertFirstMicros: true,
+      alertSecondMicros: true,
+      trailerOptedOutAt: true,
+      trailerPaidMicros: true,
+    },
   });
   const price = messagePrice(svc);
+  const trailer = trailerStatus(a);
+  const perMessage = price + (trailer.status === 'surcharge' ? BigInt(PRICES_MICROS.trailerSurcharge) : 0n);
   const spendable = a.balanceMicros - a.heldMicros;
   const freeLeft = Math.max(0, a.freeMessagesLeft - a.heldFreeMessages);
-  const covered = freeLeft + (spendable > 0n ? Number(spendable / price) : 0);
+  const negative = a.balanceMicros < 0n;
+  const covered = negative ? 0 : freeLeft + (spendable > 0n ? Number(spendable / perMessage) : 0);
+  const state = balanceState(a.balanceMicros, { first: a.alertFirstMicros, second: a.alertSecondMicros });
   return {
     credit_balance_cents: microsToCents(a.balanceMicros),
     credit_balance_usd: microsToUsd(a.balanceMicros),
@@ -153,8 +316,15 @@ export async function creditBalance(svc: Services, accountId: string) {
     free_messages_left: freeLeft,
     free_messages_total: FREE_MESSAGES,
     emails_covered: covered,
-    balance_state: (a.balanceMicros < 0n ? 'critical' : 'ok') as 'ok' | 'low' | 'critical',
-    low_balance: a.balanceMicros < 0n,
+    balance_state: state,
+    low_balance: state !== 'ok',
+    deficit: negative,
+    sending_blocked: negative,
+    alert_thresholds: {
+      first_cents: a.alertFirstMicros === null ? null : microsToCents(a.alertFirstMicros),
+      second_cents: a.alertSecondMicros === null ? null : microsToCents(a.alertSecondMicros),
+    },
     price_per_message_usd: microsToUsd(price),
+    trailer,
   };
 }

@@ -97,7 +97,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
         const fresh = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId }, select: { status: true } });
         if (['delivered', 'bounced', 'failed'].includes(fresh.status)) return;
         await receiveMessage(svc, { raw, parsed, recipients: [target], mailFrom: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), via: 'local', tx });
-        await markDelivered(tx, deliveryId, { mta: 'local', response: 'stored locally', attempts });
+        await markDelivered(svc, tx, deliveryId, { mta: 'local', response: 'stored locally', attempts });
       },
       { maxWait: 10_000, timeout: 30_000 },
     );
@@ -126,7 +126,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   for (const dest of destinations) {
     const outcome = await deps.sender.send(dest, envelope, raw);
     if (outcome.kind === 'delivered') {
-      await svc.db.$transaction((tx) => markDelivered(tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markDelivered(svc, tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }), RECORD_TX);
       return { done: true };
     }
     if (outcome.kind === 'permanent') {

@@ -4,8 +4,9 @@
  * final transition happens once; the message's status follows its deliveries.
  */
 import type { Tx } from '@boxes/db';
-import { settleDelivery } from '../credit/ledger';
+import { chargeDelivery, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
 
@@ -29,10 +30,10 @@ async function claim(tx: Tx, deliveryId: string, status: string, data: Record<st
   return r.count === 1;
 }
 
-export async function markDelivered(tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
+export async function markDelivered(svc: Services, tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
   if (!(await claim(tx, deliveryId, 'delivered', { deliveredAt: new Date(), remoteMta: info.mta, lastError: null, nextAttemptAt: null, attempts: info.attempts }))) return false;
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  await settleDelivery(tx, d, 'charge');
+  await chargeDelivery(svc, tx, d);
   await appendEvent({
     db: tx,
     accountId: d.accountId,
@@ -50,7 +51,7 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
   // A DSN can arrive after we recorded the delivery as delivered (the remote accepted, then bounced): it still
   // counts as a bounce for the suppression list.
   if (!fresh && d.status !== 'delivered') return;
-  if (fresh) await settleDelivery(tx, d, 'release');
+  if (fresh) await releaseDelivery(tx, d);
   else await tx.delivery.update({ where: { id: d.id }, data: { status: 'bounced', lastError: info.response.slice(0, 1000) } });
   await appendEvent({
     db: tx,
@@ -73,7 +74,7 @@ export async function markDeferred(tx: Tx, deliveryId: string, info: { error: st
 export async function markFailed(tx: Tx, deliveryId: string, info: { error: string; attempts: number }) {
   if (!(await claim(tx, deliveryId, 'failed', { lastError: info.error.slice(0, 1000), nextAttemptAt: null, attempts: info.attempts }))) return;
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  await settleDelivery(tx, d, 'release');
+  await releaseDelivery(tx, d);
   await appendEvent({
     db: tx,
     accountId: d.accountId,

@@ -63,6 +63,8 @@ export interface InboundInput {
   via: 'smtp' | 'local';
   /** Already parsed (local delivery parses once for all recipients). */
   parsed?: ParsedMessage;
+  /** Mail from the service itself (notices) is not charged. */
+  free?: boolean;
   /** Run inside this transaction (local delivery marks its delivery in the same one). */
   tx?: Tx;
 }
@@ -74,6 +76,7 @@ export interface StoredInbound {
 export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
   const parsed = input.parsed ?? (await parseMessage(input.raw));
   const report = parseReport(parsed.mail);
+  const attachmentBytes = parsed.attachments.reduce((n, a) => n + a.content.length, 0);
   // One sealed copy per box, made before the transaction: encrypting a large message must not keep a
   // connection busy in a transaction.
   const sealed = input.recipients.map((r) =>
@@ -129,7 +132,7 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
           context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
         },
       });
-      await chargeReceived(svc, tx, box.accountId, id);
+      if (!input.free) await chargeReceived(svc, tx, box.accountId, id, attachmentBytes);
       await appendEvent({
         db: tx,
         accountId: box.accountId,

@@ -30,6 +30,19 @@ export interface SendCaller {
   boxScope: BoxScope;
 }
 
+/** The outbound trailer every sent message carries unless the account opted out (POST /account/trailer). */
+export function trailerText(siteUrl: string): string {
+  return `--\nSent by an AI agent with Boxes: ${siteUrl}`;
+}
+
+function appendTrailer(body: { text?: string | undefined; html?: string | undefined }, siteUrl: string) {
+  const href = siteUrl.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+  return {
+    text: body.text !== undefined || body.html === undefined ? `${body.text ?? ''}\n\n${trailerText(siteUrl)}` : undefined,
+    html: body.html !== undefined ? `${body.html}<p style="color:#666;font-size:12px">Sent by an AI agent with <a href="${href}">Boxes</a></p>` : undefined,
+  };
+}
+
 function appendSignature(body: { text?: string | undefined; html?: string | undefined }, signature: string | null) {
   if (!signature) return body;
   const escaped = signature.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`).replace(/\r?\n/g, '<br>');
@@ -113,7 +126,11 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   const domain = domainOf(from.address);
   const rfcMessageId = `<${messageId}@${domain}>`;
   const date = new Date();
-  const signed = appendSignature({ text: input.text, html: input.html }, box.signature);
+  // The trailer follows the account's setting when the send is accepted; a message that carries it pays no
+  // opt-out surcharge.
+  const withTrailer = caller.account.trailerOptedOutAt === null;
+  const signedOnly = appendSignature({ text: input.text, html: input.html }, box.signature);
+  const signed = withTrailer ? appendTrailer(signedOnly, svc.config.siteUrl) : signedOnly;
   const body: StoredBody = {
     text: signed.text ?? null,
     html: signed.html ?? null,
@@ -126,7 +143,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     date: date.toISOString(),
     in_reply_to: headers['In-Reply-To'] ?? null,
   };
-  const sizeBytes = Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + attachments.reduce((n, a) => n + Math.ceil((a.content_b64.length * 3) / 4), 0);
+  const attachmentBytes = attachments.reduce((n, a) => n + Buffer.byteLength(a.content_b64, 'base64'), 0);
+  const sizeBytes = Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + attachmentBytes;
   const warning = await checkSendLoop(svc, accountId, recipients.length === 1 ? recipients[0]! : null);
   // Sealed before the transaction: encrypting a large body must not happen under the account's row lock.
   const bodyEnc = sealBody(svc.secretKey, body);
@@ -136,7 +154,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   try {
     response = await svc.db.$transaction(
       async (tx) => {
-        const reservation = recipients.length ? await reserveMessages(svc, tx, accountId, recipients.length) : null;
+        const reservation = recipients.length ? await reserveMessages(svc, tx, accountId, recipients.length, { attachmentBytes, trailer: withTrailer }) : null;
         const status = recipients.length ? 'queued' : 'suppressed';
         const deliveries = recipients.map((r, i) => ({
           id: newId('dlv'),
@@ -146,6 +164,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
           route: hosted.has(domainOf(r)) ? 'local' : 'remote',
           heldMicros: reservation!.perRecipient[i]!.micros,
           usedFree: reservation!.perRecipient[i]!.free,
+          attachmentMicros: reservation!.perRecipient[i]!.attachmentMicros,
+          surchargeMicros: reservation!.perRecipient[i]!.surchargeMicros,
         }));
         // The reservation read the locked account row; without one (every recipient suppressed), read it.
         const a =

@@ -3,6 +3,8 @@ import type { Config } from '@boxes/config';
 import type { Db, DbClient } from '@boxes/db';
 import type { Jobs } from '@boxes/jobs';
 import type { Redis } from 'ioredis';
+import type { Clock } from './clock';
+import type { PaymentProvider } from '../payments/provider';
 
 export interface Services {
   db: Db;
@@ -13,6 +15,10 @@ export interface Services {
   jobs: Jobs;
   /** Redis for counters (send-loop detection). */
   redis: Redis;
+  /** Time for billing periods, payment TTLs and owner links (tests use an adjustable one). */
+  clock: Clock;
+  /** The payment processor and wallet (the built-in local provider, or a real one behind the same interface). */
+  payments: PaymentProvider;
 }
 
 /**

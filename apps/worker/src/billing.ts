@@ -1,0 +1,100 @@
+/**
+ * Billing and notices. The billing queue runs the repeatable cycle (a BullMQ job scheduler: recurring
+ * debits, then a sweep of payments whose deadline passed) and one-off payment checks (an MPP token due
+ * 3 s after approval). Notices (mail the service sends) are enqueued when their transaction commits
+ * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery.
+ */
+import { Worker, type ConnectionOptions } from 'bullmq';
+import pg from 'pg';
+import type { Config } from '@boxes/config';
+import { deliverNotice, NOTICES_CHANNEL, refreshPayment, runBillingCycle, type NoticeDeps, type Services } from '@boxes/core';
+import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
+import type { Logger } from 'pino';
+
+export interface BillingHandle {
+  /** Runs one billing cycle now (what the repeatable job does). */
+  cycle(): Promise<{ accounts: number; entries: number; payments: number }>;
+  sweepNotices(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/** Payments whose deadline or token time has passed: expired or charged by the cycle even if no one reads them. */
+async function sweepPayments(svc: Services): Promise<number> {
+  const now = svc.clock.now();
+  const due = await svc.db.payment.findMany({
+    where: {
+      OR: [
+        { status: { in: ['requires_approval', 'pending_approval'] }, expiresAt: { lte: now } },
+        { status: 'approved', tokenDueAt: { lte: now } },
+      ],
+    },
+    select: { id: true },
+    take: 1000,
+  });
+  for (const p of due) await refreshPayment(svc, p.id);
+  return due.length;
+}
+
+export async function startBilling(config: Config, deps: { svc: Services; log: Logger; notice: NoticeDeps; sweepIntervalMs?: number }): Promise<BillingHandle> {
+  const { svc, log } = deps;
+  const connection = createRedis(config.redisUrl);
+  const cycle = async () => {
+    const r = await runBillingCycle(svc);
+    const payments = await sweepPayments(svc);
+    if (r.entries || payments) log.info({ ...r, payments }, 'billing cycle');
+    return { ...r, payments };
+  };
+  const billing = new Worker<BillingJob>(
+    QUEUE.billing,
+    async (job) => {
+      if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
+      else if (job.name === 'cycle') await cycle();
+    },
+    { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 4 },
+  );
+  billing.on('error', (err) => log.error({ err }, 'billing worker error'));
+  billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
+  await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
+
+  const notices = new Worker<NoticeJob>(
+    QUEUE.notices,
+    async (job) => {
+      const r = await deliverNotice(svc, deps.notice, job.data.noticeId, job.attemptsMade + 1 >= NOTICE_ATTEMPTS);
+      if (!r.done) throw new Error(r.error);
+    },
+    { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 10 },
+  );
+  notices.on('error', (err) => log.error({ err }, 'notice worker error'));
+
+  // Committed notices announce themselves; the sweeper catches any whose NOTIFY was missed.
+  const listener = new pg.Client({ connectionString: config.databaseUrl });
+  listener.on('error', (err) => log.error({ err: err.message }, 'notice listener error'));
+  listener.on('notification', (msg) => {
+    if (msg.payload) svc.jobs.enqueueNotices([msg.payload]).catch((err) => log.error({ err }, 'enqueue notice failed'));
+  });
+  await listener.connect();
+  await listener.query(`LISTEN ${NOTICES_CHANNEL}`);
+
+  const sweepNotices = async () => {
+    const pending = await svc.db.notice.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
+    await svc.jobs.enqueueNotices(pending.map((n) => n.id));
+    return pending.length;
+  };
+  const timer = setInterval(() => {
+    sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed'));
+  }, deps.sweepIntervalMs ?? 30_000);
+  timer.unref();
+
+  await Promise.all([billing.waitUntilReady(), notices.waitUntilReady()]);
+  return {
+    cycle,
+    sweepNotices,
+    async stop() {
+      clearInterval(timer);
+      await listener.end().catch(() => undefined);
+      await billing.close();
+      await notices.close();
+      connection.disconnect();
+    },
+  };
+}

@@ -1,0 +1,117 @@
+/**
+ * Mandatory recurring debits, run by the worker's repeatable billing job: DNS hosting of delegated domains and
+ * name service of registered ones (per calendar month, charged when the month starts), DNS query overage (per
+ * month, once it has ended) and storage of mail older than the free days (per UTC day, once it has ended).
+ * They are never skipped: each period is charged once, under a ledger key naming it, and a run catches up
+ * every period since the last one (a worker that was down for a week charges the week). They may take the
+ * balance below zero.
+ */
+import type { Services } from '../shared/context';
+import { postEntries, type Posting } from './ledger';
+import { dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
+
+const DAY_MS = 86_400_000;
+/** At most this many days of storage are caught up per account and run (the next run continues). */
+const MAX_STORAGE_DAYS_PER_RUN = 400;
+
+const monthKey = (d: Date) => `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
+const dayStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()));
+
+function monthsFrom(start: Date, end: Date): string[] {
+  const out: string[] = [];
+  let y = start.getUTCFullYear();
+  let m = start.getUTCMonth();
+  while (y < end.getUTCFullYear() || (y === end.getUTCFullYear() && m <= end.getUTCMonth())) {
+    out.push(`${y}-${String(m + 1).padStart(2, '0')}`);
+    m += 1;
+    if (m === 12) {
+      m = 0;
+      y += 1;
+    }
+  }
+  return out;
+}
+
+/** Monthly charge per domain mode (subdomain and byo_manual domains cost nothing). */
+const MONTHLY: Record<string, { type: 'domain_hosting' | 'domain_maintenance'; micros: number } | undefined> = {
+  byo_delegated: { type: 'domain_hosting', micros: PRICES_MICROS.domainHostingPerMonth },
+  register: { type: 'domain_maintenance', micros: PRICES_MICROS.domainMaintenancePerMonth },
+};
+
+export interface CycleResult {
+  accounts: number;
+  entries: number;
+}
+
+/** Charges every account what is due up to the service clock's now. Safe to run concurrently and repeatedly. */
+export async function runBillingCycle(svc: Services): Promise<CycleResult> {
+  const now = svc.clock.now();
+  let cursor = '';
+  const result: CycleResult = { accounts: 0, entries: 0 };
+  for (;;) {
+    const accounts = await svc.db.account.findMany({
+      where: { id: { gt: cursor } },
+      orderBy: { id: 'asc' },
+      take: 200,
+      select: { id: true, createdAt: true, storageBilledThrough: true, domains: { select: { id: true, name: true, mode: true, createdAt: true } } },
+    });
+    if (!accounts.length) break;
+    cursor = accounts[accounts.length - 1]!.id;
+    for (const a of accounts) {
+      const n = await billAccount(svc, a, now);
+      if (n) {
+        result.accounts += 1;
+        result.entries += n;
+      }
+    }
+  }
+  return result;
+}
+
+async function billAccount(
+  svc: Services,
+  a: { id: string; createdAt: Date; storageBilledThrough: Date | null; domains: { id: string; name: string; mode: string; createdAt: Date }[] },
+  now: Date,
+): Promise<number> {
+  const postings: Posting[] = [];
+  const thisMonth = monthKey(now);
+  for (const d of a.domains) {
+    const monthly = MONTHLY[d.mode];
+    if (!monthly) continue;
+    for (const month of monthsFrom(d.createdAt, now)) {
+      postings.push({ type: monthly.type, amountMicros: -BigInt(monthly.micros), idempotencyKey: `${monthly.type}:${d.id}:${month}`, quantity: 1n, description: `${d.name} ${month}` });
+    }
+    const counts = await svc.db.dnsQueryCount.findMany({ where: { domainId: d.id, month: { lt: thisMonth } } });
+    for (const c of counts) {
+      const micros = dnsOverageMicros(c.queries);
+      if (micros > 0n) {
+        postings.push({ type: 'dns_overage', amountMicros: -micros, idempotencyKey: `dns_overage:${d.id}:${c.month}`, quantity: c.queries, description: `${d.name} ${c.month}: ${c.queries} queries` });
+      }
+    }
+  }
+  // Storage: each whole UTC day that has ended since the last one billed.
+  const firstDay = a.storageBilledThrough ? new Date(a.storageBilledThrough.getTime() + DAY_MS) : dayStart(a.createdAt);
+  const lastDay = new Date(dayStart(now).getTime() - DAY_MS);
+  let through: Date | null = null;
+  for (let day = firstDay, i = 0; day <= lastDay && i < MAX_STORAGE_DAYS_PER_RUN; day = new Date(day.getTime() + DAY_MS), i++) {
+    // Mail counts on a day once it is older than the free days at that day's end, while its body is stored.
+    const cutoff = new Date(day.getTime() + DAY_MS - STORAGE_FREE_DAYS * DAY_MS);
+    const rows = await svc.db.$queryRaw<{ bytes: bigint | null }[]>`
+      SELECT SUM(size_bytes)::bigint AS bytes FROM messages
+      WHERE account_id = ${a.id} AND recorded_at < ${cutoff} AND body_reclaimed_at IS NULL`;
+    const bytes = rows[0]?.bytes ?? 0n;
+    const micros = storageDayMicros(bytes);
+    const key = day.toISOString().slice(0, 10);
+    if (micros > 0n) postings.push({ type: 'storage', amountMicros: -micros, idempotencyKey: `storage:${a.id}:${key}`, quantity: bytes, description: `${key}: ${bytes} bytes` });
+    through = day;
+  }
+  if (!postings.length && !through) return 0;
+  return svc.db.$transaction(
+    async (tx) => {
+      const r = postings.length ? await postEntries(svc, tx, a.id, postings) : { posted: 0 };
+      if (through) await tx.account.update({ where: { id: a.id }, data: { storageBilledThrough: through } });
+      return r.posted;
+    },
+    { maxWait: 10_000, timeout: 30_000 },
+  );
+}
