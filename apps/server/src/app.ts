@@ -9,9 +9,10 @@ import { Hono } from 'hono';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
 import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
-import { AppError, newId, type Services } from '@boxes/core';
+import { AppError, newId, priceList, type Services } from '@boxes/core';
 import type { Logger } from './logger';
 import { mountDocs } from './docs';
+import { mountOwnerPages } from './owner';
 import { createMcpHandler } from './mcp';
 import { createRestHandler, errorResponse, REST_PREFIX, routeTable } from './rest';
 
@@ -99,17 +100,7 @@ export function createApp(svc: Services, log: Logger): Hono {
       },
       auth: { type: 'bearer', key_prefix: 'bxs_live_', scopes: ['send', 'receive', 'admin'] },
       events: { poll: `${svc.config.apiBaseUrl}/events`, webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)', mqtt: svc.config.mqtt.publicUrl },
-      pricing: {
-        currency: 'USD',
-        model: 'prepaid credit, no subscription',
-        free_messages: 250,
-        per_message_usd: '0.0016',
-        per_message_applies_to: 'each message sent or received (per recipient for sends)',
-        attachments_per_mb_usd: '0.0012',
-        storage_per_gb_day_usd: '0.0333',
-        storage_free_days: 10,
-        boxes: 'unlimited, free',
-      },
+      pricing: priceList(svc.config),
       support: { questions: `${svc.config.apiBaseUrl}/support/questions`, feature_requests: `${svc.config.apiBaseUrl}/feature-requests`, email: null },
       skills: [
         { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm'], skill_url: `${site}/skill.md` },
@@ -133,6 +124,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     }),
   );
   mountDocs(app);
+  mountOwnerPages(app, svc, log);
   app.get('/healthz', (c) => c.json({ ok: true }));
 
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));

@@ -13,7 +13,7 @@ import { newId } from '../shared/ids';
 export const OWNER_SESSION_TTL_MS = 60 * 60 * 1000;
 export const OWNER_LINK_TTL_MS = 24 * 60 * 60 * 1000;
 
-export type OwnerLinkPurpose = 'payment' | 'card';
+export type OwnerLinkPurpose = 'payment' | 'card' | 'home';
 
 export function ownerLinkUrl(svc: Services, token: string): string {
   return `${svc.config.siteUrl}/owner/l/${token}`;

@@ -1,0 +1,335 @@
+/**
+ * The owner's pages: plain HTML forms, no scripts. A human owner arrives through a single-use link emailed to
+ * them (/owner/l/<token>), presses Continue, and gets a one-hour session cookie for their email. From there:
+ * approve or deny a payment (/owner/payments/<id>), and save a card with a mandate for automatic top-ups
+ * (/owner/card). /pay/<id> is the public status page of a payment (JSON for clients that ask for it), and
+ * with the payment's client_secret it is the card-form path.
+ */
+import type { Context, Hono } from 'hono';
+import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
+import {
+  AppError,
+  consumeOwnerLink,
+  createOwnerLink,
+  decidePayment,
+  endOwnerSession,
+  MANDATE_TIERS,
+  maskEmail,
+  ownerPayment,
+  ownerPayments,
+  ownerSession,
+  paymentView,
+  payWithClientSecret,
+  peekOwnerLink,
+  queueNotice,
+  refreshPayment,
+  removeCard,
+  saveCard,
+  setMandate,
+  usd,
+  walletOf,
+  type OwnerSessionInfo,
+  type Services,
+} from '@boxes/core';
+import type { Payment } from '@boxes/db';
+import type { Logger } from './logger';
+
+const COOKIE = 'boxes_owner';
+
+const esc = (s: unknown): string =>
+  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+
+function page(title: string, body: string, status = 200, notice = ''): Response {
+  const html = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${esc(title)} · Boxes</title>
+<style>
+body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem;color:#111}
+h1{font-size:1.5rem}dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem}dt{font-weight:600}
+label{display:block;margin:.5rem 0 .2rem}input,select{font:inherit;padding:.4rem;width:100%;max-width:20rem;box-sizing:border-box}
+button{font:inherit;padding:.6rem 1.2rem;margin:.5rem .5rem .5rem 0;border-radius:.3rem;border:1px solid #333;cursor:pointer}
+button.primary{background:#0a5;color:#fff;border-color:#0a5}button.danger{background:#fff;color:#a00;border-color:#a00}
+.note{background:#f4f4f4;padding:.75rem;border-radius:.3rem}.error{background:#fee;border:1px solid #c00;padding:.75rem;border-radius:.3rem}
+.ok{background:#efe;border:1px solid #0a5;padding:.75rem;border-radius:.3rem}small{color:#555}
+</style></head>
+<body><main>
+<h1>${esc(title)}</h1>
+${notice}
+${body}
+</main>
+<footer><small>Boxes owner pages. Payments here go through the ${esc('configured payment provider')}; the built-in local provider simulates the card network, and no real money moves.</small></footer>
+</body></html>`;
+  return new Response(html, { status, headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-frame-options': 'DENY', 'referrer-policy': 'no-referrer', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'" } });
+}
+
+const banner = (kind: 'ok' | 'error' | 'note', text: string) => `<p class="${kind}" role="${kind === 'error' ? 'alert' : 'status'}">${esc(text)}</p>`;
+
+const STATUS_TEXT: Record<string, string> = {
+  requires_approval: 'Waiting for your approval',
+  pending_approval: 'Waiting for your approval',
+  approved: 'Approved; the payment is completing',
+  succeeded: 'Paid; the credit has landed',
+  denied: 'Denied',
+  expired: 'Expired',
+  failed: 'The card was declined',
+};
+
+function tierOptions(selected: number | null): string {
+  return [
+    `<option value="none"${selected === null ? ' selected' : ''}>No automatic top-ups</option>`,
+    ...MANDATE_TIERS.map(
+      (t, i) => `<option value="${i}"${selected === i ? ' selected' : ''}>Up to ${usd(t.per_topup_cents)} per top-up and ${usd(t.per_30d_cents)} per 30 days</option>`,
+    ),
+  ].join('');
+}
+
+const cardFields = `
+<label for="number">Card number</label><input id="number" name="number" inputmode="numeric" autocomplete="cc-number" required>
+<label for="exp">Expiry (MM/YY)</label><input id="exp" name="exp" autocomplete="cc-exp" placeholder="12/30" required>
+<label for="cvc">Security code</label><input id="cvc" name="cvc" inputmode="numeric" autocomplete="cc-csc" required>`;
+
+function describe(p: Payment, account: string): string {
+  return `<dl>
+<dt>What</dt><dd>${esc(p.kind === 'signup' ? 'Initial credit for a new account' : p.kind === 'mpp' ? 'Wallet top-up (Machine Payments Protocol)' : 'Credit top-up')}</dd>
+<dt>Account</dt><dd>${esc(account)}</dd>
+<dt>Amount</dt><dd>${esc(usd(p.amountCents))}</dd>
+<dt>Status</dt><dd id="status">${esc(STATUS_TEXT[p.status] ?? p.status)}</dd>
+<dt>Request</dt><dd><code>${esc(p.id)}</code></dd>
+<dt>Expires</dt><dd>${esc(p.expiresAt.toISOString().replace('T', ' ').slice(0, 16))} UTC${p.kind === 'mpp' ? ' (approving does not extend it)' : ''}</dd>
+${p.declineCode ? `<dt>Card</dt><dd>declined (${esc(p.declineCode)})</dd>` : ''}
+</dl>`;
+}
+
+const tierOf = (v: unknown): number | null => (typeof v === 'string' && /^[0-2]$/.test(v) ? Number(v) : null);
+
+function cardFrom(form: Record<string, unknown>) {
+  const s = (k: string) => (typeof form[k] === 'string' ? (form[k] as string) : '');
+  return s('number') ? { number: s('number'), exp: s('exp'), cvc: s('cvc') } : undefined;
+}
+
+export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
+  const secure = () => svc.config.siteUrl.startsWith('https://');
+
+  const session = async (c: Context): Promise<OwnerSessionInfo | null> => ownerSession(svc, getCookie(c, COOKIE));
+
+  const needSession = () =>
+    page('Sign in needed', `<p>Open the link from your latest email from Boxes, or ask for a new one.</p><p><a href="/owner">Get a sign-in link</a></p>`, 401);
+
+  const formOk = (s: OwnerSessionInfo, form: Record<string, unknown>) => form.form_token === s.formToken;
+
+  const failure = (err: unknown, title: string) => {
+    if (err instanceof AppError) return page(title, banner('error', err.message), err.status >= 500 ? 500 : err.status);
+    log.error({ err }, 'owner page failed');
+    return page(title, banner('error', 'Something went wrong; try again.'), 500);
+  };
+
+  app.get('/owner', async (c) => {
+    const s = await session(c);
+    if (!s) {
+      return page(
+        'Boxes for owners',
+        `<p>Approve payments for your agents and manage your saved card. Enter the email address your agent signed up with and we will email you a sign-in link.</p>
+<form method="post" action="/owner/link"><label for="email">Your email</label><input id="email" name="email" type="email" autocomplete="email" required><button class="primary" type="submit">Email me a link</button></form>`,
+      );
+    }
+    const payments = await ownerPayments(svc, s.email);
+    const rows = payments.length
+      ? `<ul>${payments.map((p) => `<li><a href="/owner/payments/${esc(p.id)}">${esc(usd(p.amountCents))} · ${esc(STATUS_TEXT[p.status] ?? p.status)}</a> <small>${esc(p.createdAt.toISOString().slice(0, 16))}</small></li>`).join('')}</ul>`
+      : '<p>No payments yet.</p>';
+    return page(
+      'Your payments',
+      `<p>Signed in as ${esc(s.email)}.</p>${rows}<p><a href="/owner/card">Your card and automatic top-ups</a></p>
+<form method="post" action="/owner/logout"><input type="hidden" name="form_token" value="${esc(s.formToken)}"><button type="submit">Sign out</button></form>`,
+    );
+  });
+
+  app.post('/owner/link', async (c) => {
+    const form = await c.req.parseBody();
+    const email = typeof form.email === 'string' ? form.email.trim().toLowerCase() : '';
+    if (/^[^@\s]+@[^@\s]+$/.test(email)) {
+      const known =
+        (await svc.db.account.count({ where: { humanEmail: email } })) + (await svc.db.wallet.count({ where: { ownerEmail: email } })) + (await svc.db.payment.count({ where: { ownerEmail: email } }));
+      if (known) {
+        await svc.db.$transaction(async (tx) => {
+          const link = await createOwnerLink(svc, tx, { email, purpose: 'home' });
+          await queueNotice(tx, { kind: 'owner.link', to: email, subject: 'Your Boxes sign-in link', text: `Sign in to approve payments and manage your card: ${link}\n\nThe link works once, for 24 hours.` });
+        });
+      }
+    }
+    // The same answer whether or not the address is known: this page must not reveal who has an account.
+    return page('Check your email', '<p>If that address owns an agent on this service, a sign-in link is on its way. It works once.</p>');
+  });
+
+  app.get('/owner/l/:token', async (c) => {
+    try {
+      const info = await peekOwnerLink(svc, c.req.param('token'));
+      return page(
+        'Continue to Boxes',
+        `<p>This link signs you in as ${esc(info.email)}. It works once.</p>
+<form method="post"><button class="primary" type="submit">Continue</button></form>`,
+      );
+    } catch (err) {
+      return failure(err, 'Link not valid');
+    }
+  });
+
+  app.post('/owner/l/:token', async (c) => {
+    try {
+      const info = await consumeOwnerLink(svc, c.req.param('token'));
+      setCookie(c, COOKIE, info.session, { httpOnly: true, sameSite: 'Lax', path: '/', secure: secure(), maxAge: 3600 });
+      const to = info.purpose === 'payment' && info.paymentId ? `/owner/payments/${info.paymentId}` : info.purpose === 'card' ? '/owner/card' : '/owner';
+      return c.redirect(to, 303);
+    } catch (err) {
+      return failure(err, 'Link not valid');
+    }
+  });
+
+  app.post('/owner/logout', async (c) => {
+    const cookie = getCookie(c, COOKIE);
+    if (cookie) await endOwnerSession(svc, cookie);
+    deleteCookie(c, COOKIE, { path: '/' });
+    return c.redirect('/owner', 303);
+  });
+
+  const paymentPage = async (s: OwnerSessionInfo, id: string, notice = '', status = 200) => {
+    const { payment: p, account, wallet } = await ownerPayment(svc, s.email, id);
+    const pending = p.status === 'requires_approval' || p.status === 'pending_approval';
+    let actions = '';
+    if (pending) {
+      const hidden = `<input type="hidden" name="form_token" value="${esc(s.formToken)}">`;
+      const savedCard = wallet?.cardRef ? `${wallet.cardBrand} •••• ${wallet.cardLast4}` : null;
+      const pay =
+        p.kind === 'mpp'
+          ? savedCard
+            ? `<p>Your wallet pays with ${esc(savedCard)}.</p>`
+            : `<p>Your wallet has no card. <a href="/owner/card">Add one</a> first.</p>`
+          : savedCard
+            ? `<p>Pay with your saved card ${esc(savedCard)}.</p>`
+            : `<fieldset><legend>Pay with a card</legend>${cardFields}
+<label for="mandate">Also allow automatic top-ups with this card</label><select id="mandate" name="mandate">${tierOptions(null)}</select></fieldset>`;
+      actions = `<form method="post">${hidden}${pay}
+<button class="primary" type="submit" name="action" value="approve">Approve ${esc(usd(p.amountCents))}</button>
+<button class="danger" type="submit" name="action" value="deny" formnovalidate>Deny</button></form>`;
+    }
+    return page(pending ? `Approve ${usd(p.amountCents)}?` : 'Payment', `${describe(p, account)}${actions}<p><a href="/owner">All your payments</a></p>`, status, notice);
+  };
+
+  app.get('/owner/payments/:id', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    try {
+      return await paymentPage(s, c.req.param('id'));
+    } catch (err) {
+      return failure(err, 'Payment');
+    }
+  });
+
+  app.post('/owner/payments/:id', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    const form = await c.req.parseBody();
+    if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
+    const id = c.req.param('id');
+    try {
+      const action = form.action === 'deny' ? 'deny' : 'approve';
+      const card = action === 'approve' ? cardFrom(form) : undefined;
+      const p = await decidePayment(svc, s.email, id, action === 'deny' ? { action } : { action, ...(card ? { card, mandateTier: tierOf(form.mandate) } : {}) });
+      const msg = p.status === 'denied' ? banner('note', 'You denied this payment. Nothing was charged.') : p.status === 'expired' ? banner('error', 'This request expired before you decided.') : banner('ok', p.status === 'approved' ? 'Approved. The payment completes in a few seconds.' : 'Approved and paid. The credit has landed.');
+      return await paymentPage(s, id, msg);
+    } catch (err) {
+      if (err instanceof AppError && err.status < 500) {
+        try {
+          return await paymentPage(s, id, banner('error', err.message), err.status);
+        } catch (inner) {
+          return failure(inner, 'Payment');
+        }
+      }
+      return failure(err, 'Payment');
+    }
+  });
+
+  const cardPage = async (s: OwnerSessionInfo, notice = '', status = 200) => {
+    const { wallet, mandate } = await walletOf(svc, s.email);
+    const hidden = `<input type="hidden" name="form_token" value="${esc(s.formToken)}">`;
+    const current = wallet?.cardRef
+      ? `<p>Saved card: <strong>${esc(`${wallet.cardBrand} •••• ${wallet.cardLast4}`)}</strong> (expires ${esc(wallet.cardExp)}).</p>
+<p>${mandate.active ? `Automatic top-ups: up to ${esc(usd(mandate.per_topup_cents!))} per top-up and ${esc(usd(mandate.per_30d_cents!))} per 30 days (${esc(usd(mandate.used_30d_cents))} used).` : 'No automatic top-ups: you approve each payment.'}</p>
+<form method="post">${hidden}<label for="tier">Automatic top-ups</label><select id="tier" name="mandate">${tierOptions(mandate.active ? MANDATE_TIERS.findIndex((t) => t.per_topup_cents === mandate.per_topup_cents) : null)}</select>
+<button type="submit" name="action" value="mandate">Save limits</button></form>
+<form method="post">${hidden}<button class="danger" type="submit" name="action" value="remove">Remove card</button></form>`
+      : '<p>No card saved. Your wallet needs one before your agents can ask for wallet payments.</p>';
+    return page(
+      'Your card',
+      `${current}<h2>${wallet?.cardRef ? 'Replace the card' : 'Save a card'}</h2>
+<form method="post">${hidden}${cardFields}
+<label for="mandate">Automatic top-ups (a mandate: your agent's card top-ups within these limits settle without asking you)</label><select id="mandate" name="mandate">${tierOptions(null)}</select>
+<button class="primary" type="submit" name="action" value="save">Save card</button></form>
+<p><a href="/owner">Your payments</a></p>`,
+      status,
+      notice,
+    );
+  };
+
+  app.get('/owner/card', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    return cardPage(s);
+  });
+
+  app.post('/owner/card', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    const form = await c.req.parseBody();
+    if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
+    try {
+      if (form.action === 'remove') {
+        await removeCard(svc, s.email);
+        return cardPage(s, banner('ok', 'Card removed.'));
+      }
+      if (form.action === 'mandate') {
+        await setMandate(svc, s.email, tierOf(form.mandate));
+        return cardPage(s, banner('ok', 'Limits saved.'));
+      }
+      const card = cardFrom(form);
+      if (!card) return cardPage(s, banner('error', 'Enter the card number, expiry and security code.'), 400);
+      await saveCard(svc, svc.db, s.email, card, tierOf(form.mandate));
+      return cardPage(s, banner('ok', 'Card saved.'));
+    } catch (err) {
+      if (err instanceof AppError && err.status < 500) return cardPage(s, banner('error', err.message), err.status);
+      return failure(err, 'Your card');
+    }
+  });
+
+  // Public status page of a payment; with ?client_secret= the card-form path.
+  app.get('/pay/:id', async (c) => {
+    const p = await refreshPayment(svc, c.req.param('id'));
+    if (!p) return (c.req.header('accept') ?? '').includes('application/json') ? c.json({ error: { code: 'not_found', message: 'No such payment' } }, 404) : page('Not found', '<p>No such payment.</p>', 404);
+    const view = paymentView(svc, p);
+    if ((c.req.header('accept') ?? '').includes('application/json')) {
+      const { spend_request, ...rest } = view;
+      return c.json({ ...rest, spend_request: spend_request ? { ...spend_request, shared_payment_token: spend_request.shared_payment_token ? 'set' : null } : null });
+    }
+    const secret = c.req.query('client_secret');
+    const pending = p.status === 'requires_approval';
+    const form =
+      secret && pending && p.kind !== 'mpp'
+        ? `<form method="post"><input type="hidden" name="client_secret" value="${esc(secret)}">${cardFields}<button class="primary" type="submit">Pay ${esc(usd(p.amountCents))}</button></form>`
+        : pending || p.status === 'pending_approval'
+          ? `<p class="note">The owner (${esc(maskEmail(p.payerEmail ?? p.ownerEmail))}) was emailed a single-use link to approve or deny this payment.</p>`
+          : '';
+    return page(`Payment ${usd(p.amountCents)}`, `${describe(p, p.accountId ? 'an agent on Boxes' : 'a new account')}${form}`);
+  });
+
+  app.post('/pay/:id', async (c) => {
+    const form = await c.req.parseBody();
+    const secret = typeof form.client_secret === 'string' ? form.client_secret : '';
+    const card = cardFrom(form);
+    try {
+      if (!card) throw new AppError('validation_error', 'Enter the card number, expiry and security code.');
+      const p = await payWithClientSecret(svc, c.req.param('id'), secret, card);
+      return page(`Payment ${usd(p.amountCents)}`, `${describe(p, 'an agent on Boxes')}`, 200, banner('ok', 'Paid. The credit has landed.'));
+    } catch (err) {
+      return failure(err, 'Payment');
+    }
+  });
+}

@@ -1,0 +1,37 @@
+// A quick end-to-end pass over the payments flow: wallet enrollment, an MPP challenge approved by the owner, and the credit landing.
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { rest, signupAccount, type TestServer } from '@boxes/testing';
+import { enrollWallet, linkIn, ownerSignIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
+
+let t: TestServer;
+let inbox: OwnerInbox;
+beforeAll(async () => {
+  inbox = await startOwnerInbox();
+  t = await startPaymentsServer(inbox);
+});
+afterAll(async () => {
+  await t?.stop();
+  await inbox?.close();
+});
+
+test('MPP: not enrolled -> 402; enrolled -> owner approves -> token -> credit', async () => {
+  const a = await signupAccount(t, 'smoke@owner.test');
+  const first = await rest(t, 'POST', '/account/credit/topup/mpp', { key: a.apiKey, body: { amount_cents: 500 } });
+  expect(first.status, JSON.stringify(first.body)).toBe(402);
+  expect(first.body.error.code).toBe('wallet_not_enrolled');
+  await enrollWallet(t, inbox, 'smoke@owner.test');
+  const ch = await rest(t, 'POST', '/account/credit/topup/mpp', { key: a.apiKey, body: { amount_cents: 500 } });
+  expect(ch.status, JSON.stringify(ch.body)).toBe(200);
+  expect(ch.body.spend_request.status).toBe('pending_approval');
+  const mail = await inbox.waitFor('smoke@owner.test', /Approve \$5\.00/);
+  const s = await ownerSignIn(t, linkIn(mail));
+  expect(s.landing).toBe(`/owner/payments/${ch.body.challenge_id}`);
+  const r = await s.post(s.landing, { action: 'approve' });
+  expect(r.html).toContain('Approved');
+  const done = await rest(t, 'GET', `/account/credit/topup/mpp/${ch.body.challenge_id}?wait_seconds=10`, { key: a.apiKey });
+  expect(done.status, JSON.stringify(done.body)).toBe(200);
+  expect(done.body.status).toBe('succeeded');
+  expect(done.body.spend_request.shared_payment_token).toMatch(/^spt_/);
+  const bal = await rest(t, 'GET', '/account/credit/balance', { key: a.apiKey });
+  expect(bal.body.credit_balance_cents).toBe(500);
+});
