@@ -1,5 +1,6 @@
 // A quick end-to-end pass over the payments flow: wallet enrollment, an MPP challenge approved by the owner, and the credit landing.
 import { afterAll, beforeAll, expect, test } from 'vitest';
+import { createBoxesClient, topUpWithMpp } from '@boxes/sdk';
 import { rest, signupAccount, type TestServer } from '@boxes/testing';
 import { enrollWallet, linkIn, ownerSignIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
 
@@ -34,4 +35,18 @@ test('MPP: not enrolled -> 402; enrolled -> owner approves -> token -> credit', 
   expect(done.body.spend_request.shared_payment_token).toMatch(/^spt_/);
   const bal = await rest(t, 'GET', '/account/credit/balance', { key: a.apiKey });
   expect(bal.body.credit_balance_cents).toBe(500);
+});
+
+test('SDK: topUpWithMpp waits for the owner and returns the settled payment', async () => {
+  const a = await signupAccount(t, 'smoke-sdk@owner.test');
+  await enrollWallet(t, inbox, 'smoke-sdk@owner.test');
+  const client = createBoxesClient({ baseUrl: t.url, apiKey: a.apiKey });
+  const approve = async () => {
+    const mail = await inbox.waitFor('smoke-sdk@owner.test', /Approve \$2\.50/);
+    const s = await ownerSignIn(t, linkIn(mail));
+    await s.post(s.landing, { action: 'approve' });
+  };
+  const [paid] = await Promise.all([topUpWithMpp(client, 250, { timeoutMs: 30_000 }), approve()]);
+  expect(paid.status).toBe('succeeded');
+  expect((await client.credit.balance.query()).credit_balance_cents).toBe(250);
 });

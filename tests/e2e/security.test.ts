@@ -64,6 +64,18 @@ const ROUTES: RouteCase[] = [
   { proc: 'suppression.get',            method: 'GET',    path: '/suppression/{address}',    scope: 'send',    restricted: 'allowed' },
   { proc: 'suppression.unblock',        method: 'POST',   path: '/suppression/{address}/unblock', scope: 'admin', restricted: 'account_wide' },
   { proc: 'credit.balance',             method: 'GET',    path: '/account/credit/balance',   scope: null,      restricted: 'allowed' },
+  { proc: 'credit.usage',               method: 'GET',    path: '/account/credit/usage',     scope: null,      restricted: 'allowed' },
+  { proc: 'credit.setAlertThresholds',  method: 'PUT',    path: '/account/credit/alert-thresholds', scope: null, restricted: 'account_wide', body: { first_cents: 100, second_cents: 50 } },
+  // No card is saved for these accounts: a top-up waits for the owner (200), an MPP challenge finds no wallet (402).
+  { proc: 'credit.topup',               method: 'POST',   path: '/account/credit/topup',     scope: 'admin',   restricted: 'account_wide', body: { amount_cents: 100 } },
+  { proc: 'credit.topupStatus',         method: 'GET',    path: '/account/credit/topup/{payment}', scope: null, restricted: 'allowed', ok: [404] },
+  { proc: 'credit.mpp',                 method: 'POST',   path: '/account/credit/topup/mpp', scope: null,      restricted: 'allowed', body: { amount_cents: 100 }, ok: [402] },
+  { proc: 'credit.mppStatus',           method: 'GET',    path: '/account/credit/topup/mpp/{payment}', scope: null, restricted: 'allowed', ok: [404] },
+  { proc: 'credit.getPayerEmail',       method: 'GET',    path: '/account/credit/payer-email', scope: null,    restricted: 'allowed' },
+  { proc: 'credit.setPayerEmail',       method: 'PUT',    path: '/account/credit/payer-email', scope: 'admin', restricted: 'account_wide', body: { email: 'payer@example.com' } },
+  { proc: 'credit.trailer',             method: 'GET',    path: '/account/trailer',          scope: null,      restricted: 'allowed' },
+  { proc: 'credit.optOutOfTrailer',     method: 'POST',   path: '/account/trailer',          scope: null,      restricted: 'account_wide' },
+  { proc: 'credit.buyOutTrailer',       method: 'POST',   path: '/account/trailer/buyout',   scope: null,      restricted: 'account_wide', ok: [402] },
   { proc: 'account.reputation',         method: 'GET',    path: '/account/reputation',       scope: null,      restricted: 'allowed' },
   { proc: 'webhook.get',                method: 'GET',    path: '/account/webhook',          scope: 'admin',   restricted: 'account_wide' },
   { proc: 'webhook.rotateSecret',       method: 'POST',   path: '/account/webhook/secret/rotate', scope: 'admin', restricted: 'account_wide' },
@@ -148,7 +160,8 @@ function fill(path: string, ids: Ids): string {
     // No deliveries exist here (no webhook is set): any id is another account's or none at all.
     .replace('{delivery}', 'whd_00000000000000000000')
     .replace('{question}', ids.question ?? 'sq_00000000000000000000')
-    .replace('{feature}', ids.feature ?? 'fr_00000000000000000000');
+    .replace('{feature}', ids.feature ?? 'fr_00000000000000000000')
+    .replace('{payment}', 'pi_00000000000000000000');
 }
 
 const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId, question: f.questionId, feature: f.featureId });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TrailerStatus } from './credit';
 import { HttpsUrl, Timestamp } from './common';
 import { DOMAIN_MODES } from './signup';
 
@@ -14,6 +15,11 @@ export const AccountOutput = z
       status: z.enum(['active', 'pending_dns', 'pending_delegation']),
     }),
     agent_callback_webhook: z.string().nullable().meta({ description: 'Where events are POSTed, or null' }),
+    credit_balance_cents: z.number().int().meta({ description: 'Prepaid credit in cents; negative in deficit (details: GET /account/credit/balance)' }),
+    balance_state: z.enum(['ok', 'low', 'critical']),
+    low_balance: z.boolean().meta({ description: 'The low-balance flag' }),
+    emails_covered: z.number().int().meta({ description: 'Estimate of the messages the free allowance and the balance still cover' }),
+    trailer: TrailerStatus,
     created_at: Timestamp,
   })
   .meta({ id: 'Account' });

@@ -86,3 +86,30 @@ export function signup(baseUrl: string, input: BoxesInputs['signup']['create'], 
 export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['confirm'], opts: { fetch?: typeof fetch } = {}) {
   return createBoxesClient({ baseUrl, ...opts }).signup.confirm.mutate(input);
 }
+
+export type PaymentStatus = BoxesOutputs['credit']['mppStatus'];
+
+/**
+ * The MPP top-up's final step: waits while the owner decides and the shared payment token attaches, and
+ * returns the payment once it is final (succeeded or denied). An expired challenge or a declined card
+ * throws BoxesError (status 402, code mpp_challenge_expired or card_declined with details.decline_code).
+ */
+export async function waitForMppTopup(client: BoxesClient, challengeId: string, opts: { timeoutMs?: number } = {}): Promise<PaymentStatus> {
+  const end = Date.now() + (opts.timeoutMs ?? 16 * 60_000);
+  for (;;) {
+    const left = Math.ceil((end - Date.now()) / 1000);
+    const p = await client.credit.mppStatus.query({ id: challengeId, wait_seconds: Math.max(0, Math.min(25, left)) });
+    if (!['pending_approval', 'approved'].includes(p.status) || Date.now() >= end) return p;
+  }
+}
+
+/** Starts an MPP top-up and waits for it to finish (see waitForMppTopup); onChallenge sees the challenge first. */
+export async function topUpWithMpp(
+  client: BoxesClient,
+  amountCents: number,
+  opts: { timeoutMs?: number; onChallenge?: (challenge: BoxesOutputs['credit']['mpp']) => void } = {},
+): Promise<PaymentStatus> {
+  const challenge = await client.credit.mpp.mutate({ amount_cents: amountCents });
+  opts.onChallenge?.(challenge);
+  return waitForMppTopup(client, challenge.challenge_id, opts);
+}

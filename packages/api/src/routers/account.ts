@@ -11,7 +11,7 @@ export const accountRouter = router({
     })
     .input(z.void())
     .output(AccountOutput)
-    .query(({ ctx }) => getAccount({ db: ctx.svc.db, accountId: ctx.account.id })),
+    .query(({ ctx }) => getAccount(ctx.svc, { accountId: ctx.account.id })),
   getCallbackWebhook: keyProcedure
     .meta({
       scope: 'admin',

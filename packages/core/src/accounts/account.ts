@@ -1,11 +1,12 @@
 /** The account itself: its summary and its callback webhook. */
-import type { Db } from '@boxes/db';
+import { creditBalance } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { checkCallbackUrl } from '../webhooks/url-guard';
 
-export async function getAccount(input: { db: Db; accountId: string }) {
-  const a = await input.db.account.findUniqueOrThrow({
+export async function getAccount(svc: Services, input: { accountId: string }) {
+  const credit = await creditBalance(svc, input.accountId);
+  const a = await svc.db.account.findUniqueOrThrow({
     where: { id: input.accountId },
     include: { domains: { where: { isPrimary: true } } },
   });
@@ -21,6 +22,11 @@ export async function getAccount(input: { db: Db; accountId: string }) {
       status: d.status as 'active' | 'pending_dns' | 'pending_delegation',
     },
     agent_callback_webhook: a.callbackWebhook,
+    credit_balance_cents: credit.credit_balance_cents,
+    balance_state: credit.balance_state,
+    low_balance: credit.low_balance,
+    emails_covered: credit.emails_covered,
+    trailer: credit.trailer,
     created_at: a.createdAt.toISOString(),
   };
 }

@@ -128,7 +128,7 @@ export async function postEntries(svc: Services, tx: Tx, accountId: string, post
 
 export interface RecipientHold {
   free: boolean;
-  /** Total held for this recipient: message (unless free) + attachments (unless free) + surcharge. */
+  /** Total held for this recipient: message + attachments + trailer surcharge (0 for a free message). */
   micros: bigint;
   attachmentMicros: bigint;
   surchargeMicros: bigint;
@@ -176,7 +176,8 @@ export async function reserveMessages(svc: Services, tx: Tx, accountId: string, 
   const freeUsed = Math.min(count, freeAvailable);
   const perRecipient: RecipientHold[] = Array.from({ length: count }, (_, i) => {
     const free = i < freeUsed;
-    return { free, micros: (free ? 0n : price + attach) + surcharge, attachmentMicros: free ? 0n : attach, surchargeMicros: surcharge };
+    // A free message is free of everything, the surcharge included.
+    return { free, micros: free ? 0n : price + attach + surcharge, attachmentMicros: free ? 0n : attach, surchargeMicros: free ? 0n : surcharge };
   });
   const need = perRecipient.reduce((n, r) => n + r.micros, 0n);
   const spendable = a.balance_micros - a.held_micros;
