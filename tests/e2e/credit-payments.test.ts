@@ -26,6 +26,22 @@ async function mpp(t: TestServer, key: string, cents: number) {
   return rest(t, 'POST', '/account/credit/topup/mpp', { key, body: { amount_cents: cents } });
 }
 
+/**
+ * Posts a form with the session's real form token, taken from the owner home: a page with nothing to decide
+ * (an expired payment, someone else's) has no form to take it from, and the guard under test is past it.
+ */
+async function postAsOwner(t: TestServer, s: OwnerSession, path: string, fields: Record<string, string>): Promise<{ status: number; html: string }> {
+  const formToken = /name="form_token" value="([^"]+)"/.exec((await s.get('/owner')).html)?.[1];
+  expect(formToken).toBeTruthy();
+  const r = await fetch(`${t.url}${path}`, {
+    method: 'POST',
+    headers: { cookie: s.cookie, 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ form_token: formToken!, ...fields }).toString(),
+    redirect: 'manual',
+  });
+  return { status: r.status, html: await r.text() };
+}
+
 /** The approval mail of a payment (subjects carry the amount; each test uses its own emails and amounts). */
 async function approvalSession(t: TestServer, inbox: OwnerInbox, email: string, cents: number, paymentId: string): Promise<OwnerSession> {
   const mail = await inbox.waitFor(email, new RegExp(`^Approve \\$${(cents / 100).toFixed(2).replace('.', '\\.')} for `));
@@ -85,7 +101,7 @@ describe('payments (real time)', () => {
     expect(await balance(t, a.apiKey)).toBe(300);
 
     // A second approval of the same payment is refused and pays nothing more.
-    const again = await s.post(s.landing, { action: 'approve' });
+    const again = await postAsOwner(t, s, s.landing, { action: 'approve' });
     expect(again.status).toBe(409);
     expect(await balance(t, a.apiKey)).toBe(300);
 
@@ -385,7 +401,7 @@ describe('payments (real time)', () => {
     const other = await s.get(`/owner/payments/${pb.body.payment.id}`);
     expect(other.status).toBe(404);
     // Nor can it decide it.
-    const otherPost = await s.post(`/owner/payments/${pb.body.payment.id}`, { action: 'deny' });
+    const otherPost = await postAsOwner(t, s, `/owner/payments/${pb.body.payment.id}`, { action: 'deny' });
     expect(otherPost.status).toBe(404);
     expect((await rest(t, 'GET', `/account/credit/topup/${pb.body.payment.id}`, { key: b.apiKey })).body.status).toBe('requires_approval');
 
@@ -496,7 +512,7 @@ describe('payments (moving clock)', () => {
     expect(page.status).toBe(200);
     expect(page.html).toContain('<dd id="status">Expired</dd>');
     expect(page.html).not.toContain('value="approve"');
-    const ap = await s.post(s.landing, { action: 'approve' });
+    const ap = await postAsOwner(t, s, s.landing, { action: 'approve' });
     expect(ap.status).toBe(409);
     expect(ap.html).toContain('This payment is expired');
     expect(await balance(t, a.apiKey)).toBe(0);

@@ -274,6 +274,8 @@ export async function createCardTopup(svc: Services, account: Pick<Account, 'id'
             provider: svc.payments.name,
             paidVia: 'mandate',
             declineCode: charge.ok ? null : charge.declineCode,
+            // The service's time, not the database's: the mandate's 30-day window is measured on this clock.
+            createdAt: now,
             expiresAt: now,
             decidedAt: now,
             settledAt: charge.ok ? now : null,
@@ -309,6 +311,7 @@ export async function createCardTopup(svc: Services, account: Pick<Account, 'id'
         status: 'requires_approval',
         provider: svc.payments.name,
         clientSecretHash: sha256Hex(clientSecret),
+        createdAt: now,
         expiresAt: new Date(now.getTime() + CARD_APPROVAL_TTL_MS),
       },
     });
@@ -413,6 +416,7 @@ export async function createMppChallenge(svc: Services, account: Pick<Account, '
         status: 'pending_approval',
         provider: svc.payments.name,
         spendRequestId: newId('spr'),
+        createdAt: now,
         expiresAt: new Date(now.getTime() + MPP_TTL_MS),
       },
     });
