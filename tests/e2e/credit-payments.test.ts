@@ -167,6 +167,31 @@ describe('payments (real time)', () => {
     expect(await balance(t, a.apiKey)).toBe(400);
   });
 
+  test("card-form path: paying with the client_secret leaves the owner's saved card and mandate alone", async () => {
+    // The client_secret is in the agent's hands: a card entered on its form pays this payment only; it must
+    // not replace the owner's card or drop their mandate.
+    const email = 'card-form-wallet@owner.test';
+    const a = await signupAccount(t, email);
+    const owner = await enrollWallet(t, inbox, email, CARDS.ok, 0);
+    const r = await topup(t, a.apiKey, 600); // above the $5 per-top-up cap: waits, with a client_secret
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.payment.status).toBe('requires_approval');
+    const pay = await fetch(`${t.url}/pay/${r.body.payment.id}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ client_secret: r.body.client_secret, ...card('5555555555554444') }).toString(),
+    });
+    expect(pay.status).toBe(200);
+    expect(await balance(t, a.apiKey)).toBe(600);
+    const cardPage = await owner.get('/owner/card');
+    expect(cardPage.html).toContain('Saved card: <strong>visa •••• 4242</strong>');
+    expect(cardPage.html).toContain('Automatic top-ups: up to $5.00 per top-up and $10.00 per 30 days ($0.00 used).');
+    const within = await topup(t, a.apiKey, 200);
+    expect(within.body.payment.status).toBe('succeeded');
+    expect(within.body.mandate.applied).toBe(true);
+    expect(await balance(t, a.apiKey)).toBe(800);
+  });
+
   test('MPP approve: approved, then succeeded with a shared payment token about 3 s later; the credit lands once', async () => {
     const email = 'mpp-approve@owner.test';
     const a = await signupAccount(t, email);

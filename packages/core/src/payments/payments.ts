@@ -459,7 +459,7 @@ export async function createMppChallenge(svc: Services, account: Pick<Account, '
 
 export type OwnerDecision =
   | { action: 'deny' }
-  | { action: 'approve'; card?: CardInput; mandateTier?: number | null };
+  | { action: 'approve'; card?: CardInput; mandateTier?: number | null; saveCard?: boolean };
 
 /** Payments waiting for this owner, newest first (the owner's home page). */
 export async function ownerPayments(svc: Services, email: string): Promise<Payment[]> {
@@ -519,8 +519,9 @@ export async function walletOf(svc: Services, email: string): Promise<{ wallet: 
 
 /**
  * Approve or deny, from the owner page. Approving a card payment charges the wallet's card (or the card the
- * owner enters, which is saved to the wallet); a decline leaves the payment waiting, so another card can be
- * tried. Approving an MPP spend request schedules the token. A funded signup is provisioned on payment.
+ * owner enters, which is saved to the wallet; on the card-form path, saveCard: false, it is not); a decline
+ * leaves the payment waiting, so another card can be tried. Approving an MPP spend request schedules the
+ * token. A funded signup is provisioned on payment.
  */
 export async function decidePayment(svc: Services, email: string, id: string, decision: OwnerDecision): Promise<Payment> {
   const { payment: current } = await ownerPayment(svc, email, id);
@@ -544,14 +545,21 @@ export async function decidePayment(svc: Services, email: string, id: string, de
         await announce(tx, done);
         return { p: done, error: null };
       }
-      let w = await wallet(tx, p.payerEmail ?? p.ownerEmail);
-      if (decision.card) w = await saveCard(svc, tx, p.payerEmail ?? p.ownerEmail, decision.card, decision.mandateTier ?? null);
-      if (!w?.cardRef) throw new AppError('validation_error', 'Enter a card to pay with.', { fields: [{ path: 'card', message: 'required' }] });
+      let cardRef = (await wallet(tx, p.payerEmail ?? p.ownerEmail))?.cardRef ?? null;
+      if (decision.card && decision.saveCard === false) {
+        // The card-form path: whoever holds the client_secret pays with this card; the owner's wallet (card and mandate) stays as it is.
+        const tk = await svc.payments.tokenizeCard(tx, decision.card);
+        if (!tk.ok) throw new AppError('validation_error', tk.message, { fields: [{ path: 'card', message: tk.code }] });
+        cardRef = tk.ref;
+      } else if (decision.card) {
+        cardRef = (await saveCard(svc, tx, p.payerEmail ?? p.ownerEmail, decision.card, decision.mandateTier ?? null)).cardRef;
+      }
+      if (!cardRef) throw new AppError('validation_error', 'Enter a card to pay with.', { fields: [{ path: 'card', message: 'required' }] });
       if (p.kind === 'mpp') {
         const done = await tx.payment.update({ where: { id }, data: { status: 'approved', decidedAt: now, tokenDueAt: new Date(now.getTime() + TOKEN_DELAY_MS) } });
         return { p: done, error: null };
       }
-      const charge = await svc.payments.chargeCard(tx, w.cardRef, p.amountCents, what(p));
+      const charge = await svc.payments.chargeCard(tx, cardRef, p.amountCents, what(p));
       if (!charge.ok) {
         const done = await tx.payment.update({ where: { id }, data: { declineCode: charge.declineCode } });
         if (done.accountId) {
@@ -583,7 +591,7 @@ export async function decidePayment(svc: Services, email: string, id: string, de
 export async function payWithClientSecret(svc: Services, id: string, clientSecret: string, card: CardInput): Promise<Payment> {
   const p = await svc.db.payment.findUnique({ where: { id } });
   if (!p || !p.clientSecretHash || p.clientSecretHash !== sha256Hex(clientSecret)) throw new AppError('not_found', 'No such payment.');
-  return decidePayment(svc, p.payerEmail ?? p.ownerEmail, id, { action: 'approve', card, mandateTier: null });
+  return decidePayment(svc, p.payerEmail ?? p.ownerEmail, id, { action: 'approve', card, saveCard: false });
 }
 
 // ---------------------------------------------------------------------------------------------------------
