@@ -120,9 +120,9 @@ describe('GET /skill.md', () => {
   it('its sh examples, run in order with bash, sign up, send, receive, sign and verify', async () => {
     const served = await (await fetch(`${t.url}/skill.md`)).text();
     const blocks = [...served.matchAll(/```sh\n([\s\S]*?)```/g)].map((x) => x[1]!);
-    expect(blocks.length).toBe(5);
+    expect(blocks.length).toBe(6);
     expect(blocks[0]).toContain('BASE=http://localhost:3000/api/v1');
-    const kinds = ['/signup/agentic/confirm', '/messages/send', '/events?type=mail.received', '/account/webhook', '/events/verify'];
+    const kinds = ['/signup/agentic/confirm', '/messages/send', '/events?type=mail.received', '/account/webhook', '/account/credit/balance', '/events/verify'];
     kinds.forEach((k, i) => expect(blocks[i], `block ${i} is the ${k} example`).toContain(k));
 
     const marker = (i: number) => `@@BOXES-BLOCK-${i}@@`;
@@ -184,8 +184,11 @@ describe('GET /skill.md', () => {
     expect(boxesSignatureMatches(delivery, secret)).toBe(true);
     expect(verifyStripe(delivery, secret).id).toBe('evt_example');
 
+    // Credit: the balance of a new account, with the free messages less the one just sent (and received).
+    expect(JSON.parse(outputs[4]!)).toMatchObject({ credit_balance_cents: 0, balance_state: 'ok', low_balance: false, trailer: { status: 'on' } });
+
     // Verify the event log: ok true.
-    expect(JSON.parse(outputs[4]!)).toMatchObject({ ok: true });
+    expect(JSON.parse(outputs[5]!)).toMatchObject({ ok: true });
   });
 });
 
