@@ -164,7 +164,7 @@ describe('mail between accounts of this instance', () => {
     expect(list.status, JSON.stringify(list.body)).toBe(200);
     const got = list.body.messages.find((m: { subject: string }) => m.subject === subject);
     expect(got).toMatchObject({ direction: 'received', from: a.primaryAddress, to: [b.primaryAddress], rfc_message_id: r.body.rfc_message_id });
-    expect(got.body.text.trim()).toBe('from A to B');
+    expect(got.body.text.trim()).toBe(`from A to B\n\n--\nSent by an AI agent with Boxes: ${t.config.siteUrl}`);
     // A's context stays with A: B's copy is not a reply to anything of B's.
     expect(got.context).toBeNull();
 

@@ -277,7 +277,7 @@ describe('send rules', () => {
     expect(resolved.html).toContain(`data:image/png;base64,${png.toString('base64')}`);
   });
 
-  it("the box signature is appended to the delivered text", async () => {
+  it("the box signature is appended to the delivered text, before the trailer", async () => {
     const box = await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: `signed-${unique()}` } });
     expect(box.status, JSON.stringify(box.body)).toBe(200);
     const signature = '-- \nSigned Bot\nExample Inc.';
@@ -288,7 +288,7 @@ describe('send rules', () => {
     const { got } = await sendAndReceive({ from: box.body.address, to, subject: 'with signature', text: 'Body first.' }, [to]);
     const parsed = await simpleParser(got[0]!.raw);
     expect(parsed.from?.value[0]?.address).toBe(box.body.address);
-    expect(parsed.text?.replace(/\r\n/g, '\n').trimEnd()).toBe(`Body first.\n\n${signature}`);
+    expect(parsed.text?.replace(/\r\n/g, '\n').trimEnd()).toBe(`Body first.\n\n${signature}\n\n--\nSent by an AI agent with Boxes: ${t.config.siteUrl}`);
   });
 });
 

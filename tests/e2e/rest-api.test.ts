@@ -323,6 +323,11 @@ describe('GET /account and the callback webhook', () => {
       owner_email: expect.stringMatching(/^acct-[0-9a-f]{10}@example\.com$/),
       domain: { name: a.domain, mode: 'subdomain', status: 'active' },
       agent_callback_webhook: null,
+      credit_balance_cents: 0,
+      balance_state: 'ok',
+      low_balance: false,
+      emails_covered: 250,
+      trailer: { enabled: true, status: 'on', surcharge_per_message_usd: '0', surcharge_paid_usd: '0', surcharge_remaining_usd: '5' },
       created_at: expect.stringMatching(ISO),
     });
   });

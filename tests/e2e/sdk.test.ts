@@ -74,6 +74,11 @@ describe('SDK', () => {
       owner_email: human,
       domain: { name: intent.full_domain, mode: 'subdomain', status: 'active' },
       agent_callback_webhook: null,
+      credit_balance_cents: 0,
+      balance_state: 'ok',
+      low_balance: false,
+      emails_covered: 250,
+      trailer: { enabled: true, status: 'on', surcharge_per_message_usd: '0', surcharge_paid_usd: '0', surcharge_remaining_usd: '5' },
       created_at: expect.stringMatching(ISO),
     });
 

@@ -147,8 +147,12 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
     const form = await c.req.parseBody();
     const email = typeof form.email === 'string' ? form.email.trim().toLowerCase() : '';
     if (/^[^@\s]+@[^@\s]+$/.test(email)) {
-      const known =
-        (await svc.db.account.count({ where: { humanEmail: email } })) + (await svc.db.wallet.count({ where: { ownerEmail: email } })) + (await svc.db.payment.count({ where: { ownerEmail: email } }));
+      const counts = await Promise.all([
+        svc.db.account.count({ where: { OR: [{ humanEmail: email }, { payerEmail: email }] } }),
+        svc.db.wallet.count({ where: { ownerEmail: email } }),
+        svc.db.payment.count({ where: { OR: [{ ownerEmail: email }, { payerEmail: email }] } }),
+      ]);
+      const known = counts.some((n) => n > 0);
       if (known) {
         await svc.db.$transaction(async (tx) => {
           const link = await createOwnerLink(svc, tx, { email, purpose: 'home' });

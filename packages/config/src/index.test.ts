@@ -42,6 +42,8 @@ describe('loadConfig', () => {
       },
       deliveryRetryScale: 1,
       deliveryConcurrency: 50,
+      billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
+      noticeFrom: 'noreply@boxes.localhost',
       webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
       mqtt: { host: '127.0.0.1', port: 8883, publicUrl: 'mqtts://mail.boxes.localhost:8883', brokerUrl: undefined },
       logLevel: 'info',

@@ -29,7 +29,7 @@ async function domainInUse(svc: Services, name: string): Promise<boolean> {
   const [domain, intent] = await Promise.all([
     svc.db.domain.findUnique({ where: { name }, select: { id: true } }),
     svc.db.signupIntent.findFirst({
-      where: { fullDomain: name, status: 'pending', expiresAt: { gt: new Date() } },
+      where: { fullDomain: name, status: 'pending', expiresAt: { gt: svc.clock.now() } },
       select: { id: true },
     }),
   ]);
@@ -94,7 +94,7 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
         fullDomain,
         callbackWebhook,
         initialCreditCents: input.initial_credit_cents ?? null,
-        expiresAt: new Date(Date.now() + INTENT_TTL_MS),
+        expiresAt: new Date(svc.clock.now().getTime() + INTENT_TTL_MS),
       },
     });
     const funding = input.initial_credit_cents !== undefined ? await createSignupPayment(svc, tx, created, input.initial_credit_cents) : null;
@@ -135,7 +135,7 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
             { primary_address: intent.account?.primaryAddress ?? null, account_id: intent.accountId },
           );
         }
-        if (intent.expiresAt.getTime() < Date.now()) {
+        if (intent.expiresAt.getTime() < svc.clock.now().getTime()) {
           throw new AppError('intent_expired', 'This signup intent has expired; start again with POST /signup/agentic');
         }
         if (intent.payment) {

@@ -16,9 +16,17 @@ export interface UsageRow {
   free_messages: number;
 }
 
+/** A window bound; an unparseable one is a 400 (new Date() gives an Invalid Date, which the query rejects with a 500). */
+function usageTime(value: string | undefined, path: 'since' | 'before'): Date | null {
+  if (!value) return null;
+  const d = new Date(value);
+  if (Number.isNaN(d.getTime())) throw new AppError('validation_error', `${path}: not an ISO 8601 time`, { fields: [{ path, message: 'not an ISO 8601 time' }] });
+  return d;
+}
+
 export async function creditUsage(svc: Services, accountId: string, window: { since?: string | undefined; before?: string | undefined }) {
-  const since = window.since ? new Date(window.since) : null;
-  const before = window.before ? new Date(window.before) : null;
+  const since = usageTime(window.since, 'since');
+  const before = usageTime(window.before, 'before');
   if (since && before && since >= before) throw new AppError('validation_error', 'since must be before before', { fields: [{ path: 'since', message: 'after before' }] });
   const rows = await svc.db.ledgerEntry.groupBy({
     by: ['type'],

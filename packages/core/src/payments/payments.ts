@@ -243,9 +243,14 @@ export interface TopupResult {
   next_steps: string[];
 }
 
-export async function createCardTopup(svc: Services, account: Pick<Account, 'id' | 'humanEmail' | 'primaryAddress'>, amountCents: number): Promise<TopupResult> {
+export async function createCardTopup(
+  svc: Services,
+  account: Pick<Account, 'id' | 'humanEmail' | 'primaryAddress' | 'payerEmail' | 'payerCustomerId'>,
+  amountCents: number,
+): Promise<TopupResult> {
   checkAmount(amountCents);
-  const owner = account.humanEmail.toLowerCase();
+  // The card path pays from the payment customer's wallet: the payer email when one is set, else the owner's.
+  const owner = (account.payerCustomerId && account.payerEmail ? account.payerEmail : account.humanEmail).toLowerCase();
   const w = await wallet(svc.db, owner);
   const m = await mandateView(svc, w, owner);
   const now = svc.clock.now();
@@ -625,7 +630,7 @@ export async function getPayerEmail(svc: Services, account: Pick<Account, 'id' |
     payer_email: exists ? account.payerEmail! : account.humanEmail,
     is_default: !exists,
     customer_exists: exists,
-    used_for: 'card payments (POST /account/credit/topup); MPP top-ups ask the payer wallet of this email',
+    used_for: 'card top-ups (POST /account/credit/topup: this wallet\'s card, mandate and approval mail) and the MPP preflight (payer_email)',
   };
 }
 
