@@ -2,36 +2,20 @@
 // single-use link, Continue, and the approval page, for a card top-up (card typed on the page) and for MPP
 // wallet payments approved and denied; then what the agent sees over the API. The pages are plain HTML
 // forms, so the card flow runs with JavaScript switched off. scripts/start-services.sh installs chromium.
-import fs from 'node:fs';
 import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
-import { chromium, type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import { launchChromium } from './browser-helpers';
 import { rest, signupAccount, type TestServer } from '@boxes/testing';
 import { CARDS, enrollWallet, linkIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
 
-const CHROMIUM = '/usr/bin/chromium';
 
 let t: TestServer;
 let inbox: OwnerInbox;
 let browser: Browser;
 beforeAll(async () => {
-  expect(fs.existsSync(CHROMIUM), `${CHROMIUM} is missing: run scripts/start-services.sh (apt-get install -y chromium)`).toBe(true);
   inbox = await startOwnerInbox();
   t = await startPaymentsServer(inbox);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-sync',
-      // The service's links point at 127.0.0.1; every other name resolves to nothing, so nothing leaves the machine.
-      '--host-resolver-rules=EXCLUDE 127.0.0.1, MAP * ~NOTFOUND',
-    ],
-  });
+  browser = await launchChromium([]);
 });
 afterAll(async () => {
   await browser?.close();

@@ -1,12 +1,11 @@
 // GET /docs in a real browser (Debian's Chromium, driven by playwright-core): the Swagger UI renders the API
 // reference from the server's own /openapi.json and its own assets, and the page makes no request off the host
 // that served it. scripts/start-services.sh installs chromium.
-import fs from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { type Browser, type Page } from 'playwright-core';
+import { launchChromium } from './browser-helpers';
 import { startTestServer, type TestServer } from '@boxes/testing';
 
-const CHROMIUM = '/usr/bin/chromium';
 // A host name that is not localhost: Swagger UI treats loopback spec URLs specially, and a deployed /docs is
 // served under a real name. Chromium resolves it to the test server and every other name to nothing, so no
 // request can leave the machine even if the page tries one.
@@ -15,22 +14,8 @@ const DOCS_HOST = 'docs.boxes.test';
 let t: TestServer;
 let browser: Browser;
 beforeAll(async () => {
-  expect(fs.existsSync(CHROMIUM), `${CHROMIUM} is missing: run scripts/start-services.sh (apt-get install -y chromium)`).toBe(true);
   t = await startTestServer();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-sync',
-      `--host-resolver-rules=EXCLUDE 127.0.0.1, MAP ${DOCS_HOST} 127.0.0.1, MAP * ~NOTFOUND`,
-    ],
-  });
+  browser = await launchChromium([DOCS_HOST]);
 });
 afterAll(async () => {
   await browser?.close();

@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Account, Payment, Tx, Wallet } from '@boxes/db';
+import type { Prisma } from '@boxes/db';
 import { prepareProvisioning, provisionFunded } from '../accounts/signup';
 import { appendEvent } from '../events/append';
 import { postEntries } from '../credit/ledger';
@@ -52,6 +53,16 @@ function checkAmount(amountCents: number): void {
       fields: [{ path: 'amount_cents', message: 'out of range' }],
     });
   }
+}
+
+type NewPayment = Omit<Prisma.PaymentUncheckedCreateInput, 'id' | 'provider' | 'createdAt'>;
+
+/**
+ * Creates a payment with its id (pi_ for card payments, mpp_ for challenges), the provider's name and the
+ * service's time as created_at: the mandate's 30-day window is measured on that clock, not the database's.
+ */
+function createPayment(svc: Services, tx: Tx, data: NewPayment): Promise<Payment> {
+  return tx.payment.create({ data: { ...data, id: newId(data.kind === 'mpp' ? 'mpp' : 'pi'), provider: svc.payments.name, createdAt: svc.clock.now() } });
 }
 
 async function lockPayment(tx: Tx, id: string): Promise<Payment | null> {
@@ -268,23 +279,17 @@ export async function createCardTopup(
         await tx.$queryRaw`SELECT id FROM wallets WHERE owner_email = ${owner} FOR UPDATE`;
         if ((await mandateUsed30d(svc, owner)) + amountCents > m.per_30d_cents!) return null;
         const charge = await svc.payments.chargeCard(tx, w!.cardRef!, amountCents, `top-up of ${account.primaryAddress}`);
-        const p = await tx.payment.create({
-          data: {
-            id: newId('pi'),
-            kind: 'topup',
-            accountId: account.id,
-            ownerEmail: owner,
-            amountCents,
-            status: charge.ok ? 'succeeded' : 'failed',
-            provider: svc.payments.name,
-            paidVia: 'mandate',
-            declineCode: charge.ok ? null : charge.declineCode,
-            // The service's time, not the database's: the mandate's 30-day window is measured on this clock.
-            createdAt: now,
-            expiresAt: now,
-            decidedAt: now,
-            settledAt: charge.ok ? now : null,
-          },
+        const p = await createPayment(svc, tx, {
+          kind: 'topup',
+          accountId: account.id,
+          ownerEmail: owner,
+          amountCents,
+          status: charge.ok ? 'succeeded' : 'failed',
+          paidVia: 'mandate',
+          declineCode: charge.ok ? null : charge.declineCode,
+          expiresAt: now,
+          decidedAt: now,
+          settledAt: charge.ok ? now : null,
         });
         if (charge.ok) await landCredit(svc, tx, p, account.id, 'topup');
         await announce(tx, p);
@@ -306,19 +311,14 @@ export async function createCardTopup(
 
   const clientSecret = `pi_secret_${randomBytes(24).toString('base64url')}`;
   const p = await svc.db.$transaction(async (tx) => {
-    const p = await tx.payment.create({
-      data: {
-        id: newId('pi'),
-        kind: 'topup',
-        accountId: account.id,
-        ownerEmail: owner,
-        amountCents,
-        status: 'requires_approval',
-        provider: svc.payments.name,
-        clientSecretHash: sha256Hex(clientSecret),
-        createdAt: now,
-        expiresAt: new Date(now.getTime() + CARD_APPROVAL_TTL_MS),
-      },
+    const p = await createPayment(svc, tx, {
+      kind: 'topup',
+      accountId: account.id,
+      ownerEmail: owner,
+      amountCents,
+      status: 'requires_approval',
+      clientSecretHash: sha256Hex(clientSecret),
+      expiresAt: new Date(now.getTime() + CARD_APPROVAL_TTL_MS),
     });
     await askOwner(svc, tx, p, account.primaryAddress);
     return p;
@@ -410,20 +410,15 @@ export async function createMppChallenge(svc: Services, account: Pick<Account, '
   }
   const now = svc.clock.now();
   const p = await svc.db.$transaction(async (tx) => {
-    const p = await tx.payment.create({
-      data: {
-        id: newId('mpp'),
-        kind: 'mpp',
-        accountId: account.id,
-        ownerEmail: payerDefault,
-        payerEmail: walletEmail,
-        amountCents,
-        status: 'pending_approval',
-        provider: svc.payments.name,
-        spendRequestId: newId('spr'),
-        createdAt: now,
-        expiresAt: new Date(now.getTime() + MPP_TTL_MS),
-      },
+    const p = await createPayment(svc, tx, {
+      kind: 'mpp',
+      accountId: account.id,
+      ownerEmail: payerDefault,
+      payerEmail: walletEmail,
+      amountCents,
+      status: 'pending_approval',
+      spendRequestId: newId('spr'),
+      expiresAt: new Date(now.getTime() + MPP_TTL_MS),
     });
     await askOwner(svc, tx, p, account.primaryAddress);
     return p;
@@ -604,18 +599,14 @@ export async function payWithClientSecret(svc: Services, id: string, clientSecre
 
 export async function createSignupPayment(svc: Services, tx: Tx, intent: { id: string; humanEmail: string; fullDomain: string; expiresAt: Date }, amountCents: number) {
   const clientSecret = `pi_secret_${randomBytes(24).toString('base64url')}`;
-  const p = await tx.payment.create({
-    data: {
-      id: newId('pi'),
-      kind: 'signup',
-      signupIntentId: intent.id,
-      ownerEmail: intent.humanEmail,
-      amountCents,
-      status: 'requires_approval',
-      provider: svc.payments.name,
-      clientSecretHash: sha256Hex(clientSecret),
-      expiresAt: intent.expiresAt,
-    },
+  const p = await createPayment(svc, tx, {
+    kind: 'signup',
+    signupIntentId: intent.id,
+    ownerEmail: intent.humanEmail,
+    amountCents,
+    status: 'requires_approval',
+    clientSecretHash: sha256Hex(clientSecret),
+    expiresAt: intent.expiresAt,
   });
   await askOwner(svc, tx, p, `agent@${intent.fullDomain} (a new account)`);
   return { payment: paymentView(svc, p), client_secret: clientSecret };
