@@ -59,6 +59,11 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   const notices = new Worker<NoticeJob>(
     QUEUE.notices,
     async (job) => {
+      // Outside production the service's own mail is also printed, so owner links work without a mail setup.
+      if (config.nodeEnv !== 'production' && job.attemptsMade === 0) {
+        const n = await svc.db.notice.findUnique({ where: { id: job.data.noticeId }, select: { to: true, subject: true, text: true } });
+        if (n) log.info({ to: n.to, subject: n.subject }, `mail from the service (shown outside production):\n${n.text}`);
+      }
       const r = await deliverNotice(svc, deps.notice, job.data.noticeId, job.attemptsMade + 1 >= NOTICE_ATTEMPTS);
       if (!r.done) throw new Error(r.error);
     },
