@@ -342,8 +342,7 @@ describe('payments (real time)', () => {
     expect(first.status, JSON.stringify(first.body)).toBe(402);
     expect(first.body.error.code).toBe('wallet_not_enrolled');
     expect(first.body.error.payer_email).toBe(payer);
-    // The sign-in page (POST /owner/link) does not know a payer email that has no wallet yet, so the payer
-    // enrolls through the enrollment link mailed to them.
+    // The payer enrolls through the enrollment link mailed to them with the 402.
     const enroll = await inbox.waitFor(payer, /^Set up your wallet/);
     const ps = await ownerSignIn(t, linkIn(enroll));
     expect(ps.landing).toBe('/owner/card');

@@ -50,3 +50,29 @@ test('SDK: topUpWithMpp waits for the owner and returns the settled payment', as
   expect(paid.status).toBe('succeeded');
   expect((await client.credit.balance.query()).credit_balance_cents).toBe(250);
 });
+
+test('an approved MPP payment completes even when its token job is lost: the next read or the billing sweep settles it', async () => {
+  const a = await signupAccount(t, 'smoke-restart@owner.test');
+  await enrollWallet(t, inbox, 'smoke-restart@owner.test');
+  const ch = await rest(t, 'POST', '/account/credit/topup/mpp', { key: a.apiKey, body: { amount_cents: 300 } });
+  expect(ch.status, JSON.stringify(ch.body)).toBe(200);
+  const s = await ownerSignIn(t, linkIn(await inbox.waitFor('smoke-restart@owner.test', /Approve \$3\.00/)));
+  // The delayed token job is removed, as if Redis had lost it with a worker that crashed.
+  await t.svc.jobs.billing.pause();
+  try {
+    await s.post(s.landing, { action: 'approve' });
+    for (const job of await t.svc.jobs.billing.getDelayed()) if (job.data.paymentId === ch.body.challenge_id) await job.remove();
+    await new Promise((r) => setTimeout(r, 3_500));
+    const row = await t.db.payment.findUniqueOrThrow({ where: { id: ch.body.challenge_id } });
+    expect(row.status).toBe('approved');
+    // The billing cycle's sweep finds the payment whose token is due and completes it, once.
+    const cycle = await t.runtime.worker!.billing.cycle();
+    expect(cycle.payments).toBeGreaterThanOrEqual(1);
+  } finally {
+    await t.svc.jobs.billing.resume();
+  }
+  const done = await rest(t, 'GET', `/account/credit/topup/mpp/${ch.body.challenge_id}`, { key: a.apiKey });
+  expect(done.body.status).toBe('succeeded');
+  expect((await rest(t, 'GET', '/account/credit/balance', { key: a.apiKey })).body.credit_balance_cents).toBe(300);
+  expect(await t.db.ledgerEntry.count({ where: { paymentId: ch.body.challenge_id } })).toBe(1);
+});

@@ -153,7 +153,9 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
         svc.db.payment.count({ where: { OR: [{ ownerEmail: email }, { payerEmail: email }] } }),
       ]);
       const known = counts.some((n) => n > 0);
-      if (known) {
+      // One sign-in mail per address per minute: this public form must not become a way to flood an inbox.
+      const recent = await svc.db.ownerLink.count({ where: { ownerEmail: email, purpose: 'home', createdAt: { gt: new Date(Date.now() - 60_000) } } });
+      if (known && recent === 0) {
         await svc.db.$transaction(async (tx) => {
           const link = await createOwnerLink(svc, tx, { email, purpose: 'home' });
           await queueNotice(tx, { kind: 'owner.link', to: email, subject: 'Your Boxes sign-in link', text: `Sign in to approve payments and manage your card: ${link}\n\nThe link works once, for 24 hours.` });
