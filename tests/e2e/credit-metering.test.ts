@@ -544,7 +544,13 @@ describe('usage', () => {
     await check(cut1, null);
     await check(null, cut2);
 
-    for (const q of ['since=garbage', `before=${encodeURIComponent('2026-13-45')}`, `since=${cut2.toISOString()}&before=${cut1.toISOString()}`]) {
+    for (const q of [
+      'since=garbage',
+      `before=${encodeURIComponent('2026-13-45')}`,
+      `since=${cut2.toISOString()}&before=${cut1.toISOString()}`,
+      // A valid JavaScript date the database cannot store: 400, not 500.
+      `since=${encodeURIComponent('-271821-04-20T00:00:00Z')}`,
+    ]) {
       const bad = await rest(t, 'GET', `/account/credit/usage?${q}`, { key: a.apiKey });
       expect(bad.status, `${q}: ${JSON.stringify(bad.body)}`).toBe(400);
       expect(bad.body.error.code).toBe('validation_error');

@@ -365,6 +365,58 @@ describe('payments (real time)', () => {
     expect((await inbox.all()).filter((m) => m.to.includes(email) && /^Approve \$12\.00/.test(m.subject))).toHaveLength(0);
   });
 
+  test("MPP charged to the payer's wallet: the account's human (owner_email) may deny it but not approve it", async () => {
+    // human_email and payer_email are both the agent's word: the human signed in for the account must not be
+    // able to spend the wallet of whoever the agent named as payer.
+    const human = 'mpp-human@owner.test';
+    const payer = 'mpp-victim@owner.test';
+    await signupAccount(t, payer);
+    await enrollWallet(t, inbox, payer, CARDS.ok);
+    const a = await signupAccount(t, human);
+    expect((await rest(t, 'PUT', '/account/credit/payer-email', { key: a.apiKey, body: { email: payer } })).status).toBe(200);
+    const ch = await mpp(t, a.apiKey, 1500);
+    expect(ch.status, JSON.stringify(ch.body)).toBe(200);
+    const id: string = ch.body.challenge_id;
+    // The public JSON status does not give the payer's address away.
+    const pub = (await (await fetch(`${t.url}/pay/${id}`, { headers: { accept: 'application/json' } })).json()) as any;
+    expect(pub.spend_request.payer_email).not.toBe(payer);
+
+    const hs = await enrollWallet(t, inbox, human, CARDS.ok); // the human has a session (and a wallet of their own)
+    const page = await hs.get(`/owner/payments/${id}`);
+    expect(page.status).toBe(200);
+    expect(page.html).not.toContain('value="approve"');
+    const ap = await hs.post(`/owner/payments/${id}`, { action: 'approve' });
+    expect(ap.status, ap.html).toBe(403);
+    const withCard = await hs.post(`/owner/payments/${id}`, { action: 'approve', ...card(CARDS.ok), mandate: '2' });
+    expect(withCard.status, withCard.html).toBe(403);
+    const st = await rest(t, 'GET', `/account/credit/topup/mpp/${id}?wait_seconds=4`, { key: a.apiKey });
+    expect(st.body.status).toBe('pending_approval');
+    expect(await balance(t, a.apiKey)).toBe(0);
+
+    // The payer still decides; the human may say no to their own agent.
+    const ps = await approvalSession(t, inbox, payer, 1500, id);
+    expect((await ps.get(ps.landing)).html).toContain('value="approve"');
+    const d = await hs.post(`/owner/payments/${id}`, { action: 'deny' });
+    expect(d.status, d.html).toBe(200);
+    expect((await rest(t, 'GET', `/account/credit/topup/mpp/${id}`, { key: a.apiKey })).body.status).toBe('denied');
+    expect(await balance(t, a.apiKey)).toBe(0);
+  });
+
+  test('owner pages and the pay page: unreadable ids and bodies are 4xx, not 500', async () => {
+    const multipart = { 'content-type': 'multipart/form-data; boundary=zz' };
+    for (const [method, path, body, headers] of [
+      ['GET', '/pay/%00', undefined, {}],
+      ['POST', '/pay/pi_x%00', 'client_secret=a&number=4242424242424242&exp=12/34&cvc=123', { 'content-type': 'application/x-www-form-urlencoded' }],
+      ['POST', '/pay/pi_x', '--zz\r\nbad', multipart],
+      ['POST', '/owner/link', '--zz\r\nbad', multipart],
+      ['POST', '/owner/link', 'email=a%00b%40owner.test', { 'content-type': 'application/x-www-form-urlencoded' }],
+    ] as const) {
+      const r = await fetch(`${t.url}${path}`, { method, body, headers, redirect: 'manual' });
+      expect(r.status, `${method} ${path}`).toBeGreaterThanOrEqual(200);
+      expect(r.status, `${method} ${path}`).toBeLessThan(500);
+    }
+  });
+
   test('funded signup: needs a callback, min 100; the owner pays and the account arrives with its credit', async () => {
     const email = 'funded@owner.test';
     const hook = receiver.url('/funded');

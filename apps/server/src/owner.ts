@@ -19,6 +19,7 @@ import {
   ownerPayments,
   ownerSession,
   paymentView,
+  payerOf,
   payWithClientSecret,
   peekOwnerLink,
   queueNotice,
@@ -107,6 +108,18 @@ function cardFrom(form: Record<string, unknown>) {
   return s('number') ? { number: s('number'), exp: s('exp'), cvc: s('cvc') } : undefined;
 }
 
+/** A form body, or null when it cannot be parsed (a malformed multipart body is a 400, not a 500). */
+async function formOf(c: Context): Promise<Record<string, unknown> | null> {
+  try {
+    return await c.req.parseBody();
+  } catch {
+    return null;
+  }
+}
+
+/** Payment ids are pi_/mpp_ plus base32; anything else (a NUL byte the database refuses) is simply not found. */
+const plausibleId = (id: string): boolean => /^[A-Za-z0-9_]{1,64}$/.test(id);
+
 export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   const secure = () => svc.config.siteUrl.startsWith('https://');
 
@@ -144,9 +157,10 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   });
 
   app.post('/owner/link', async (c) => {
-    const form = await c.req.parseBody();
+    const form = await formOf(c);
+    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
     const email = typeof form.email === 'string' ? form.email.trim().toLowerCase() : '';
-    if (/^[^@\s]+@[^@\s]+$/.test(email)) {
+    if (/^[^@\s\x00-\x1f]+@[^@\s\x00-\x1f]+$/.test(email)) {
       const counts = await Promise.all([
         svc.db.account.count({ where: { OR: [{ humanEmail: email }, { payerEmail: email }] } }),
         svc.db.wallet.count({ where: { ownerEmail: email } }),
@@ -204,8 +218,10 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
     if (pending) {
       const hidden = `<input type="hidden" name="form_token" value="${esc(s.formToken)}">`;
       const savedCard = wallet?.cardRef ? `${wallet.cardBrand} •••• ${wallet.cardLast4}` : null;
-      const pay =
-        p.kind === 'mpp'
+      const mayApprove = payerOf(p) === s.email;
+      const pay = !mayApprove
+        ? `<p class="note">This payment is charged to the wallet of ${esc(maskEmail(payerOf(p)))}; only they can approve it. You can deny it.</p>`
+        : p.kind === 'mpp'
           ? savedCard
             ? `<p>Your wallet pays with ${esc(savedCard)}.</p>`
             : `<p>Your wallet has no card. <a href="/owner/card">Add one</a> first.</p>`
@@ -214,7 +230,7 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
             : `<fieldset><legend>Pay with a card</legend>${cardFields}
 <label for="mandate">Also allow automatic top-ups with this card</label><select id="mandate" name="mandate">${tierOptions(null)}</select></fieldset>`;
       actions = `<form method="post">${hidden}${pay}
-<button class="primary" type="submit" name="action" value="approve">Approve ${esc(usd(p.amountCents))}</button>
+${mayApprove ? `<button class="primary" type="submit" name="action" value="approve">Approve ${esc(usd(p.amountCents))}</button>` : ''}
 <button class="danger" type="submit" name="action" value="deny" formnovalidate>Deny</button></form>`;
     }
     return page(pending ? `Approve ${usd(p.amountCents)}?` : 'Payment', `${describe(p, account)}${actions}<p><a href="/owner">All your payments</a></p>`, status, notice);
@@ -223,6 +239,7 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   app.get('/owner/payments/:id', async (c) => {
     const s = await session(c);
     if (!s) return needSession();
+    if (!plausibleId(c.req.param('id'))) return page('Payment', banner('error', 'No such payment for you.'), 404);
     try {
       return await paymentPage(s, c.req.param('id'));
     } catch (err) {
@@ -233,9 +250,11 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   app.post('/owner/payments/:id', async (c) => {
     const s = await session(c);
     if (!s) return needSession();
-    const form = await c.req.parseBody();
+    const form = await formOf(c);
+    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
     if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
     const id = c.req.param('id');
+    if (!plausibleId(id)) return page('Payment', banner('error', 'No such payment for you.'), 404);
     try {
       const action = form.action === 'deny' ? 'deny' : 'approve';
       const card = action === 'approve' ? cardFrom(form) : undefined;
@@ -285,7 +304,8 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   app.post('/owner/card', async (c) => {
     const s = await session(c);
     if (!s) return needSession();
-    const form = await c.req.parseBody();
+    const form = await formOf(c);
+    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
     if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
     try {
       if (form.action === 'remove') {
@@ -308,12 +328,13 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
 
   // Public status page of a payment; with ?client_secret= the card-form path.
   app.get('/pay/:id', async (c) => {
-    const p = await refreshPayment(svc, c.req.param('id'));
+    const id = c.req.param('id');
+    const p = plausibleId(id) ? await refreshPayment(svc, id) : null;
     if (!p) return (c.req.header('accept') ?? '').includes('application/json') ? c.json({ error: { code: 'not_found', message: 'No such payment' } }, 404) : page('Not found', '<p>No such payment.</p>', 404);
     const view = paymentView(svc, p);
     if ((c.req.header('accept') ?? '').includes('application/json')) {
       const { spend_request, ...rest } = view;
-      return c.json({ ...rest, spend_request: spend_request ? { ...spend_request, shared_payment_token: spend_request.shared_payment_token ? 'set' : null } : null });
+      return c.json({ ...rest, spend_request: spend_request ? { ...spend_request, payer_email: spend_request.payer_email ? maskEmail(spend_request.payer_email) : null, shared_payment_token: spend_request.shared_payment_token ? 'set' : null } : null });
     }
     const secret = c.req.query('client_secret');
     const pending = p.status === 'requires_approval';
@@ -327,11 +348,13 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   });
 
   app.post('/pay/:id', async (c) => {
-    const form = await c.req.parseBody();
+    const form = await formOf(c);
+    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
     const secret = typeof form.client_secret === 'string' ? form.client_secret : '';
     const card = cardFrom(form);
     try {
       if (!card) throw new AppError('validation_error', 'Enter the card number, expiry and security code.');
+      if (!plausibleId(c.req.param('id'))) throw new AppError('not_found', 'No such payment.');
       const p = await payWithClientSecret(svc, c.req.param('id'), secret, card);
       return page(`Payment ${usd(p.amountCents)}`, `${describe(p, 'an agent on Boxes')}`, 200, banner('ok', 'Paid. The credit has landed.'));
     } catch (err) {

@@ -20,7 +20,9 @@ export interface UsageRow {
 function usageTime(value: string | undefined, path: 'since' | 'before'): Date | null {
   if (!value) return null;
   const d = new Date(value);
-  if (Number.isNaN(d.getTime())) throw new AppError('validation_error', `${path}: not an ISO 8601 time`, { fields: [{ path, message: 'not an ISO 8601 time' }] });
+  // The database's timestamps end where JavaScript's do not (-271821-04-20 is a valid Date): a year outside
+  // 1..9999 is a 400 too, not a 500 from the query.
+  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999) throw new AppError('validation_error', `${path}: not an ISO 8601 time`, { fields: [{ path, message: 'not an ISO 8601 time' }] });
   return d;
 }
 

@@ -461,6 +461,9 @@ export type OwnerDecision =
   | { action: 'deny' }
   | { action: 'approve'; card?: CardInput; mandateTier?: number | null; saveCard?: boolean };
 
+/** Whose wallet pays a payment, and so who may approve it. */
+export const payerOf = (p: Pick<Payment, 'payerEmail' | 'ownerEmail'>): string => p.payerEmail ?? p.ownerEmail;
+
 /** Payments waiting for this owner, newest first (the owner's home page). */
 export async function ownerPayments(svc: Services, email: string): Promise<Payment[]> {
   const rows = await svc.db.payment.findMany({ where: { OR: [{ ownerEmail: email }, { payerEmail: email }] }, orderBy: { createdAt: 'desc' }, take: 20 });
@@ -527,6 +530,11 @@ export async function decidePayment(svc: Services, email: string, id: string, de
   const { payment: current } = await ownerPayment(svc, email, id);
   if (!PENDING.includes(current.status)) {
     throw new AppError('payment_not_pending', `This payment is ${current.status}; nothing to decide.`, { status: current.status });
+  }
+  // Approving charges the payer's wallet: only the payer may do it. (An MPP payment's owner_email is the
+  // account's human, who may see and deny it but must not spend a wallet the agent merely named as payer.)
+  if (decision.action === 'approve' && email !== payerOf(current)) {
+    throw new AppError('forbidden', `Only the payer (${maskEmail(payerOf(current))}) can approve this payment: it is charged to their wallet.`);
   }
   // A funded signup is provisioned in the same transaction as its payment: its DKIM key is made first.
   const dkim = current.kind === 'signup' && decision.action === 'approve' ? await prepareProvisioning(svc) : null;
