@@ -119,14 +119,20 @@ describe('payments (real time)', () => {
   test('mandate with a declined card: 402 card_declined (generic_decline), balance unchanged', async () => {
     const email = 'mandate-declined@owner.test';
     const a = await signupAccount(t, email);
-    await enrollWallet(t, inbox, email, CARDS.declined, 0);
+    const wallet = await enrollWallet(t, inbox, email, CARDS.ok, 0);
+    // The mandate serves accounts the owner has paid for before: one approved top-up first.
+    const firstPayment = await topup(t, a.apiKey, 100);
+    expect(firstPayment.body.payment.status).toBe('requires_approval');
+    expect((await wallet.post(`/owner/payments/${firstPayment.body.payment.id}`, { action: 'approve' })).status).toBe(200);
+    // Then the saved card is replaced by one the network declines, keeping the mandate.
+    expect((await wallet.post('/owner/card', { action: 'save', ...card(CARDS.declined), mandate: '0' })).html).toContain('Card saved');
     const r = await topup(t, a.apiKey, 200);
     expect(r.status, JSON.stringify(r.body)).toBe(402);
     expect(r.body.error.code).toBe('card_declined');
     expect(r.body.error.decline_code).toBe('generic_decline');
     expect(r.body.error.payment.status).toBe('failed');
     expect(r.body.error.payment.paid_via).toBe('mandate');
-    expect(await balance(t, a.apiKey)).toBe(0);
+    expect(await balance(t, a.apiKey)).toBe(100);
   });
 
   test('card-form path: the public page with the client_secret shows a card form and pays; a wrong secret pays nothing', async () => {
@@ -543,13 +549,19 @@ describe('payments (moving clock)', () => {
       return r;
     };
 
+    // Until the owner has paid for this account once, the mandate does not serve it (and hides the card).
+    const untrusted = await waits(100, /paid for before/);
+    expect(untrusted.body.mandate).toMatchObject({ active: false, card: null });
+    expect((await wallet.post(`/owner/payments/${untrusted.body.payment.id}`, { action: 'approve' })).html).toContain('Approved and paid');
+    expect(await balance(t, a.apiKey)).toBe(100);
+
     const first = await settles(500, 500);
     expect(first.body.mandate).toMatchObject({ active: true, per_topup_cents: 500, per_30d_cents: 1000 });
     await settles(500, 1000);
-    expect(await balance(t, a.apiKey)).toBe(1000);
+    expect(await balance(t, a.apiKey)).toBe(1100);
     await waits(100, /30-day cap of \$10\.00 \(\$10\.00 used\)/);
     await waits(600, /per-top-up cap of \$5\.00/);
-    expect(await balance(t, a.apiKey)).toBe(1000);
+    expect(await balance(t, a.apiKey)).toBe(1100);
 
     // Tier 1: $10 per top-up, $25 per 30 days; $10 used so far.
     const raised = await wallet.post('/owner/card', { action: 'mandate', mandate: '1' });
@@ -557,7 +569,7 @@ describe('payments (moving clock)', () => {
     expect(raised.html).toContain('up to $10.00 per top-up and $25.00 per 30 days ($10.00 used)');
     const big = await settles(1000, 2000);
     expect(big.body.mandate).toMatchObject({ per_topup_cents: 1000, per_30d_cents: 2500 });
-    expect(await balance(t, a.apiKey)).toBe(2000);
+    expect(await balance(t, a.apiKey)).toBe(2100);
 
     // Back to tier 0, then 31 days later: the earlier top-ups left the window, and the caps apply afresh.
     expect((await wallet.post('/owner/card', { action: 'mandate', mandate: '0' })).html).toContain('Limits saved.');

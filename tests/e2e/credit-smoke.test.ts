@@ -76,3 +76,26 @@ test('an approved MPP payment completes even when its token job is lost: the nex
   expect((await rest(t, 'GET', '/account/credit/balance', { key: a.apiKey })).body.credit_balance_cents).toBe(300);
   expect(await t.db.ledgerEntry.count({ where: { paymentId: ch.body.challenge_id } })).toBe(1);
 });
+
+test('abuse limits: 10 payments waiting at once, then 429; one enrollment mail per address per 10 minutes; a cross-site Continue is refused', async () => {
+  const a = await signupAccount(t, 'smoke-limits@owner.test');
+  for (let i = 0; i < 10; i++) {
+    const r = await rest(t, 'POST', '/account/credit/topup', { key: a.apiKey, body: { amount_cents: 100 + i } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+  }
+  const over = await rest(t, 'POST', '/account/credit/topup', { key: a.apiKey, body: { amount_cents: 150 } });
+  expect(over.status).toBe(429);
+  expect(over.body.error).toMatchObject({ code: 'rate_limited', pending_payments: 10 });
+
+  const b = await signupAccount(t, 'smoke-enroll@owner.test');
+  for (let i = 0; i < 3; i++) expect((await rest(t, 'POST', '/account/credit/topup/mpp', { key: b.apiKey, body: { amount_cents: 100 } })).status).toBe(402);
+  await inbox.waitFor('smoke-enroll@owner.test', /Set up your wallet/);
+  expect(await t.db.notice.count({ where: { to: 'smoke-enroll@owner.test', kind: 'wallet.enroll' } })).toBe(1);
+
+  // A hostile page posting its own link's Continue form from the owner's browser (login CSRF) is refused, and
+  // the link stays unused.
+  const link = linkIn(await inbox.waitFor('smoke-limits@owner.test', /Approve \$1\.00/));
+  const hostile = await fetch(link, { method: 'POST', headers: { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' }, redirect: 'manual' });
+  expect(hostile.status).toBe(403);
+  expect((await ownerSignIn(t, link)).landing).toMatch(/^\/owner\/payments\/pi_/);
+});

@@ -194,6 +194,11 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   });
 
   app.post('/owner/l/:token', async (c) => {
+    // A page elsewhere must not sign a visitor in with its own link (login CSRF): the Continue form is ours.
+    const origin = c.req.header('origin');
+    if (c.req.header('sec-fetch-site') === 'cross-site' || (origin && origin !== 'null' && origin !== new URL(svc.config.siteUrl).origin && origin !== new URL(c.req.url).origin)) {
+      return page('Link not valid', banner('error', 'Open the link from your email directly.'), 403);
+    }
     try {
       const info = await consumeOwnerLink(svc, c.req.param('token'));
       setCookie(c, COOKIE, info.session, { httpOnly: true, sameSite: 'Lax', path: '/', secure: secure(), maxAge: 3600 });
@@ -233,7 +238,7 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
 ${mayApprove ? `<button class="primary" type="submit" name="action" value="approve">Approve ${esc(usd(p.amountCents))}</button>` : ''}
 <button class="danger" type="submit" name="action" value="deny" formnovalidate>Deny</button></form>`;
     }
-    return page(pending ? `Approve ${usd(p.amountCents)}?` : 'Payment', `${describe(p, account)}${actions}<p><a href="/owner">All your payments</a></p>`, status, notice);
+    return page(pending ? `Approve ${usd(p.amountCents)}?` : 'Payment', `${describe(p, account)}${actions}<p><small>Signed in as ${esc(s.email)}.</small> <a href="/owner">All your payments</a></p>`, status, notice);
   };
 
   app.get('/owner/payments/:id', async (c) => {
@@ -285,7 +290,7 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
       : '<p>No card saved. Your wallet needs one before your agents can ask for wallet payments.</p>';
     return page(
       'Your card',
-      `${current}<h2>${wallet?.cardRef ? 'Replace the card' : 'Save a card'}</h2>
+      `<p>Signed in as <strong>${esc(s.email)}</strong>.</p>${current}<h2>${wallet?.cardRef ? 'Replace the card' : 'Save a card'}</h2>
 <form method="post">${hidden}${cardFields}
 <label for="mandate">Automatic top-ups (a mandate: your agent's card top-ups within these limits settle without asking you)</label><select id="mandate" name="mandate">${tierOptions(null)}</select>
 <button class="primary" type="submit" name="action" value="save">Save card</button></form>

@@ -29,6 +29,10 @@ export const MPP_TTL_MS = 15 * 60 * 1000;
 /** How long after approval the wallet attaches the shared payment token. */
 export const TOKEN_DELAY_MS = 3_000;
 export const TOPUP_MIN_CENTS = 100;
+/** Payments of one account waiting for approval at once; each mails the owner, so this bounds that mail. */
+export const MAX_PENDING_PAYMENTS = 10;
+/** A wallet enrollment mail goes to an address at most this often. */
+const ENROLL_MAIL_INTERVAL_MS = 10 * 60 * 1000;
 export const TOPUP_MAX_CENTS = 100_000;
 /** Saved-card mandate tiers: per top-up and per 30 days, in cents. The first is where every mandate starts. */
 export const MANDATE_TIERS = [
@@ -45,6 +49,15 @@ export const usd = (cents: number) => `$${(cents / 100).toFixed(2)}`;
 export function maskEmail(email: string): string {
   const [local = '', domain = ''] = email.split('@');
   return `${local.slice(0, 1)}${'*'.repeat(Math.max(1, Math.min(local.length - 1, 6)))}@${domain}`;
+}
+
+async function checkPendingLimit(svc: Services, accountId: string): Promise<void> {
+  const pending = await svc.db.payment.count({ where: { accountId, status: { in: PENDING }, expiresAt: { gt: svc.clock.now() } } });
+  if (pending >= MAX_PENDING_PAYMENTS) {
+    throw new AppError('rate_limited', `${pending} payments of this account are already waiting for the owner's approval; wait for them to be decided or to expire before asking for more.`, {
+      pending_payments: pending,
+    });
+  }
 }
 
 function checkAmount(amountCents: number): void {
@@ -97,6 +110,19 @@ async function landCredit(svc: Services, tx: Tx, p: Payment, accountId: string, 
 
 async function wallet(tx: Tx | Services['db'], email: string): Promise<Wallet | null> {
   return tx.wallet.findUnique({ where: { ownerEmail: email.toLowerCase() } });
+}
+
+/** Whether the owner of this wallet has approved a payment of this account before (and it was paid). */
+async function accountTrustedByWallet(svc: Services, accountId: string, email: string): Promise<boolean> {
+  const n = await svc.db.payment.count({
+    where: {
+      accountId,
+      status: 'succeeded',
+      paidVia: { in: ['owner', 'wallet'] },
+      OR: [{ payerEmail: email }, { payerEmail: null, ownerEmail: email }],
+    },
+  });
+  return n > 0;
 }
 
 /** Mandate use of a wallet in the last 30 days, in cents. */
@@ -263,10 +289,15 @@ export async function createCardTopup(
   // The card path pays from the payment customer's wallet: the payer email when one is set, else the owner's.
   const owner = (account.payerCustomerId && account.payerEmail ? account.payerEmail : account.humanEmail).toLowerCase();
   const w = await wallet(svc.db, owner);
-  const m = await mandateView(svc, w, owner);
+  // Anyone can name an email at signup or as payer email: a wallet's mandate serves only accounts its owner has
+  // paid for before (approved a payment of this account from this wallet). A stranger's first top-up is a
+  // request the owner can deny, and the stranger does not learn which card the wallet holds.
+  const trusted = await accountTrustedByWallet(svc, account.id, owner);
+  const m = trusted ? await mandateView(svc, w, owner) : { active: false, per_topup_cents: null, per_30d_cents: null, used_30d_cents: 0, card: null };
   const now = svc.clock.now();
   let reason: string;
-  if (!m.active) reason = 'no saved-card mandate: the owner approves this payment (and can save a card with a mandate on the approval page)';
+  if (w?.mandateAcceptedAt && !trusted) reason = "the wallet's mandate covers accounts its owner has paid for before: the owner approves this first payment, later ones within the caps settle at once";
+  else if (!m.active) reason = 'no saved-card mandate: the owner approves this payment (and can save a card with a mandate on the approval page)';
   else if (amountCents > m.per_topup_cents!) reason = `above the mandate's per-top-up cap of ${usd(m.per_topup_cents!)}: the owner approves it`;
   else if (m.used_30d_cents + amountCents > m.per_30d_cents!) reason = `above the mandate's 30-day cap of ${usd(m.per_30d_cents!)} (${usd(m.used_30d_cents)} used): the owner approves it`;
   else reason = 'within the saved-card mandate: settled without a per-payment approval';
@@ -309,6 +340,7 @@ export async function createCardTopup(
     reason = `above the mandate's 30-day cap of ${usd(m.per_30d_cents!)}: the owner approves it`;
   }
 
+  await checkPendingLimit(svc, account.id);
   const clientSecret = `pi_secret_${randomBytes(24).toString('base64url')}`;
   const p = await svc.db.$transaction(async (tx) => {
     const p = await createPayment(svc, tx, {
@@ -388,7 +420,8 @@ export async function createMppChallenge(svc: Services, account: Pick<Account, '
   const walletEmail = payerEmail ?? payerDefault;
   const w = await wallet(svc.db, walletEmail);
   if (!w?.cardRef) {
-    await svc.db.$transaction(async (tx) => {
+    const recent = await svc.db.notice.count({ where: { to: walletEmail, kind: 'wallet.enroll', createdAt: { gt: new Date(Date.now() - ENROLL_MAIL_INTERVAL_MS) } } });
+    if (!recent) await svc.db.$transaction(async (tx) => {
       const link = await createOwnerLink(svc, tx, { email: walletEmail, purpose: 'card' });
       await queueNotice(tx, {
         accountId: account.id,
@@ -403,11 +436,12 @@ export async function createMppChallenge(svc: Services, account: Pick<Account, '
         ].join('\n'),
       });
     });
-    throw new AppError('wallet_not_enrolled', `The payer's wallet (${maskEmail(walletEmail)}) is not enrolled: it has no card. The owner was emailed a link to enroll; start a new top-up once they have.`, {
+    throw new AppError('wallet_not_enrolled', `The payer's wallet (${maskEmail(walletEmail)}) is not enrolled: it has no card. The owner was emailed a link to enroll (at most once every 10 minutes); start a new top-up once they have.`, {
       payer_email: payerEmail,
       payer_email_default: payerDefault,
     });
   }
+  await checkPendingLimit(svc, account.id);
   const now = svc.clock.now();
   const p = await svc.db.$transaction(async (tx) => {
     const p = await createPayment(svc, tx, {
