@@ -234,7 +234,7 @@ export async function refreshPayment(svc: Services, id: string): Promise<Payment
       const token = p.sharedPaymentToken ?? svc.payments.issueSharedPaymentToken(p.spendRequestId!);
       const w = await wallet(tx, p.payerEmail ?? p.ownerEmail);
       const charge = w?.cardRef
-        ? await svc.payments.chargeCard(tx, w.cardRef, p.amountCents, what(p))
+        ? await svc.payments.chargeCard(tx, w.cardRef, p.amountCents, what(p), `${p.id}:${token}`)
         : ({ ok: false, declineCode: 'card_not_found', message: 'No card in the wallet' } as const);
       if (!charge.ok) {
         const done = await tx.payment.update({ where: { id }, data: { status: 'failed', sharedPaymentToken: token, declineCode: charge.declineCode } });
@@ -309,7 +309,7 @@ export async function createCardTopup(
       async (tx) => {
         await tx.$queryRaw`SELECT id FROM wallets WHERE owner_email = ${owner} FOR UPDATE`;
         if ((await mandateUsed30d(svc, owner)) + amountCents > m.per_30d_cents!) return null;
-        const charge = await svc.payments.chargeCard(tx, w!.cardRef!, amountCents, `top-up of ${account.primaryAddress}`);
+        const charge = await svc.payments.chargeCard(tx, w!.cardRef!, amountCents, `top-up of ${account.primaryAddress}`, `mandate:${account.id}:${randomBytes(12).toString('hex')}`);
         const p = await createPayment(svc, tx, {
           kind: 'topup',
           accountId: account.id,
@@ -601,7 +601,7 @@ export async function decidePayment(svc: Services, email: string, id: string, de
         const done = await tx.payment.update({ where: { id }, data: { status: 'approved', decidedAt: now, tokenDueAt: new Date(now.getTime() + TOKEN_DELAY_MS) } });
         return { p: done, error: null };
       }
-      const charge = await svc.payments.chargeCard(tx, cardRef, p.amountCents, what(p));
+      const charge = await svc.payments.chargeCard(tx, cardRef, p.amountCents, what(p), `${p.id}:${cardRef}`);
       if (!charge.ok) {
         const done = await tx.payment.update({ where: { id }, data: { declineCode: charge.declineCode } });
         if (done.accountId) {

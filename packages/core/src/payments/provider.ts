@@ -27,7 +27,13 @@ export interface PaymentProvider {
   /** Shown in responses and pages, so nobody mistakes a local provider for a real one. */
   readonly label: string;
   tokenizeCard(db: DbClient, card: CardInput): Promise<TokenizeResult>;
-  chargeCard(db: DbClient, cardRef: string, amountCents: number, description: string): Promise<ChargeResult>;
+  /**
+   * Charges a saved card. Called inside the payment's database transaction, so a provider that talks to a
+   * real processor must make the charge idempotent by `idempotencyKey` (a retried transaction charges once)
+   * and reconcile charges whose transaction rolled back; the local provider's charges live in the same
+   * transaction and roll back with it.
+   */
+  chargeCard(db: DbClient, cardRef: string, amountCents: number, description: string, idempotencyKey: string): Promise<ChargeResult>;
   /** The account's payer (payment customer), or null when none exists. Throws when the lookup itself fails. */
   lookupPayer(db: DbClient, accountId: string): Promise<{ customerId: string; email: string } | null>;
   createCustomer(db: DbClient, email: string): Promise<{ customerId: string }>;
@@ -96,7 +102,7 @@ export class LocalPaymentProvider implements PaymentProvider {
     return { ok: true, ref, brand: brandOf(number), last4: number.slice(-4), exp: `${String(month).padStart(2, '0')}/${String(year).slice(-2)}` };
   }
 
-  async chargeCard(db: DbClient, cardRef: string, _amountCents: number, _description: string): Promise<ChargeResult> {
+  async chargeCard(db: DbClient, cardRef: string, _amountCents: number, _description: string, _idempotencyKey: string): Promise<ChargeResult> {
     const card = await db.simulatedCard.findUnique({ where: { ref: cardRef } });
     if (!card) return { ok: false, declineCode: 'card_not_found', message: 'The saved card is unknown to the card network.' };
     if (card.outcome !== 'approve') return { ok: false, declineCode: card.outcome, message: DECLINE_MESSAGES[card.outcome] ?? 'The card was declined.' };
