@@ -105,10 +105,14 @@ async function billAccount(
     if (micros > 0n) postings.push({ type: 'storage', amountMicros: -micros, idempotencyKey: `storage:${a.id}:${key}`, quantity: bytes, description: `${key}: ${bytes} bytes` });
     through = day;
   }
-  if (!postings.length && !through) return 0;
+  // Periods charged already are dropped here, so an account with nothing new is not locked at all.
+  const keys = postings.map((p) => p.idempotencyKey!);
+  const seen = keys.length ? new Set((await svc.db.ledgerEntry.findMany({ where: { idempotencyKey: { in: keys } }, select: { idempotencyKey: true } })).map((e) => e.idempotencyKey)) : new Set();
+  const due = postings.filter((p) => !seen.has(p.idempotencyKey!));
+  if (!due.length && !through) return 0;
   return svc.db.$transaction(
     async (tx) => {
-      const r = postings.length ? await postEntries(svc, tx, a.id, postings) : { posted: 0 };
+      const r = due.length ? await postEntries(svc, tx, a.id, due) : { posted: 0 };
       if (through) await tx.account.update({ where: { id: a.id }, data: { storageBilledThrough: through } });
       return r.posted;
     },
