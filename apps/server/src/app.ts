@@ -5,7 +5,8 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Hono } from 'hono';
+import { Hono, type Context as HonoContext } from 'hono';
+import { getConnInfo } from '@hono/node-server/conninfo';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
 import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
@@ -32,11 +33,27 @@ export function createApp(svc: Services, log: Logger): Hono {
     }
     return docs;
   };
+  // The client address of each request, found from the connection (or the proxy's header with TRUST_PROXY).
+  const clientIps = new WeakMap<Request, string>();
+  const noteClient = (c: HonoContext) => {
+    const forwarded = svc.config.trustProxy ? c.req.header('x-forwarded-for')?.split(',')[0]?.trim() : undefined;
+    let ip = forwarded;
+    if (!ip) {
+      try {
+        ip = getConnInfo(c).remote.address;
+      } catch {
+        ip = undefined;
+      }
+    }
+    if (ip) clientIps.set(c.req.raw, ip);
+    return c.req.raw;
+  };
   const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
     svc,
     requestId,
     transport,
     authorization: req.headers.get('authorization'),
+    clientIp: clientIps.get(req) ?? null,
   });
 
   const rest = createRestHandler({
@@ -53,8 +70,8 @@ export function createApp(svc: Services, log: Logger): Hono {
     return c.redirect(`${REST_PREFIX}/account/mcp/${rest}${url.search}`, 308);
   });
 
-  app.all(`${REST_PREFIX}`, (c) => rest(c.req.raw));
-  app.all(`${REST_PREFIX}/*`, (c) => rest(c.req.raw));
+  app.all(`${REST_PREFIX}`, (c) => rest(noteClient(c)));
+  app.all(`${REST_PREFIX}/*`, (c) => rest(noteClient(c)));
 
   app.all('/trpc/*', (c) => {
     const requestId = newId('req');
@@ -62,7 +79,7 @@ export function createApp(svc: Services, log: Logger): Hono {
       endpoint: '/trpc',
       req: c.req.raw,
       router: appRouter,
-      createContext: () => context('trpc')(c.req.raw, requestId),
+      createContext: () => context('trpc')(noteClient(c), requestId),
       onError: ({ error, path }) => {
         if (toAppError(error).status >= 500) log.error({ err: error, requestId, path }, 'request failed');
       },

@@ -48,6 +48,7 @@ describe('loadConfig', () => {
       mqtt: { host: '127.0.0.1', port: 8883, publicUrl: 'mqtts://mail.boxes.localhost:8883', brokerUrl: undefined },
       logLevel: 'info',
       trustProxy: false,
+      signupRateLimitPerHour: 30,
     });
   });
 

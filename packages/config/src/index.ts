@@ -65,6 +65,8 @@ const envSchema = z.object({
   MQTT_PUBLIC_URL: z.string().optional(),
   /** Publish to an external broker (mqtts://...) instead of the built-in one. */
   MQTT_BROKER_URL: z.string().optional(),
+  /** Signups (POST /signup/agentic) one client address may start per hour; 0 turns the limit off. */
+  SIGNUP_RATE_LIMIT_PER_HOUR: z.coerce.number().int().min(0).default(30),
   /** Charge the introductory message price ($0.0004) instead of the standard one ($0.0016). */
   PRICE_INTRODUCTORY: bool.default(false),
   /** How often the worker's repeatable billing job runs (recurring debits: domain hosting, storage, DNS overage). */
@@ -112,6 +114,7 @@ export interface Config {
   noticeFrom: string;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   trustProxy: boolean;
+  signupRateLimitPerHour: number;
 }
 
 export class ConfigError extends Error {
@@ -169,6 +172,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     logLevel: e.LOG_LEVEL,
     trustProxy: e.TRUST_PROXY,
+    signupRateLimitPerHour: e.SIGNUP_RATE_LIMIT_PER_HOUR,
     ...overrides,
     ...(overrides.siteUrl || overrides.port ? { siteUrl, apiBaseUrl: `${siteUrl}/api/v1` } : {}),
   };

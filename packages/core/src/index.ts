@@ -4,6 +4,7 @@ export * from './shared/ids';
 export * from './shared/crypto';
 export * from './shared/context';
 export * from './shared/clock';
+export * from './shared/rate-limit';
 export * from './events/chain';
 export * from './events/append';
 export * from './events/read';

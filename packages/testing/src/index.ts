@@ -84,6 +84,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     MQTT_PORT: '0',
     WEBHOOK_RETRY_SCALE: '0.001',
     DELIVERY_RETRY_SCALE: '0.0001',
+    // Test files sign up many accounts from 127.0.0.1; the limit has its own test.
+    SIGNUP_RATE_LIMIT_PER_HOUR: '0',
     ...env,
     DATABASE_URL: database.url,
     PORT: '0',

@@ -1,5 +1,5 @@
 /** POST /signup/agentic and POST /signup/agentic/confirm: the only calls that need no key. */
-import { confirmSignup, createSignupIntent } from '@boxes/core';
+import { confirmSignup, createSignupIntent, rateLimit } from '@boxes/core';
 import { ConfirmInput, ConfirmOutput, SignupInput, SignupOutput } from '@boxes/schemas';
 import { publicProcedure, router } from '../trpc';
 
@@ -20,6 +20,7 @@ export const signupRouter = router({
     .input(SignupInput)
     .output(SignupOutput)
     .mutation(async ({ ctx, input }) => {
+      await rateLimit(ctx.svc, { bucket: 'signup', key: ctx.clientIp ?? 'unknown', limit: ctx.svc.config.signupRateLimitPerHour, windowSeconds: 3600, what: 'signups' });
       const intent = await createSignupIntent(ctx.svc, input);
       const base = { intent_id: intent.id, full_domain: intent.fullDomain, mode: intent.mode as 'subdomain', expires_at: intent.expiresAt.toISOString() };
       if (intent.funding) {
