@@ -1,16 +1,15 @@
 // Shared by the mail-receive-*.test.ts files: real SMTP clients (nodemailer, swaks, curl) talking to the MX of
 // a test server, a stand-in remote MX that records what it receives, and a bounded wait.
 import { execFile } from 'node:child_process';
-import type { AddressInfo } from 'node:net';
 import { promisify } from 'node:util';
 import nodemailer from 'nodemailer';
-import { SMTPServer } from 'smtp-server';
 import { rest, signupAccount, type ApiEvent, type TestAccount, type TestServer } from '@boxes/testing';
 
 /** Asynchronous only: the server under test runs in this process, so a synchronous spawn would deadlock it. */
 export const execFileAsync = promisify(execFile);
 
 import { waitFor } from '@boxes/testing';
+import { MailSink, type SinkMessage } from './mail-send-helpers';
 
 export { waitFor };
 
@@ -139,36 +138,11 @@ export function waitForReceived(t: TestServer, key: string, subject: string): Pr
   });
 }
 
-export interface RemoteDelivery {
-  mailFrom: string;
-  rcpt: string[];
-  raw: Buffer;
-}
+export type RemoteDelivery = SinkMessage;
 
-/** A stand-in for a remote domain's MX: accepts everything and records envelope and bytes. */
+/** A stand-in for a remote domain's MX that accepts everything (MailSink without scripted local parts) and records envelope and bytes. */
 export async function startStandInMx(): Promise<{ port: number; received: RemoteDelivery[]; close(): Promise<void> }> {
-  const received: RemoteDelivery[] = [];
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
-    onData(stream, session, cb) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
-        received.push({
-          mailFrom: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
-          rcpt: session.envelope.rcptTo.map((r) => r.address.toLowerCase()),
-          raw: Buffer.concat(chunks),
-        });
-        cb();
-      });
-    },
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  return {
-    port: (server.server.address() as AddressInfo).port,
-    received,
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
+  const sink = new MailSink();
+  await sink.start();
+  return { port: sink.port, received: sink.messages, close: () => sink.close() };
 }

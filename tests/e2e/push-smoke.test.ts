@@ -1,53 +1,32 @@
 // Push end to end: a real https receiver gets signed events; an MQTT client with a provisioned certificate
 // receives events over mutual TLS.
-import fs from 'node:fs';
-import https from 'node:https';
-import os from 'node:os';
-import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import mqtt from 'mqtt';
-import { generate } from 'selfsigned';
 import Stripe from 'stripe';
 import { Webhook } from 'standardwebhooks';
 import { rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
+import { receiverCertificate, startReceiver, type Receiver } from './push-helpers';
 
 let t: TestServer;
-let receiver: https.Server;
+let receiver: Receiver;
 let receiverUrl: string;
-const got: { headers: Record<string, string | string[] | undefined>; body: string }[] = [];
 
 beforeAll(async () => {
-  const pems = await generate([{ name: 'commonName', value: 'localhost' }], {
-    keyType: 'ec',
-    algorithm: 'sha256',
-    extensions: [{ name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }, { type: 2, value: 'localhost' }] }],
-  });
-  const caFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-wh-')), 'receiver.pem');
-  fs.writeFileSync(caFile, pems.cert);
-  receiver = https.createServer({ key: pems.private, cert: pems.cert }, (req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      got.push({ headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
-      res.writeHead(200).end('ok');
-    });
-  });
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
-  receiverUrl = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
-  t = await startTestServer({ worker: true, push: true, env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: caFile } });
+  const pems = await receiverCertificate();
+  receiver = await startReceiver(pems);
+  receiverUrl = receiver.url('/hook');
+  t = await startTestServer({ worker: true, push: true, env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: pems.caFile } });
 });
 afterAll(async () => {
   await t?.stop();
-  await new Promise<void>((r) => receiver.close(() => r()));
+  await receiver?.close();
 });
-
 
 it('signup.completed with the api_key reaches the signup callback, signed for stripe and standardwebhooks', async () => {
   const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: receiverUrl } });
   expect(intent.status, JSON.stringify(intent.body)).toBe(200);
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
-  const first = await waitFor('signup.completed at the receiver', () => got.find((g) => JSON.parse(g.body).type === 'signup.completed' && JSON.parse(g.body).account_id === done.body.account_id));
+  const first = await waitFor('signup.completed at the receiver', () => receiver.requests.find((g) => g.event.type === 'signup.completed' && g.event.account_id === done.body.account_id));
   expect(JSON.parse(first.body).api_key).toBe(done.body.api_key);
   const secret = (await rest(t, 'GET', '/account/webhook', { key: done.body.api_key })).body.signing_secret;
   const stripe = new Stripe('sk_test_unused');
