@@ -112,8 +112,8 @@ export async function buyOutTrailer(svc: Services, accountId: string): Promise<T
           credit_balance_cents: microsToCents(a.balance_micros),
         });
       }
-      await postEntries(svc, tx, accountId, [{ type: 'trailer_buyout', amountMicros: -remaining, description: 'trailer opt-out bought out' }], a);
-      await tx.account.update({ where: { id: accountId }, data: { trailerPaidMicros: TRAILER_PAYOFF_MICROS, trailerOptedOutAt: a.trailer_opted_out_at ?? svc.clock.now() } });
+      await postEntries(svc, tx, accountId, [{ type: 'trailer_buyout', amountMicros: -remaining, description: 'trailer opt-out bought out' }], { locked: a, trailerPaidMicros: remaining });
+      if (a.trailer_opted_out_at === null) await tx.account.update({ where: { id: accountId }, data: { trailerOptedOutAt: svc.clock.now() } });
       await appendEvent({ db: tx, accountId, type: 'account.trailer.bought_out', data: { charged_usd: microsToUsd(remaining) } });
     }
     const fresh = await tx.account.findUniqueOrThrow({ where: { id: accountId }, select: { trailerOptedOutAt: true, trailerPaidMicros: true } });

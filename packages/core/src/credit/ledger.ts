@@ -73,19 +73,32 @@ export interface LedgerPostResult {
   posted: number;
 }
 
+/** The idempotency keys among `keys` that the ledger already holds. */
+export async function postedKeys(db: Pick<Tx, 'ledgerEntry'>, keys: string[]): Promise<Set<string>> {
+  if (!keys.length) return new Set();
+  const rows = await db.ledgerEntry.findMany({ where: { idempotencyKey: { in: keys } }, select: { idempotencyKey: true } });
+  return new Set(rows.map((e) => e.idempotencyKey!));
+}
+
+export interface PostOptions {
+  /** The row as the caller's lock read it, when it has one. */
+  locked?: LockedAccount;
+  /** A delivery's hold settled by these entries, released in the same statement that moves the balance. */
+  releaseHeld?: { micros: bigint; freeMessages: number };
+  /** Trailer surcharge these entries pay toward the opt-out. */
+  trailerPaidMicros?: bigint;
+}
+
 /**
- * Writes entries and moves the balance, then announces what the change crossed (low_balance,
- * billing.deficit, billing.recovered). `locked` is the row as the caller's lock read it, when it has one.
+ * Writes entries and moves the balance (one UPDATE of the account row, with the hold and trailer columns the
+ * entries settle), then announces what the change crossed (low_balance, billing.deficit, billing.recovered).
  */
-export async function postEntries(svc: Services, tx: Tx, accountId: string, postings: Posting[], locked?: LockedAccount): Promise<LedgerPostResult> {
-  const a = locked ?? (await lockAccountCredit(tx, accountId));
+export async function postEntries(svc: Services, tx: Tx, accountId: string, postings: Posting[], opts: PostOptions = {}): Promise<LedgerPostResult> {
+  const a = opts.locked ?? (await lockAccountCredit(tx, accountId));
   let balance = a.balance_micros;
   let free = 0;
   let posted = 0;
-  const keys = postings.map((p) => p.idempotencyKey).filter((k): k is string => !!k);
-  const seen = keys.length
-    ? new Set((await tx.ledgerEntry.findMany({ where: { idempotencyKey: { in: keys } }, select: { idempotencyKey: true } })).map((e) => e.idempotencyKey))
-    : new Set<string | null>();
+  const seen = await postedKeys(tx, postings.map((p) => p.idempotencyKey).filter((k): k is string => !!k));
   const rows = [];
   for (const p of postings) {
     if (p.idempotencyKey && seen.has(p.idempotencyKey)) continue;
@@ -107,8 +120,16 @@ export async function postEntries(svc: Services, tx: Tx, accountId: string, post
       description: p.description ?? null,
     });
   }
+  const held = opts.releaseHeld ?? { micros: 0n, freeMessages: 0 };
+  const trailerPaid = opts.trailerPaidMicros ?? 0n;
+  if (rows.length || held.micros || held.freeMessages || trailerPaid) {
+    await tx.$executeRaw`
+      UPDATE accounts SET balance_micros = ${balance}, free_messages_left = free_messages_left - ${free},
+        held_micros = held_micros - ${held.micros}, held_free_messages = held_free_messages - ${held.freeMessages},
+        trailer_paid_micros = trailer_paid_micros + ${trailerPaid}
+      WHERE id = ${accountId}`;
+  }
   if (!rows.length) return { before: a.balance_micros, after: a.balance_micros, posted: 0 };
-  await tx.$executeRaw`UPDATE accounts SET balance_micros = ${balance}, free_messages_left = free_messages_left - ${free} WHERE id = ${accountId}`;
   if (rows.length === 1) await tx.ledgerEntry.create({ data: rows[0]!, select: { id: true } });
   else await tx.ledgerEntry.createMany({ data: rows });
   if (balance !== a.balance_micros) {
@@ -140,7 +161,6 @@ export interface Reservation {
   heldMicros: bigint;
   /** The account's credit after the reservation (the row stays locked until the transaction ends). */
   after: { balanceMicros: bigint; freeMessagesLeft: number; heldFreeMessages: number };
-  trailer: boolean;
 }
 
 export function paymentRequired(svc: Services, message: string, extra: Record<string, unknown> = {}): AppError {
@@ -197,7 +217,6 @@ export async function reserveMessages(svc: Services, tx: Tx, accountId: string, 
     freeUsed,
     heldMicros: need,
     after: { balanceMicros: a.balance_micros, freeMessagesLeft: a.free_messages_left, heldFreeMessages: a.held_free_messages + freeUsed },
-    trailer: a.trailer_opted_out_at === null,
   };
 }
 
@@ -221,18 +240,14 @@ export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery):
   if (!(await claimHold(tx, d))) return;
   const a = await lockAccountCredit(tx, d.accountId);
   const free = d.usedFree ? 1 : 0;
-  await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${free} WHERE id = ${d.accountId}`;
   // The surcharge stops once the opt-out is paid off, even when more was held.
   const surcharge = minBig(d.surchargeMicros, maxBig(0n, TRAILER_PAYOFF_MICROS - a.trailer_paid_micros));
   const postings: Posting[] = [
     { type: 'message_sent', amountMicros: -(d.heldMicros - d.attachmentMicros - d.surchargeMicros), freeMessages: free, messageId: d.messageId, deliveryId: d.id },
   ];
   if (d.attachmentMicros > 0n) postings.push({ type: 'attachments', amountMicros: -d.attachmentMicros, messageId: d.messageId });
-  if (surcharge > 0n) {
-    postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.messageId });
-    await tx.$executeRaw`UPDATE accounts SET trailer_paid_micros = trailer_paid_micros + ${surcharge} WHERE id = ${d.accountId}`;
-  }
-  await postEntries(svc, tx, d.accountId, postings, a);
+  if (surcharge > 0n) postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.messageId });
+  await postEntries(svc, tx, d.accountId, postings, { locked: a, releaseHeld: { micros: d.heldMicros, freeMessages: free }, trailerPaidMicros: surcharge });
 }
 
 const minBig = (x: bigint, y: bigint) => (x < y ? x : y);
@@ -248,7 +263,7 @@ export async function chargeReceived(svc: Services, tx: Tx, accountId: string, m
   const postings: Posting[] = [{ type: 'message_received', amountMicros: useFree ? 0n : -messagePrice(svc), freeMessages: useFree ? 1 : 0, messageId }];
   const attach = useFree ? 0n : attachmentMicros(attachmentBytes);
   if (attach > 0n) postings.push({ type: 'attachments', amountMicros: -attach, messageId, quantity: BigInt(attachmentBytes) });
-  await postEntries(svc, tx, accountId, postings, a);
+  await postEntries(svc, tx, accountId, postings, { locked: a });
 }
 
 export interface CreditBalanceView {

@@ -7,7 +7,7 @@
  * balance below zero.
  */
 import type { Services } from '../shared/context';
-import { postEntries, type Posting } from './ledger';
+import { postedKeys, postEntries, type Posting } from './ledger';
 import { dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
 
 const DAY_MS = 86_400_000;
@@ -106,8 +106,7 @@ async function billAccount(
     through = day;
   }
   // Periods charged already are dropped here, so an account with nothing new is not locked at all.
-  const keys = postings.map((p) => p.idempotencyKey!);
-  const seen = keys.length ? new Set((await svc.db.ledgerEntry.findMany({ where: { idempotencyKey: { in: keys } }, select: { idempotencyKey: true } })).map((e) => e.idempotencyKey)) : new Set();
+  const seen = await postedKeys(svc.db, postings.map((p) => p.idempotencyKey!));
   const due = postings.filter((p) => !seen.has(p.idempotencyKey!));
   if (!due.length && !through) return 0;
   return svc.db.$transaction(
