@@ -33,27 +33,29 @@ export function createApp(svc: Services, log: Logger): Hono {
     }
     return docs;
   };
-  // The client address of each request, found from the connection (or the proxy's header with TRUST_PROXY).
-  const clientIps = new WeakMap<Request, string>();
+  // Each request's Hono context, so the client address is looked up only by the calls that need it (signup).
+  const honoOf = new WeakMap<Request, HonoContext>();
   const noteClient = (c: HonoContext) => {
-    const forwarded = svc.config.trustProxy ? c.req.header('x-forwarded-for')?.split(',')[0]?.trim() : undefined;
-    let ip = forwarded;
-    if (!ip) {
-      try {
-        ip = getConnInfo(c).remote.address;
-      } catch {
-        ip = undefined;
-      }
-    }
-    if (ip) clientIps.set(c.req.raw, ip);
+    honoOf.set(c.req.raw, c);
     return c.req.raw;
+  };
+  const clientIp = (req: Request): string | null => {
+    const c = honoOf.get(req);
+    if (!c) return null;
+    const forwarded = svc.config.trustProxy ? c.req.header('x-forwarded-for')?.split(',')[0]?.trim() : undefined;
+    if (forwarded) return forwarded;
+    try {
+      return getConnInfo(c).remote.address ?? null;
+    } catch {
+      return null;
+    }
   };
   const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
     svc,
     requestId,
     transport,
     authorization: req.headers.get('authorization'),
-    clientIp: clientIps.get(req) ?? null,
+    clientIp: () => clientIp(req),
   });
 
   const rest = createRestHandler({

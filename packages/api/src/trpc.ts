@@ -18,8 +18,8 @@ export interface Context {
   transport: Transport;
   /** Raw Authorization header value, or null. */
   authorization: string | null;
-  /** The client's address (the proxy's X-Forwarded-For only with TRUST_PROXY), when known. */
-  clientIp?: string | null;
+  /** The client's address (the proxy's X-Forwarded-For only with TRUST_PROXY), when known; looked up on call. */
+  clientIp?: () => string | null;
 }
 
 // A type alias, not an interface: trpc-to-openapi needs meta to have an implicit index signature.

@@ -20,7 +20,7 @@ export const signupRouter = router({
     .input(SignupInput)
     .output(SignupOutput)
     .mutation(async ({ ctx, input }) => {
-      await rateLimit(ctx.svc, { bucket: 'signup', key: ctx.clientIp ?? 'unknown', limit: ctx.svc.config.signupRateLimitPerHour, windowSeconds: 3600, what: 'signups' });
+      await rateLimit(ctx.svc, { bucket: 'signup', key: ctx.clientIp?.() ?? 'unknown', limit: ctx.svc.config.signupRateLimitPerHour, windowSeconds: 3600, what: 'signups' });
       const intent = await createSignupIntent(ctx.svc, input);
       const base = { intent_id: intent.id, full_domain: intent.fullDomain, mode: intent.mode as 'subdomain', expires_at: intent.expiresAt.toISOString() };
       if (intent.funding) {
