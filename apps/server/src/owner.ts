@@ -347,7 +347,7 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
       secret && pending && p.kind !== 'mpp'
         ? `<form method="post"><input type="hidden" name="client_secret" value="${esc(secret)}">${cardFields}<button class="primary" type="submit">Pay ${esc(usd(p.amountCents))}</button></form>`
         : pending || p.status === 'pending_approval'
-          ? `<p class="note">The owner (${esc(maskEmail(p.payerEmail ?? p.ownerEmail))}) was emailed a single-use link to approve or deny this payment.</p>`
+          ? `<p class="note">The owner (${esc(maskEmail(payerOf(p)))}) was emailed a single-use link to approve or deny this payment.</p>`
           : '';
     return page(`Payment ${usd(p.amountCents)}`, `${describe(p, p.accountId ? 'an agent on Boxes' : 'a new account')}${form}`);
   });

@@ -44,6 +44,9 @@ const DAY_MS = 86_400_000;
 
 const PENDING = ['requires_approval', 'pending_approval'];
 
+/** Whose wallet pays a payment, and so who may approve it. */
+export const payerOf = (p: Pick<Payment, 'payerEmail' | 'ownerEmail'>): string => p.payerEmail ?? p.ownerEmail;
+
 export const usd = (cents: number) => `$${(cents / 100).toFixed(2)}`;
 
 export function maskEmail(email: string): string {
@@ -99,6 +102,13 @@ async function announce(tx: Tx, p: Payment): Promise<void> {
     type: `credit.topup.${p.status}`,
     data: { payment_id: p.id, kind: p.kind, amount_cents: p.amountCents, status: p.status, decline_code: p.declineCode, paid_via: p.paidVia },
   });
+}
+
+/** Moves a locked payment to a final status and announces it. */
+async function conclude(tx: Tx, id: string, data: Prisma.PaymentUncheckedUpdateInput): Promise<Payment> {
+  const done = await tx.payment.update({ where: { id }, data });
+  await announce(tx, done);
+  return done;
 }
 
 /** Lands the credit of a paid payment (idempotent through the ledger key payment:<id>). */
@@ -221,25 +231,19 @@ export async function refreshPayment(svc: Services, id: string): Promise<Payment
       const p = await lockPayment(tx, id);
       if (!p) return null;
       if (PENDING.includes(p.status) && p.expiresAt <= now) {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'expired', decidedAt: now } });
-        await announce(tx, done);
-        return done;
+        return conclude(tx, id, { status: 'expired', decidedAt: now });
       }
       if (p.status !== 'approved' || !p.tokenDueAt || p.tokenDueAt > now) return p;
       if (p.expiresAt <= now) {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'expired' } });
-        await announce(tx, done);
-        return done;
+        return conclude(tx, id, { status: 'expired' });
       }
       const token = p.sharedPaymentToken ?? svc.payments.issueSharedPaymentToken(p.spendRequestId!);
-      const w = await wallet(tx, p.payerEmail ?? p.ownerEmail);
+      const w = await wallet(tx, payerOf(p));
       const charge = w?.cardRef
         ? await svc.payments.chargeCard(tx, w.cardRef, p.amountCents, what(p), `${p.id}:${token}`)
         : ({ ok: false, declineCode: 'card_not_found', message: 'No card in the wallet' } as const);
       if (!charge.ok) {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'failed', sharedPaymentToken: token, declineCode: charge.declineCode } });
-        await announce(tx, done);
-        return done;
+        return conclude(tx, id, { status: 'failed', sharedPaymentToken: token, declineCode: charge.declineCode });
       }
       const done = await tx.payment.update({ where: { id }, data: { status: 'succeeded', sharedPaymentToken: token, settledAt: now, paidVia: 'wallet' } });
       await landCredit(svc, tx, done, done.accountId!, 'topup');
@@ -369,7 +373,7 @@ export async function createCardTopup(
 
 /** Emails the owner a single-use link to the approval page of a payment. */
 async function askOwner(svc: Services, tx: Tx, p: Payment, accountLabel: string): Promise<void> {
-  const to = p.payerEmail ?? p.ownerEmail;
+  const to = payerOf(p);
   const link = await createOwnerLink(svc, tx, { email: to, purpose: 'payment', paymentId: p.id, expiresAt: p.expiresAt });
   await queueNotice(tx, {
     accountId: p.accountId,
@@ -495,8 +499,6 @@ export type OwnerDecision =
   | { action: 'deny' }
   | { action: 'approve'; card?: CardInput; mandateTier?: number | null; saveCard?: boolean };
 
-/** Whose wallet pays a payment, and so who may approve it. */
-export const payerOf = (p: Pick<Payment, 'payerEmail' | 'ownerEmail'>): string => p.payerEmail ?? p.ownerEmail;
 
 /** Payments waiting for this owner, newest first (the owner's home page). */
 export async function ownerPayments(svc: Services, email: string): Promise<Payment[]> {
@@ -510,7 +512,7 @@ export async function ownerPayment(svc: Services, email: string, id: string): Pr
   const account = p.accountId
     ? (await svc.db.account.findUniqueOrThrow({ where: { id: p.accountId }, select: { primaryAddress: true } })).primaryAddress
     : `agent@${(await svc.db.signupIntent.findUniqueOrThrow({ where: { id: p.signupIntentId! }, select: { fullDomain: true } })).fullDomain} (new account)`;
-  return { payment: p, account, wallet: await wallet(svc.db, p.payerEmail ?? p.ownerEmail) };
+  return { payment: p, account, wallet: await wallet(svc.db, payerOf(p)) };
 }
 
 /** Saves (or replaces) the wallet's card and, optionally, a mandate at one of the tiers. */
@@ -578,23 +580,19 @@ export async function decidePayment(svc: Services, email: string, id: string, de
       const p = await lockPayment(tx, id);
       if (!p || !PENDING.includes(p.status)) throw new AppError('payment_not_pending', `This payment is ${p?.status ?? 'gone'}; nothing to decide.`, { status: p?.status });
       if (p.expiresAt <= now) {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'expired', decidedAt: now } });
-        await announce(tx, done);
-        return { p: done, error: null };
+        return { p: await conclude(tx, id, { status: 'expired', decidedAt: now }), error: null };
       }
       if (decision.action === 'deny') {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'denied', decidedAt: now } });
-        await announce(tx, done);
-        return { p: done, error: null };
+        return { p: await conclude(tx, id, { status: 'denied', decidedAt: now }), error: null };
       }
-      let cardRef = (await wallet(tx, p.payerEmail ?? p.ownerEmail))?.cardRef ?? null;
+      let cardRef = (await wallet(tx, payerOf(p)))?.cardRef ?? null;
       if (decision.card && decision.saveCard === false) {
         // The card-form path: whoever holds the client_secret pays with this card; the owner's wallet (card and mandate) stays as it is.
         const tk = await svc.payments.tokenizeCard(tx, decision.card);
         if (!tk.ok) throw new AppError('validation_error', tk.message, { fields: [{ path: 'card', message: tk.code }] });
         cardRef = tk.ref;
       } else if (decision.card) {
-        cardRef = (await saveCard(svc, tx, p.payerEmail ?? p.ownerEmail, decision.card, decision.mandateTier ?? null)).cardRef;
+        cardRef = (await saveCard(svc, tx, payerOf(p), decision.card, decision.mandateTier ?? null)).cardRef;
       }
       if (!cardRef) throw new AppError('validation_error', 'Enter a card to pay with.', { fields: [{ path: 'card', message: 'required' }] });
       if (p.kind === 'mpp') {
@@ -633,7 +631,7 @@ export async function decidePayment(svc: Services, email: string, id: string, de
 export async function payWithClientSecret(svc: Services, id: string, clientSecret: string, card: CardInput): Promise<Payment> {
   const p = await svc.db.payment.findUnique({ where: { id } });
   if (!p || !p.clientSecretHash || p.clientSecretHash !== sha256Hex(clientSecret)) throw new AppError('not_found', 'No such payment.');
-  return decidePayment(svc, p.payerEmail ?? p.ownerEmail, id, { action: 'approve', card, saveCard: false });
+  return decidePayment(svc, payerOf(p), id, { action: 'approve', card, saveCard: false });
 }
 
 // ---------------------------------------------------------------------------------------------------------
