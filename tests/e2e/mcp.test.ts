@@ -312,15 +312,13 @@ describe('every REST procedure is a tool', () => {
 
 describe('MCP Inspector CLI', () => {
   it('lists the tools over Streamable HTTP with the Bearer key', async () => {
-    // @modelcontextprotocol/inspector-cli 1.0.3 runs on Node 20 (@modelcontextprotocol/inspector 0.21+ and 1.x/2.x
-    // declare Node >= 22). Its build/index.js tests fs.existsSync('../package.json') against the working directory
-    // but imports that path relative to itself, so it must run from its own build/ folder to find its package.json.
+    // The full @modelcontextprotocol/inspector, through its own launcher (the `mcp-inspector` bin) in CLI mode.
     // Run asynchronously: the server answering it lives in this process.
-    const pkg = fs.realpathSync(path.resolve(import.meta.dirname, '../node_modules/@modelcontextprotocol/inspector-cli'));
+    const pkg = fs.realpathSync(path.resolve(import.meta.dirname, '../node_modules/@modelcontextprotocol/inspector'));
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      [path.join(pkg, 'build/cli.js'), '--cli', `${t.url}/mcp`, '--transport', 'http', '--header', `Authorization: Bearer ${owner.apiKey}`, '--method', 'tools/list'],
-      { cwd: path.join(pkg, 'build'), encoding: 'utf8', timeout: 25_000, env: { ...process.env, NO_COLOR: '1' } },
+      [path.join(pkg, 'clients/launcher/build/index.js'), '--cli', `${t.url}/mcp`, '--transport', 'http', '--header', `Authorization: Bearer ${owner.apiKey}`, '--method', 'tools/list'],
+      { encoding: 'utf8', timeout: 25_000, env: { ...process.env, NO_COLOR: '1' } },
     );
     const out = JSON.parse(stdout) as { tools: { name: string; inputSchema: unknown }[] };
     const names = out.tools.map((x) => x.name);
