@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Starts the local PostgreSQL and Redis that Boxes needs, if they are not already answering.
 # Used by .ci/run and by newcomers on a Debian machine; on other systems start them your own way and set
-# DATABASE_URL / REDIS_URL.
+# DATABASE_URL / REDIS_URL. With --services-only (what `pnpm start` runs when the local defaults do not answer)
+# it skips the Debian clients that only the tests need.
 set -euo pipefail
+SERVICES_ONLY=false
+[ "${1:-}" = "--services-only" ] && SERVICES_ONLY=true
 
 pg_up() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
 redis_up() { [ "$(printf 'PING\r\n' | timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/6379; cat >&3; head -c 5 <&3' 2>/dev/null)" = "+PONG" ]; }
@@ -34,6 +37,7 @@ if ! redis_up; then
   redis_up || { echo "Redis is not running on 127.0.0.1:6379 and could not be started" >&2; exit 1; }
 fi
 echo "PostgreSQL and Redis are up"
+$SERVICES_ONLY && exit 0
 
 # The e2e mail tests (tests/e2e/mail-receive*.test.ts) talk SMTP to the MX with swaks and curl as well as
 # nodemailer. Installed only when missing, and only where root and apt-get are available; elsewhere install them.
