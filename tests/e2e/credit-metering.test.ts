@@ -118,7 +118,10 @@ async function signupDelegated(s: TestServer, human: string): Promise<TestAccoun
   const done = await rest(s, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
   expect(done.status, JSON.stringify(done.body)).toBe(200);
   expect(done.body).toMatchObject({ domain: name, primary_address: `agent@${name}`, domain_status: 'pending_delegation' });
-  const domain = await s.db.domain.findUniqueOrThrow({ where: { name } });
+  // Hosting is billed from the day the delegation is proven (tests/e2e/domains-*.test.ts prove it over DNS);
+  // here, where billing is the subject, the domain is marked live as the verifier would at signup time.
+  const pending = await s.db.domain.findFirstOrThrow({ where: { name } });
+  const domain = await s.db.domain.update({ where: { id: pending.id }, data: { status: 'active', liveName: name, verifiedAt: pending.createdAt } });
   return { accountId: done.body.account_id, apiKey: done.body.api_key, keyId: done.body.key_id, primaryAddress: done.body.primary_address, domain: name, domainId: domain.id };
 }
 

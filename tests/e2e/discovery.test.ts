@@ -147,7 +147,7 @@ describe('GET /skill.md', () => {
     // Sign up: prints the new address.
     const me = outputs[0]!;
     expect(me).toMatch(new RegExp(`^agent@[a-z0-9-]+\\.${t.config.baseDomain.replace(/\./g, '\\.')}$`));
-    const account = await t.db.account.findUnique({ where: { primaryAddress: me } });
+    const account = await t.db.account.findFirst({ where: { primaryAddress: me } });
     expect(account?.status).toBe('active');
 
     // Send: queued, with the context kept.

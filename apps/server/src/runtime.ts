@@ -4,7 +4,7 @@
  * with the same services.
  */
 import type { Config } from '@boxes/config';
-import { announcePlatformVersion, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
+import { announcePlatformVersion, ensureBaseZone, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
 import { createDb } from '@boxes/db';
 import { createRedis, Jobs } from '@boxes/jobs';
@@ -68,6 +68,8 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const server = await startServer(config, { svc, log });
   opts.onListening?.(server.port);
   // A new API version is announced to every account once (platform.updated).
+  // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
+  await ensureBaseZone(db, config);
   const announced = await announcePlatformVersion(svc, API_VERSION);
   if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
   const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });

@@ -1,13 +1,13 @@
 /**
- * Billing and notices. The billing queue runs the repeatable cycle (a BullMQ job scheduler: recurring
- * debits, then a sweep of payments whose deadline passed) and one-off payment checks (an MPP token due
- * 3 s after approval). Notices (mail the service sends) are enqueued when their transaction commits
+ * Billing, domain verification and notices. The billing queue runs the repeatable cycle (a BullMQ job
+ * scheduler: recurring debits, then a sweep of payments whose deadline passed), one-off payment checks (an MPP
+ * token due 3 s after approval) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
  * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery.
  */
 import { Worker, type ConnectionOptions } from 'bullmq';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
-import { deliverNotice, NOTICES_CHANNEL, refreshPayment, runBillingCycle, type NoticeDeps, type Services } from '@boxes/core';
+import { deliverNotice, NOTICES_CHANNEL, refreshPayment, runBillingCycle, runDomainVerification, type NoticeDeps, type Services } from '@boxes/core';
 import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
 
@@ -49,12 +49,17 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     async (job) => {
       if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
       else if (job.name === 'cycle') await cycle();
+      else if (job.name === 'domains') {
+        const r = await runDomainVerification(svc);
+        if (r.live || r.expired) log.info(r, 'domain verification');
+      }
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 4 },
   );
   billing.on('error', (err) => log.error({ err }, 'billing worker error'));
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
   await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
+  await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
 
   const notices = new Worker<NoticeJob>(
     QUEUE.notices,

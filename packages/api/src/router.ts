@@ -10,11 +10,13 @@ import { creditRouter } from './routers/credit';
 import { iotRouter, webhookRouter } from './routers/webhook';
 import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
+import { domainsRouter } from './routers/domains';
 import { router } from './trpc';
 
 export const appRouter = router({
   signup: signupRouter,
   account: accountRouter,
+  domains: domainsRouter,
   keys: keysRouter,
   boxes: boxesRouter,
   events: eventsRouter,

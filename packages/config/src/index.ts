@@ -75,6 +75,19 @@ const envSchema = z.object({
   PAYMENT_PROVIDER: z.enum(['local']).default('local'),
   /** Sender of the mail the service itself sends (owner links, billing notices). Defaults to noreply@<BASE_DOMAIN>. */
   NOTICE_FROM: z.email().optional(),
+  /** The authoritative DNS server (apps/dns): UDP and TCP. 53 in production. */
+  DNS_HOST: z.string().default('127.0.0.1'),
+  DNS_PORT: port.default(1053),
+  /** Resolvers the domain verifier asks (ip or ip:port, comma-separated); default: the system's. */
+  DNS_RESOLVERS: z.string().optional(),
+  /** The SOA contact of served zones (a domain name: hostmaster.example.com); default hostmaster.<BASE_DOMAIN>. */
+  DNS_HOSTMASTER: z.string().optional(),
+  /** This instance's public addresses (comma-separated IPv4/IPv6): A/AAAA of MAIL_HOST and the nameservers in the base zone. */
+  PUBLIC_ADDRESSES: z.string().optional(),
+  /** Days a bring-your-own domain claim may stay unproven before it expires. */
+  DOMAIN_CLAIM_TTL_DAYS: z.coerce.number().positive().max(90).default(7),
+  /** How often the worker looks for pending domains due for a check (each domain backs off on its own). */
+  DOMAIN_VERIFY_INTERVAL_MS: z.coerce.number().int().min(50).default(60_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -115,7 +128,19 @@ export interface Config {
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   trustProxy: boolean;
   signupRateLimitPerHour: number;
+  dns: {
+    host: string;
+    port: number;
+    /** ip or ip:port; empty: the system's resolvers. */
+    resolvers: string[];
+    hostmaster: string;
+    publicAddresses: string[];
+    claimTtlDays: number;
+    verifyIntervalMs: number;
+  };
 }
+
+const list = (v: string | undefined): string[] => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -173,6 +198,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logLevel: e.LOG_LEVEL,
     trustProxy: e.TRUST_PROXY,
     signupRateLimitPerHour: e.SIGNUP_RATE_LIMIT_PER_HOUR,
+    dns: {
+      host: e.DNS_HOST,
+      port: e.DNS_PORT,
+      resolvers: list(e.DNS_RESOLVERS),
+      hostmaster: (e.DNS_HOSTMASTER ?? `hostmaster.${e.BASE_DOMAIN}`).toLowerCase().replace(/\.$/, ''),
+      publicAddresses: list(e.PUBLIC_ADDRESSES),
+      claimTtlDays: e.DOMAIN_CLAIM_TTL_DAYS,
+      verifyIntervalMs: e.DOMAIN_VERIFY_INTERVAL_MS,
+    },
     ...overrides,
     ...(overrides.siteUrl || overrides.port ? { siteUrl, apiBaseUrl: `${siteUrl}/api/v1` } : {}),
   };

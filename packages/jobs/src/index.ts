@@ -14,6 +14,8 @@ export type BillingJob = z.infer<typeof BillingJob>;
 export const NoticeJob = z.object({ noticeId: z.string() });
 export type NoticeJob = z.infer<typeof NoticeJob>;
 export const BILLING_SCHEDULER_ID = 'billing-cycle';
+/** The repeatable domain verifier (on the billing queue): checks pending domain claims that are due. */
+export const DOMAIN_VERIFY_SCHEDULER_ID = 'domain-verification';
 /** Attempts of a notice (mail the service sends) before it is marked failed: about 2 days with exponential backoff. */
 export const NOTICE_ATTEMPTS = 12;
 
@@ -65,6 +67,11 @@ export class Jobs {
   /** The repeatable billing job (BullMQ job scheduler): one per instance, however many workers start it. */
   async scheduleBillingCycle(everyMs: number): Promise<void> {
     await this.billing.upsertJobScheduler(BILLING_SCHEDULER_ID, { every: everyMs }, { name: 'cycle', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+  }
+
+  /** The repeatable domain verifier: one per instance, however many workers start it. */
+  async scheduleDomainVerification(everyMs: number): Promise<void> {
+    await this.billing.upsertJobScheduler(DOMAIN_VERIFY_SCHEDULER_ID, { every: everyMs }, { name: 'domains', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
   }
 
   /** Enqueues a notice; the job id is the notice id, so enqueueing twice is harmless. */

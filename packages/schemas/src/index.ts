@@ -12,3 +12,4 @@ export * from './messages';
 export * from './webhooks';
 export * from './surfaces';
 export * from './credit';
+export * from './domains';

@@ -11,6 +11,8 @@ import { createBox } from '../boxes/boxes';
 import { createDkimKey } from '../domains/dkim';
 import { normalizeDomain, wordPair } from '../domains/names';
 import { requiredRecords } from '../domains/records';
+import { claimDeadline } from '../domains/verify';
+import { ensureOwnZone, publishLiveDomain } from '../dns/zones';
 import { appendEvent } from '../events/append';
 import { mintKey } from '../keys/keys';
 import type { Services } from '../shared/context';
@@ -25,9 +27,10 @@ type DkimKey = Awaited<ReturnType<typeof createDkimKey>>;
 export const INTENT_TTL_MS = 24 * 60 * 60 * 1000;
 export const PRIMARY_LOCAL_PART = 'agent';
 
-async function domainInUse(svc: Services, name: string): Promise<boolean> {
+/** A free subdomain is taken by any account or pending signup that has it. */
+async function subdomainInUse(svc: Services, name: string): Promise<boolean> {
   const [domain, intent] = await Promise.all([
-    svc.db.domain.findUnique({ where: { name }, select: { id: true } }),
+    svc.db.domain.findFirst({ where: { name }, select: { id: true } }),
     svc.db.signupIntent.findFirst({
       where: { fullDomain: name, status: 'pending', expiresAt: { gt: svc.clock.now() } },
       select: { id: true },
@@ -36,10 +39,33 @@ async function domainInUse(svc: Services, name: string): Promise<boolean> {
   return Boolean(domain || intent);
 }
 
+/**
+ * A bring-your-own domain is taken only once another account has proven it (it is live there). Pending claims
+ * do not block each other: the first one proven wins.
+ */
+async function byoDomainLive(svc: Services, name: string): Promise<boolean> {
+  return Boolean(await svc.db.domain.findUnique({ where: { liveName: name }, select: { id: true } }));
+}
+
+/**
+ * Names someone may claim instead of a taken one, each checked to be free now: free subdomains built from the
+ * taken name's first label (and a word pair), since a domain proven by another account cannot be claimed here.
+ */
+export async function domainSuggestions(svc: Services, taken: string): Promise<{ domain: string; mode: 'subdomain' }[]> {
+  const label = (taken.split('.')[0] ?? 'agent').replace(/[^a-z0-9-]/g, '').slice(0, 40) || 'agent';
+  const candidates = [`${label}.${svc.config.baseDomain}`, ...Array.from({ length: 6 }, () => `${label}-${wordPair().split('-')[1]}.${svc.config.baseDomain}`), `${wordPair()}.${svc.config.baseDomain}`];
+  const out: { domain: string; mode: 'subdomain' }[] = [];
+  for (const name of [...new Set(candidates)]) {
+    if (out.length >= 3) break;
+    if (normalizeDomain(name) && !(await subdomainInUse(svc, name))) out.push({ domain: name, mode: 'subdomain' });
+  }
+  return out;
+}
+
 async function pickSubdomain(svc: Services): Promise<string> {
   for (let i = 0; i < 20; i++) {
     const name = `${wordPair()}.${svc.config.baseDomain}`;
-    if (!(await domainInUse(svc, name))) return name;
+    if (!(await subdomainInUse(svc, name))) return name;
   }
   throw new AppError('service_unavailable', 'Could not find a free subdomain; try again');
 }
@@ -75,9 +101,9 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
         fields: [{ path: 'domain_intent.byo_domain', message: 'under the shared domain' }],
       });
     }
-    if (await domainInUse(svc, name)) {
-      throw new AppError('domain_taken', `${name} is already used by another account or a pending signup`, {
-        suggestions: [],
+    if (await byoDomainLive(svc, name)) {
+      throw new AppError('domain_taken', `${name} is already verified by another account on this instance`, {
+        suggestions: await domainSuggestions(svc, name),
       });
     }
     fullDomain = name;
@@ -151,8 +177,9 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
     );
   } catch (err) {
     if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
+      const intent = await svc.db.signupIntent.findUnique({ where: { id: input.intent_id }, select: { fullDomain: true } });
       throw new AppError('domain_taken', 'The domain of this intent was taken by another account meanwhile; start again with POST /signup/agentic', {
-        suggestions: [],
+        suggestions: intent ? await domainSuggestions(svc, intent.fullDomain) : [],
       });
     }
     throw err;
@@ -167,19 +194,28 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
   await tx.account.create({
     data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
   });
+  const now = svc.clock.now();
+  const live = domainStatus === 'active';
   const domain = await tx.domain.create({
     data: {
       id: newId('dom'),
       accountId,
       name: intent.fullDomain,
+      // A free subdomain is ours to give: live at once. A bring-your-own domain is a claim until proven.
+      liveName: live ? intent.fullDomain : null,
       mode: intent.mode,
       status: domainStatus,
       dkimSelector: dkim.selector,
       dkimPublicKey: dkim.publicKey,
       dkimPrivateKeyEnc: dkim.privateKeyEnc,
-      verifiedAt: domainStatus === 'active' ? new Date() : null,
+      verifiedAt: live ? now : null,
+      claimExpiresAt: live ? null : claimDeadline(svc.config, now),
+      nextCheckAt: live ? null : now,
     },
   });
+  if (live) await publishLiveDomain(tx, svc.config, domain);
+  // Resolvers following a new delegation ask this instance for the zone's NS: serve its SOA and NS at once.
+  else if (intent.mode === 'byo_delegated') await ensureOwnZone(tx, svc.config, domain.name, 'delegated');
   await appendEvent({
     db: tx,
     accountId,
@@ -193,14 +229,14 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
       db: tx,
       accountId,
       type: 'domain.dns_required',
-      data: { domain: domain.name, records: requiredRecords(svc.config, domain) },
+      data: { domain: domain.name, records: requiredRecords(svc.config, domain), claim_expires_at: domain.claimExpiresAt?.toISOString() ?? null },
     });
   } else {
     await appendEvent({
       db: tx,
       accountId,
       type: 'domain.delegation_required',
-      data: { domain: domain.name, nameservers: svc.config.nameservers },
+      data: { domain: domain.name, nameservers: svc.config.nameservers, claim_expires_at: domain.claimExpiresAt?.toISOString() ?? null },
     });
   }
   const box = await createBox({ db: tx, accountId, address: PRIMARY_LOCAL_PART, isPrimary: true, domainId: domain.id });

@@ -83,6 +83,8 @@ export async function createBox(input: {
           domainId: domain.id,
           localPart,
           address,
+          // Mail is routed to a box only while its domain is live (a pending claim's boxes receive nothing).
+          liveAddress: domain.status === 'active' ? address : null,
           isPrimary: input.isPrimary ?? false,
         },
       });

@@ -53,7 +53,7 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
       where: { id: { gt: cursor } },
       orderBy: { id: 'asc' },
       take: 200,
-      select: { id: true, createdAt: true, storageBilledThrough: true, domains: { select: { id: true, name: true, mode: true, createdAt: true } } },
+      select: { id: true, createdAt: true, storageBilledThrough: true, domains: { select: { id: true, name: true, mode: true, verifiedAt: true } } },
     });
     if (!accounts.length) break;
     cursor = accounts[accounts.length - 1]!.id;
@@ -70,15 +70,16 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
 
 async function billAccount(
   svc: Services,
-  a: { id: string; createdAt: Date; storageBilledThrough: Date | null; domains: { id: string; name: string; mode: string; createdAt: Date }[] },
+  a: { id: string; createdAt: Date; storageBilledThrough: Date | null; domains: { id: string; name: string; mode: string; verifiedAt: Date | null }[] },
   now: Date,
 ): Promise<number> {
   const postings: Posting[] = [];
   const thisMonth = monthKey(now);
   for (const d of a.domains) {
     const monthly = MONTHLY[d.mode];
-    if (!monthly) continue;
-    for (const month of monthsFrom(d.createdAt, now)) {
+    // Hosting is billed from the month the domain went live (a delegation proven), never for a pending claim.
+    if (!monthly || !d.verifiedAt) continue;
+    for (const month of monthsFrom(d.verifiedAt, now)) {
       postings.push({ type: monthly.type, amountMicros: -BigInt(monthly.micros), idempotencyKey: `${monthly.type}:${d.id}:${month}`, quantity: 1n, description: `${d.name} ${month}` });
     }
     const counts = await svc.db.dnsQueryCount.findMany({ where: { domainId: d.id, month: { lt: thisMonth } } });

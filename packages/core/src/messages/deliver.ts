@@ -26,7 +26,8 @@ export interface DeliveryDeps {
 const dkimKeys = new Map<string, string>();
 
 async function privateKeyFor(svc: Services, domainName: string): Promise<{ selector: string; pem: string }> {
-  const d = await svc.db.domain.findUniqueOrThrow({ where: { name: domainName }, select: { dkimSelector: true, dkimPrivateKeyEnc: true } });
+  // Only a live domain signs: a send from a pending claim is refused before it is queued.
+  const d = await svc.db.domain.findUniqueOrThrow({ where: { liveName: domainName }, select: { dkimSelector: true, dkimPrivateKeyEnc: true } });
   let pem = dkimKeys.get(d.dkimPrivateKeyEnc);
   if (!pem) {
     pem = open(svc.secretKey, d.dkimPrivateKeyEnc).toString('utf8');

@@ -28,9 +28,10 @@ export const bounceAddress = (deliveryId: string, domain: string): string => `bo
 
 export async function resolveRecipient(svc: Services, rcpt: string): Promise<RecipientResolution> {
   const address = rcpt.trim().toLowerCase();
-  const domain = await svc.db.domain.findUnique({ where: { name: domainOf(address) }, select: { accountId: true } });
+  // Only live domains are hosted: a pending claim's name is anybody's until proven, so its mail is refused.
+  const domain = await svc.db.domain.findUnique({ where: { liveName: domainOf(address) }, select: { accountId: true } });
   if (!domain) return { kind: 'not_hosted' };
-  const box = await svc.db.box.findUnique({ where: { address } });
+  const box = await svc.db.box.findUnique({ where: { liveAddress: address } });
   if (box) return { kind: 'box', box };
   const m = BOUNCE_LOCAL.exec(address.slice(0, address.lastIndexOf('@')));
   if (m) {

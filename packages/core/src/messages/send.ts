@@ -16,6 +16,7 @@ import { seal, sha256Hex } from '../shared/crypto';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { assertSendable } from '../domains/verify';
 import { domainOf, formatMailbox, parseMailbox, parseMailboxes, type Mailbox } from './addresses';
 import { validateHeaders } from './headers';
 import { sealBody, type StoredBody } from './body';
@@ -54,13 +55,18 @@ function appendSignature(body: { text?: string | undefined; html?: string | unde
 
 async function resolveSender(svc: Services, caller: SendCaller, from: string | undefined): Promise<{ box: Box; mailbox: Mailbox }> {
   const mailbox = from ? parseMailbox(from, 'from') : { name: undefined, address: caller.account.primaryAddress };
-  const domains = await svc.db.domain.findMany({ where: { accountId: caller.account.id }, select: { id: true, name: true } });
-  if (!domains.some((d) => d.name === domainOf(mailbox.address))) {
+  const domains = await svc.db.domain.findMany({
+    where: { accountId: caller.account.id },
+    select: { id: true, name: true, status: true, mode: true, checks: true, claimExpiresAt: true, dkimSelector: true, dkimPublicKey: true },
+  });
+  const fromDomain = domains.find((d) => d.name === domainOf(mailbox.address));
+  if (!fromDomain) {
     throw new AppError('from_domain_mismatch', 'from-address domain must match your account domain', {
       from: mailbox.address,
       account_domains: domains.map((d) => d.name),
     });
   }
+  assertSendable(svc.config, fromDomain);
   const box = await svc.db.box.findFirst({ where: { accountId: caller.account.id, address: mailbox.address } });
   if (!box) {
     throw new AppError('validation_error', `from: ${mailbox.address} is not a box of this account; create it with POST /boxes`, {
@@ -119,7 +125,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   const suppressedRows = await svc.db.suppression.findMany({ where: { accountId, address: { in: [...unique.keys()] } }, select: { address: true } });
   const suppressed = new Set(suppressedRows.map((r) => r.address));
   const recipients = [...unique.keys()].filter((a) => !suppressed.has(a));
-  const hostedRows = await svc.db.domain.findMany({ where: { name: { in: [...new Set(recipients.map(domainOf))] } }, select: { name: true } });
+  // Local delivery only to live domains; mail to a pending claim's name goes out like any other domain's.
+  const hostedRows = await svc.db.domain.findMany({ where: { liveName: { in: [...new Set(recipients.map(domainOf))] } }, select: { name: true } });
   const hosted = new Set(hostedRows.map((d) => d.name));
 
   const messageId = newId('msg');
