@@ -122,6 +122,7 @@ async function signupDelegated(s: TestServer, human: string): Promise<TestAccoun
   // here, where billing is the subject, the domain is marked live as the verifier would at signup time.
   const pending = await s.db.domain.findFirstOrThrow({ where: { name } });
   const domain = await s.db.domain.update({ where: { id: pending.id }, data: { status: 'active', liveName: name, verifiedAt: pending.createdAt } });
+  await s.db.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${domain.id}`;
   return { accountId: done.body.account_id, apiKey: done.body.api_key, keyId: done.body.key_id, primaryAddress: done.body.primary_address, domain: name, domainId: domain.id };
 }
 

@@ -3,6 +3,7 @@
  * signup and confirm in every available domain mode, the account, its callback webhook, API keys, boxes and
  * the hash-chained event log. Security cases shared by every keyed route live in security.test.ts.
  */
+import { goLive } from '@boxes/core';
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
@@ -215,22 +216,24 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     expectError(form, 415, 'unsupported_media_type');
   });
 
-  it('a byo domain already taken (pending intent or live account) gets 409 with suggestions', async () => {
+  it('a byo domain: pending claims do not block each other; one live on another account is 409 with suggestions', async () => {
     const domain = `taken-${uniq()}.com`;
     const first = await startSignup({ human_email: 'first@example.com', domain_intent: { mode: 'byo_manual', byo_domain: domain } });
     expect(first.status).toBe(200);
 
-    // Taken by a pending intent, in either byo mode and in any letter case.
+    // A pending claim (intent or confirmed, not yet proven) does not block another claim, in either mode.
     for (const [mode, name] of [['byo_manual', domain], ['byo_delegated', domain], ['byo_manual', domain.toUpperCase()]] as const) {
       const r = await startSignup({ human_email: 'second@example.com', domain_intent: { mode, byo_domain: name } });
-      expectError(r, 409, 'domain_taken');
-      expect(Array.isArray(r.body.error.suggestions)).toBe(true);
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
     }
-
-    // Still taken once the first signup is confirmed.
     expect((await confirm(first.body.intent_id)).status).toBe(200);
+
+    // Once proven (live) on the first account, the name is taken: 409 with free names to claim instead.
+    await t.db.domain.updateMany({ where: { name: domain }, data: { status: 'active', liveName: domain } });
     const again = await startSignup({ human_email: 'third@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain } });
     expectError(again, 409, 'domain_taken');
+    expect(again.body.error.suggestions.length).toBeGreaterThan(0);
+    expect(again.body.error.suggestions[0]).toMatchObject({ mode: 'subdomain', domain: expect.stringMatching(/^taken-/) });
     const rows = await t.db.$queryRawUnsafe<{ n: number }[]>('SELECT count(*)::int AS n FROM domains WHERE name = $1', domain);
     expect(rows[0]!.n).toBe(1);
   });
@@ -267,20 +270,22 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     expect(rows[0]!.n).toBe(1);
   });
 
-  it('concurrent byo signups for one domain end with exactly one account owning it', async () => {
+  it('concurrent byo claims on one domain all stay pending; proven at once, exactly one goes live', async () => {
     const domain = `race-${uniq()}.com`;
     const starts = await Promise.all(
       [1, 2, 3, 4].map((i) => startSignup({ human_email: `r${i}@example.com`, domain_intent: { mode: 'byo_manual', byo_domain: domain } })),
     );
-    for (const x of starts) expect([200, 409], JSON.stringify(x.body)).toContain(x.status);
-    for (const x of starts.filter((y) => y.status === 409)) expect(x.body.error.code).toBe('domain_taken');
-    const accepted = starts.filter((x) => x.status === 200);
-    expect(accepted.length).toBeGreaterThanOrEqual(1);
-    const confirms = await Promise.all(accepted.map((x) => confirm(x.body.intent_id)));
-    expect(confirms.filter((x) => x.status === 200)).toHaveLength(1);
-    for (const x of confirms.filter((y) => y.status !== 200)) expectError(x, 409, 'domain_taken');
-    const rows = await t.db.$queryRawUnsafe<{ n: number }[]>('SELECT count(*)::int AS n FROM domains WHERE name = $1', domain);
+    for (const x of starts) expect(x.status, JSON.stringify(x.body)).toBe(200);
+    const confirms = await Promise.all(starts.map((x) => confirm(x.body.intent_id)));
+    for (const x of confirms) expect(x.body.domain_status, JSON.stringify(x.body)).toBe('pending_dns');
+    const pending = await t.db.domain.findMany({ where: { name: domain } });
+    expect(pending.map((d) => [d.status, d.liveName])).toEqual(pending.map(() => ['pending_dns', null]));
+    // Every claim found proven at the same moment (the verifier's last step): one takes the name.
+    const results = await Promise.all(pending.map((d) => t.db.$transaction((tx) => goLive(t.svc, tx, d))));
+    expect(results.filter((d) => d.status === 'active')).toHaveLength(1);
+    const rows = await t.db.$queryRawUnsafe<{ n: number }[]>("SELECT count(*)::int AS n FROM domains WHERE live_name = $1 AND status = 'active'", domain);
     expect(rows[0]!.n).toBe(1);
+    for (const d of results.filter((x) => x.status !== 'active')) expect((d.checks as any).blocked_by).toMatch(/another account proved this domain first/);
   });
 
   it('an expired intent gets 410, creates nothing and no longer holds its domain', async () => {

@@ -82,6 +82,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     ...process.env,
     SMTP_PORT: '0',
     MQTT_PORT: '0',
+    DNS_PORT: '0',
     WEBHOOK_RETRY_SCALE: '0.001',
     DELIVERY_RETRY_SCALE: '0.0001',
     // Test files sign up many accounts from 127.0.0.1; the limit has its own test.
@@ -211,3 +212,4 @@ export async function mintKey(
   if (r.status !== 200) throw new Error(`mint failed: ${r.status} ${JSON.stringify(r.body)}`);
   return r.body;
 }
+export * from './dns';
