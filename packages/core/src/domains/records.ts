@@ -1,5 +1,6 @@
 /** The DNS records a domain needs to receive and send through this instance (shown for byo_manual domains). */
 import type { Config } from '@boxes/config';
+import { DEFAULT_TTL, DMARC_VALUE, dkimValue, spfValue } from '../dns/zones';
 
 export interface DnsRecord {
   name: string;
@@ -11,15 +12,15 @@ export interface DnsRecord {
 
 export function requiredRecords(config: Config, domain: { name: string; dkimSelector: string; dkimPublicKey: string }): DnsRecord[] {
   return [
-    { name: domain.name, type: 'MX', ttl: 3600, values: [`10 ${config.mailHost}.`], purpose: 'receive mail' },
-    { name: domain.name, type: 'TXT', ttl: 3600, values: [`v=spf1 a:${config.mailHost} ~all`], purpose: 'SPF: authorise this instance to send' },
+    { name: domain.name, type: 'MX', ttl: DEFAULT_TTL, values: [`10 ${config.mailHost}.`], purpose: 'receive mail' },
+    { name: domain.name, type: 'TXT', ttl: DEFAULT_TTL, values: [spfValue(config)], purpose: 'SPF: authorise this instance to send' },
     {
       name: `${domain.dkimSelector}._domainkey.${domain.name}`,
       type: 'TXT',
-      ttl: 3600,
-      values: [`v=DKIM1; k=rsa; p=${domain.dkimPublicKey}`],
-      purpose: 'DKIM: the public key that verifies our signatures',
+      ttl: DEFAULT_TTL,
+      values: [dkimValue(domain.dkimPublicKey)],
+      purpose: 'DKIM: the key generated for this claim; publishing it also proves the claim is yours',
     },
-    { name: `_dmarc.${domain.name}`, type: 'TXT', ttl: 3600, values: ['v=DMARC1; p=quarantine; adkim=r; aspf=r'], purpose: 'DMARC policy' },
+    { name: `_dmarc.${domain.name}`, type: 'TXT', ttl: DEFAULT_TTL, values: [DMARC_VALUE], purpose: 'DMARC policy' },
   ];
 }
