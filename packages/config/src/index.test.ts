@@ -49,7 +49,23 @@ describe('loadConfig', () => {
       logLevel: 'info',
       trustProxy: false,
       signupRateLimitPerHour: 30,
+      dns: {
+        host: '127.0.0.1',
+        port: 1053,
+        resolvers: [],
+        hostmaster: 'hostmaster.boxes.localhost',
+        publicAddresses: [],
+        claimTtlDays: 7,
+        verifyIntervalMs: 60_000,
+      },
     });
+  });
+
+  it('reads the DNS settings: resolvers and public addresses as lists, the hostmaster without its trailing dot', () => {
+    expect(
+      loadConfig({ DNS_RESOLVERS: ' 127.0.0.1:5300, ::1 ,', PUBLIC_ADDRESSES: '192.0.2.1,2001:db8::1', DNS_HOSTMASTER: 'DNS.Example.com.', DNS_PORT: '53', DOMAIN_CLAIM_TTL_DAYS: '3' }).dns,
+    ).toMatchObject({ resolvers: ['127.0.0.1:5300', '::1'], publicAddresses: ['192.0.2.1', '2001:db8::1'], hostmaster: 'dns.example.com', port: 53, claimTtlDays: 3 });
+    expect(() => loadConfig({ DOMAIN_CLAIM_TTL_DAYS: '0' })).toThrow(/DOMAIN_CLAIM_TTL_DAYS/);
   });
 
   it('derives the site and API URLs from PORT, or takes SITE_URL without its trailing slash', () => {
