@@ -56,6 +56,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     transport,
     authorization: req.headers.get('authorization'),
     clientIp: () => clientIp(req),
+    responseHeaders: new Headers(),
   });
 
   const rest = createRestHandler({
@@ -85,7 +86,11 @@ export function createApp(svc: Services, log: Logger): Hono {
       onError: ({ error, path }) => {
         if (toAppError(error).status >= 500) log.error({ err: error, requestId, path }, 'request failed');
       },
-      responseMeta: () => ({ headers: new Headers({ 'x-request-id': requestId }) }),
+      responseMeta: ({ ctx }) => {
+        const headers = new Headers(ctx?.responseHeaders);
+        headers.set('x-request-id', requestId);
+        return { headers };
+      },
     });
   });
 
