@@ -26,10 +26,16 @@ export function routeTable(paths: Record<string, Record<string, unknown>>): Rout
   });
 }
 
+/** Retry-After for an error that says how long to wait (retry_after_seconds), as its body does. */
+export function retryAfterOf(err: AppError): Record<string, string> {
+  const seconds = err.details.retry_after_seconds;
+  return typeof seconds === 'number' && Number.isFinite(seconds) ? { 'retry-after': String(Math.max(1, Math.ceil(seconds))) } : {};
+}
+
 export function errorResponse(err: AppError, requestId: string, headers: Record<string, string> = {}): Response {
   return Response.json(
     { error: { code: err.code, message: err.message, request_id: requestId, ...err.details } },
-    { status: err.status, headers: { 'x-request-id': requestId, ...headers } },
+    { status: err.status, headers: { 'x-request-id': requestId, ...retryAfterOf(err), ...headers } },
   );
 }
 
