@@ -30,15 +30,15 @@ const HEADERS = {
   'RateLimit-Policy': {
     description:
       'The per-key quota policy, as a structured field: calls per window (q) and the window in seconds (w). Sent on every response to a call with a valid key while the limit is on (KEY_RATE_LIMIT_PER_MINUTE).',
-    schema: { type: 'string', example: '"default";q=600;w=60' },
+    schema: { type: 'string' as const, example: '"default";q=600;w=60' },
   },
   RateLimit: {
     description: "The key's current window, as a structured field: calls left (r) and seconds until the window ends and the count starts again (t).",
-    schema: { type: 'string', example: '"default";r=599;t=42' },
+    schema: { type: 'string' as const, example: '"default";r=599;t=42' },
   },
   'Retry-After': {
     description: 'Seconds to wait before calling again (the same as error.retry_after_seconds).',
-    schema: { type: 'integer', minimum: 1, example: 42 },
+    schema: { type: 'integer' as const, minimum: 1, example: 42 },
   },
 };
 // Fresh objects on every use: a shared one would become a YAML anchor and alias in /openapi.yaml.
