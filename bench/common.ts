@@ -85,6 +85,8 @@ export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boole
     REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL || 'error',
     SIGNUP_RATE_LIMIT_PER_HOUR: '0',
+    // A benchmark drives thousands of calls a minute through one key.
+    KEY_RATE_LIMIT_PER_MINUTE: '0',
     ...(process.env.DELIVERY_CONCURRENCY ? { DELIVERY_CONCURRENCY: process.env.DELIVERY_CONCURRENCY } : {}),
   });
   const poolSize = process.env.BENCH_DB_POOL ? envInt('BENCH_DB_POOL', 20, 1, 90) : undefined;

@@ -1,8 +1,15 @@
 /**
  * The OpenAPI document and the discovery manifest as the running server serves them: a valid OpenAPI 3.1
- * document (checked by an independent validator), listing every REST route of the router, with bearer security
- * and the shared Error schema on keyed operations.
+ * document (checked by an independent validator) that lints clean with the Redocly CLI (redocly.yaml), listing
+ * every REST route of the router, with bearer security, the shared Error schema and the rate-limit fields on
+ * keyed operations.
  */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -190,6 +197,51 @@ describe('GET /openapi.json and /openapi.yaml', () => {
         expect(res.description, `${where} ${code}`).toBeTruthy();
       }
     }
+  });
+
+  it('lints clean with the Redocly CLI (recommended rules, as redocly.yaml adjusts them): no error, no warning', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-openapi-'));
+    try {
+      const json = path.join(dir, 'openapi.json');
+      const yaml = path.join(dir, 'openapi.yaml');
+      fs.writeFileSync(json, jsonText);
+      fs.writeFileSync(yaml, await (await fetch(`${t.url}/openapi.yaml`)).text());
+      const cli = path.join(path.dirname(createRequire(import.meta.url).resolve('@redocly/cli/package.json')), 'bin', 'cli.js');
+      const config = path.resolve(import.meta.dirname, '../../redocly.yaml');
+      for (const file of [json, yaml]) {
+        // Exits non-zero on errors: keep its report either way.
+        const run = await promisify(execFile)(process.execPath, [cli, 'lint', '--config', config, '--format', 'json', file], {
+          encoding: 'utf8',
+          timeout: 60_000,
+          env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+        }).catch((err: { stdout?: string; stderr?: string }) => ({ stdout: err.stdout ?? '', stderr: err.stderr ?? '' }));
+        const report = JSON.parse(run.stdout) as { totals: { errors: number; warnings: number }; problems: { ruleId: string; message: string; location: { pointer?: string }[] }[] };
+        const problems = report.problems.map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? '?'}`);
+        expect(problems, `${path.basename(file)}: ${run.stderr}`).toEqual([]);
+        expect(report.totals).toMatchObject({ errors: 0, warnings: 0 });
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('keyed operations declare the per-key rate limit: 429 with Retry-After, and the RateLimit fields', () => {
+    expect(Object.keys((doc.components as any).headers).sort()).toEqual(['RateLimit', 'RateLimit-Policy', 'Retry-After']);
+    const fields = { 'RateLimit-Policy': { $ref: '#/components/headers/RateLimit-Policy' }, RateLimit: { $ref: '#/components/headers/RateLimit' } };
+    for (const { method, path, op } of operations()) {
+      const where = `${method.toUpperCase()} ${path}`;
+      const res = op.responses as Record<string, { headers?: Record<string, unknown> }>;
+      if (!op.security?.length) {
+        expect(res['200']!.headers ?? {}, where).toEqual({});
+        continue;
+      }
+      expect(res['429']?.headers, where).toEqual({ 'Retry-After': { $ref: '#/components/headers/Retry-After' }, ...fields });
+      expect(res['200']!.headers, where).toEqual(fields);
+      // A refused key is not counted, so its 401 has no fields.
+      expect(res['401']!.headers, where).toBeUndefined();
+    }
+    // The signup limit (per client address) answers 429 with Retry-After.
+    expect((doc.paths['/signup/agentic']!.post!.responses['429'] as { headers?: unknown }).headers).toEqual({ 'Retry-After': { $ref: '#/components/headers/Retry-After' } });
   });
 
   it('every $ref in the document resolves within it', () => {

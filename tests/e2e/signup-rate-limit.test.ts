@@ -21,6 +21,9 @@ test('a fourth signup within the hour from one address is 429; a forged X-Forwar
   expect(over.body.error.code).toBe('rate_limited');
   expect(over.body.error.retry_after_seconds).toBeGreaterThan(0);
   expect(over.body.error.retry_after_seconds).toBeLessThanOrEqual(3600);
+  expect(over.headers.get('retry-after')).toBe(String(over.body.error.retry_after_seconds));
+  // Signup needs no key: no per-key RateLimit fields.
+  expect(over.headers.get('ratelimit')).toBeNull();
   // The same limit over tRPC (the SDK).
   const sdk = createBoxesClient({ baseUrl: t.url });
   const err = await sdk.signup.create.mutate({ human_email: 'limit@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } }).catch((e: unknown) => e);

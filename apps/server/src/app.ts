@@ -15,7 +15,7 @@ import type { Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
 import { createMcpHandler } from './mcp';
-import { createRestHandler, errorResponse, REST_PREFIX, routeTable } from './rest';
+import { createRestHandler, errorResponse, REST_PREFIX, retryAfterOf, routeTable } from './rest';
 
 export function createApp(svc: Services, log: Logger): Hono {
   const app = new Hono();
@@ -56,6 +56,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     transport,
     authorization: req.headers.get('authorization'),
     clientIp: () => clientIp(req),
+    responseHeaders: new Headers(),
   });
 
   const rest = createRestHandler({
@@ -85,7 +86,14 @@ export function createApp(svc: Services, log: Logger): Hono {
       onError: ({ error, path }) => {
         if (toAppError(error).status >= 500) log.error({ err: error, requestId, path }, 'request failed');
       },
-      responseMeta: () => ({ headers: new Headers({ 'x-request-id': requestId }) }),
+      responseMeta: ({ ctx, errors, paths }) => {
+        const headers = new Headers(ctx?.responseHeaders);
+        // A single call that says how long to wait (the signup limit) says it in Retry-After too, as on REST.
+        const only = paths?.length === 1 && errors[0] ? retryAfterOf(toAppError(errors[0])) : {};
+        for (const [name, value] of Object.entries(only)) if (!headers.has(name)) headers.set(name, value);
+        headers.set('x-request-id', requestId);
+        return { headers };
+      },
     });
   });
 

@@ -2,16 +2,42 @@
  * {mcp_url}/mcp: MCP over Streamable HTTP (stateless: a server and transport per request). Authenticated by an
  * API key as Bearer, with the same scopes, billing and reputation as REST, because every tool call runs the
  * router's procedure. Tools whose scope the key lacks are not listed (and are refused if called anyway).
+ * Each tool call counts against the key's rate limit like a REST call; the protocol's own messages (initialize,
+ * tools/list, notifications) do not. The count is taken here, before the transport answers, so a call over the
+ * limit is an HTTP 429 with Retry-After as on the other faces, and every keyed response has the RateLimit fields.
  */
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { API_VERSION, appRouter, createCallerFactory, gettingStarted, procedureTools, toAppError, type Context } from '@boxes/api';
-import { AppError, authenticateKey, newId, type Services } from '@boxes/core';
+import { API_VERSION, appRouter, createCallerFactory, gettingStarted, procedureTools, rateLimitFields, toAppError, type Context } from '@boxes/api';
+import { AppError, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
 import type { Logger } from './logger';
 import { errorResponse } from './rest';
 
 const createCaller = createCallerFactory(appRouter);
+
+/** The transport's own cap on a POST body (its default), kept now that the body is read here. */
+const MAX_MCP_BODY_BYTES = 4 * 1024 * 1024;
+
+/** Reads at most max bytes of the body; null when it is longer. */
+async function readCapped(req: Request, max: number): Promise<string | null> {
+  if (Number(req.headers.get('content-length') ?? 0) > max) return null;
+  if (!req.body) return '';
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of req.body as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength;
+    if (size > max) return null;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** How many tools/call requests a JSON-RPC message (or batch) carries. */
+function toolCalls(message: unknown): number {
+  const all = Array.isArray(message) ? message : [message];
+  return all.filter((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'tools/call').length;
+}
 
 export function createMcpHandler(svc: Services, log: Logger) {
   return async function handleMcp(req: Request): Promise<Response> {
@@ -28,10 +54,29 @@ export function createMcpHandler(svc: Services, log: Logger) {
         { 'www-authenticate': 'Bearer' },
       );
     }
+    // POST bodies are read here to count their tool calls, then handed to the transport already parsed.
+    let parsedBody: unknown;
+    let forward = req;
+    if (req.method === 'POST') {
+      const text = await readCapped(req, MAX_MCP_BODY_BYTES);
+      if (text === null) return errorResponse(new AppError('payload_too_large', `The body is larger than ${MAX_MCP_BODY_BYTES} bytes`), requestId);
+      try {
+        parsedBody = JSON.parse(text);
+      } catch {
+        // Not JSON: the transport answers with its JSON-RPC parse error.
+        const headers = new Headers(req.headers);
+        headers.delete('content-length');
+        forward = new Request(req.url, { method: req.method, headers, body: text });
+      }
+    }
+    const window = await takeKeyRate(svc, key.id, toolCalls(parsedBody));
+    const fields = window ? rateLimitFields(window) : {};
+    if (window?.limited) return errorResponse(keyRateLimited(window), requestId, fields);
     if (key.account.mcpDisabledAt) {
       return errorResponse(
         new AppError('mcp_disabled', `MCP access is disabled for this account since ${key.account.mcpDisabledAt.toISOString()}; enable it with POST /api/v1/account/mcp/enable (admin) or use the REST API`),
         requestId,
+        fields,
       );
     }
     const scopes = new Set(key.scopes);
@@ -46,7 +91,7 @@ export function createMcpHandler(svc: Services, log: Logger) {
       if (!tool) {
         return { isError: true, content: [{ type: 'text' as const, text: JSON.stringify({ error: { code: 'not_found', message: `No tool ${request.params.name}`, request_id: callId } }) }] };
       }
-      const ctx: Context = { svc, requestId: callId, transport: 'mcp', authorization: header };
+      const ctx: Context = { svc, requestId: callId, transport: 'mcp', authorization: header, responseHeaders: new Headers(), rateCounted: true };
       try {
         const fn = tool.procedure.split('.').reduce<unknown>((acc, part) => (acc as Record<string, unknown>)[part], createCaller(ctx)) as (input: unknown) => Promise<unknown>;
         const args = request.params.arguments ?? {};
@@ -61,7 +106,8 @@ export function createMcpHandler(svc: Services, log: Logger) {
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     await server.connect(transport);
     try {
-      const res = await transport.handleRequest(req);
+      const res = await transport.handleRequest(forward, parsedBody === undefined ? undefined : { parsedBody });
+      for (const [name, value] of Object.entries(fields)) res.headers.set(name, value);
       res.headers.set('x-request-id', requestId);
       return res;
     } finally {

@@ -26,10 +26,16 @@ export function routeTable(paths: Record<string, Record<string, unknown>>): Rout
   });
 }
 
+/** Retry-After for an error that says how long to wait (retry_after_seconds), as its body does. */
+export function retryAfterOf(err: AppError): Record<string, string> {
+  const seconds = err.details.retry_after_seconds;
+  return typeof seconds === 'number' && Number.isFinite(seconds) ? { 'retry-after': String(Math.max(1, Math.ceil(seconds))) } : {};
+}
+
 export function errorResponse(err: AppError, requestId: string, headers: Record<string, string> = {}): Response {
   return Response.json(
     { error: { code: err.code, message: err.message, request_id: requestId, ...err.details } },
-    { status: err.status, headers: { 'x-request-id': requestId, ...headers } },
+    { status: err.status, headers: { 'x-request-id': requestId, ...retryAfterOf(err), ...headers } },
   );
 }
 
@@ -212,19 +218,23 @@ export function createRestHandler(opts: {
     headers.delete('content-length');
     const forwarded = new Request(url, { method, headers, body });
     let failure: unknown;
+    let ctx: Context | undefined;
     const res = await openApi(forwarded, {
-      context: () => opts.context(req, requestId),
+      context: () => (ctx ??= opts.context(req, requestId)),
       onError: (error) => {
         failure = error;
       },
     });
+    // What the procedure set for the response (the rate-limit fields), on success and error alike.
+    const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
       const out = new Response(req.method === 'HEAD' ? null : res.body, res);
+      for (const [name, value] of Object.entries(fields)) out.headers.set(name, value);
       out.headers.set('x-request-id', requestId);
       return out;
     }
     const app = toAppError(failure);
     if (app.status >= 500) opts.log.error({ err: failure, requestId, path, method }, 'request failed');
-    return errorResponse(app, requestId);
+    return errorResponse(app, requestId, fields);
   };
 }

@@ -3,3 +3,4 @@ export { appRouter, type AppRouter } from './router';
 export { buildOpenApiDocument, API_VERSION } from './openapi';
 export { toAppError, describeZodError, gettingStarted, createCallerFactory, type Context, type Transport, type ErrorData } from './trpc';
 export { procedureTools, type ProcedureTool } from './tools';
+export { rateLimitFields, setRateLimitFields, RATE_LIMIT_POLICY } from './rate-limit';

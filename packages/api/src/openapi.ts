@@ -1,4 +1,8 @@
-/** The OpenAPI document, generated from the router; our error shape replaces the generator's. */
+/**
+ * The OpenAPI document, generated from the router; our error shape replaces the generator's, keyed operations
+ * declare the per-key rate limit (429 and the RateLimit fields), and the document lints clean with Redocly's
+ * recommended rules (redocly.yaml at the repository root says which rules are changed and why).
+ */
 import { generateOpenApiDocument, type OpenAPIObject } from 'trpc-to-openapi';
 import { z } from 'zod';
 import { ErrorBody } from '@boxes/schemas';
@@ -15,9 +19,31 @@ const STATUS_TEXT: Record<string, string> = {
   '404': 'Not found (also for resources of another account)',
   '409': 'Conflicts with the current state',
   '410': 'Expired',
+  '429': 'Too many calls: wait error.retry_after_seconds (also in Retry-After) and try again',
   '500': 'Internal error (quote error.request_id)',
   '501': 'Not available on this instance yet',
+  '503': 'Temporarily unavailable; try again',
 };
+
+/** Response fields of the per-key rate limit (draft-ietf-httpapi-ratelimit-headers), declared once. */
+const HEADERS = {
+  'RateLimit-Policy': {
+    description:
+      'The per-key quota policy, as a structured field: calls per window (q) and the window in seconds (w). Sent on every response to a call with a valid key while the limit is on (KEY_RATE_LIMIT_PER_MINUTE).',
+    schema: { type: 'string' as const, example: '"default";q=600;w=60' },
+  },
+  RateLimit: {
+    description: "The key's current window, as a structured field: calls left (r) and seconds until the window ends and the count starts again (t).",
+    schema: { type: 'string' as const, example: '"default";r=599;t=42' },
+  },
+  'Retry-After': {
+    description: 'Seconds to wait before calling again (the same as error.retry_after_seconds).',
+    schema: { type: 'integer' as const, minimum: 1, example: 42 },
+  },
+};
+// Fresh objects on every use: a shared one would become a YAML anchor and alias in /openapi.yaml.
+const ref = (name: keyof typeof HEADERS) => ({ $ref: `#/components/headers/${name}` });
+const rateFields = () => ({ 'RateLimit-Policy': ref('RateLimit-Policy'), RateLimit: ref('RateLimit') });
 
 export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string }): OpenAPIObject {
   const doc = generateOpenApiDocument(appRouter, {
@@ -33,16 +59,29 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
   const converted = z.toJSONSchema(ErrorBody, { target: 'draft-2020-12', io: 'output' }) as { $defs?: Record<string, Record<string, unknown>> };
   const errorSchema = converted.$defs?.Error ?? (converted as Record<string, unknown>);
   delete errorSchema.$schema;
-  doc.components = { ...doc.components, schemas: { ...(doc.components?.schemas ?? {}), Error: errorSchema } };
+  // The generator's own error schemas (error.BAD_REQUEST, ...) are replaced by Error everywhere below.
+  const schemas = Object.fromEntries(Object.entries(doc.components?.schemas ?? {}).filter(([name]) => !name.startsWith('error.')));
+  doc.components = { ...doc.components, schemas: { ...schemas, Error: errorSchema }, headers: structuredClone(HEADERS) };
+  // Every operation needs a key unless it says otherwise (the two signup calls say security: []).
+  doc.security = [{ bearerAuth: [] }];
   for (const item of Object.values(doc.paths ?? {})) {
-    for (const op of Object.values(item as Record<string, { responses?: Record<string, unknown>; security?: unknown[] }>)) {
+    for (const op of Object.values(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
       if (!op?.responses) continue;
+      const keyed = Boolean(op.security?.length);
+      if (!keyed) op.security = [];
       const codes = new Set(Object.keys(op.responses).filter((c) => c !== '200'));
-      if (op.security?.length) ['401', '403'].forEach((c) => codes.add(c));
+      if (keyed) ['401', '403', '429'].forEach((c) => codes.add(c));
       for (const c of [...codes].filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
       for (const c of [...codes].filter((c) => Number(c) >= 400).sort()) {
-        op.responses[c] = { description: STATUS_TEXT[c] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+        // A refused key (401) is not counted; any other answer to a keyed call carries the rate-limit fields.
+        const headers = { ...(c === '429' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' ? rateFields() : {}) };
+        op.responses[c] = {
+          description: STATUS_TEXT[c] ?? 'Error',
+          ...(Object.keys(headers).length ? { headers } : {}),
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+        };
       }
+      if (keyed && op.responses['200']) op.responses['200'].headers = { ...(op.responses['200'].headers as object | undefined), ...rateFields() };
     }
   }
   return doc;

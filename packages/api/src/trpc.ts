@@ -1,14 +1,16 @@
 /**
  * tRPC setup: the context, the error formatter and the procedure builders. publicProcedure needs no key;
- * keyProcedure authenticates the Bearer key on every transport, checks meta.scope, and narrows ctx.account and
- * ctx.key. Errors thrown by core (AppError) keep their code on both transports.
+ * keyProcedure authenticates the Bearer key on every transport, counts the call against the key's rate limit,
+ * checks meta.scope, and narrows ctx.account and ctx.key. Errors thrown by core (AppError) keep their code on
+ * both transports.
  */
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
-import { AppError, authenticateKey, ERROR_CODES, type BoxScope, type Services } from '@boxes/core';
+import { AppError, authenticateKey, ERROR_CODES, keyRateLimited, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
+import { setRateLimitFields } from './rate-limit';
 
 export type Transport = 'rest' | 'trpc' | 'mcp';
 
@@ -20,6 +22,10 @@ export interface Context {
   authorization: string | null;
   /** The client's address (the proxy's X-Forwarded-For only with TRUST_PROXY), when known; looked up on call. */
   clientIp?: () => string | null;
+  /** Fields for the HTTP response (the rate-limit fields), set by procedures; each face copies them onto it. */
+  responseHeaders: Headers;
+  /** The face has already counted this call against the key's rate limit (MCP counts tool calls as they arrive). */
+  rateCounted?: boolean;
 }
 
 // A type alias, not an interface: trpc-to-openapi needs meta to have an implicit index signature.
@@ -120,6 +126,15 @@ export const keyProcedure = publicProcedure.use(async ({ ctx, meta, next }) => {
   const key = await authenticateKey({ db: ctx.svc.db, raw: match[1]! });
   if (!key) {
     throw new AppError('unauthorized', 'The API key is not valid or has been revoked', { getting_started: gettingStarted(ctx.svc) });
+  }
+  // Counted once the key is known (unknown keys tell nothing about anyone's quota) and before the scope checks
+  // (a key hammering calls it may not make is still hammering).
+  if (!ctx.rateCounted) {
+    const window = await takeKeyRate(ctx.svc, key.id);
+    if (window) {
+      setRateLimitFields(ctx.responseHeaders, window);
+      if (window.limited) throw keyRateLimited(window);
+    }
   }
   if (meta?.scope && !key.scopes.includes(meta.scope)) {
     throw new AppError('insufficient_scope', `This call needs a key with the ${meta.scope} scope; this key has ${key.scopes.join(', ')}`, {

@@ -49,6 +49,7 @@ describe('loadConfig', () => {
       logLevel: 'info',
       trustProxy: false,
       signupRateLimitPerHour: 30,
+      keyRateLimit: { perMinute: 600, windowSeconds: 60, quota: 600 },
       dns: {
         host: '127.0.0.1',
         port: 1053,
@@ -66,6 +67,16 @@ describe('loadConfig', () => {
       loadConfig({ DNS_RESOLVERS: ' 127.0.0.1:5300, ::1 ,', PUBLIC_ADDRESSES: '192.0.2.1,2001:db8::1', DNS_HOSTMASTER: 'DNS.Example.com.', DNS_PORT: '53', DOMAIN_CLAIM_TTL_DAYS: '3' }).dns,
     ).toMatchObject({ resolvers: ['127.0.0.1:5300', '::1'], publicAddresses: ['192.0.2.1', '2001:db8::1'], hostmaster: 'dns.example.com', port: 53, claimTtlDays: 3 });
     expect(() => loadConfig({ DOMAIN_CLAIM_TTL_DAYS: '0' })).toThrow(/DOMAIN_CLAIM_TTL_DAYS/);
+  });
+
+  it('the per-key rate limit: a per-minute rate counted in windows of KEY_RATE_LIMIT_WINDOW_SECONDS; 0 turns it off', () => {
+    expect(loadConfig({ KEY_RATE_LIMIT_PER_MINUTE: '0' }).keyRateLimit.quota).toBe(0);
+    expect(loadConfig({ KEY_RATE_LIMIT_PER_MINUTE: '120' }).keyRateLimit).toEqual({ perMinute: 120, windowSeconds: 60, quota: 120 });
+    expect(loadConfig({ KEY_RATE_LIMIT_WINDOW_SECONDS: '10' }).keyRateLimit).toEqual({ perMinute: 600, windowSeconds: 10, quota: 100 });
+    // A window always lets at least one request through.
+    expect(loadConfig({ KEY_RATE_LIMIT_PER_MINUTE: '1', KEY_RATE_LIMIT_WINDOW_SECONDS: '1' }).keyRateLimit.quota).toBe(1);
+    expect(configError({ KEY_RATE_LIMIT_PER_MINUTE: '-1' }).message).toMatch(/\bKEY_RATE_LIMIT_PER_MINUTE\b/);
+    expect(configError({ KEY_RATE_LIMIT_WINDOW_SECONDS: '0' }).message).toMatch(/\bKEY_RATE_LIMIT_WINDOW_SECONDS\b/);
   });
 
   it('derives the site and API URLs from PORT, or takes SITE_URL without its trailing slash', () => {

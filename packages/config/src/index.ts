@@ -67,6 +67,13 @@ const envSchema = z.object({
   MQTT_BROKER_URL: z.string().optional(),
   /** Signups (POST /signup/agentic) one client address may start per hour; 0 turns the limit off. */
   SIGNUP_RATE_LIMIT_PER_HOUR: z.coerce.number().int().min(0).default(30),
+  /** Requests one API key may make per minute, on every face (REST, tRPC, MCP tool calls); 0 turns the limit off. */
+  KEY_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(0).max(1_000_000).default(600),
+  /**
+   * Length of the counting window. The whole window's share of the per-minute rate may be spent at once (the
+   * burst), so a shorter window means smaller bursts: 10 gives 100 requests per 10 s at 600 a minute.
+   */
+  KEY_RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   /** Charge the introductory message price ($0.0004) instead of the standard one ($0.0016). */
   PRICE_INTRODUCTORY: bool.default(false),
   /** How often the worker's repeatable billing job runs (recurring debits: domain hosting, storage, DNS overage). */
@@ -128,6 +135,8 @@ export interface Config {
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   trustProxy: boolean;
   signupRateLimitPerHour: number;
+  /** Per-key request limit: quota requests per fixed window of windowSeconds (quota 0: off). */
+  keyRateLimit: { perMinute: number; windowSeconds: number; quota: number };
   dns: {
     host: string;
     port: number;
@@ -198,6 +207,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logLevel: e.LOG_LEVEL,
     trustProxy: e.TRUST_PROXY,
     signupRateLimitPerHour: e.SIGNUP_RATE_LIMIT_PER_HOUR,
+    keyRateLimit: {
+      perMinute: e.KEY_RATE_LIMIT_PER_MINUTE,
+      windowSeconds: e.KEY_RATE_LIMIT_WINDOW_SECONDS,
+      quota: e.KEY_RATE_LIMIT_PER_MINUTE === 0 ? 0 : Math.max(1, Math.round((e.KEY_RATE_LIMIT_PER_MINUTE * e.KEY_RATE_LIMIT_WINDOW_SECONDS) / 60)),
+    },
     dns: {
       host: e.DNS_HOST,
       port: e.DNS_PORT,

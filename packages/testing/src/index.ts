@@ -72,12 +72,18 @@ export interface TestServerOptions {
   resolver?: MxResolver;
   /** The service clock; an AdjustableClock lets a test move time forward (payment TTLs, billing periods). */
   clock?: Clock;
+  /**
+   * Another process of that server's service: the same database and Redis prefix (for what all processes must
+   * share). Its stop() leaves both to the first server.
+   */
+  sameStoreAs?: TestServer;
 }
 
 /** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
 export async function startTestServer(opts: TestServerOptions = {}): Promise<TestServer> {
   const env = opts.env ?? {};
-  const database = await createTestDatabase();
+  const shared = opts.sameStoreAs;
+  const database = shared ? { url: shared.config.databaseUrl, drop: async () => {} } : await createTestDatabase();
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
@@ -87,10 +93,12 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     DELIVERY_RETRY_SCALE: '0.0001',
     // Test files sign up many accounts from 127.0.0.1; the limit has its own test.
     SIGNUP_RATE_LIMIT_PER_HOUR: '0',
+    // Test files make many calls with one key; the per-key limit has its own test.
+    KEY_RATE_LIMIT_PER_MINUTE: '0',
     ...env,
     DATABASE_URL: database.url,
     PORT: '0',
-    REDIS_PREFIX: `boxes-test-${randomBytes(5).toString('hex')}`,
+    REDIS_PREFIX: shared?.config.redisPrefix ?? `boxes-test-${randomBytes(5).toString('hex')}`,
     LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent',
   });
   const runtime = await startRuntime(config, {
@@ -115,6 +123,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     mqttPort: runtime.push?.port ?? null,
     async stop() {
       await runtime.stop();
+      if (shared) return;
       // This file's queues and counters go with it, once nothing uses them any more.
       await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
       await database.drop();

@@ -15,6 +15,8 @@ export const signupRouter = router({
         description:
           'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100, needs agent_callback_webhook) the signup is funded: the response carries local_payment_intent, the owner approves it from an emailed link, and the account is provisioned then with that credit (no confirm; signup.completed with the api_key goes to the callback webhook). Mode register is not available yet (501).',
         successDescription: 'The intent',
+        // What this call can answer besides 200 (the generator's defaults would miss 409, 429, 501 and 503).
+        errorResponses: [400, 409, 429, 500, 501, 503],
       },
     })
     .input(SignupInput)
@@ -42,6 +44,7 @@ export const signupRouter = router({
         summary: 'Confirm a signup',
         description:
           'Provisions the account: the domain, the primary box agent@<domain> and the owner key (send, receive, admin). The api_key is shown only in this response. Confirming twice returns 409 and creates nothing.',
+        errorResponses: [400, 404, 409, 410, 500],
       },
     })
     .input(ConfirmInput)
