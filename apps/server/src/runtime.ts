@@ -4,7 +4,7 @@
  * with the same services.
  */
 import type { Config } from '@boxes/config';
-import { announcePlatformVersion, ensureBaseZone, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
+import { announcePlatformVersion, ensureBaseZone, LocalRegistrar, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
 import { createDb } from '@boxes/db';
 import { createRedis, Jobs } from '@boxes/jobs';
@@ -64,7 +64,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const redis = createRedis(config.redisUrl);
   redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
   const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
-  const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider() };
+  const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
   const server = await startServer(config, { svc, log });
   opts.onListening?.(server.port);
   // A new API version is announced to every account once (platform.updated).

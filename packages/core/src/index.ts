@@ -15,6 +15,7 @@ export * from './accounts/account';
 export * from './domains/names';
 export * from './domains/records';
 export * from './domains/verify';
+export * from './domains/registrar';
 export * from './dns/content';
 export * from './dns/zones';
 export * from './credit/prices';

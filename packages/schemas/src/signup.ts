@@ -45,7 +45,7 @@ export const SignupOutput = z.object({
   full_domain: z.string().meta({ description: 'The domain the account will use', example: 'brave-otter.boxes.localhost' }),
   mode: z.enum(DOMAIN_MODES),
   status: z.enum(['pending_confirmation', 'pending_payment']).meta({
-    description: 'pending_confirmation: call confirm. pending_payment (funded signup): the owner pays; the account is provisioned then, with no confirm call',
+    description: 'pending_confirmation: call confirm. pending_payment (funded signup, mode register): the owner pays; the account is provisioned then, with no confirm call',
   }),
   expires_at: Timestamp.meta({ description: 'Confirm (or have the owner pay) before this time' }),
   next_step: z.object({
@@ -57,7 +57,27 @@ export const SignupOutput = z.object({
     client_secret: z.string().meta({ description: 'Card-form path: confirms the payment on approval_url?client_secret=...; shown once' }),
   })
     .optional()
-    .meta({ description: "Funded signup: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. signup.completed with the api_key then goes to agent_callback_webhook" }),
+    .meta({ description: "Funded signup and mode register: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. signup.completed with the api_key then goes to agent_callback_webhook" }),
+  local_wallet_spend_request: z
+    .object({
+      id: z.string().meta({ example: 'spr_0a1b2c3d4e5f6g7h8j9k' }),
+      status: z.string().meta({ description: 'pending_approval, then approved, denied or expired' }),
+      payer_email: z.string(),
+      amount_cents: z.number().int().meta({ description: 'The first year of the registration plus initial_credit_cents' }),
+      currency: z.literal('usd'),
+      expires_at: Timestamp,
+    })
+    .optional()
+    .meta({ description: "Mode register: the spend request in the owner's wallet (the built-in local wallet) for the first year and the initial credit. Approved, the payment clears, the domain is registered and its zone served, and the account is provisioned; denied or expired, nothing is registered or charged" }),
+  registration: z
+    .object({
+      domain: z.string(),
+      registrar: z.string().meta({ description: 'The registrar; the built-in local registrar is simulated' }),
+      price_cents_per_year: z.number().int(),
+      years: z.literal(1),
+    })
+    .optional()
+    .meta({ description: 'Mode register: what will be registered, by whom, at what price' }),
 });
 
 export const ConfirmInput = z.strictObject({

@@ -21,6 +21,8 @@ import { newId } from '../shared/ids';
 import { seal } from '../shared/crypto';
 import { checkCallbackUrl } from '../webhooks/url-guard';
 import { createSignupPayment } from '../payments/payments';
+import { postEntries } from '../credit/ledger';
+import { centsToMicros } from '../credit/prices';
 
 type DkimKey = Awaited<ReturnType<typeof createDkimKey>>;
 
@@ -72,11 +74,11 @@ async function pickSubdomain(svc: Services): Promise<string> {
 
 export async function createSignupIntent(svc: Services, input: z.infer<typeof SignupInput>): Promise<SignupIntent & { funding: Awaited<ReturnType<typeof createSignupPayment>> | null }> {
   const intent = input.domain_intent;
-  if (intent.mode === 'register') {
+  if (intent.mode === 'register' && !input.agent_callback_webhook) {
     throw new AppError(
-      'not_implemented',
-      'Domain registration is not available on this instance yet. Use mode subdomain, byo_manual or byo_delegated.',
-      { available_modes: ['subdomain', 'byo_manual', 'byo_delegated'] },
+      'validation_error',
+      'agent_callback_webhook: required with mode register. A registration completes when the owner approves the payment, without a confirm call; the API key reaches you in signup.completed at that webhook.',
+      { fields: [{ path: 'agent_callback_webhook', message: 'required with mode register' }] },
     );
   }
   if (input.initial_credit_cents !== undefined && !input.agent_callback_webhook) {
@@ -87,8 +89,26 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
     );
   }
   let fullDomain: string;
+  let registrationPriceCents: number | null = null;
   if (intent.mode === 'subdomain') {
     fullDomain = await pickSubdomain(svc);
+  } else if (intent.mode === 'register') {
+    const name = normalizeDomain(intent.register_domain ?? '');
+    if (!name) {
+      throw new AppError('validation_error', 'domain_intent.register_domain: must be a domain name such as my-agent.com', {
+        fields: [{ path: 'domain_intent.register_domain', message: 'not a domain name' }],
+      });
+    }
+    const quote = await svc.registrar.quote(svc.db, name);
+    if (!quote.available || (await byoDomainLive(svc, name))) {
+      const offers = await svc.registrar.suggest(svc.db, name);
+      throw new AppError('domain_taken', `${name} cannot be registered: ${quote.available ? 'it is already live on another account here' : quote.reason} (${svc.registrar.label})`, {
+        registrar: svc.registrar.label,
+        suggestions: offers.map((o) => ({ domain: o.name, mode: 'register' as const, price_cents_per_year: o.priceCentsPerYear })),
+      });
+    }
+    fullDomain = name;
+    registrationPriceCents = quote.priceCentsPerYear;
   } else {
     const name = normalizeDomain(intent.byo_domain ?? '');
     if (!name) {
@@ -120,10 +140,14 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
         fullDomain,
         callbackWebhook,
         initialCreditCents: input.initial_credit_cents ?? null,
+        registrationPriceCents,
         expiresAt: new Date(svc.clock.now().getTime() + INTENT_TTL_MS),
       },
     });
-    const funding = input.initial_credit_cents !== undefined ? await createSignupPayment(svc, tx, created, input.initial_credit_cents) : null;
+    // A funded signup pays its credit; a registration pays the first year plus any initial credit, approved
+    // by the owner as a wallet spend request. Nothing is registered or charged before that approval.
+    const amount = (registrationPriceCents ?? 0) + (input.initial_credit_cents ?? 0);
+    const funding = amount > 0 ? await createSignupPayment(svc, tx, created, amount, { walletSpendRequest: registrationPriceCents !== null }) : null;
     return { ...created, funding };
   });
 }
@@ -190,7 +214,8 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
 async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dkim: DkimKey) {
   const accountId = newId('acct');
   const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
-  const domainStatus = intent.mode === 'subdomain' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
+  // A free subdomain is ours to give and a registered domain was just registered for this account: live at once.
+  const domainStatus = intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
   await tx.account.create({
     data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
   });
@@ -213,6 +238,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
       nextCheckAt: live ? null : now,
     },
   });
+  if (intent.mode === 'register') await registerDomain(svc, tx, { domainId: domain.id, name: domain.name, registrant: intent.humanEmail, priceCentsPerYear: intent.registrationPriceCents! });
   if (live) await publishLiveDomain(tx, svc.config, domain);
   // Resolvers following a new delegation ask this instance for the zone's NS: serve its SOA and NS at once.
   else if (intent.mode === 'byo_delegated') await ensureOwnZone(tx, svc.config, domain.name, 'delegated');
@@ -260,4 +286,41 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
     domain: domain.name,
     domain_status: domainStatus as 'active' | 'pending_dns' | 'pending_delegation',
   };
+}
+
+/** Registers a domain for an account (inside the provisioning transaction) and records the registration. */
+async function registerDomain(svc: Services, tx: Tx, r: { domainId: string; name: string; registrant: string; priceCentsPerYear: number }): Promise<void> {
+  const now = svc.clock.now();
+  const quote = await svc.registrar.quote(tx, r.name);
+  if (!quote.available) {
+    throw new AppError('domain_taken', `${r.name} was registered by someone else meanwhile (${svc.registrar.label}); nothing was charged. Start again with another name.`, {
+      suggestions: (await svc.registrar.suggest(tx, r.name)).map((o) => ({ domain: o.name, mode: 'register' as const, price_cents_per_year: o.priceCentsPerYear })),
+    });
+  }
+  const { expiresAt } = await svc.registrar.register(tx, r.name, { years: 1, nameservers: svc.config.nameservers, registrant: r.registrant, now });
+  await tx.domainRegistration.create({
+    data: { id: newId('reg'), domainId: r.domainId, name: r.name, registrar: svc.registrar.id, priceCentsPerYear: r.priceCentsPerYear, registeredAt: now, expiresAt },
+  });
+}
+
+/** After a registration's payment landed as credit: the first year is charged from it (ledger domain_registration). */
+export async function chargeRegistration(svc: Services, tx: Tx, intentId: string, accountId: string): Promise<void> {
+  const intent = await tx.signupIntent.findUniqueOrThrow({ where: { id: intentId }, select: { mode: true, fullDomain: true, registrationPriceCents: true } });
+  if (intent.mode !== 'register' || intent.registrationPriceCents === null) return;
+  const reg = await tx.domainRegistration.findFirstOrThrow({ where: { name: intent.fullDomain, domain: { accountId } } });
+  await postEntries(svc, tx, accountId, [
+    {
+      type: 'domain_registration',
+      amountMicros: -centsToMicros(intent.registrationPriceCents),
+      idempotencyKey: `domain_registration:${reg.id}`,
+      quantity: 1n,
+      description: `${intent.fullDomain}: registration for one year, until ${reg.expiresAt.toISOString().slice(0, 10)} (${svc.registrar.label})`,
+    },
+  ]);
+  await appendEvent({
+    db: tx,
+    accountId,
+    type: 'domain.registered',
+    data: { domain: intent.fullDomain, registrar: svc.registrar.label, expires_at: reg.expiresAt.toISOString(), price_cents_per_year: intent.registrationPriceCents },
+  });
 }

@@ -37,6 +37,8 @@ export const LEDGER_TYPES = [
   'storage',
   'domain_hosting',
   'domain_maintenance',
+  'domain_registration',
+  'domain_renewal',
   'dns_overage',
   'trailer_surcharge',
   'trailer_buyout',

@@ -8,7 +8,7 @@
  */
 import type { Services } from '../shared/context';
 import { postedKeys, postEntries, type Posting } from './ledger';
-import { dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
+import { centsToMicros, dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
 
 const DAY_MS = 86_400_000;
 /** At most this many days of storage are caught up per account and run (the next run continues). */
@@ -110,12 +110,48 @@ async function billAccount(
   const seen = await postedKeys(svc.db, postings.map((p) => p.idempotencyKey!));
   const due = postings.filter((p) => !seen.has(p.idempotencyKey!));
   if (!due.length && !through) return 0;
+  const renewed = await renewRegistrations(svc, a.id, now);
+  if (!due.length && !through) return renewed;
   return svc.db.$transaction(
     async (tx) => {
       const r = due.length ? await postEntries(svc, tx, a.id, due) : { posted: 0 };
       if (through) await tx.account.update({ where: { id: a.id }, data: { storageBilledThrough: through } });
-      return r.posted;
+      return r.posted + renewed;
     },
     { maxWait: 10_000, timeout: 30_000 },
   );
+}
+
+/**
+ * Registered domains whose year has run out are renewed for another year at the registrar and the year is
+ * debited (domain_renewal), whatever the balance: a mandatory debit that may take it below zero (SPEC's
+ * deficit rules). One renewal per registration year: the ledger key names the year's end, and the renewal and
+ * its debit commit together.
+ */
+async function renewRegistrations(svc: Services, accountId: string, now: Date): Promise<number> {
+  const due = await svc.db.domainRegistration.findMany({ where: { domain: { accountId, status: 'active' }, status: 'active', expiresAt: { lte: now } } });
+  let posted = 0;
+  for (const reg of due) {
+    posted += await svc.db.$transaction(
+      async (tx) => {
+        const rows = await tx.$queryRaw<{ expires_at: Date }[]>`SELECT expires_at FROM domain_registrations WHERE id = ${reg.id} FOR UPDATE`;
+        const current = rows[0]?.expires_at;
+        if (!current || current > now) return 0;
+        const { expiresAt } = await svc.registrar.renew(tx, reg.name, { years: 1, currentExpiry: current });
+        await tx.domainRegistration.update({ where: { id: reg.id }, data: { expiresAt } });
+        const r = await postEntries(svc, tx, accountId, [
+          {
+            type: 'domain_renewal',
+            amountMicros: -centsToMicros(reg.priceCentsPerYear),
+            idempotencyKey: `domain_renewal:${reg.id}:${current.toISOString().slice(0, 10)}`,
+            quantity: 1n,
+            description: `${reg.name}: renewed for one year, until ${expiresAt.toISOString().slice(0, 10)} (${svc.registrar.label})`,
+          },
+        ]);
+        return r.posted;
+      },
+      { maxWait: 10_000, timeout: 30_000 },
+    );
+  }
+  return posted;
 }

@@ -11,7 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Account, Payment, Tx, Wallet } from '@boxes/db';
 import type { Prisma } from '@boxes/db';
-import { prepareProvisioning, provisionFunded } from '../accounts/signup';
+import { chargeRegistration, prepareProvisioning, provisionFunded } from '../accounts/signup';
 import { appendEvent } from '../events/append';
 import { postEntries } from '../credit/ledger';
 import { centsToMicros } from '../credit/prices';
@@ -612,6 +612,8 @@ export async function decidePayment(svc: Services, email: string, id: string, de
         const accountId = await provisionFunded(svc, tx, p.signupIntentId!, dkim!);
         done = await tx.payment.update({ where: { id }, data: { accountId } });
         await landCredit(svc, tx, done, accountId, 'signup_credit');
+        // Mode register: the payment covered the first year; it is taken from the credit just landed.
+        await chargeRegistration(svc, tx, p.signupIntentId!, accountId);
       } else {
         await landCredit(svc, tx, done, p.accountId!, 'topup');
       }
@@ -637,7 +639,13 @@ export async function payWithClientSecret(svc: Services, id: string, clientSecre
 // ---------------------------------------------------------------------------------------------------------
 // Funded signup
 
-export async function createSignupPayment(svc: Services, tx: Tx, intent: { id: string; humanEmail: string; fullDomain: string; expiresAt: Date }, amountCents: number) {
+export async function createSignupPayment(
+  svc: Services,
+  tx: Tx,
+  intent: { id: string; humanEmail: string; fullDomain: string; expiresAt: Date },
+  amountCents: number,
+  opts: { walletSpendRequest?: boolean } = {},
+) {
   const clientSecret = `pi_secret_${randomBytes(24).toString('base64url')}`;
   const p = await createPayment(svc, tx, {
     kind: 'signup',
@@ -646,10 +654,18 @@ export async function createSignupPayment(svc: Services, tx: Tx, intent: { id: s
     amountCents,
     status: 'requires_approval',
     clientSecretHash: sha256Hex(clientSecret),
+    // Mode register: the owner approves it as a spend request of their wallet (the same approval, by link).
+    spendRequestId: opts.walletSpendRequest ? newId('spr') : null,
     expiresAt: intent.expiresAt,
   });
   await askOwner(svc, tx, p, `agent@${intent.fullDomain} (a new account)`);
-  return { payment: paymentView(svc, p), client_secret: clientSecret };
+  return { payment: paymentView(svc, p), client_secret: clientSecret, wallet_spend_request: opts.walletSpendRequest ? walletSpendRequestView(p) : null };
+}
+
+/** The wallet side of a signup payment of mode register: the spend request the owner approves or denies. */
+export function walletSpendRequestView(p: Payment) {
+  const status = p.status === 'requires_approval' ? 'pending_approval' : p.status === 'succeeded' ? 'approved' : p.status;
+  return { id: p.spendRequestId!, status, payer_email: payerOf(p), amount_cents: p.amountCents, currency: 'usd' as const, expires_at: p.expiresAt.toISOString() };
 }
 
 // ---------------------------------------------------------------------------------------------------------

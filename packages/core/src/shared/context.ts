@@ -4,6 +4,7 @@ import type { Db, DbClient } from '@boxes/db';
 import type { Jobs } from '@boxes/jobs';
 import type { Redis } from 'ioredis';
 import type { Clock } from './clock';
+import type { Registrar } from '../domains/registrar';
 import type { PaymentProvider } from '../payments/provider';
 
 export interface Services {
@@ -19,6 +20,8 @@ export interface Services {
   clock: Clock;
   /** The payment processor and wallet (the built-in local provider, or a real one behind the same interface). */
   payments: PaymentProvider;
+  /** The domain registrar (the built-in local one is simulated, or a real one behind the same interface). */
+  registrar: Registrar;
 }
 
 /**
