@@ -77,6 +77,7 @@ const ROUTES: RouteCase[] = [
   { proc: 'credit.optOutOfTrailer',     method: 'POST',   path: '/account/trailer',          scope: null,      restricted: 'account_wide' },
   { proc: 'credit.buyOutTrailer',       method: 'POST',   path: '/account/trailer/buyout',   scope: null,      restricted: 'account_wide', ok: [402] },
   { proc: 'domains.get',                method: 'GET',    path: '/account/domain',           scope: null,      restricted: 'allowed' },
+  { proc: 'domains.move',               method: 'POST',   path: '/account/domain',           scope: 'admin',   restricted: 'account_wide', body: { mode: 'byo_manual', domain: 'security-probe.example' } },
   { proc: 'domains.verify',             method: 'POST',   path: '/account/domain/verify',    scope: null,      restricted: 'allowed' },
   { proc: 'account.reputation',         method: 'GET',    path: '/account/reputation',       scope: null,      restricted: 'allowed' },
   { proc: 'webhook.get',                method: 'GET',    path: '/account/webhook',          scope: 'admin',   restricted: 'account_wide' },

@@ -57,6 +57,7 @@ describe('loadConfig', () => {
         hostmaster: 'hostmaster.boxes.localhost',
         publicAddresses: [],
         claimTtlDays: 7,
+        moveGraceDays: 30,
         verifyIntervalMs: 60_000,
       },
     });

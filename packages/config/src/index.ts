@@ -93,6 +93,8 @@ const envSchema = z.object({
   PUBLIC_ADDRESSES: z.string().optional(),
   /** Days a bring-your-own domain claim may stay unproven before it expires. */
   DOMAIN_CLAIM_TTL_DAYS: z.coerce.number().positive().max(90).default(7),
+  /** Days the old domain of an account that moved keeps receiving mail (POST /account/domain). */
+  DOMAIN_MOVE_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
   /** How often the worker looks for pending domains due for a check (each domain backs off on its own). */
   DOMAIN_VERIFY_INTERVAL_MS: z.coerce.number().int().min(50).default(60_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -145,6 +147,7 @@ export interface Config {
     hostmaster: string;
     publicAddresses: string[];
     claimTtlDays: number;
+    moveGraceDays: number;
     verifyIntervalMs: number;
   };
 }
@@ -219,6 +222,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       hostmaster: (e.DNS_HOSTMASTER ?? `hostmaster.${e.BASE_DOMAIN}`).toLowerCase().replace(/\.$/, ''),
       publicAddresses: list(e.PUBLIC_ADDRESSES),
       claimTtlDays: e.DOMAIN_CLAIM_TTL_DAYS,
+      moveGraceDays: e.DOMAIN_MOVE_GRACE_DAYS,
       verifyIntervalMs: e.DOMAIN_VERIFY_INTERVAL_MS,
     },
     ...overrides,

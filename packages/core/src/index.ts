@@ -16,6 +16,8 @@ export * from './domains/names';
 export * from './domains/records';
 export * from './domains/verify';
 export * from './domains/registrar';
+export * from './domains/live';
+export * from './domains/move';
 export * from './dns/content';
 export * from './dns/zones';
 export * from './credit/prices';

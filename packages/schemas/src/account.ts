@@ -12,7 +12,7 @@ export const AccountOutput = z
     domain: z.object({
       name: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
       mode: z.enum(DOMAIN_MODES),
-      status: z.enum(['active', 'pending_dns', 'pending_delegation', 'expired']).meta({ description: 'active: mail flows; pending_*: a claim being verified (GET /account/domain shows each record); expired: never proven in time' }),
+      status: z.enum(['active', 'pending_dns', 'pending_delegation', 'expired', 'retiring', 'retired']).meta({ description: 'active: mail flows; pending_*: a claim being verified (GET /account/domain shows each record); expired: never proven in time' }),
     }),
     agent_callback_webhook: z.string().nullable().meta({ description: 'Where events are POSTed, or null' }),
     credit_balance_cents: z.number().int().meta({ description: 'Prepaid credit in cents; negative in deficit (details: GET /account/credit/balance)' }),

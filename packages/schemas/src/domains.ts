@@ -19,10 +19,11 @@ export const DomainOutput = z
     id: z.string().meta({ example: 'dom_0a1b2c3d4e5f6g7h8j9k' }),
     name: z.string().meta({ example: 'example.com' }),
     mode: z.enum(DOMAIN_MODES),
-    status: z.enum(['active', 'pending_dns', 'pending_delegation', 'expired']),
+    status: z.enum(['active', 'pending_dns', 'pending_delegation', 'expired', 'retiring', 'retired']).meta({ description: 'retiring: the account moved to another domain; mail to this one is still delivered until grace_until' }),
     primary: z.boolean(),
     created_at: Timestamp,
     verified_at: Timestamp.nullable().meta({ description: 'When the domain went live (domain.ready)' }),
+    grace_until: Timestamp.nullable().meta({ description: 'A retiring domain receives until then (DOMAIN_MOVE_GRACE_DAYS, 30 by default)' }),
     claim_expires_at: Timestamp.nullable().meta({ description: 'A pending claim not proven by then expires (DOMAIN_CLAIM_TTL_DAYS, 7 by default)' }),
     last_checked_at: Timestamp.nullable(),
     next_check_at: Timestamp.nullable().meta({ description: 'When the verifier looks again (backing off from 1 minute to 1 hour)' }),
@@ -33,3 +34,10 @@ export const DomainOutput = z
   .meta({ id: 'Domain' });
 
 export const DomainsOutput = z.object({ domains: z.array(DomainOutput) });
+
+export const DomainMoveInput = z
+  .strictObject({
+    mode: z.enum(['byo_manual', 'byo_delegated', 'register']).meta({ description: 'How the new domain is proven: your DNS records, delegation to this instance, or registration here (paid from the credit)' }),
+    domain: z.string().max(253).meta({ description: 'The new domain', example: 'agents.example.com' }),
+  })
+  .meta({ id: 'DomainMove' });

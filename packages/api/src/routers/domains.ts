@@ -1,7 +1,7 @@
-/** The account's domains and their verification: GET /account/domain, POST /account/domain/verify. */
+/** The account's domains, their verification and moves: GET and POST /account/domain, POST /account/domain/verify. */
 import { z } from 'zod';
-import { accountDomains, verifyAccountDomains } from '@boxes/core';
-import { DomainsOutput } from '@boxes/schemas';
+import { accountDomains, startDomainMove, verifyAccountDomains } from '@boxes/core';
+import { DomainMoveInput, DomainsOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 export const domainsRouter = router({
@@ -33,4 +33,20 @@ export const domainsRouter = router({
     .input(z.void())
     .output(DomainsOutput)
     .mutation(async ({ ctx }) => ({ domains: await verifyAccountDomains(ctx.svc, ctx.account.id) })),
+  move: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'POST',
+        path: '/account/domain',
+        tags: ['domains'],
+        summary: 'Move the account onto a new domain',
+        description:
+          'Body: mode (byo_manual, byo_delegated or register) and domain. The new domain goes through its mode\'s path (DNS records and proof, delegation, or registration paid from the credit: 402 without enough) while the current one stays live; when it is live it becomes the primary domain: agent@<new> and every box move onto it (same box ids, same keys), domain.moved is appended, and the old domain keeps receiving for DOMAIN_MOVE_GRACE_DAYS (30) before it is retired. A second move while one is pending replaces it. A domain live on another account is 409 domain_taken with suggestions. Needs the admin scope and an unrestricted key.',
+      },
+    })
+    .input(DomainMoveInput)
+    .output(DomainsOutput)
+    .mutation(({ ctx, input }) => startDomainMove(ctx.svc, ctx.account.id, input)),
 });

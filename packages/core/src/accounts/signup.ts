@@ -289,7 +289,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
 }
 
 /** Registers a domain for an account (inside the provisioning transaction) and records the registration. */
-async function registerDomain(svc: Services, tx: Tx, r: { domainId: string; name: string; registrant: string; priceCentsPerYear: number }): Promise<void> {
+export async function registerDomain(svc: Services, tx: Tx, r: { domainId: string; name: string; registrant: string; priceCentsPerYear: number }): Promise<void> {
   const now = svc.clock.now();
   const quote = await svc.registrar.quote(tx, r.name);
   if (!quote.available) {

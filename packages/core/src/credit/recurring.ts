@@ -53,7 +53,7 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
       where: { id: { gt: cursor } },
       orderBy: { id: 'asc' },
       take: 200,
-      select: { id: true, createdAt: true, storageBilledThrough: true, domains: { select: { id: true, name: true, mode: true, verifiedAt: true } } },
+      select: { id: true, createdAt: true, storageBilledThrough: true, domains: { where: { status: { in: ['active', 'retiring'] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },
     });
     if (!accounts.length) break;
     cursor = accounts[accounts.length - 1]!.id;

@@ -16,7 +16,8 @@ import { Prisma, type Domain, type Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
-import { DMARC_VALUE, dkimValue, publishLiveDomain, spfValue } from '../dns/zones';
+import { DMARC_VALUE, dkimValue, spfValue } from '../dns/zones';
+import { goLive, retireMovedDomains } from './live';
 import { hostContent } from '../dns/content';
 
 export type CheckState = 'found' | 'missing' | 'different';
@@ -174,28 +175,6 @@ async function lockDomain(tx: Tx, id: string): Promise<{ status: string; proofSe
   return rows[0] ? { status: rows[0].status, proofSeenAt: rows[0].proof_seen_at } : undefined;
 }
 
-/** Makes a proven domain live: it takes the name, its boxes take their addresses, its zone is served. */
-export async function goLive(svc: Services, tx: Tx, d: Domain): Promise<Domain> {
-  const now = svc.clock.now();
-  let live: Domain;
-  try {
-    // A savepoint, so that losing the race for the name leaves the transaction usable.
-    await tx.$executeRaw`SAVEPOINT go_live`;
-    live = await tx.domain.update({ where: { id: d.id }, data: { status: 'active', liveName: d.name, verifiedAt: now, nextCheckAt: null, claimExpiresAt: null } });
-    await tx.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${d.id}`;
-  } catch (err) {
-    if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
-      await tx.$executeRaw`ROLLBACK TO SAVEPOINT go_live`;
-      const checks = { ...((d.checks as unknown as DomainChecks | null) ?? { checked_at: now.toISOString(), records: [] }), blocked_by: 'another account proved this domain first' };
-      return tx.domain.update({ where: { id: d.id }, data: { checks: checks as unknown as Prisma.InputJsonValue } });
-    }
-    throw err;
-  }
-  await publishLiveDomain(tx, svc.config, live);
-  await appendEvent({ db: tx, accountId: d.accountId, type: 'domain.ready', data: { domain: d.name, mode: d.mode, verified_at: now.toISOString() } });
-  return live;
-}
-
 /** A pending claim past its deadline: no longer checked; its SOA/NS-only zone goes unless another claim needs it. */
 export async function expireClaim(svc: Services, domainId: string): Promise<Domain> {
   return svc.db.$transaction(async (tx) => {
@@ -211,7 +190,7 @@ export async function expireClaim(svc: Services, domainId: string): Promise<Doma
 }
 
 /** One pass of the verifier: every pending claim due for a check (oldest first, at most `limit`). */
-export async function runDomainVerification(svc: Services, opts: { limit?: number; resolver?: Resolver } = {}): Promise<{ checked: number; live: number; expired: number }> {
+export async function runDomainVerification(svc: Services, opts: { limit?: number; resolver?: Resolver } = {}): Promise<{ checked: number; live: number; expired: number; retired: number }> {
   const now = svc.clock.now();
   const due = await svc.db.domain.findMany({
     where: { status: { in: ['pending_dns', 'pending_delegation'] }, OR: [{ nextCheckAt: null }, { nextCheckAt: { lte: now } }, { claimExpiresAt: { lte: now } }] },
@@ -227,7 +206,8 @@ export async function runDomainVerification(svc: Services, opts: { limit?: numbe
     if (d.status === 'active') live++;
     if (d.status === 'expired') expired++;
   }
-  return { checked: due.length, live, expired };
+  const retired = await retireMovedDomains(svc);
+  return { checked: due.length, live, expired, retired };
 }
 
 /** The account's domains as GET /account/domain shows them, with each pending claim's record states. */
@@ -242,10 +222,11 @@ export function presentDomain(config: Config, d: Domain) {
     id: d.id,
     name: d.name,
     mode: d.mode as 'subdomain' | 'byo_manual' | 'byo_delegated' | 'register',
-    status: d.status as 'active' | 'pending_dns' | 'pending_delegation' | 'expired',
+    status: d.status as 'active' | 'pending_dns' | 'pending_delegation' | 'expired' | 'retiring' | 'retired',
     primary: d.isPrimary,
     created_at: d.createdAt.toISOString(),
     verified_at: d.verifiedAt?.toISOString() ?? null,
+    grace_until: d.graceUntil?.toISOString() ?? null,
     claim_expires_at: d.claimExpiresAt?.toISOString() ?? null,
     last_checked_at: d.lastCheckedAt?.toISOString() ?? null,
     next_check_at: d.nextCheckAt?.toISOString() ?? null,

@@ -29,9 +29,13 @@ export const bounceAddress = (deliveryId: string, domain: string): string => `bo
 export async function resolveRecipient(svc: Services, rcpt: string): Promise<RecipientResolution> {
   const address = rcpt.trim().toLowerCase();
   // Only live domains are hosted: a pending claim's name is anybody's until proven, so its mail is refused.
-  const domain = await svc.db.domain.findUnique({ where: { liveName: domainOf(address) }, select: { accountId: true } });
+  const domain = await svc.db.domain.findUnique({ where: { liveName: domainOf(address) }, select: { accountId: true, status: true } });
   if (!domain) return { kind: 'not_hosted' };
-  const box = await svc.db.box.findUnique({ where: { liveAddress: address } });
+  const box =
+    (await svc.db.box.findUnique({ where: { liveAddress: address } })) ??
+    // The old domain of an account that moved (retiring, in its grace period): its boxes moved to the new
+    // domain with their local parts, so name@old reaches the box that is now name@new.
+    (domain.status === 'retiring' ? await svc.db.box.findFirst({ where: { accountId: domain.accountId, localPart: address.slice(0, address.lastIndexOf('@')) } }) : null);
   if (box) return { kind: 'box', box };
   const m = BOUNCE_LOCAL.exec(address.slice(0, address.lastIndexOf('@')));
   if (m) {

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "domains" ADD COLUMN     "grace_until" TIMESTAMPTZ(3);
