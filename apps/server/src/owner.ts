@@ -89,9 +89,15 @@ const cardFields = `
 <label for="exp">Expiry (MM/YY)</label><input id="exp" name="exp" autocomplete="cc-exp" placeholder="12/30" required>
 <label for="cvc">Security code</label><input id="cvc" name="cvc" inputmode="numeric" autocomplete="cc-csc" required>`;
 
+function whatFor(p: Payment): string {
+  // A signup payment with a wallet spend request is a registration (mode register): the first year and any credit.
+  if (p.kind === 'signup') return p.spendRequestId ? 'Registration of the domain for one year (with the simulated local registrar), plus any initial credit' : 'Initial credit for a new account';
+  return p.kind === 'mpp' ? 'Wallet top-up (Machine Payments Protocol)' : 'Credit top-up';
+}
+
 function describe(p: Payment, account: string): string {
   return `<dl>
-<dt>What</dt><dd>${esc(p.kind === 'signup' ? 'Initial credit for a new account' : p.kind === 'mpp' ? 'Wallet top-up (Machine Payments Protocol)' : 'Credit top-up')}</dd>
+<dt>What</dt><dd>${esc(whatFor(p))}</dd>
 <dt>Account</dt><dd>${esc(account)}</dd>
 <dt>Amount</dt><dd>${esc(usd(p.amountCents))}</dd>
 <dt>Status</dt><dd id="status">${esc(STATUS_TEXT[p.status] ?? p.status)}</dd>
