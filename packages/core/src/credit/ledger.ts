@@ -36,13 +36,16 @@ export interface LockedAccount {
   deficit_since: Date | null;
   trailer_opted_out_at: Date | null;
   trailer_paid_micros: bigint;
+  /** The event chain's head (the same row lock serialises appends). */
+  chain_seq: number;
+  chain_hash: string;
 }
 
 /** Locks the account row (the same lock the event log takes) and reads its credit. */
 export async function lockAccountCredit(tx: Tx, accountId: string): Promise<LockedAccount> {
   const rows = await tx.$queryRaw<LockedAccount[]>`
     SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
-      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros
+      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash
     FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`;
   if (!rows[0]) throw new AppError('not_found', `account ${accountId} not found`);
   return rows[0];
@@ -181,9 +184,12 @@ export function surchargeApplies(a: Pick<LockedAccount, 'trailer_opted_out_at' |
   return a.trailer_opted_out_at !== null && a.trailer_paid_micros < TRAILER_PAYOFF_MICROS;
 }
 
-/** Reserves `count` recipients of one message for a send, or throws 402 with nothing reserved. */
-export async function reserveMessages(svc: Services, tx: Tx, accountId: string, count: number, opts: { attachmentBytes?: number; trailer?: boolean } = {}): Promise<Reservation> {
-  const a = await lockAccountCredit(tx, accountId);
+/**
+ * What reserving `count` recipients of one message would hold, from the locked account row (free messages first,
+ * then credit), or 402 with nothing reserved. Pure: the caller writes the holds (sendMessage folds them into its
+ * one write statement; reserveMessages writes them alone).
+ */
+export function planReservation(svc: Services, a: LockedAccount, count: number, opts: { attachmentBytes?: number; trailer?: boolean } = {}): Reservation {
   const price = messagePrice(svc);
   if (a.balance_micros < 0n) {
     throw paymentRequired(svc, `Sending is blocked while the balance is negative (${microsToUsd(a.balance_micros)} USD). Top up to resume; inbound mail keeps arriving.`, {
@@ -209,15 +215,21 @@ export async function reserveMessages(svc: Services, tx: Tx, accountId: string, 
       { required_usd: microsToUsd(need), available_usd: microsToUsd(spendable > 0n ? spendable : 0n), credit_balance_cents: microsToCents(a.balance_micros) },
     );
   }
-  await tx.$executeRaw`
-    UPDATE accounts SET held_micros = held_micros + ${need}, held_free_messages = held_free_messages + ${freeUsed}
-    WHERE id = ${accountId}`;
   return {
     perRecipient,
     freeUsed,
     heldMicros: need,
     after: { balanceMicros: a.balance_micros, freeMessagesLeft: a.free_messages_left, heldFreeMessages: a.held_free_messages + freeUsed },
   };
+}
+
+/** Reserves `count` recipients of one message, or throws 402 with nothing reserved. */
+export async function reserveMessages(svc: Services, tx: Tx, accountId: string, count: number, opts: { attachmentBytes?: number; trailer?: boolean } = {}): Promise<Reservation> {
+  const r = planReservation(svc, await lockAccountCredit(tx, accountId), count, opts);
+  await tx.$executeRaw`
+    UPDATE accounts SET held_micros = held_micros + ${r.heldMicros}, held_free_messages = held_free_messages + ${r.freeUsed}
+    WHERE id = ${accountId}`;
+  return r;
 }
 
 type SettledDelivery = Pick<Delivery, 'id' | 'accountId' | 'messageId' | 'heldMicros' | 'usedFree' | 'attachmentMicros' | 'surchargeMicros'>;

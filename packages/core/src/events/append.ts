@@ -6,9 +6,8 @@
  * conflicts with that, so two such transactions would deadlock.
  */
 import type { DbClient } from '@boxes/db';
-import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
-import { chainHash, type ChainBody } from './chain';
+import { canonicalData, canonicalString, chainHash, type ChainBody } from './chain';
 
 /** The LISTEN/NOTIFY channel on which each committed append names its account. */
 export const EVENTS_CHANNEL = 'boxes_events';
@@ -27,40 +26,55 @@ export interface StoredEvent extends ChainBody {
   hash: string;
 }
 
+/**
+ * An event chained onto a head the caller has locked (the account row, FOR NO KEY UPDATE, in its transaction):
+ * its id, seq, hash and JSON, for a caller that inserts it in its own statement (sendMessage) and moves the
+ * head to (seq, hash) in the same transaction.
+ */
+export function chainEvent(head: { chain_seq: number; chain_hash: string }, input: { accountId: string; type: string; data: Record<string, unknown> }) {
+  const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
+  const createdAt = new Date();
+  const body: ChainBody = { id: newId('evt'), seq: head.chain_seq + 1, type: input.type, account_id: input.accountId, created_at: createdAt.toISOString(), data };
+  return { id: body.id, seq: body.seq, createdAt, prevHash: head.chain_hash, hash: chainHash(head.chain_hash, body), json: JSON.stringify(data) };
+}
+
+/**
+ * The canonical bytes of an event body around its seq: JCS orders the members account_id, created_at, data, id,
+ * seq, type, so JCS(body) = prefix + seq + suffix. The hash can then be taken where the seq is known.
+ */
+export function canonicalAround(body: Omit<ChainBody, 'seq'>): { prefix: string; suffix: string } {
+  const str = canonicalString;
+  return {
+    prefix: `{"account_id":${str(body.account_id)},"created_at":${str(body.created_at)},"data":${canonicalData(body.data)},"id":${str(body.id)},"seq":`,
+    suffix: `,"type":${str(body.type)}}`,
+  };
+}
+
+/**
+ * Appends one event in one round trip: a single statement locks the chain head (FOR NO KEY UPDATE), computes
+ * the hash in PostgreSQL (sha256 of prev_hash, a newline and the canonical body, whose bytes around the seq come
+ * from here), inserts the event, moves the head and notifies the push workers at commit. Outside a
+ * transaction the statement is atomic by itself.
+ */
 export async function appendEvent(input: AppendInput): Promise<StoredEvent> {
-  return inTransaction(input.db, async (tx) => {
-    const heads = await tx.$queryRaw<{ chain_seq: number; chain_hash: string }[]>`
-      SELECT chain_seq, chain_hash FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE`;
-    const head = heads[0];
-    if (!head) throw new Error(`appendEvent: account ${input.accountId} does not exist`);
-    // A JSON round trip drops undefined members so the hashed body equals what the database returns.
-    const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
-    const createdAt = new Date();
-    const body: ChainBody = {
-      id: newId('evt'),
-      seq: head.chain_seq + 1,
-      type: input.type,
-      account_id: input.accountId,
-      created_at: createdAt.toISOString(),
-      data,
-    };
-    const hash = chainHash(head.chain_hash, body);
-    await tx.event.create({
-      data: {
-        id: body.id,
-        accountId: input.accountId,
-        seq: body.seq,
-        type: body.type,
-        boxId: input.boxId ?? null,
-        data: data as object,
-        createdAt,
-        prevHash: head.chain_hash,
-        hash,
-      },
-    });
-    await tx.account.update({ where: { id: input.accountId }, data: { chainSeq: body.seq, chainHash: hash } });
-    // Delivered by PostgreSQL only if this transaction commits: wakes the push workers (webhook, MQTT).
-    await tx.$executeRaw`SELECT pg_notify(${EVENTS_CHANNEL}, ${input.accountId})`;
-    return { ...body, prev_hash: head.chain_hash, hash };
-  });
+  // A JSON round trip drops undefined members so the hashed body equals what the database returns.
+  const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
+  const createdAt = new Date();
+  const partial = { id: newId('evt'), type: input.type, account_id: input.accountId, created_at: createdAt.toISOString(), data };
+  const { prefix, suffix } = canonicalAround(partial);
+  const rows = await input.db.$queryRaw<{ seq: number; prev_hash: string; hash: string }[]>`
+    WITH head AS (
+      SELECT chain_seq + 1 AS seq, chain_hash AS prev FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE
+    ), h AS (
+      SELECT seq, prev, encode(sha256(convert_to(prev || E'\n' || ${prefix} || seq::text || ${suffix}, 'UTF8')), 'hex') AS hash FROM head
+    ), ins AS (
+      INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
+      SELECT ${partial.id}, ${input.accountId}, seq, ${input.type}, ${input.boxId ?? null}, ${JSON.stringify(data)}::jsonb, ${createdAt}, prev, hash FROM h
+    ), upd AS (
+      UPDATE accounts SET chain_seq = h.seq, chain_hash = h.hash FROM h WHERE accounts.id = ${input.accountId}
+    )
+    SELECT h.seq, h.prev AS prev_hash, h.hash, pg_notify(${EVENTS_CHANNEL}, ${input.accountId})::text AS notified FROM h`;
+  const row = rows[0];
+  if (!row) throw new Error(`appendEvent: account ${input.accountId} does not exist`);
+  return { ...partial, seq: row.seq, prev_hash: row.prev_hash, hash: row.hash };
 }

@@ -27,6 +27,16 @@ export function canonicalBody(body: ChainBody): string {
   return out;
 }
 
+/** JCS of a string (a JSON string literal with RFC 8785's escaping, which is JSON.stringify's). */
+export const canonicalString = (s: string): string => JSON.stringify(s);
+
+/** JCS of an event's data. */
+export function canonicalData(data: unknown): string {
+  const out = canonicalize(data);
+  if (out === undefined) throw new Error('event data cannot be canonicalized');
+  return out;
+}
+
 export function chainHash(prevHash: string, body: ChainBody): string {
   return sha256Hex(`${prevHash}\n${canonicalBody(body)}`);
 }

@@ -9,12 +9,12 @@ import { Prisma } from '@boxes/db';
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
-import { messagePrice, reserveMessages } from '../credit/ledger';
-import { appendEvent } from '../events/append';
+import { lockAccountCredit, messagePrice, planReservation } from '../credit/ledger';
+import { chainEvent, EVENTS_CHANNEL } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
 import { seal, sha256Hex } from '../shared/crypto';
 import type { Services } from '../shared/context';
-import { AppError } from '../shared/errors';
+import { AppError, isUniqueViolation } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { assertSendable } from '../domains/verify';
 import { domainOf, formatMailbox, parseMailbox, parseMailboxes, type Mailbox } from './addresses';
@@ -161,23 +161,19 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   try {
     response = await svc.db.$transaction(
       async (tx) => {
-        const reservation = recipients.length ? await reserveMessages(svc, tx, accountId, recipients.length, { attachmentBytes, trailer: withTrailer }) : null;
+        // Round trip 1: lock the account row (credit and the event chain's head).
+        const a = await lockAccountCredit(tx, accountId);
+        const reservation = recipients.length ? planReservation(svc, a, recipients.length, { attachmentBytes, trailer: withTrailer }) : null;
         const status = recipients.length ? 'queued' : 'suppressed';
         const deliveries = recipients.map((r, i) => ({
           id: newId('dlv'),
-          messageId,
-          accountId,
           recipient: r,
           route: hosted.has(domainOf(r)) ? 'local' : 'remote',
-          heldMicros: reservation!.perRecipient[i]!.micros,
-          usedFree: reservation!.perRecipient[i]!.free,
-          attachmentMicros: reservation!.perRecipient[i]!.attachmentMicros,
-          surchargeMicros: reservation!.perRecipient[i]!.surchargeMicros,
+          held_micros: Number(reservation!.perRecipient[i]!.micros),
+          used_free: reservation!.perRecipient[i]!.free,
+          attachment_micros: Number(reservation!.perRecipient[i]!.attachmentMicros),
+          surcharge_micros: Number(reservation!.perRecipient[i]!.surchargeMicros),
         }));
-        // The reservation read the locked account row; without one (every recipient suppressed), read it.
-        const a =
-          reservation?.after ??
-          (await tx.account.findUniqueOrThrow({ where: { id: accountId }, select: { balanceMicros: true, freeMessagesLeft: true, heldFreeMessages: true } }));
         const freeUsed = reservation?.freeUsed ?? 0;
         const heldMicros = reservation?.heldMicros ?? 0n;
         const out: Output = {
@@ -193,46 +189,14 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
             paid_messages: recipients.length - freeUsed,
             price_per_message_usd: microsToUsd(messagePrice(svc)),
             reserved_usd: microsToUsd(heldMicros),
-            free_messages_left: Math.max(0, a.freeMessagesLeft - a.heldFreeMessages),
-            credit_balance_cents: microsToCents(a.balanceMicros),
+            free_messages_left: Math.max(0, a.free_messages_left - a.held_free_messages - freeUsed),
+            credit_balance_cents: microsToCents(a.balance_micros),
           },
           ...(warning ? { warning } : {}),
         };
-        // Lists as { set }: Prisma parameterizes them then, so one query plan serves every message (given
-        // directly, each new list of addresses compiles a new plan: about a millisecond of CPU per send).
-        await tx.message.create({
-          data: {
-            id: messageId,
-            accountId,
-            boxId: box.id,
-            direction: 'sent',
-            status,
-            rfcMessageId,
-            providerMessageId: messageId,
-            inReplyTo: body.in_reply_to,
-            references: { set: headers.References ? headers.References.split(/\s+/).filter(Boolean) : [] },
-            fromAddress: from.address,
-            toAddresses: { set: to.map((m) => m.address) },
-            ccAddresses: { set: cc.map((m) => m.address) },
-            bccAddresses: { set: bcc.map((m) => m.address) },
-            subject: input.subject,
-            sizeBytes,
-            bodyEnc,
-            context: (input.context ?? Prisma.DbNull) as Prisma.InputJsonValue,
-            idempotencyKey: idemKey ?? null,
-            requestHash,
-            response: out as unknown as Prisma.InputJsonValue,
-            recordedAt: date,
-          },
-        });
-        // One recipient (the usual case) as create: Prisma compiles every createMany anew, a create's plan is cached.
-        if (deliveries.length === 1) await tx.delivery.create({ data: deliveries[0]!, select: { id: true } });
-        else if (deliveries.length) await tx.delivery.createMany({ data: deliveries });
-        await appendEvent({
-          db: tx,
+        const event = chainEvent(a, {
           accountId,
           type: 'mail.sent',
-          boxId: box.id,
           data: {
             message_id: messageId,
             rfc_message_id: rfcMessageId,
@@ -246,6 +210,31 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
             context: input.context ?? null,
           },
         });
+        // Round trip 2: the holds, the message, its deliveries and mail.sent, in one statement.
+        await tx.$queryRaw`
+          WITH acc AS (
+            UPDATE accounts SET held_micros = held_micros + ${heldMicros}, held_free_messages = held_free_messages + ${freeUsed},
+              chain_seq = ${event.seq}, chain_hash = ${event.hash}
+            WHERE id = ${accountId}
+          ), msg AS (
+            INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+              from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, idempotency_key, request_hash,
+              response, recorded_at)
+            VALUES (${messageId}, ${accountId}, ${box.id}, 'sent', ${status}, ${rfcMessageId}, ${messageId}, ${body.in_reply_to},
+              ${headers.References ? headers.References.split(/\s+/).filter(Boolean) : []}::text[], ${from.address},
+              ${to.map((m) => m.address)}::text[], ${cc.map((m) => m.address)}::text[], ${bcc.map((m) => m.address)}::text[],
+              ${input.subject ?? null}, ${sizeBytes}, ${bodyEnc}, ${input.context === undefined ? null : JSON.stringify(input.context)}::jsonb,
+              ${idemKey ?? null}, ${requestHash}, ${JSON.stringify(out)}::jsonb, ${date})
+          ), dlv AS (
+            INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
+            SELECT d.id, ${messageId}, ${accountId}, d.recipient, 'queued', d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
+            FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
+              AS d(id text, recipient text, route text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
+          ), ev AS (
+            INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
+            VALUES (${event.id}, ${accountId}, ${event.seq}, 'mail.sent', ${box.id}, ${event.json}::jsonb, ${event.createdAt}, ${event.prevHash}, ${event.hash})
+          )
+          SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`;
         deliveryIds = deliveries.map((d) => d.id);
         return out;
       },
@@ -253,7 +242,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     );
   } catch (err) {
     // Two sends with the same idempotency_key at once: the loser replays (or is rejected) like a later repeat.
-    if (idemKey && err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
+    if (idemKey && isUniqueViolation(err)) {
       const prior = await svc.db.message.findUnique({ where: { accountId_idempotencyKey: { accountId, idempotencyKey: idemKey } } });
       if (prior) return replay(prior, requestHash);
     }

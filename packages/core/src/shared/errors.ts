@@ -63,3 +63,13 @@ export class AppError extends Error {
 }
 
 export const notFound = (what: string, id: string): AppError => new AppError('not_found', `${what} ${id} not found`);
+
+/**
+ * A unique-constraint violation, from a Prisma model query (P2002) or a raw query (P2010 carrying PostgreSQL's
+ * 23505).
+ */
+export function isUniqueViolation(err: unknown): boolean {
+  const e = err as { code?: string; meta?: { code?: string } } | null;
+  if (!e || typeof e !== 'object') return false;
+  return e.code === 'P2002' || (e.code === 'P2010' && e.meta?.code === '23505') || /\b23505\b|unique constraint/i.test(String((err as Error).message ?? ''));
+}
