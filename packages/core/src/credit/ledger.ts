@@ -248,18 +248,24 @@ export async function releaseDelivery(tx: Tx, d: SettledDelivery): Promise<void>
 }
 
 /** Charges a delivered recipient's hold: message_sent, attachments and trailer_surcharge entries. */
+/** What settling a delivered recipient's hold posts: the message, its attachments and the surcharge still owed. */
+export function deliveryCharge(a: Pick<LockedAccount, 'trailer_paid_micros'>, d: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }) {
+  const free = d.used_free ? 1 : 0;
+  // The surcharge stops once the opt-out is paid off, even when more was held.
+  const surcharge = minBig(d.surcharge_micros, maxBig(0n, TRAILER_PAYOFF_MICROS - a.trailer_paid_micros));
+  const postings: Posting[] = [
+    { type: 'message_sent', amountMicros: -(d.held_micros - d.attachment_micros - d.surcharge_micros), freeMessages: free, messageId: d.message_id, deliveryId: d.id },
+  ];
+  if (d.attachment_micros > 0n) postings.push({ type: 'attachments', amountMicros: -d.attachment_micros, messageId: d.message_id });
+  if (surcharge > 0n) postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.message_id });
+  return { postings, free, surcharge };
+}
+
 export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery): Promise<void> {
   if (!(await claimHold(tx, d))) return;
   const a = await lockAccountCredit(tx, d.accountId);
-  const free = d.usedFree ? 1 : 0;
-  // The surcharge stops once the opt-out is paid off, even when more was held.
-  const surcharge = minBig(d.surchargeMicros, maxBig(0n, TRAILER_PAYOFF_MICROS - a.trailer_paid_micros));
-  const postings: Posting[] = [
-    { type: 'message_sent', amountMicros: -(d.heldMicros - d.attachmentMicros - d.surchargeMicros), freeMessages: free, messageId: d.messageId, deliveryId: d.id },
-  ];
-  if (d.attachmentMicros > 0n) postings.push({ type: 'attachments', amountMicros: -d.attachmentMicros, messageId: d.messageId });
-  if (surcharge > 0n) postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.messageId });
-  await postEntries(svc, tx, d.accountId, postings, { locked: a, releaseHeld: { micros: d.heldMicros, freeMessages: free }, trailerPaidMicros: surcharge });
+  const c = deliveryCharge(a, { id: d.id, message_id: d.messageId, held_micros: d.heldMicros, used_free: d.usedFree, attachment_micros: d.attachmentMicros, surcharge_micros: d.surchargeMicros });
+  await postEntries(svc, tx, d.accountId, c.postings, { locked: a, releaseHeld: { micros: d.heldMicros, freeMessages: c.free }, trailerPaidMicros: c.surcharge });
 }
 
 const minBig = (x: bigint, y: bigint) => (x < y ? x : y);

@@ -3,9 +3,10 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import type { Tx } from '@boxes/db';
-import { chargeDelivery, releaseDelivery } from '../credit/ledger';
-import { appendEvent } from '../events/append';
+import { Prisma, type Tx } from '@boxes/db';
+import { chargeDelivery, deliveryCharge, lockAccountCredit, releaseDelivery } from '../credit/ledger';
+import { appendEvent, chainEvent, EVENTS_CHANNEL } from '../events/append';
+import { newId } from '../shared/ids';
 import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
@@ -21,6 +22,27 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
   await tx.message.update({ where: { id: messageId }, data: { status } });
 }
 
+/**
+ * The message's status once every delivery is final, as a statement to run in the same statement that makes
+ * delivery `justFinal` final (a sibling CTE does not see that row's new status, so it counts as final here).
+ */
+function messageStatusUpdate(messageId: string, justFinal: string): Prisma.Sql {
+  return Prisma.sql`
+      UPDATE messages m SET status = CASE
+          WHEN s.delivered = s.total THEN 'delivered'
+          WHEN s.delivered > 0 THEN 'partially_delivered'
+          WHEN s.bounced > 0 THEN 'bounced'
+          ELSE 'failed' END
+      FROM (
+        SELECT count(*) AS total,
+          count(*) FILTER (WHERE status = 'delivered' OR id = ${justFinal}) AS delivered,
+          count(*) FILTER (WHERE status = 'bounced' AND id <> ${justFinal}) AS bounced,
+          count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed') AND id <> ${justFinal}) AS open
+        FROM deliveries WHERE message_id = ${messageId}
+      ) s
+      WHERE m.id = ${messageId} AND s.open = 0`;
+}
+
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
 async function claim(tx: Tx, deliveryId: string, status: string, data: Record<string, unknown>): Promise<boolean> {
   const r = await tx.delivery.updateMany({
@@ -30,17 +52,74 @@ async function claim(tx: Tx, deliveryId: string, status: string, data: Record<st
   return r.count === 1;
 }
 
+interface ClaimedDelivery {
+  id: string;
+  account_id: string;
+  message_id: string;
+  recipient: string;
+  route: string;
+  held_micros: bigint;
+  used_free: boolean;
+  attachment_micros: bigint;
+  surcharge_micros: bigint;
+  settled_at: Date | null;
+}
+
+/**
+ * A delivery the remote (or local) MX accepted: charged from its hold, announced as mail.delivered, and the
+ * message's status follows. The hot path takes three round trips in the caller's transaction (typed SQL, not
+ * Prisma: see the module header of events/append.ts): claim the delivery, lock the account row, then one
+ * statement that settles the hold, writes the ledger entries, appends the event and refreshes the message.
+ * When the charge moves the balance across an alert threshold or into deficit, the general ledger path runs
+ * instead, so its announcements happen exactly as elsewhere.
+ */
 export async function markDelivered(svc: Services, tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
-  if (!(await claim(tx, deliveryId, 'delivered', { deliveredAt: new Date(), remoteMta: info.mta, lastError: null, nextAttemptAt: null, attempts: info.attempts }))) return false;
-  const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  await chargeDelivery(svc, tx, d);
-  await appendEvent({
-    db: tx,
-    accountId: d.accountId,
-    type: 'mail.delivered',
-    data: { message_id: d.messageId, recipient: d.recipient, route: d.route, remote_mta: info.mta, response: info.response.slice(0, 500) },
+  const claimed = await tx.$queryRaw<ClaimedDelivery[]>`
+    UPDATE deliveries SET status = 'delivered', delivered_at = now(), remote_mta = ${info.mta}, last_error = NULL, next_attempt_at = NULL,
+      attempts = ${info.attempts}, updated_at = now()
+    WHERE id = ${deliveryId} AND status NOT IN ('delivered', 'bounced', 'failed')
+    RETURNING id, account_id, message_id, recipient, route, held_micros, used_free, attachment_micros, surcharge_micros, settled_at`;
+  const d = claimed[0];
+  if (!d) return false;
+  const a = await lockAccountCredit(tx, d.account_id);
+  const data = { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: info.mta, response: info.response.slice(0, 500) };
+  const charge = d.settled_at ? null : deliveryCharge(a, d);
+  const balanceAfter = a.balance_micros + (charge?.postings.reduce((n, p) => n + p.amountMicros, 0n) ?? 0n);
+  const quiet = balanceAfter === a.balance_micros || (balanceAfter >= 0n && a.deficit_since === null && a.alert_first_micros === null && a.alert_second_micros === null);
+  if (!quiet) {
+    // The general path: its announcements (low_balance, billing.deficit) run as for every other charge.
+    await chargeDelivery(svc, tx, { id: d.id, accountId: d.account_id, messageId: d.message_id, heldMicros: d.held_micros, usedFree: d.used_free, attachmentMicros: d.attachment_micros, surchargeMicros: d.surcharge_micros });
+    await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data });
+    await refreshMessageStatus(tx, d.message_id);
+    return true;
+  }
+  let running = a.balance_micros;
+  const entries = (charge?.postings ?? []).map((p) => {
+    running += p.amountMicros;
+    return { id: newId('led'), type: p.type, amount_micros: String(p.amountMicros), free_messages: p.freeMessages ?? 0, balance_after: String(running), message_id: p.messageId ?? null, delivery_id: p.deliveryId ?? null };
   });
-  await refreshMessageStatus(tx, d.messageId);
+  const free = charge?.free ?? 0;
+  const event = chainEvent(a, { accountId: d.account_id, type: 'mail.delivered', data });
+  await tx.$queryRaw`
+    WITH settle AS (
+      UPDATE deliveries SET settled_at = now() WHERE id = ${d.id} AND settled_at IS NULL
+    ), acc AS (
+      UPDATE accounts SET balance_micros = ${balanceAfter}, free_messages_left = free_messages_left - ${free},
+        held_micros = held_micros - ${charge ? d.held_micros : 0n}, held_free_messages = held_free_messages - ${charge ? free : 0},
+        trailer_paid_micros = trailer_paid_micros + ${charge?.surcharge ?? 0n}, chain_seq = ${event.seq}, chain_hash = ${event.hash}
+      WHERE id = ${d.account_id}
+    ), led AS (
+      INSERT INTO ledger_entries (id, account_id, type, amount_micros, free_messages, balance_after, message_id, delivery_id, created_at)
+      SELECT e.id, ${d.account_id}, e.type, e.amount_micros, e.free_messages, e.balance_after, e.message_id, e.delivery_id, now()
+      FROM jsonb_to_recordset(${JSON.stringify(entries)}::jsonb)
+        AS e(id text, type text, amount_micros bigint, free_messages int, balance_after bigint, message_id text, delivery_id text)
+    ), ev AS (
+      INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
+      VALUES (${event.id}, ${d.account_id}, ${event.seq}, 'mail.delivered', NULL, ${event.json}::jsonb, ${event.createdAt}, ${event.prevHash}, ${event.hash})
+    ), msg AS (
+      ${messageStatusUpdate(d.message_id, d.id)}
+    )
+    SELECT pg_notify(${EVENTS_CHANNEL}, ${d.account_id})::text AS notified`;
   return true;
 }
 
