@@ -53,21 +53,50 @@ function appendSignature(body: { text?: string | undefined; html?: string | unde
   };
 }
 
-async function resolveSender(svc: Services, caller: SendCaller, from: string | undefined): Promise<{ box: Box; mailbox: Mailbox }> {
-  const mailbox = from ? parseMailbox(from, 'from') : { name: undefined, address: caller.account.primaryAddress };
-  const domains = await svc.db.domain.findMany({
-    where: { accountId: caller.account.id },
-    select: { id: true, name: true, status: true, mode: true, checks: true, claimExpiresAt: true, dkimSelector: true, dkimPublicKey: true },
-  });
-  const fromDomain = domains.find((d) => d.name === domainOf(mailbox.address));
+interface SendContext {
+  domains: { id: string; name: string; status: string; mode: string; checks: unknown; claimExpiresAt: Date | null; dkimSelector: string; dkimPublicKey: string }[];
+  box: { id: string; address: string; signature: string | null } | null;
+  /** Recipients on the account's suppression list. */
+  suppressed: Set<string>;
+  /** Recipient domains live on this instance (local delivery). */
+  hosted: Set<string>;
+}
+
+/**
+ * Everything a send reads before its transaction, in one round trip (typed SQL on the hot path): the account's
+ * domains, the sending box, which recipients are suppressed and which recipient domains are hosted here.
+ */
+async function loadSendContext(svc: Services, accountId: string, fromAddress: string, recipients: string[]): Promise<SendContext> {
+  const domainsOfRecipients = [...new Set(recipients.map(domainOf))];
+  const rows = await svc.db.$queryRaw<{ domains: SendContext['domains'] | null; box: SendContext['box']; suppressed: string[] | null; hosted: string[] | null }[]>`
+    SELECT
+      (SELECT json_agg(json_build_object('id', id, 'name', name, 'status', status, 'mode', mode, 'checks', checks,
+          'claimExpiresAt', claim_expires_at, 'dkimSelector', dkim_selector, 'dkimPublicKey', dkim_public_key))
+        FROM domains WHERE account_id = ${accountId}) AS domains,
+      (SELECT json_build_object('id', id, 'address', address, 'signature', signature)
+        FROM boxes WHERE account_id = ${accountId} AND address = ${fromAddress} LIMIT 1) AS box,
+      (SELECT array_agg(address) FROM suppressions WHERE account_id = ${accountId} AND address = ANY(${recipients}::text[])) AS suppressed,
+      (SELECT array_agg(live_name) FROM domains WHERE live_name = ANY(${domainsOfRecipients}::text[])) AS hosted`;
+  const r = rows[0]!;
+  return {
+    domains: (r.domains ?? []).map((d) => ({ ...d, claimExpiresAt: d.claimExpiresAt ? new Date(d.claimExpiresAt) : null })),
+    box: r.box,
+    suppressed: new Set(r.suppressed ?? []),
+    hosted: new Set(r.hosted ?? []),
+  };
+}
+
+/** The sending box: a box of the account, on a live domain of it, usable by the key. */
+function resolveSender(ctx: SendContext, caller: SendCaller, mailbox: Mailbox, config: Services['config']): { id: string; address: string; signature: string | null } {
+  const fromDomain = ctx.domains.find((d) => d.name === domainOf(mailbox.address));
   if (!fromDomain) {
     throw new AppError('from_domain_mismatch', 'from-address domain must match your account domain', {
       from: mailbox.address,
-      account_domains: domains.map((d) => d.name),
+      account_domains: ctx.domains.map((d) => d.name),
     });
   }
-  assertSendable(svc.config, fromDomain);
-  const box = await svc.db.box.findFirst({ where: { accountId: caller.account.id, address: mailbox.address } });
+  assertSendable(config, fromDomain as Parameters<typeof assertSendable>[1]);
+  const box = ctx.box;
   if (!box) {
     throw new AppError('validation_error', `from: ${mailbox.address} is not a box of this account; create it with POST /boxes`, {
       fields: [{ path: 'from', message: 'no such box' }],
@@ -76,7 +105,7 @@ async function resolveSender(svc: Services, caller: SendCaller, from: string | u
   if (caller.boxScope && !caller.boxScope.includes(box.id)) {
     throw new AppError('box_restricted_key', `This key may not send from ${box.address}`, { from: box.address });
   }
-  return { box, mailbox };
+  return box;
 }
 
 export async function sendMessage(svc: Services, caller: SendCaller, input: Input): Promise<Output> {
@@ -121,13 +150,13 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     throw new AppError('validation_error', 'attachments with content_id are inline images for the html body; give html', { fields: [{ path: 'html', message: 'required with content_id' }] });
   }
 
-  const { box, mailbox: from } = await resolveSender(svc, caller, input.from);
-  const suppressedRows = await svc.db.suppression.findMany({ where: { accountId, address: { in: [...unique.keys()] } }, select: { address: true } });
-  const suppressed = new Set(suppressedRows.map((r) => r.address));
+  const from = input.from ? parseMailbox(input.from, 'from') : { name: undefined, address: caller.account.primaryAddress };
+  const ctx = await loadSendContext(svc, accountId, from.address, [...unique.keys()]);
+  const box = resolveSender(ctx, caller, from, svc.config);
+  const suppressed = ctx.suppressed;
   const recipients = [...unique.keys()].filter((a) => !suppressed.has(a));
   // Local delivery only to live domains; mail to a pending claim's name goes out like any other domain's.
-  const hostedRows = await svc.db.domain.findMany({ where: { liveName: { in: [...new Set(recipients.map(domainOf))] } }, select: { name: true } });
-  const hosted = new Set(hostedRows.map((d) => d.name));
+  const hosted = ctx.hosted;
 
   const messageId = newId('msg');
   const domain = domainOf(from.address);
