@@ -115,11 +115,43 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     }
   }
 
+  /**
+   * Wake-ups arrive in bursts (a NOTIFY per committed event): they are gathered for one turn of the event loop
+   * and checked in one query, and a channel is drained only for accounts that have something due on it (most
+   * accounts have no webhook and no MQTT client: their events cost no lock and no drain).
+   */
+  const kicked = new Set<string>();
+  let kickScheduled = false;
   function kick(accountId: string): void {
     if (stopped) return;
-    for (const ch of channels) {
-      if (ch.running.has(accountId)) ch.dirty.add(accountId);
-      else void run(ch, accountId);
+    kicked.add(accountId);
+    if (!kickScheduled) {
+      kickScheduled = true;
+      setImmediate(() => void flushKicks());
+    }
+  }
+  async function flushKicks(): Promise<void> {
+    kickScheduled = false;
+    const ids = [...kicked];
+    kicked.clear();
+    if (!ids.length || stopped) return;
+    try {
+      const rows = await svc.db.$queryRaw<{ id: string; webhook: boolean; mqtt: boolean }[]>`
+        SELECT a.id,
+          (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
+            AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now())) AS webhook,
+          (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL)) AS mqtt
+        FROM accounts a WHERE a.id = ANY(${ids}::text[])`;
+      for (const r of rows) {
+        for (const ch of channels) {
+          if (!r[ch.name]) continue;
+          if (ch.running.has(r.id)) ch.dirty.add(r.id);
+          else void run(ch, r.id);
+        }
+      }
+    } catch (err) {
+      // The sweeper re-drives whatever this missed.
+      log.error({ err }, 'push wake-up check failed');
     }
   }
 
