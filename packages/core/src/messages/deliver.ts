@@ -25,9 +25,15 @@ export interface DeliveryDeps {
 
 const dkimKeys = new Map<string, string>();
 
-async function privateKeyFor(svc: Services, domainName: string): Promise<{ selector: string; pem: string }> {
+/** The sealed DKIM key of the sending domain, as loadDelivery reads it with the delivery. */
+interface SealedKey {
+  dkimSelector: string;
+  dkimPrivateKeyEnc: string;
+}
+
+async function privateKeyFor(svc: Services, domainName: string, known?: SealedKey | null): Promise<{ selector: string; pem: string }> {
   // Only a live domain signs: a send from a pending claim is refused before it is queued.
-  const d = await svc.db.domain.findUniqueOrThrow({ where: { liveName: domainName }, select: { dkimSelector: true, dkimPrivateKeyEnc: true } });
+  const d = known ?? (await svc.db.domain.findUniqueOrThrow({ where: { liveName: domainName }, select: { dkimSelector: true, dkimPrivateKeyEnc: true } }));
   let pem = dkimKeys.get(d.dkimPrivateKeyEnc);
   if (!pem) {
     pem = open(svc.secretKey, d.dkimPrivateKeyEnc).toString('utf8');
@@ -38,7 +44,9 @@ async function privateKeyFor(svc: Services, domainName: string): Promise<{ selec
 }
 
 /** The signed RFC 5322 bytes of a sent message, composed on first use and stored sealed. */
-export async function ensureComposed(svc: Services, message: Message): Promise<Buffer> {
+export type ComposableMessage = Pick<Message, 'id' | 'rawEnc' | 'bodyEnc' | 'fromAddress' | 'toAddresses' | 'ccAddresses' | 'subject' | 'rfcMessageId' | 'recordedAt'>;
+
+export async function ensureComposed(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
   if (message.rawEnc) return open(svc.secretKey, message.rawEnc);
   if (!message.bodyEnc || !message.fromAddress) throw new Error(`message ${message.id} has no body to compose`);
   const body = openBody(svc.secretKey, message.bodyEnc);
@@ -61,8 +69,8 @@ export async function ensureComposed(svc: Services, message: Message): Promise<B
     date: new Date(body.date ?? message.recordedAt.toISOString()),
   });
   const domain = domainOf(message.fromAddress);
-  const key = await privateKeyFor(svc, domain);
-  const signed = await dkimSign(raw, { domainName: domain, keySelector: key.selector, privateKey: key.pem });
+  const k = await privateKeyFor(svc, domain, key);
+  const signed = await dkimSign(raw, { domainName: domain, keySelector: k.selector, privateKey: k.pem });
   const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: seal(svc.secretKey, signed), sizeBytes: signed.length } });
   if (stored.count === 1) return signed;
   // Another attempt stored it first: deliver the same bytes to every recipient.
@@ -79,10 +87,41 @@ const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
 
 export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
 
+interface LoadedDelivery {
+  id: string;
+  status: string;
+  route: string;
+  recipient: string;
+  message: ComposableMessage;
+  key: SealedKey | null;
+}
+
+/** A delivery with what sending it needs (its message, the sending domain's DKIM key) in one round trip. */
+async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
+  const rows = await svc.db.$queryRaw<
+    { id: string; status: string; route: string; recipient: string; message_id: string; raw_enc: string | null; body_enc: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; rfc_message_id: string; recorded_at: Date; dkim_selector: string | null; dkim_private_key_enc: string | null }[]
+  >`
+    SELECT d.id, d.status, d.route, d.recipient, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses,
+      m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc
+    FROM deliveries d JOIN messages m ON m.id = d.message_id
+      LEFT JOIN domains k ON k.live_name = split_part(m.from_address, '@', 2)
+    WHERE d.id = ${deliveryId}`;
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    id: r.id,
+    status: r.status,
+    route: r.route,
+    recipient: r.recipient,
+    message: { id: r.message_id, rawEnc: r.raw_enc, bodyEnc: r.body_enc, fromAddress: r.from_address, toAddresses: r.to_addresses, ccAddresses: r.cc_addresses, subject: r.subject, rfcMessageId: r.rfc_message_id, recordedAt: r.recorded_at },
+    key: r.dkim_selector && r.dkim_private_key_enc ? { dkimSelector: r.dkim_selector, dkimPrivateKeyEnc: r.dkim_private_key_enc } : null,
+  };
+}
+
 export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number): Promise<AttemptResult> {
-  const delivery = await svc.db.delivery.findUnique({ where: { id: deliveryId }, include: { message: true } });
+  const delivery = await loadDelivery(svc, deliveryId);
   if (!delivery || ['delivered', 'bounced', 'failed'].includes(delivery.status)) return { done: true };
-  const raw = await ensureComposed(svc, delivery.message);
+  const raw = await ensureComposed(svc, delivery.message, delivery.key);
   const attempts = attemptsMade + 1;
 
   if (delivery.route === 'local') {
