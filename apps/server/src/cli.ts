@@ -8,7 +8,7 @@
  */
 import { loadConfig } from '@boxes/config';
 import { answerQuestion, openFeatures, openQuestions, shipFeature } from '@boxes/core';
-import { createDb } from '@boxes/db';
+import { closeDb, createDb } from '@boxes/db';
 
 const USAGE = `usage:
   pnpm boxes admin questions
@@ -59,7 +59,7 @@ async function main(argv: string[]): Promise<number> {
         return 2;
     }
   } finally {
-    await db.$disconnect();
+    await closeDb(db);
   }
 }
 

@@ -16,13 +16,15 @@ export const MAX_BODY_BYTES = 30 * 1024 * 1024;
 interface Route {
   method: string;
   pattern: RegExp;
+  /** The OpenAPI path template, e.g. /messages/{id}. */
+  path: string;
 }
 
 /** The routes of the OpenAPI document, as patterns over the path below /api/v1. */
 export function routeTable(paths: Record<string, Record<string, unknown>>): Route[] {
   return Object.entries(paths).flatMap(([path, ops]) => {
     const pattern = new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+')}/?$`);
-    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern }));
+    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern, path }));
   });
 }
 

@@ -6,7 +6,7 @@
 import type { Config } from '@boxes/config';
 import { announcePlatformVersion, ensureBaseZone, LocalRegistrar, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
-import { createDb } from '@boxes/db';
+import { closeDb, createDb } from '@boxes/db';
 import { createRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
 import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
@@ -64,6 +64,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const redis = createRedis(config.redisUrl);
   redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
   const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
+  jobs.connection.on('error', (err) => log.error({ err: err.message }, 'redis error (queues)'));
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
   const server = await startServer(config, { svc, log });
   opts.onListening?.(server.port);
@@ -101,7 +102,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
       await jobs.close();
       jobs.connection.disconnect();
       redis.disconnect();
-      await db.$disconnect();
+      await closeDb(db);
     },
   };
 }
