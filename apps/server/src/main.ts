@@ -106,6 +106,7 @@ async function main(): Promise<void> {
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
   MX (SMTP):    ${config.smtp.host}:${runtime.mail?.port} (mail for *.${config.baseDomain} and hosted domains)
   MQTT (mTLS):  ${config.mqtt.host}:${runtime.push?.port ?? config.mqtt.brokerUrl}
+  DNS:          udp+tcp ${config.dns.host}:${runtime.dns?.port} (authoritative for ${config.baseDomain} and delegated domains)
   Listening on  ${runtime.server.url}`);
   const shutdown = async () => {
     await runtime.stop();

@@ -12,6 +12,7 @@ import type { MxResolver } from '@boxes/mail';
 import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
 import { start as startWorker, type WorkerHandle } from '@boxes/worker';
 import { connectPublisher, start as startPushBroker, type EventPublisher, type PushHandle } from '@boxes/push';
+import { start as startDns, type DnsHandle } from '@boxes/dns';
 import { start as startServer, type ServerHandle } from './index';
 import { createLogger, type Logger } from './logger';
 
@@ -23,6 +24,8 @@ export interface Runtime {
   mail: MailServerHandle | null;
   /** The MQTT broker, when it runs in this process. */
   push: PushHandle | null;
+  /** The authoritative DNS server, when it runs in this process. */
+  dns: DnsHandle | null;
   stop(): Promise<void>;
 }
 
@@ -34,6 +37,8 @@ export interface RuntimeOptions {
   mail?: boolean;
   /** Start the MQTT broker (default true, unless MQTT_BROKER_URL names an external one). */
   push?: boolean;
+  /** Start the authoritative DNS server (default true). */
+  dns?: boolean;
   /** Outbound routing override (tests stand in for the internet's MX hosts). */
   resolver?: MxResolver;
   log?: Logger;
@@ -86,6 +91,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
           ...(opts.resolver ? { resolver: opts.resolver } : {}),
         });
   const mail = opts.mail === false ? null : await startMail(config, { svc, log });
+  const dns = opts.dns === false ? null : await startDns(config, { svc, log });
   return {
     svc,
     log,
@@ -93,10 +99,12 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     worker,
     mail,
     push,
+    dns,
     async stop() {
       await server.stop();
       await worker?.stop();
       await mail?.stop();
+      await dns?.stop();
       await publisher?.close();
       await push?.stop();
       await jobs.close();

@@ -57,6 +57,8 @@ export interface TestServer {
   smtpPort: number | null;
   /** Port of the MQTT broker, when started. */
   mqttPort: number | null;
+  /** Port (UDP and TCP) of the authoritative DNS server. */
+  dnsPort: number | null;
   stop(): Promise<void>;
 }
 
@@ -121,6 +123,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     runtime,
     smtpPort: runtime.mail?.port ?? null,
     mqttPort: runtime.push?.port ?? null,
+    dnsPort: runtime.dns?.port ?? null,
     async stop() {
       await runtime.stop();
       if (shared) return;
