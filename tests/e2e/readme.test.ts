@@ -75,7 +75,7 @@ it('the install block is the two commands, and `pnpm start` on a fresh database 
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));
   try {
     const url = await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(out)?.[1], 60_000);
-    expect(out).toContain('Boxes is running.');
+    expect(out).toContain('Boxes is running (two processes');
     const script = `${signupBlock!.trimEnd().replace('BASE=http://localhost:3000/api/v1', `BASE=${url}/api/v1`)} >/dev/null\n${sendBlock}`;
     const result = await bash(script);
     expect(result).toContain('"subject":"hello"');

@@ -19,7 +19,8 @@ import { createLogger, type Logger } from './logger';
 export interface Runtime {
   svc: Services;
   log: Logger;
-  server: ServerHandle;
+  /** The HTTP server, when it runs in this process. */
+  server: ServerHandle | null;
   worker: WorkerHandle | null;
   mail: MailServerHandle | null;
   /** The MQTT broker, when it runs in this process. */
@@ -31,6 +32,8 @@ export interface Runtime {
 
 export interface RuntimeOptions {
   secretKey: Buffer;
+  /** Start the HTTP server (default true). */
+  server?: boolean;
   /** Start the delivery worker (default true). */
   worker?: boolean;
   /** Start the MX (default true). */
@@ -71,13 +74,15 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
   jobs.connection.on('error', (err) => log.error({ err: err.message }, 'redis error (queues)'));
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
-  const server = await startServer(config, { svc, log });
-  opts.onListening?.(server.port);
-  // A new API version is announced to every account once (platform.updated).
-  // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
-  await ensureBaseZone(db, config);
-  const announced = await announcePlatformVersion(svc, API_VERSION);
-  if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
+  const server = opts.server === false ? null : await startServer(config, { svc, log });
+  if (server) {
+    opts.onListening?.(server.port);
+    // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
+    await ensureBaseZone(db, config);
+    // A new API version is announced to every account once (platform.updated).
+    const announced = await announcePlatformVersion(svc, API_VERSION);
+    if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
+  }
   const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });
   let publisher: EventPublisher | null = push?.publisher ?? null;
   if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await connectPublisher(config, svc);
@@ -101,7 +106,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     push,
     dns,
     async stop() {
-      await server.stop();
+      await server?.stop();
       await worker?.stop();
       await mail?.stop();
       await dns?.stop();
