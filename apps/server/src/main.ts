@@ -22,7 +22,6 @@ import { ConfigError, loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
 import { parseSecretKey } from '@boxes/core';
 import { createLogger } from './logger';
-import { startRuntime } from './runtime';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
@@ -138,6 +137,8 @@ function banner(config: Config, r: Ready, layout: string): string {
 async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Promise<Ready> {
   const log = createLogger(config.logLevel);
   const on = (a: AppName) => apps.includes(a);
+  // Loaded here, not at the top: the supervisor of `pnpm start` runs no app and stays small.
+  const { startRuntime } = await import('./runtime');
   const runtime = await startRuntime(config, { secretKey, log, server: on('server'), worker: on('worker'), mail: on('mx'), push: on('push'), dns: on('dns') });
   let stopping = false;
   const shutdown = async () => {
