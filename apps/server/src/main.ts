@@ -214,7 +214,7 @@ async function main(): Promise<void> {
     const list = apps ?? [...APPS];
     const ready = await runApps(config, list, secretKey);
     if (ready.url) publicUrl(config, ready.url);
-    console.log(apps ? `boxes: running ${list.join(', ')} (pid ${process.pid})` : banner(config, ready, 'one process'));
+    console.log(apps ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}` : banner(config, ready, 'one process'));
     return;
   }
   // Two processes: the front first (the worker publishes MQTT through its broker), then the worker.
