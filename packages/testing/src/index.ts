@@ -113,13 +113,15 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     log: createLogger(config.logLevel),
     onListening: publicUrlFollowsPort(config),
   });
+  // The harness always runs the HTTP server.
+  const server = runtime.server!;
   return {
-    url: runtime.server.url,
-    apiBase: `${runtime.server.url}/api/v1`,
+    url: server.url,
+    apiBase: `${server.url}/api/v1`,
     config,
     db: runtime.svc.db,
     svc: runtime.svc,
-    server: runtime.server,
+    server,
     runtime,
     smtpPort: runtime.mail?.port ?? null,
     mqttPort: runtime.push?.port ?? null,
