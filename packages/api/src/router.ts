@@ -11,12 +11,14 @@ import { iotRouter, webhookRouter } from './routers/webhook';
 import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
+import { dnsRouter } from './routers/dns';
 import { router } from './trpc';
 
 export const appRouter = router({
   signup: signupRouter,
   account: accountRouter,
   domains: domainsRouter,
+  dns: dnsRouter,
   keys: keysRouter,
   boxes: boxesRouter,
   events: eventsRouter,
