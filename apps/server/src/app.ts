@@ -14,6 +14,7 @@ import { AppError, newId, priceList, type Services } from '@boxes/core';
 import type { Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
+import { mountExports } from './exports';
 import { createMcpHandler } from './mcp';
 import { mountOps } from './ops';
 import { createRestHandler, errorResponse, REST_PREFIX, retryAfterOf, routeTable } from './rest';
@@ -59,6 +60,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     }
     if (p.startsWith('/trpc/')) return '/trpc';
     if (p.startsWith('/owner') || p.startsWith('/pay/')) return p.startsWith('/pay/') ? '/pay/{id}' : '/owner/*';
+    if (p.startsWith('/exports/')) return '/exports/{token}';
     return ['/', '/mcp', '/openapi.json', '/openapi.yaml', '/skill.md', '/.well-known/agentic.json', '/healthz', '/readyz', '/metrics'].includes(p) || p.startsWith('/docs') ? p.split('/').slice(0, 2).join('/') || '/' : '(other)';
   };
   mountOps(app, svc, routeOf);
@@ -166,6 +168,7 @@ export function createApp(svc: Services, log: Logger): Hono {
   );
   mountDocs(app);
   mountOwnerPages(app, svc, log);
+  mountExports(app, svc, log);
 
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
   app.onError((err, c) => {

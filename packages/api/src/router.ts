@@ -12,6 +12,7 @@ import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
 import { dnsRouter } from './routers/dns';
+import { auditRouter } from './routers/audit';
 import { router } from './trpc';
 
 export const appRouter = router({
@@ -30,6 +31,7 @@ export const appRouter = router({
   mcp: mcpRouter,
   support: supportRouter,
   features: featuresRouter,
+  audit: auditRouter,
 });
 
 export type AppRouter = typeof appRouter;
