@@ -4,6 +4,8 @@
 // kept checkpoint, and a key rotation against old bundles.
 import { createHash } from 'node:crypto';
 import { execFile, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -285,5 +287,17 @@ describe('key rotation', () => {
     expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: oldCheckpoint } })).body).toMatchObject({ ok: true, key_id: oldKey.key_id });
     // An unknown key id is 404.
     expect((await fetch(`${t.apiBase}/audit/public-key?key_id=ask_00000000000000000000`)).status).toBe(404);
+  });
+});
+
+describe('the README', () => {
+  it("the checkpoint block works as pasted: openssl verifies the signature and the chain matches", async () => {
+    const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
+    const block = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('openssl pkeyutl -verify'));
+    expect(block, 'README has the openssl checkpoint block').toBeDefined();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-readme-ckp-'));
+    const { stdout, stderr } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', `BASE=${t.apiBase}\nKEY=${a.apiKey}\n${block}`], { cwd: dir, encoding: 'utf8', timeout: 30_000 });
+    expect(stdout, stderr).toMatch(/Signature Verified Successfully/);
+    expect(stdout).toMatch(/chain matches at seq \d+/);
   });
 });

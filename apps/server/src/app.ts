@@ -149,6 +149,12 @@ export function createApp(svc: Services, log: Logger): Hono {
         { name: 'send', description: 'Send mail with context and idempotency', operations: ['POST /messages/send'] },
         { name: 'receive', description: 'Poll events and messages, or get them pushed', operations: ['GET /events', 'GET /messages', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
         { name: 'verify', description: 'Verify webhook signatures and the hash-chained event log', operations: ['GET /account/webhook', 'GET /events/verify'] },
+        {
+          name: 'audit',
+          description: 'Signed audit bundles of messages and signed checkpoints of the chain head (JWS, EdDSA), verifiable with jose or openssl; the evidence envelope (beta)',
+          operations: ['GET /messages/{id}/audit', 'POST /events/checkpoints', 'POST /events/checkpoints/verify', 'GET /audit/public-key', 'POST /beta/evidence/opt-in'],
+        },
+        { name: 'close', description: 'Close the account: revoke every key, export the data, hand a registered domain over', operations: ['POST /account/close-protection', 'DELETE /account'] },
         { name: 'boxes', description: 'Create and list addresses on your domain', operations: ['POST /boxes', 'GET /boxes'] },
         { name: 'credit', description: 'Check the balance and usage, set alerts, top up with the owner approving (MPP wallet or card)', operations: ['GET /account/credit/balance', 'GET /account/credit/usage', 'PUT /account/credit/alert-thresholds', 'POST /account/credit/topup/mpp', 'POST /account/credit/topup'] },
         { name: 'support', description: 'Ask the operators, request features', operations: ['POST /support/questions', 'POST /feature-requests'] },
