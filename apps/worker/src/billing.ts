@@ -77,7 +77,18 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
       if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
       else if (job.name === 'cycle') await cycle();
       else if (job.name === 'audit') await audit();
-      else if (job.name === 'export' && job.data.exportId) await buildExport(svc, job.data.exportId);
+      else if (job.name === 'export' && job.data.exportId) {
+        try {
+          await buildExport(svc, job.data.exportId);
+        } catch (err) {
+          // The last attempt marks the export failed (the download link says so) instead of leaving it building.
+          if (job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
+            await svc.db.accountExport.updateMany({ where: { id: job.data.exportId, status: 'building' }, data: { status: 'failed', error: (err as Error).message.slice(0, 1000) } });
+            log.error({ err, exportId: job.data.exportId }, 'data export failed');
+          }
+          throw err;
+        }
+      }
       else if (job.name === 'domains') {
         const r = await runDomainVerification(svc);
         if (r.live || r.expired) log.info(r, 'domain verification');
