@@ -112,6 +112,11 @@ describe('close protection', () => {
     expect(s.landing).toBe(`/owner/close/${del.body.close_request.id}`);
     const page = await s.get(s.landing);
     expect(page.html).toContain(`Close ${a.domain}?`);
+    // Without the session the page asks to sign in; without the form token the decision is refused.
+    expect((await fetch(`${t.url}${s.landing}`)).status).toBe(401);
+    const forged = await fetch(`${t.url}${s.landing}`, { method: 'POST', headers: { cookie: s.cookie, 'content-type': 'application/x-www-form-urlencoded' }, body: 'action=approve' });
+    expect(forged.status).toBe(403);
+    expect((await rest(t, 'GET', '/account', { key: a.apiKey })).body.account_status).toBe('active');
     const kept = await s.post(s.landing, { action: 'deny' });
     expect(kept.html).toContain('You kept the account open');
     expect((await rest(t, 'GET', '/account', { key: a.apiKey })).body.account_status).toBe('active');
@@ -178,13 +183,17 @@ describe('closing for real', () => {
     const toB = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: b.primaryAddress, subject: 'to the neighbour', text: 'hello B' } });
     const slow = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'someone@slow.test', subject: 'stuck', text: 'stuck' } });
     deferredId = slow.body.message_id;
+    let seen = '';
     await waitFor('deliveries settled', async () => {
       const got = await rest(t, 'GET', '/messages?limit=50', { key: a.apiKey });
       const msgs = got.body.messages as any[];
       const slowMsg = (await rest(t, 'GET', `/messages/${deferredId}`, { key: a.apiKey })).body;
       const toBMsg = (await rest(t, 'GET', `/messages/${toB.body.message_id}`, { key: a.apiKey })).body;
+      seen = JSON.stringify({ messages: msgs.length, slow: slowMsg.deliveries, toB: toBMsg.status });
       return msgs.length === 5 && slowMsg.deliveries[0].status === 'deferred' && toBMsg.status === 'delivered';
-    }, 20_000);
+    }, 30_000).catch((err: Error) => {
+      throw new Error(`${err.message}: ${seen}`);
+    });
     closeBody = (await rest(t, 'DELETE', '/account', { key: a.apiKey, body: { confirm_domain: ` ${a.domain.toUpperCase()}. ` } })).body;
   });
 
@@ -335,6 +344,12 @@ describe('closing for real', () => {
     ]);
     expect(counts).toEqual(Array(counts.length).fill(0));
     expect((await fetch(closeBody.export.download_url)).status).toBe(404);
+    // Made-up links are 404 too, and say nothing more.
+    for (const bad of ['x', 'A'.repeat(43), '..%2F..%2Fetc%2Fpasswd']) {
+      const r = await fetch(`${t.url}/exports/${bad}`);
+      expect(r.status, bad).toBe(404);
+      expect(((await r.json()) as any).error.code).toBe('not_found');
+    }
     // The neighbour keeps its mail, including what A sent it.
     const bMsgs = await rest(t, 'GET', '/messages?limit=50', { key: b.apiKey });
     expect((bMsgs.body.messages as any[]).map((m) => m.subject)).toContain('to the neighbour');
