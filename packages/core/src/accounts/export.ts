@@ -213,7 +213,8 @@ export async function deleteClosedAccounts(svc: Services): Promise<string[]> {
         await tx.dnsZone.deleteMany({ where: { domainId: { in: domainIds } } });
         await tx.dnsQueryCount.deleteMany({ where: { domainId: { in: domainIds } } });
         await tx.mcpFeedback.deleteMany({ where: { accountId: id } });
-        await tx.ownerLink.deleteMany({ where: { closeRequestId: { in: requests.map((r) => r.id) } } });
+        const payments = await tx.payment.findMany({ where: { accountId: id }, select: { id: true } });
+        await tx.ownerLink.deleteMany({ where: { OR: [{ closeRequestId: { in: requests.map((r) => r.id) } }, { paymentId: { in: payments.map((p) => p.id) } }] } });
         await tx.account.delete({ where: { id } });
       },
       { maxWait: 10_000, timeout: 120_000 },
