@@ -3,6 +3,8 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
+import { goLive } from '@boxes/core';
+import { rest, type TestServer } from '@boxes/testing';
 
 export interface DigResult {
   rcode: string;
@@ -40,3 +42,17 @@ export const rdata = (lines: string[], type?: string): string[] =>
     .filter((p) => !type || p[3] === type)
     .map((p) => p.slice(4).join(' '))
     .sort();
+
+/**
+ * A byo_delegated account whose domain is live (made live as the verifier does once the delegation is seen;
+ * tests/e2e/domains.test.ts proves the DNS part), or still pending with live: false.
+ */
+export async function delegatedAccount(t: TestServer, zone: string, live = true): Promise<{ zone: string; key: string; zoneId: string; domainId: string }> {
+  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'dns-owner@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: zone } } });
+  const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
+  if (done.status !== 200) throw new Error(`signup failed: ${JSON.stringify(done.body)}`);
+  const d = await t.db.domain.findFirstOrThrow({ where: { name: zone, accountId: done.body.account_id } });
+  if (live) await t.db.$transaction((tx) => goLive(t.svc, tx, d));
+  const z = await t.db.dnsZone.findUniqueOrThrow({ where: { name: zone } });
+  return { zone, key: done.body.api_key, zoneId: z.id, domainId: d.id };
+}
