@@ -3,12 +3,15 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
+import { goLive, newId } from '@boxes/core';
+import { rest, type TestServer } from '@boxes/testing';
 
 export interface DigResult {
   rcode: string;
   flags: string[];
   answer: string[];
   authority: string[];
+  additional: string[];
   /** The OPT pseudo-section (EDNS version and UDP size) when the answer carried one. */
   edns: { version: number; udp: number } | null;
   /** dig's whole output, for messages. */
@@ -28,6 +31,7 @@ export async function dig(port: number, name: string, type: string, opts: string
     flags: String(data.flags ?? '').split(/\s+/).filter(Boolean),
     answer: lines(data.ANSWER_SECTION),
     authority: lines(data.AUTHORITY_SECTION),
+    additional: lines(data.ADDITIONAL_SECTION),
     edns: data.OPT_PSEUDOSECTION?.EDNS ? { version: Number(data.OPT_PSEUDOSECTION.EDNS.version), udp: Number(data.OPT_PSEUDOSECTION.EDNS.udp) } : null,
     text: stdout,
   };
@@ -40,3 +44,21 @@ export const rdata = (lines: string[], type?: string): string[] =>
     .filter((p) => !type || p[3] === type)
     .map((p) => p.slice(4).join(' '))
     .sort();
+
+/** A byo_delegated domain made live as the verifier would once its NS are seen (tests/e2e/domains.test.ts proves that). */
+export async function liveDelegatedZone(t: TestServer, zone: string): Promise<{ domainId: string; zoneId: string }> {
+  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'dns@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: zone } } });
+  await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
+  const d = await t.db.domain.findFirstOrThrow({ where: { name: zone } });
+  await t.db.$transaction((tx) => goLive(t.svc, tx, d));
+  const z = await t.db.dnsZone.findUniqueOrThrow({ where: { name: zone } });
+  return { domainId: d.id, zoneId: z.id };
+}
+
+/** Managed records written as rows (the managed DNS API writes the same rows), bumping the zone's serial. */
+export async function addRecords(t: TestServer, zoneId: string, rows: [name: string, type: string, content: string][], ttl = 300): Promise<void> {
+  await t.db.$transaction(async (tx) => {
+    await tx.dnsRecord.createMany({ data: rows.map(([name, type, content]) => ({ id: newId('rr'), zoneId, name, type, ttl, content })) });
+    await tx.dnsZone.update({ where: { id: zoneId }, data: { serial: { increment: 1 } } });
+  });
+}
