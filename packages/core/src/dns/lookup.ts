@@ -3,8 +3,8 @@
  * apps/dns encodes them. One statement per name finds the closest enclosing zone, the records at the name, the
  * NS records of a delegation above it, the wildcards that could stand in for it, and which of the name and its
  * ancestors exist (a name with nothing at it but names below it is an empty non-terminal: NODATA, not
- * NXDOMAIN). "Below" is found through the index on the reversed owner name (migration *_powerdns_views): the
- * names under `b.example` are those whose reversed name starts with `elpmaxe.b.`.
+ * NXDOMAIN). "Below" is found through the index on the reversed owner name (migration
+ * *_dns_records_reverse_name): the names under `b.example` are those whose reversed name starts with `elpmaxe.b.`.
  */
 import type { Db } from '@boxes/db';
 import { hostContent } from './content';
@@ -12,7 +12,7 @@ import { hostContent } from './content';
 /**
  * The SOA timers of every zone served (the SOA itself is made from dns_zones): refresh 1 hour, retry 10 minutes,
  * expire 14 days (secondaries are not used, these only describe the zone), minimum 5 minutes (the TTL of negative
- * answers, RFC 2308). PowerDNS serves the same numbers (migration *_powerdns_views).
+ * answers, RFC 2308). PowerDNS serves the same numbers (migration *_powerdns_views_by_pdns_id).
  */
 export const SOA_TIMERS = { refresh: 3600, retry: 600, expire: 1_209_600, minimum: 300 } as const;
 export const SOA_TTL = 3600;
