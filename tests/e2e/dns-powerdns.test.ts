@@ -241,7 +241,7 @@ describe.skipIf(!PDNS)('PowerDNS on the same rows as apps/dns', () => {
       const b = await dig(pdns!.port, `www.${other}`, 'TXT');
       return a.answer.length === 1 && b.answer.length === 1;
     }, 5000);
-    expect(Date.now() - started).toBeLessThan(2500);
+    expect(Date.now() - started).toBeLessThan(3000); // a 1-second cache, and the runs of dig
     const serial = async (port: number) => rdata((await dig(port, zone, 'SOA')).answer)[0]!.split(' ')[2];
     await waitFor('PowerDNS to serve the new serial', async () => (await serial(pdns!.port)) === String(z.serial + 1), 3000);
     expect(await serial(t.dnsPort!)).toBe(String(z.serial + 1));
