@@ -240,7 +240,7 @@ describe('a delegated zone with managed records', () => {
     await dig(port, `nothing.${zone}`, 'A', ['+tcp']); // NXDOMAIN in the zone: counted
     await dig(port, t.config.baseDomain, 'SOA'); // the base zone is not billed
     await dig(port, 'www.example.org', 'A'); // not ours
-    expect(await total()).toBe(before); // batched in memory until the flush
+    // Counts are batched in memory and written every few seconds (or now, by flushCounts): the total is read after.
     await t.runtime.dns!.flushCounts();
     const rows = await t.db.dnsQueryCount.findMany({ where: { domainId } });
     expect(rows.map((r) => r.month)).toEqual([new Date().toISOString().slice(0, 7)]);

@@ -13,6 +13,10 @@ const pools = new WeakMap<Db, pg.Pool>();
 export function createDb(databaseUrl: string, options: { max?: number } = {}): Db {
   // allowExitOnIdle: a process whose work is done exits even if the client was not disconnected.
   const pool = new pg.Pool({ connectionString: databaseUrl, max: options.max ?? 10, allowExitOnIdle: true });
+  // An idle client whose connection the server ends (a restart, DROP DATABASE ... WITH (FORCE) after tests)
+  // emits 'error' on the pool; without a listener that is an uncaught exception. The pool drops the client and
+  // the next query opens a new connection or reports the failure itself.
+  pool.on('error', () => undefined);
   const db = new PrismaClient({ adapter: new PrismaPg(pool) });
   pools.set(db, pool);
   return db;
