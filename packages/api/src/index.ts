@@ -4,3 +4,4 @@ export { buildOpenApiDocument, API_VERSION } from './openapi';
 export { toAppError, describeZodError, gettingStarted, createCallerFactory, type Context, type Transport, type ErrorData } from './trpc';
 export { procedureTools, type ProcedureTool } from './tools';
 export { rateLimitFields, setRateLimitFields, RATE_LIMIT_POLICY } from './rate-limit';
+export { guardInput, stringProblem, type GuardIssue } from './input-guard';

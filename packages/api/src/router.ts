@@ -12,6 +12,7 @@ import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
 import { router } from './trpc';
+import { registerProcedureInputs } from './input-guard';
 
 export const appRouter = router({
   signup: signupRouter,
@@ -29,5 +30,7 @@ export const appRouter = router({
   support: supportRouter,
   features: featuresRouter,
 });
+
+registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);
 
 export type AppRouter = typeof appRouter;

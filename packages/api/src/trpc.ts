@@ -11,6 +11,7 @@ import { AppError, authenticateKey, ERROR_CODES, keyRateLimited, takeKeyRate, ty
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
+import { guardInput, inputSchemaOf } from './input-guard';
 
 export type Transport = 'rest' | 'trpc' | 'mcp';
 
@@ -101,7 +102,25 @@ const appErrors = t.middleware(async ({ next }) => {
   return result;
 });
 
-export const publicProcedure = t.procedure.use(appErrors);
+/**
+ * The input guard (input-guard.ts) on the raw input, before zod parses it: NUL, unpaired surrogates, control
+ * characters outside bodies and oversized free-form JSON are a 400 validation_error naming each field, on every
+ * face, instead of reaching the store.
+ */
+const inputGuard = t.middleware(async ({ path, getRawInput, next }) => {
+  const schema = inputSchemaOf(path);
+  if (schema) {
+    const issues = guardInput(schema, await getRawInput());
+    if (issues.length) {
+      throw new AppError('validation_error', issues.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: issues });
+    }
+  }
+  return next();
+});
+
+const base = t.procedure.use(appErrors);
+
+export const publicProcedure = base.use(inputGuard);
 
 export function gettingStarted(svc: Services) {
   return {
@@ -113,7 +132,7 @@ export function gettingStarted(svc: Services) {
   };
 }
 
-export const keyProcedure = publicProcedure.use(async ({ ctx, meta, next }) => {
+const authenticate = t.middleware(async ({ ctx, meta, next }) => {
   const header = ctx.authorization?.trim() ?? '';
   const match = /^Bearer\s+(\S+)$/i.exec(header);
   if (!match) {
@@ -149,3 +168,6 @@ export const keyProcedure = publicProcedure.use(async ({ ctx, meta, next }) => {
   const { account, ...apiKey } = key;
   return next({ ctx: { account: account as Account, key: apiKey as ApiKey, boxScope } });
 });
+
+/** Authenticated, then guarded: an unkeyed call is 401 before anything about its input is said. */
+export const keyProcedure = base.use(authenticate).use(inputGuard);
