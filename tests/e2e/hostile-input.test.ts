@@ -68,6 +68,12 @@ describe('REST', () => {
     expectRefused(await rest(t, 'GET', `/messages?since=${'9'.repeat(65)}`, { key: a.apiKey }), 'since', /64/);
   });
 
+  it('refuses query parameters named after Object.prototype members (500 before)', async () => {
+    for (const name of ['__proto__', 'constructor', 'toString']) {
+      expectRefused(await rest(t, 'GET', `/account/credit/usage?${name}=x`, { key: a.apiKey }), name, /not a parameter/);
+    }
+  });
+
   it('says nothing about the input of a call without a key (401 first)', async () => {
     const r = await rest(t, 'POST', '/account/keys', { body: { label: `bot${NUL}`, scopes: ['send'] } });
     expect(r.status).toBe(401);
@@ -98,5 +104,12 @@ describe('tRPC and MCP', () => {
     expect(err.code).toBe('validation_error');
     expect(err.fields).toEqual([{ path: 'subject', message: expect.stringMatching(/NUL/) }]);
     await client.close();
+    // Arguments that are not an object: invalid params (-32602), not the SDK's internal error (-32603).
+    const res = await fetch(`${t.url}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'messages_send', arguments: 'to=a@b' } }),
+    });
+    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 7, error: { code: -32602, message: expect.stringMatching(/arguments must be an object/) } });
   });
 });

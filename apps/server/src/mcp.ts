@@ -39,6 +39,20 @@ function toolCalls(message: unknown): number {
   return all.filter((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'tools/call').length;
 }
 
+/** A single tools/call request whose params are not {name: string, arguments?: object}: its id and what is wrong. */
+function invalidToolCall(message: unknown): { id: unknown; message: string } | null {
+  if (message === null || typeof message !== 'object' || Array.isArray(message)) return null;
+  const m = message as { method?: unknown; id?: unknown; params?: unknown };
+  if (m.method !== 'tools/call') return null;
+  const id = typeof m.id === 'string' || typeof m.id === 'number' ? m.id : null;
+  const params = m.params as { name?: unknown; arguments?: unknown } | undefined;
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return { id, message: 'params must be an object' };
+  if (typeof params.name !== 'string') return { id, message: 'params.name must be a string' };
+  const args = params.arguments;
+  if (args !== undefined && (args === null || typeof args !== 'object' || Array.isArray(args))) return { id, message: 'params.arguments must be an object' };
+  return null;
+}
+
 export function createMcpHandler(svc: Services, log: Logger) {
   return async function handleMcp(req: Request): Promise<Response> {
     const requestId = newId('req');
@@ -68,6 +82,14 @@ export function createMcpHandler(svc: Services, log: Logger) {
         headers.delete('content-length');
         forward = new Request(req.url, { method: req.method, headers, body: text });
       }
+    }
+    // The SDK answers tools/call params of the wrong shape with -32603 (internal error); they are the
+    // caller's mistake: -32602 (invalid params), as the input guard answers a bad argument.
+    const badParams = invalidToolCall(parsedBody);
+    if (badParams) {
+      const res = Response.json({ jsonrpc: '2.0', id: badParams.id, error: { code: -32602, message: `Invalid params: ${badParams.message}` } });
+      res.headers.set('x-request-id', requestId);
+      return res;
     }
     const window = await takeKeyRate(svc, key.id, toolCalls(parsedBody));
     const fields = window ? rateLimitFields(window) : {};

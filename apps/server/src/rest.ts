@@ -192,7 +192,10 @@ export function createRestHandler(opts: {
       );
     }
 
-    const badParams = pathParamProblems(route, path);
+    // trpc-to-openapi collects the query into a plain object: a name such as __proto__ or constructor would
+    // reach Object.prototype (500). No parameter of ours has such a name.
+    const inherited = [...new Set(url.searchParams.keys())].filter((k) => k in Object.prototype);
+    const badParams = [...inherited.map((k) => ({ path: k, message: 'not a parameter of this route' })), ...pathParamProblems(route, path)];
     if (badParams.length) {
       return errorResponse(new AppError('validation_error', badParams.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: badParams }), requestId);
     }
