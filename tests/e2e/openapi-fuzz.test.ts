@@ -46,7 +46,7 @@ beforeAll(async () => {
   ids.push(f.body.id);
   const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'fuzz@example.com', domain_intent: { mode: 'subdomain' } } });
   ids.push(intent.body.intent_id);
-  const doc = await (await fetch(`${t.url}/openapi.json`)).json();
+  const doc = (await (await fetch(`${t.url}/openapi.json`)).json()) as Record<string, any>;
   ops = operationsOf(doc);
   gen = new Generator(doc, { ids, addresses, domains: [a.domain, 'example.com', 'my-agent.xyz', 'agents.example.org'] });
 }, 60_000);

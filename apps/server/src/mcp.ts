@@ -11,7 +11,7 @@ import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { API_VERSION, appRouter, createCallerFactory, gettingStarted, procedureTools, rateLimitFields, toAppError, type Context } from '@boxes/api';
 import { AppError, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
-import type { Logger } from './logger';
+import { logFailure, type Logger } from './logger';
 import { errorResponse } from './rest';
 
 const createCaller = createCallerFactory(appRouter);
@@ -56,6 +56,17 @@ function invalidToolCall(message: unknown): { id: unknown; message: string } | n
 export function createMcpHandler(svc: Services, log: Logger) {
   return async function handleMcp(req: Request): Promise<Response> {
     const requestId = newId('req');
+    try {
+      return await serve(req, requestId);
+    } catch (err) {
+      // The key check and the rate count run here, outside any procedure: their failures get the same answers.
+      const app = toAppError(err);
+      logFailure(log, app, err, { requestId }, 'mcp request failed');
+      return errorResponse(app.code === 'service_unavailable' ? app : new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+    }
+  };
+
+  async function serve(req: Request, requestId: string): Promise<Response> {
     const header = req.headers.get('authorization') ?? '';
     const raw = /^Bearer\s+(\S+)$/i.exec(header.trim())?.[1];
     const key = raw ? await authenticateKey({ db: svc.db, raw }) : null;
@@ -121,7 +132,7 @@ export function createMcpHandler(svc: Services, log: Logger) {
         return { content: [{ type: 'text' as const, text: JSON.stringify(result) }], structuredContent: result as Record<string, unknown> };
       } catch (err) {
         const app = toAppError(err);
-        if (app.status >= 500) log.error({ err, requestId: callId, tool: tool.name }, 'mcp tool failed');
+        logFailure(log, app, err, { requestId: callId, tool: tool.name }, 'mcp tool failed');
         return { isError: true, content: [{ type: 'text' as const, text: JSON.stringify({ error: { code: app.code, message: app.message, request_id: callId, ...app.details } }) }] };
       }
     });
@@ -135,5 +146,5 @@ export function createMcpHandler(svc: Services, log: Logger) {
     } finally {
       void server.close();
     }
-  };
+  }
 }

@@ -8,7 +8,7 @@ import { createOpenApiNodeHttpHandler } from 'trpc-to-openapi';
 import { TRPCError } from '@trpc/server';
 import { appRouter, stringProblem, toAppError, type Context } from '@boxes/api';
 import { AppError } from '@boxes/core';
-import type { Logger } from './logger';
+import { logFailure, type Logger } from './logger';
 
 export const REST_PREFIX = '/api/v1';
 export const MAX_BODY_BYTES = 30 * 1024 * 1024;
@@ -269,7 +269,7 @@ export function createRestHandler(opts: {
       return out;
     }
     const app = toAppError(failure);
-    if (app.status >= 500) opts.log.error({ err: failure, requestId, path, method }, 'request failed');
+    logFailure(opts.log, app, failure, { requestId, path, method });
     return errorResponse(app, requestId, fields);
   };
 }

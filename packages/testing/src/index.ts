@@ -77,13 +77,19 @@ export interface TestServerOptions {
    * share). Its stop() leaves both to the first server.
    */
   sameStoreAs?: TestServer;
+  /** A database of the test's own (already migrated), used as it is and left in place by stop(). */
+  databaseUrl?: string;
 }
 
 /** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
 export async function startTestServer(opts: TestServerOptions = {}): Promise<TestServer> {
   const env = opts.env ?? {};
   const shared = opts.sameStoreAs;
-  const database = shared ? { url: shared.config.databaseUrl, drop: async () => {} } : await createTestDatabase();
+  const database = shared
+    ? { url: shared.config.databaseUrl, drop: async () => {} }
+    : opts.databaseUrl
+      ? { url: opts.databaseUrl, drop: async () => {} }
+      : await createTestDatabase();
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
@@ -222,3 +228,4 @@ export async function mintKey(
   return r.body;
 }
 export * from './dns';
+export * from './services';
