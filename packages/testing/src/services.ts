@@ -85,6 +85,12 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     port,
     urlFor: (database) => `postgresql://postgres@127.0.0.1:${port}/${database}`,
     async start() {
+      try {
+        pgCtl(['status']);
+        return; // already running
+      } catch {
+        /* not running: start it */
+      }
       pgCtl(['-o', options, '-l', path.join(dir, 'server.log'), '-w', '-t', '60', 'start']);
       await waitForPort(port, 30_000);
     },
@@ -123,6 +129,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     port,
     url: `redis://127.0.0.1:${port}`,
     async start() {
+      if (child && child.exitCode === null) return; // already running
       child = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'], { stdio: 'ignore' });
       await waitForPort(port, 30_000);
     },
