@@ -15,6 +15,7 @@ import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
 import { createMcpHandler } from './mcp';
+import { mountOps } from './ops';
 import { createRestHandler, errorResponse, REST_PREFIX, retryAfterOf, routeTable } from './rest';
 
 export function createApp(svc: Services, log: Logger): Hono {
@@ -50,6 +51,18 @@ export function createApp(svc: Services, log: Logger): Hono {
       return null;
     }
   };
+  // Operators' endpoints, and a request counter by bounded route label.
+  const routeOf = (method: string, p: string): string => {
+    if (p.startsWith(`${REST_PREFIX}/`)) {
+      const sub = p.slice(REST_PREFIX.length);
+      return `${REST_PREFIX}${getDocs().routes.find((r) => r.method === method && r.pattern.test(sub))?.path ?? '/(unknown)'}`;
+    }
+    if (p.startsWith('/trpc/')) return '/trpc';
+    if (p.startsWith('/owner') || p.startsWith('/pay/')) return p.startsWith('/pay/') ? '/pay/{id}' : '/owner/*';
+    return ['/', '/mcp', '/openapi.json', '/openapi.yaml', '/skill.md', '/.well-known/agentic.json', '/healthz', '/readyz', '/metrics'].includes(p) || p.startsWith('/docs') ? p.split('/').slice(0, 2).join('/') || '/' : '(other)';
+  };
+  mountOps(app, svc, routeOf);
+
   const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
     svc,
     requestId,
@@ -153,7 +166,6 @@ export function createApp(svc: Services, log: Logger): Hono {
   );
   mountDocs(app);
   mountOwnerPages(app, svc, log);
-  app.get('/healthz', (c) => c.json({ ok: true }));
 
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
   app.onError((err, c) => {

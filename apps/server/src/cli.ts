@@ -1,5 +1,7 @@
 /**
- * The operator CLI: `pnpm boxes admin <command>`, on the database named by DATABASE_URL.
+ * The operator CLI: `pnpm boxes start [app...]` runs apps (see main.ts: server, worker, mx, push, dns; none
+ * named: all of them, as `pnpm start`), and `pnpm boxes admin <command>` works on the database named by
+ * DATABASE_URL.
  *
  *   pnpm boxes admin questions                 open support questions, oldest first
  *   pnpm boxes admin answer <sq_id> <text...>  answer one (support.answered goes to the asking account)
@@ -8,9 +10,10 @@
  */
 import { loadConfig } from '@boxes/config';
 import { answerQuestion, openFeatures, openQuestions, shipFeature } from '@boxes/core';
-import { createDb } from '@boxes/db';
+import { closeDb, createDb } from '@boxes/db';
 
 const USAGE = `usage:
+  pnpm boxes start [server] [worker] [mx] [push] [dns]
   pnpm boxes admin questions
   pnpm boxes admin answer <question id> <answer text>
   pnpm boxes admin features
@@ -59,14 +62,19 @@ async function main(argv: string[]): Promise<number> {
         return 2;
     }
   } finally {
-    await db.$disconnect();
+    await closeDb(db);
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: Error) => {
-    console.error(`boxes: ${err.message}`);
-    process.exit(1);
-  },
-);
+if (process.argv[2] === 'start') {
+  // The apps run until stopped; main.ts reads the same arguments.
+  await import('./main');
+} else {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err: Error) => {
+      console.error(`boxes: ${err.message}`);
+      process.exit(1);
+    },
+  );
+}

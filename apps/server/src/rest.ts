@@ -18,6 +18,8 @@ interface Route {
   pattern: RegExp;
   /** Names of the path parameters, in the order of the pattern's groups. */
   params: string[];
+  /** The OpenAPI path template, e.g. /messages/{id}. */
+  path: string;
 }
 
 /** The routes of the OpenAPI document, as patterns over the path below /api/v1. */
@@ -25,7 +27,7 @@ export function routeTable(paths: Record<string, Record<string, unknown>>): Rout
   return Object.entries(paths).flatMap(([path, ops]) => {
     const params = [...path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]!);
     const pattern = new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '([^/]+)')}/?$`);
-    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern, params }));
+    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern, params, path }));
   });
 }
 

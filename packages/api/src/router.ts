@@ -11,6 +11,7 @@ import { iotRouter, webhookRouter } from './routers/webhook';
 import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
+import { dnsRouter } from './routers/dns';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 
@@ -18,6 +19,7 @@ export const appRouter = router({
   signup: signupRouter,
   account: accountRouter,
   domains: domainsRouter,
+  dns: dnsRouter,
   keys: keysRouter,
   boxes: boxesRouter,
   events: eventsRouter,

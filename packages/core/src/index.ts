@@ -21,6 +21,8 @@ export * from './domains/live';
 export * from './domains/move';
 export * from './dns/content';
 export * from './dns/zones';
+export * from './dns/lookup';
+export * from './dns/managed';
 export * from './credit/prices';
 export * from './credit/ledger';
 export * from './messages/addresses';

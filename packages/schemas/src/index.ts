@@ -14,3 +14,4 @@ export * from './webhooks';
 export * from './surfaces';
 export * from './credit';
 export * from './domains';
+export * from './dns';
