@@ -74,3 +74,18 @@ if ! pdns_installed && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pdns-server pdns-backend-pgsql >/dev/null || true
 fi
 pdns_installed || echo "PowerDNS is not installed: tests/e2e/dns-powerdns.test.ts is skipped (apt-get install -y pdns-server pdns-backend-pgsql)" >&2
+
+# The fault tests (tests/e2e/faults.test.ts) start a PostgreSQL cluster of their own (initdb and pg_ctl from
+# /usr/lib/postgresql/<version>/bin) and a Redis server of their own (redis-server), and stop and restart them.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing postgresql from Debian packages"
+    if [ -z "${APT_UPDATED:-}" ]; then apt-get update -qq && APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || true
+  fi
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || echo "PostgreSQL's server binaries are missing: the fault tests need them (apt-get install -y postgresql)" >&2
+fi
+if ! command -v redis-server >/dev/null 2>&1; then
+  install_if_missing redis-server redis-server || true
+  command -v redis-server >/dev/null 2>&1 || echo "redis-server is missing: the fault tests need it (apt-get install -y redis-server)" >&2
+fi

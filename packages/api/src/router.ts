@@ -13,6 +13,7 @@ import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
 import { dnsRouter } from './routers/dns';
 import { router } from './trpc';
+import { registerProcedureInputs } from './input-guard';
 
 export const appRouter = router({
   signup: signupRouter,
@@ -31,5 +32,7 @@ export const appRouter = router({
   support: supportRouter,
   features: featuresRouter,
 });
+
+registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);
 
 export type AppRouter = typeof appRouter;

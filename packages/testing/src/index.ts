@@ -80,13 +80,19 @@ export interface TestServerOptions {
    * share). Its stop() leaves both to the first server.
    */
   sameStoreAs?: TestServer;
+  /** A database of the test's own (already migrated), used as it is and left in place by stop(). */
+  databaseUrl?: string;
 }
 
 /** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
 export async function startTestServer(opts: TestServerOptions = {}): Promise<TestServer> {
   const env = opts.env ?? {};
   const shared = opts.sameStoreAs;
-  const database = shared ? { url: shared.config.databaseUrl, drop: async () => {} } : await createTestDatabase();
+  const database = shared
+    ? { url: shared.config.databaseUrl, drop: async () => {} }
+    : opts.databaseUrl
+      ? { url: opts.databaseUrl, drop: async () => {} }
+      : await createTestDatabase();
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
@@ -239,3 +245,5 @@ export function freePort(): Promise<number> {
     s.on('error', reject);
   });
 }
+
+export * from './services';
