@@ -7,10 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { goLive } from '@boxes/core';
 import { createBoxesClient } from '@boxes/sdk';
 import { mintKey, rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
-import { dig, rdata } from './dns-helpers';
+import { delegatedAccount, dig, rdata } from './dns-helpers';
 
 let t: TestServer;
 let n = 0;
@@ -20,17 +19,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-/** A byo_delegated account made live as the verifier would (tests/e2e/domains.test.ts proves the DNS part). */
-async function delegated(live = true) {
-  const zone = `managed-${Date.now().toString(36)}${n++}.example`;
-  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'dns-owner@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: zone } } });
-  const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
-  if (live) {
-    const d = await t.db.domain.findFirstOrThrow({ where: { name: zone } });
-    await t.db.$transaction((tx) => goLive(t.svc, tx, d));
-  }
-  return { zone, key: done.body.api_key as string };
-}
+const delegated = (live = true) => delegatedAccount(t, `managed-${Date.now().toString(36)}${n++}.example`, live);
 
 const dns = (key: string, method: string, body?: Record<string, unknown>) =>
   rest(t, method, method === 'DELETE' ? `/domain/dns?${new URLSearchParams(body as Record<string, string>)}` : '/domain/dns', { key, ...(method === 'DELETE' || !body ? {} : { body }) });

@@ -6,22 +6,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
+import { freePort, rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
 /** An API-only server (no worker) on its own redis-server, which the last test stops and starts again. */
 let t2: TestServer;
 let redis: ChildProcess;
 let redisPort: number;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 async function startRedis(): Promise<void> {
   redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });

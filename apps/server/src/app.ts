@@ -11,7 +11,7 @@ import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
 import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
 import { AppError, newId, priceList, type Services } from '@boxes/core';
-import type { Logger } from './logger';
+import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
 import { mountExports } from './exports';
@@ -99,7 +99,7 @@ export function createApp(svc: Services, log: Logger): Hono {
       router: appRouter,
       createContext: () => context('trpc')(noteClient(c), requestId),
       onError: ({ error, path }) => {
-        if (toAppError(error).status >= 500) log.error({ err: error, requestId, path }, 'request failed');
+        logFailure(log, toAppError(error), error, { requestId, path });
       },
       responseMeta: ({ ctx, errors, paths }) => {
         const headers = new Headers(ctx?.responseHeaders);
@@ -179,8 +179,10 @@ export function createApp(svc: Services, log: Logger): Hono {
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
   app.onError((err, c) => {
     const requestId = newId('req');
-    log.error({ err, requestId, path: c.req.path }, 'unhandled error');
-    return errorResponse(new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+    // An unreachable PostgreSQL or Redis (owner pages) is 503, as on the API's routes.
+    const known = toAppError(err);
+    logFailure(log, known.code === 'service_unavailable' ? known : { status: 500, code: 'internal' }, err, { requestId, path: c.req.path }, 'unhandled error');
+    return errorResponse(known.code === 'service_unavailable' ? known : new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
   });
   return app;
 }

@@ -7,7 +7,7 @@ import type { Config } from '@boxes/config';
 import { announcePlatformVersion, ensureBaseZone, LocalRegistrar, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
 import { closeDb, createDb } from '@boxes/db';
-import { createRedis, Jobs } from '@boxes/jobs';
+import { createCommandRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
 import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
 import { start as startWorker, type WorkerHandle } from '@boxes/worker';
@@ -69,9 +69,10 @@ export function publicUrlFollowsPort(config: Config): (port: number) => void {
 export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {
   const log = opts.log ?? createLogger(config.logLevel);
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
-  const redis = createRedis(config.redisUrl);
+  // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
+  const redis = createCommandRedis(config.redisUrl, { failFast: true });
   redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
-  const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
+  const jobs = new Jobs(createCommandRedis(config.redisUrl), config.redisPrefix);
   jobs.connection.on('error', (err) => log.error({ err: err.message }, 'redis error (queues)'));
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
   const server = opts.server === false ? null : await startServer(config, { svc, log });

@@ -5,13 +5,13 @@
  * body retention, deletion of closed accounts) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
  * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery.
  */
-import { Worker, type ConnectionOptions } from 'bullmq';
-import pg from 'pg';
+import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
 import {
   buildExport,
   deleteClosedAccounts,
   deliverNotice,
+  isServiceUnavailable,
   NOTICES_CHANNEL,
   pendingExports,
   reclaimExpiredBodies,
@@ -24,6 +24,7 @@ import {
 } from '@boxes/core';
 import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
+import { listenForever, pauseOnOutage } from './outage';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
@@ -71,27 +72,32 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     if (checkpoints || reclaimed || deleted.length) log.info({ checkpoints, reclaimed, deleted: deleted.length }, 'audit job');
     return { checkpoints, reclaimed, deleted, exports: exports.length };
   };
-  const billing = new Worker<BillingJob>(
-    QUEUE.billing,
-    async (job) => {
-      if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
-      else if (job.name === 'cycle') await cycle();
-      else if (job.name === 'audit') await audit();
-      else if (job.name === 'export' && job.data.exportId) {
-        try {
-          await buildExport(svc, job.data.exportId);
-        } catch (err) {
-          // The last attempt marks the export failed (the download link says so) instead of leaving it building.
-          if (job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
-            await svc.db.accountExport.updateMany({ where: { id: job.data.exportId, status: 'building' }, data: { status: 'failed', error: (err as Error).message.slice(0, 1000) } });
-            log.error({ err, exportId: job.data.exportId }, 'data export failed');
-          }
-          throw err;
-        }
+  const exportJob = async (job: Job<BillingJob>, exportId: string) => {
+    try {
+      await buildExport(svc, exportId);
+    } catch (err) {
+      // The last attempt marks the export failed (the download link says so) instead of leaving it building.
+      if (!isServiceUnavailable(err) && job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
+        await svc.db.accountExport.updateMany({ where: { id: exportId, status: 'building' }, data: { status: 'failed', error: (err as Error).message.slice(0, 1000) } });
+        log.error({ err, exportId }, 'data export failed');
       }
-      else if (job.name === 'domains') {
-        const r = await runDomainVerification(svc);
-        if (r.live || r.expired) log.info(r, 'domain verification');
+      throw err;
+    }
+  };
+  const billing: Worker<BillingJob> = new Worker<BillingJob>(
+    QUEUE.billing,
+    async (job): Promise<void> => {
+      try {
+        if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
+        else if (job.name === 'cycle') await cycle();
+        else if (job.name === 'audit') await audit();
+        else if (job.name === 'export' && job.data.exportId) await exportJob(job, job.data.exportId);
+        else if (job.name === 'domains') {
+          const r = await runDomainVerification(svc);
+          if (r.live || r.expired) log.info(r, 'domain verification');
+        }
+      } catch (err) {
+        return pauseOnOutage(billing, svc, log, err);
       }
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 4 },
@@ -102,35 +108,39 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
   await svc.jobs.scheduleAudit(config.audit.cycleMs);
 
-  const notices = new Worker<NoticeJob>(
+  const notices: Worker<NoticeJob> = new Worker<NoticeJob>(
     QUEUE.notices,
-    async (job) => {
+    async (job): Promise<void> => {
       // Outside production the service's own mail is also printed, so owner links work without a mail setup.
       if (config.nodeEnv !== 'production' && job.attemptsMade === 0) {
         const n = await svc.db.notice.findUnique({ where: { id: job.data.noticeId }, select: { to: true, subject: true, text: true } });
         if (n) log.info({ to: n.to, subject: n.subject }, `mail from the service (shown outside production):\n${n.text}`);
       }
-      const r = await deliverNotice(svc, deps.notice, job.data.noticeId, job.attemptsMade + 1 >= NOTICE_ATTEMPTS);
+      let r: Awaited<ReturnType<typeof deliverNotice>>;
+      try {
+        r = await deliverNotice(svc, deps.notice, job.data.noticeId, job.attemptsMade + 1 >= NOTICE_ATTEMPTS);
+      } catch (err) {
+        return pauseOnOutage(notices, svc, log, err);
+      }
       if (!r.done) throw new Error(r.error);
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 10 },
   );
   notices.on('error', (err) => log.error({ err }, 'notice worker error'));
 
-  // Committed notices announce themselves; the sweeper catches any whose NOTIFY was missed.
-  const listener = new pg.Client({ connectionString: config.databaseUrl });
-  listener.on('error', (err) => log.error({ err: err.message }, 'notice listener error'));
-  listener.on('notification', (msg) => {
-    if (msg.payload) svc.jobs.enqueueNotices([msg.payload]).catch((err) => log.error({ err }, 'enqueue notice failed'));
-  });
-  await listener.connect();
-  await listener.query(`LISTEN ${NOTICES_CHANNEL}`);
-
   const sweepNotices = async () => {
     const pending = await svc.db.notice.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
     await svc.jobs.enqueueNotices(pending.map((n) => n.id));
     return pending.length;
   };
+  // Committed notices announce themselves; the sweeper catches any whose NOTIFY was missed (a reconnect too).
+  const listener = await listenForever({
+    databaseUrl: config.databaseUrl,
+    channel: NOTICES_CHANNEL,
+    log,
+    onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch((err) => log.error({ err }, 'enqueue notice failed')),
+    onReconnect: () => void sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed')),
+  });
   const timer = setInterval(() => {
     sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
@@ -143,7 +153,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     sweepNotices,
     async stop() {
       clearInterval(timer);
-      await listener.end().catch(() => undefined);
+      await listener.close();
       await billing.close();
       await notices.close();
       connection.disconnect();

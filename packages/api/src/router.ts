@@ -14,6 +14,7 @@ import { domainsRouter } from './routers/domains';
 import { dnsRouter } from './routers/dns';
 import { auditRouter } from './routers/audit';
 import { router } from './trpc';
+import { registerProcedureInputs } from './input-guard';
 
 export const appRouter = router({
   signup: signupRouter,
@@ -33,5 +34,7 @@ export const appRouter = router({
   features: featuresRouter,
   audit: auditRouter,
 });
+
+registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);
 
 export type AppRouter = typeof appRouter;

@@ -39,6 +39,14 @@ const envSchema = z.object({
   SMTP_MAX_MESSAGE_BYTES: z.coerce.number().int().min(1024).default(25 * 1024 * 1024),
   SMTP_MAX_RECIPIENTS: z.coerce.number().int().min(1).default(100),
   SMTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(500),
+  /** An MX session with no bytes from the client for this long is closed (slow or stuck clients). */
+  SMTP_SOCKET_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
+  /** HTTP: the request line and headers must arrive within this (slow clients are closed; 408). */
+  HTTP_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(20_000),
+  /** HTTP: the whole request, body included, must arrive within this. */
+  HTTP_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
+  /** HTTP: a connection with no bytes either way for this long is closed (longer than the 25 s long polls). */
+  HTTP_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
   /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
   SMTP_TLS_CERT_FILE: z.string().optional(),
   SMTP_TLS_KEY_FILE: z.string().optional(),
@@ -133,7 +141,10 @@ export interface Config {
     relayUrl: string | undefined;
     staticRoutes: string | undefined;
     deliveryPort: number;
+    socketTimeoutMs: number;
   };
+  /** Slow-client bounds of the HTTP server (ms). */
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; idleTimeoutMs: number };
   deliveryRetryScale: number;
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
   mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
@@ -203,7 +214,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       relayUrl: e.SMTP_RELAY_URL,
       staticRoutes: e.SMTP_STATIC_ROUTES,
       deliveryPort: e.SMTP_DELIVERY_PORT,
+      socketTimeoutMs: e.SMTP_SOCKET_TIMEOUT_MS,
     },
+    http: { headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS, requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
     billing: { introductoryPrice: e.PRICE_INTRODUCTORY, cycleMs: e.BILLING_CYCLE_MS, paymentProvider: e.PAYMENT_PROVIDER },
     noticeFrom: (e.NOTICE_FROM ?? `noreply@${e.BASE_DOMAIN}`).toLowerCase(),

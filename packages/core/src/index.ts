@@ -1,5 +1,6 @@
 /** Domain logic of Boxes, one folder per domain. No HTTP, tRPC or SMTP here. */
 export * from './shared/errors';
+export * from './shared/unavailable';
 export * from './shared/ids';
 export * from './shared/crypto';
 export * from './shared/context';

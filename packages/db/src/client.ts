@@ -10,9 +10,17 @@ export type DbClient = Db | Tx;
 
 const pools = new WeakMap<Db, pg.Pool>();
 
+/** How long a query waits for a new connection to PostgreSQL before it fails (503 at the edges), in ms. */
+export const DB_CONNECT_TIMEOUT_MS = 5000;
+
 export function createDb(databaseUrl: string, options: { max?: number } = {}): Db {
-  // allowExitOnIdle: a process whose work is done exits even if the client was not disconnected.
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: options.max ?? 10, allowExitOnIdle: true });
+  // allowExitOnIdle: a process whose work is done exits even if the client was not disconnected. A bounded
+  // connect: an unreachable server fails the query instead of holding the request.
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: options.max ?? 10, allowExitOnIdle: true, connectionTimeoutMillis: DB_CONNECT_TIMEOUT_MS });
+  // An idle client whose connection the server ends (a restart, DROP DATABASE ... WITH (FORCE) after tests)
+  // emits 'error' on the pool; without a listener that is an uncaught exception. The pool drops the client and
+  // the next query opens a new connection or reports the failure itself.
+  pool.on('error', () => undefined);
   const db = new PrismaClient({ adapter: new PrismaPg(pool) });
   pools.set(db, pool);
   return db;

@@ -47,6 +47,24 @@ export function createRedis(url: string): Redis {
   return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
 }
 
+/**
+ * A Redis connection for commands that a request waits on (enqueueing, rate counts): while Redis is away a
+ * command fails after one reconnection attempt or REDIS_COMMAND_TIMEOUT_MS instead of waiting for Redis to come
+ * back, so the caller can answer 503 (or leave the job to the sweeper). Not for workers' blocking reads.
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 1000;
+export function createCommandRedis(url: string, opts: { failFast?: boolean } = {}): Redis {
+  return new Redis(url, {
+    maxRetriesPerRequest: 1,
+    commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    connectTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    enableReadyCheck: true,
+    // failFast: while disconnected a command fails at once instead of waiting for the next reconnection
+    // (for counts that a call may skip, such as the per-key rate count).
+    ...(opts.failFast ? { enableOfflineQueue: false } : {}),
+  });
+}
+
 export class Jobs {
   readonly deliveries: Queue<DeliveryJob>;
   readonly billing: Queue<BillingJob>;
