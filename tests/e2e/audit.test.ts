@@ -64,6 +64,11 @@ describe('the signing key', () => {
     expect(keyed.status).toBe(200);
     expect(keyed.body.public_key_pem).toBe(open.public_key_pem);
     expect(keyed.body.key_id).toBe(open.key_id);
+    // As a bare PEM file for clients that ask for one.
+    const pem = await fetch(`${t.apiBase}/audit/public-key`, { headers: { accept: 'application/x-pem-file' } });
+    expect(pem.headers.get('content-type')).toBe('application/x-pem-file');
+    expect(await pem.text()).toBe(open.public_key_pem);
+    expect((await fetch(`${t.apiBase}/audit/public-key?key_id=nope`, { headers: { accept: 'application/x-pem-file' } })).status).toBe(404);
     // Generated once: asking again gives the same key.
     expect((await publicKey()).key_id).toBe(open.key_id);
     // openssl reads it as an Ed25519 public key.

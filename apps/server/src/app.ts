@@ -10,7 +10,7 @@ import { getConnInfo } from '@hono/node-server/conninfo';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
 import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
-import { AppError, newId, priceList, type Services } from '@boxes/core';
+import { AppError, newId, priceList, publicKeys, type Services } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
@@ -88,6 +88,16 @@ export function createApp(svc: Services, log: Logger): Hono {
     return c.redirect(`${REST_PREFIX}/account/mcp/${rest}${url.search}`, 308);
   });
 
+  // The audit public key as a bare PEM file for clients that ask for one (openssl reads it as is); JSON otherwise.
+  const pemRoute = async (c: HonoContext, next: () => Promise<void>) => {
+    if (!(c.req.header('accept') ?? '').includes('application/x-pem-file')) return next();
+    const keyId = c.req.query('key_id');
+    if (keyId !== undefined && !/^ask_[0-9a-z]{20}$/.test(keyId)) return errorResponse(new AppError('not_found', `No signing key ${keyId.slice(0, 40)} on this instance`), newId('req'));
+    const { chosen } = await publicKeys(svc, keyId);
+    if (!chosen) return errorResponse(new AppError('not_found', `No signing key ${keyId} on this instance`), newId('req'));
+    return c.body(chosen.public_key_pem, 200, { 'content-type': 'application/x-pem-file', 'x-audit-key-id': chosen.key_id });
+  };
+  app.get(`${REST_PREFIX}/audit/public-key`, pemRoute);
   app.all(`${REST_PREFIX}`, (c) => rest(noteClient(c)));
   app.all(`${REST_PREFIX}/*`, (c) => rest(noteClient(c)));
 
