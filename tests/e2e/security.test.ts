@@ -104,6 +104,19 @@ const ROUTES: RouteCase[] = [
   { proc: 'features.list',              method: 'GET',    path: '/feature-requests',         scope: null,      restricted: 'allowed' },
   { proc: 'features.get',               method: 'GET',    path: '/feature-requests/{feature}', scope: null,    restricted: 'allowed' },
   { proc: 'features.vote',              method: 'POST',   path: '/feature-requests/{feature}/vote', scope: null, restricted: 'allowed', ok: [200, 409] },
+  { proc: 'account.closeProtection',    method: 'GET',    path: '/account/close-protection', scope: null,      restricted: 'allowed' },
+  { proc: 'account.enableCloseProtection', method: 'POST', path: '/account/close-protection', scope: 'admin', restricted: 'account_wide', body: { enabled: true } },
+  // A wrong confirm_domain: 400 and nothing closes, so 400 means the key got through.
+  { proc: 'account.close',              method: 'DELETE', path: '/account',                  scope: 'admin',   restricted: 'account_wide', body: { confirm_domain: 'security-probe.example' }, ok: [400] },
+  { proc: 'audit.accountPublicKey',     method: 'GET',    path: '/account/audit/public-key', scope: null,      restricted: 'allowed' },
+  { proc: 'audit.messageBundle',        method: 'GET',    path: '/messages/{message}/audit', scope: 'receive', restricted: 'own_box' },
+  { proc: 'audit.checkpoint',           method: 'POST',   path: '/events/checkpoints',       scope: 'receive', restricted: 'allowed' },
+  { proc: 'audit.checkpoints',          method: 'GET',    path: '/events/checkpoints',       scope: 'receive', restricted: 'allowed' },
+  { proc: 'audit.verifyCheckpoint',     method: 'POST',   path: '/events/checkpoints/verify', scope: 'receive', restricted: 'allowed', body: { checkpoint: 'not.a.checkpoint' } },
+  { proc: 'audit.evidenceOptIn',        method: 'POST',   path: '/beta/evidence/opt-in',     scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'audit.evidenceStatus',       method: 'GET',    path: '/beta/evidence/status',     scope: null,      restricted: 'allowed' },
+  { proc: 'audit.getUsermetadata',      method: 'GET',    path: '/account/usermetadata',     scope: null,      restricted: 'allowed' },
+  { proc: 'audit.setUsermetadata',      method: 'PUT',    path: '/account/usermetadata',     scope: 'admin',   restricted: 'account_wide', body: { audit_retention_days: 30 } },
 ];
 
 const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
@@ -265,7 +278,7 @@ describe("(c) another account's resource: 404, never 403", () => {
   const withIds = ROUTES.filter((r) => /\{(box|key|message)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
-    expect(withIds.map((r) => r.proc).sort()).toEqual(['boxes.delete', 'boxes.setSignature', 'keys.revoke', 'messages.delete', 'messages.get']);
+    expect(withIds.map((r) => r.proc).sort()).toEqual(['audit.messageBundle', 'boxes.delete', 'boxes.setSignature', 'keys.revoke', 'messages.delete', 'messages.get']);
   });
 
   it("another account's suppression list is not visible or changeable", async () => {

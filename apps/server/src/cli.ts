@@ -7,17 +7,22 @@
  *   pnpm boxes admin answer <sq_id> <text...>  answer one (support.answered goes to the asking account)
  *   pnpm boxes admin features                  open feature requests with their votes
  *   pnpm boxes admin ship <fr_id> [note...]    mark one shipped (feature_request.shipped to requester and voters)
+ *   pnpm boxes admin close-protection-off <acct_id>  turn an account's close protection off (as support)
+ *   pnpm boxes admin rotate-audit-key          retire the audit signing key and make a new one (old keys stay served)
  */
 import { loadConfig } from '@boxes/config';
-import { answerQuestion, openFeatures, openQuestions, shipFeature } from '@boxes/core';
+import { answerQuestion, disableCloseProtection, openFeatures, openQuestions, rotateSigningKey, shipFeature } from '@boxes/core';
 import { closeDb, createDb } from '@boxes/db';
+import { resolveSecretKey } from './secret-key';
 
 const USAGE = `usage:
   pnpm boxes start [server] [worker] [mx] [push] [dns]
   pnpm boxes admin questions
   pnpm boxes admin answer <question id> <answer text>
   pnpm boxes admin features
-  pnpm boxes admin ship <feature request id> [note]`;
+  pnpm boxes admin ship <feature request id> [note]
+  pnpm boxes admin close-protection-off <account id>
+  pnpm boxes admin rotate-audit-key`;
 
 async function main(argv: string[]): Promise<number> {
   const [area, command, id, ...rest] = argv;
@@ -55,6 +60,17 @@ async function main(argv: string[]): Promise<number> {
         if (!id) throw new Error('ship needs a feature request id');
         const r = await shipFeature(db, id, rest.join(' ').trim() || undefined);
         console.log(`shipped ${r.id}; feature_request.shipped sent to ${r.notified} account(s)`);
+        return 0;
+      }
+      case 'close-protection-off': {
+        if (!id) throw new Error('close-protection-off needs an account id');
+        const r = await disableCloseProtection({ db }, id);
+        console.log(r.changed ? `close protection of ${id} is off; account.close_protection.disabled appended` : `close protection of ${id} was already off`);
+        return 0;
+      }
+      case 'rotate-audit-key': {
+        const r = await rotateSigningKey({ db, secretKey: resolveSecretKey(config) });
+        console.log(`audit signing key ${r.current} is current${r.retired ? `; ${r.retired} is retired (still served for verification)` : ''}`);
         return 0;
       }
       default:

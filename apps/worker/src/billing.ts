@@ -1,12 +1,27 @@
 /**
  * Billing, domain verification and notices. The billing queue runs the repeatable cycle (a BullMQ job
  * scheduler: recurring debits, then a sweep of payments whose deadline passed), one-off payment checks (an MPP
- * token due 3 s after approval) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
+ * token due 3 s after approval), closing accounts' data exports, the repeatable audit job (chain checkpoints,
+ * body retention, deletion of closed accounts) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
  * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery.
  */
-import { Worker, type ConnectionOptions } from 'bullmq';
+import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { deliverNotice, NOTICES_CHANNEL, refreshPayment, runBillingCycle, runDomainVerification, type NoticeDeps, type Services } from '@boxes/core';
+import {
+  buildExport,
+  deleteClosedAccounts,
+  deliverNotice,
+  isServiceUnavailable,
+  NOTICES_CHANNEL,
+  pendingExports,
+  reclaimExpiredBodies,
+  refreshPayment,
+  runBillingCycle,
+  runDomainVerification,
+  signMovedHeads,
+  type NoticeDeps,
+  type Services,
+} from '@boxes/core';
 import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { listenForever, pauseOnOutage } from './outage';
@@ -14,6 +29,8 @@ import { listenForever, pauseOnOutage } from './outage';
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
   cycle(): Promise<{ accounts: number; entries: number; payments: number }>;
+  /** Runs one audit pass now (what the repeatable audit job does). */
+  audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number }>;
   sweepNotices(): Promise<number>;
   stop(): Promise<void>;
 }
@@ -44,12 +61,37 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     if (r.entries || payments) log.info({ ...r, payments }, 'billing cycle');
     return { ...r, payments };
   };
+  // Hourly: sign every moved chain head, reclaim bodies past their retention window, delete the data of accounts
+  // closed longer ago than the grace period, and enqueue any export whose job was lost.
+  const audit = async () => {
+    const checkpoints = await signMovedHeads(svc);
+    const reclaimed = await reclaimExpiredBodies(svc);
+    const deleted = await deleteClosedAccounts(svc);
+    const exports = await pendingExports(svc);
+    for (const id of exports) await svc.jobs.enqueueExport(id);
+    if (checkpoints || reclaimed || deleted.length) log.info({ checkpoints, reclaimed, deleted: deleted.length }, 'audit job');
+    return { checkpoints, reclaimed, deleted, exports: exports.length };
+  };
+  const exportJob = async (job: Job<BillingJob>, exportId: string) => {
+    try {
+      await buildExport(svc, exportId);
+    } catch (err) {
+      // The last attempt marks the export failed (the download link says so) instead of leaving it building.
+      if (!isServiceUnavailable(err) && job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
+        await svc.db.accountExport.updateMany({ where: { id: exportId, status: 'building' }, data: { status: 'failed', error: (err as Error).message.slice(0, 1000) } });
+        log.error({ err, exportId }, 'data export failed');
+      }
+      throw err;
+    }
+  };
   const billing: Worker<BillingJob> = new Worker<BillingJob>(
     QUEUE.billing,
     async (job): Promise<void> => {
       try {
         if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
         else if (job.name === 'cycle') await cycle();
+        else if (job.name === 'audit') await audit();
+        else if (job.name === 'export' && job.data.exportId) await exportJob(job, job.data.exportId);
         else if (job.name === 'domains') {
           const r = await runDomainVerification(svc);
           if (r.live || r.expired) log.info(r, 'domain verification');
@@ -64,6 +106,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
   await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
   await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
+  await svc.jobs.scheduleAudit(config.audit.cycleMs);
 
   const notices: Worker<NoticeJob> = new Worker<NoticeJob>(
     QUEUE.notices,
@@ -106,6 +149,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   await Promise.all([billing.waitUntilReady(), notices.waitUntilReady()]);
   return {
     cycle,
+    audit,
     sweepNotices,
     async stop() {
       clearInterval(timer);

@@ -12,6 +12,7 @@ import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
 import { dnsRouter } from './routers/dns';
+import { auditRouter } from './routers/audit';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 
@@ -31,6 +32,7 @@ export const appRouter = router({
   mcp: mcpRouter,
   support: supportRouter,
   features: featuresRouter,
+  audit: auditRouter,
 });
 
 registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);

@@ -62,6 +62,7 @@ describe('loadConfig', () => {
         moveGraceDays: 30,
         verifyIntervalMs: 60_000,
       },
+      audit: { cycleMs: 3_600_000, deletionGraceDays: 30, exportLinkTtlDays: 7 },
     });
   });
 

@@ -105,6 +105,12 @@ const envSchema = z.object({
   DOMAIN_MOVE_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
   /** How often the worker looks for pending domains due for a check (each domain backs off on its own). */
   DOMAIN_VERIFY_INTERVAL_MS: z.coerce.number().int().min(50).default(60_000),
+  /** How often the worker's audit job runs: chain checkpoints, body retention, deletion of closed accounts. */
+  AUDIT_CYCLE_MS: z.coerce.number().int().min(100).default(3_600_000),
+  /** Days the data of a closed account is kept (its export downloadable) before it is deleted for good. */
+  ACCOUNT_DELETION_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
+  /** Days the data-export link of a closed account works. */
+  EXPORT_LINK_TTL_DAYS: z.coerce.number().positive().max(365).default(7),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -161,6 +167,8 @@ export interface Config {
     moveGraceDays: number;
     verifyIntervalMs: number;
   };
+  /** Audit job period; grace before a closed account's data is deleted; export link lifetime. */
+  audit: { cycleMs: number; deletionGraceDays: number; exportLinkTtlDays: number };
 }
 
 const list = (v: string | undefined): string[] => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
@@ -238,6 +246,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       moveGraceDays: e.DOMAIN_MOVE_GRACE_DAYS,
       verifyIntervalMs: e.DOMAIN_VERIFY_INTERVAL_MS,
     },
+    audit: { cycleMs: e.AUDIT_CYCLE_MS, deletionGraceDays: e.ACCOUNT_DELETION_GRACE_DAYS, exportLinkTtlDays: e.EXPORT_LINK_TTL_DAYS },
     ...overrides,
     ...(overrides.siteUrl || overrides.port ? { siteUrl, apiBaseUrl: `${siteUrl}/api/v1` } : {}),
   };

@@ -15,3 +15,4 @@ export * from './surfaces';
 export * from './credit';
 export * from './domains';
 export * from './dns';
+export * from './audit';

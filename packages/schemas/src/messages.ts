@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
+import { Evidence } from './audit';
 import { text } from './strings';
 
 const AddressList = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(50)]);
@@ -86,6 +87,7 @@ export const SendOutput = z.object({
     .optional()
     .meta({ description: 'Present when many single sends to different recipients were made in a short time: use bulk send instead' }),
   idempotent_replay: z.boolean().optional().meta({ description: 'true when this is the stored response of an earlier send with the same idempotency_key' }),
+  evidence: Evidence.optional(),
 });
 
 export const MessageSummary = z
@@ -106,6 +108,10 @@ export const MessageSummary = z
     context: z.record(z.string(), z.unknown()).nullable(),
     recorded_at: Timestamp,
     body_state: z.enum(['available', 'reclaimed']),
+    body_reclaimed_at_utc: Timestamp.nullable().meta({ description: 'When the body was reclaimed (DELETE /messages/{id}, or the audit retention window); null while available' }),
+    body_reclaim_due_at_utc: Timestamp.nullable().meta({
+      description: 'While the body is available: when the audit retention window (usermetadata.audit_retention_days, default 14 days after recorded_at) reclaims it',
+    }),
     purged: z.boolean(),
   })
   .meta({ id: 'MessageSummary' });
@@ -168,6 +174,7 @@ export const DeleteMessageOutput = z.object({
   id: z.string(),
   body_state: z.object({ reclaimed_at_utc: Timestamp }),
   purged: z.boolean(),
+  evidence: Evidence.optional(),
 });
 
 export const SuppressionEntry = z.object({
