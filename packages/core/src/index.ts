@@ -9,6 +9,8 @@ export * from './events/chain';
 export * from './events/append';
 export * from './events/read';
 export * from './keys/keys';
+export * from './app-passwords/app-passwords';
+export * from './app-passwords/verify';
 export * from './boxes/boxes';
 export * from './accounts/signup';
 export * from './accounts/account';

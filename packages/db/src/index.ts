@@ -6,4 +6,4 @@ export { createDb, type Db, type Tx, type DbClient } from './client';
 export { migrate, migrationsDir } from './migrate';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
-export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice } from './generated/client';
+export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AppPassword, MailFolder, MailFolderEntry, MessageFlags } from './generated/client';

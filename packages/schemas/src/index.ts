@@ -13,3 +13,4 @@ export * from './webhooks';
 export * from './surfaces';
 export * from './credit';
 export * from './domains';
+export * from './app-passwords';
