@@ -85,6 +85,8 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
           ...(opts.resolver ? { resolver: opts.resolver } : {}),
         });
   const mail = opts.mail === false ? null : await startMail(config, { svc, log });
+  // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
+  if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   return {
     svc,
     log,

@@ -55,6 +55,8 @@ export interface TestServer {
   runtime: Runtime;
   /** Port of the MX, when started. */
   smtpPort: number | null;
+  /** Port of SMTP submission (implicit TLS), when the mail apps run. */
+  submissionPort: number | null;
   /** Port of the MQTT broker, when started. */
   mqttPort: number | null;
   stop(): Promise<void>;
@@ -87,6 +89,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
+    IMAP_PORT: '0',
+    SUBMISSION_PORT: '0',
     MQTT_PORT: '0',
     DNS_PORT: '0',
     WEBHOOK_RETRY_SCALE: '0.001',
@@ -120,6 +124,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     server: runtime.server,
     runtime,
     smtpPort: runtime.mail?.port ?? null,
+    submissionPort: runtime.mail?.submissionPort ?? null,
     mqttPort: runtime.push?.port ?? null,
     async stop() {
       await runtime.stop();
