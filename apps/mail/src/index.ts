@@ -6,6 +6,7 @@
  */
 import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
+import { startImap } from './imap/server';
 import { startSubmission } from './submission/server';
 import { tlsMaterial } from './tls';
 import type { Config } from '@boxes/config';
@@ -20,6 +21,8 @@ export interface MailServerHandle {
   port: number;
   /** SMTP submission for mail clients (implicit TLS). */
   submissionPort: number;
+  /** IMAP for mail clients (implicit TLS). */
+  imapPort: number;
   stop(): Promise<void>;
 }
 
@@ -111,11 +114,13 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
   });
   const port = (server.server.address() as AddressInfo).port;
   const submission = await startSubmission(config, { svc, log, tls });
+  const imap = await startImap(config, { svc, log, tls });
   return {
     port,
     submissionPort: submission.port,
+    imapPort: imap.port,
     stop: async () => {
-      await Promise.all([new Promise<void>((resolve) => server.close(() => resolve())), submission.stop()]);
+      await Promise.all([new Promise<void>((resolve) => server.close(() => resolve())), submission.stop(), imap.stop()]);
     },
   };
 }

@@ -105,6 +105,7 @@ async function main(): Promise<void> {
   API reference ${config.siteUrl}/docs
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
   MX (SMTP):    ${config.smtp.host}:${runtime.mail?.port} (mail for *.${config.baseDomain} and hosted domains)
+  IMAP (implicit TLS, app-passwords):            ${config.mailClients.imapHost}:${runtime.mail?.imapPort}
   SMTP submission (implicit TLS, app-passwords): ${config.mailClients.submissionHost}:${runtime.mail?.submissionPort}
   MQTT (mTLS):  ${config.mqtt.host}:${runtime.push?.port ?? config.mqtt.brokerUrl}
   Listening on  ${runtime.server.url}`);

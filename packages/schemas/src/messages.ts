@@ -102,6 +102,13 @@ export const MessageSummary = z
     recorded_at: Timestamp,
     body_state: z.enum(['available', 'reclaimed']),
     purged: z.boolean(),
+    flags: z
+      .array(z.string())
+      .meta({
+        description:
+          'Flags mail clients set over IMAP: \\Seen, \\Answered, \\Flagged, \\Draft and keywords such as $Forwarded (a sent message is \\Seen unless a client clears it). \\Deleted is kept per IMAP folder and not shown here.',
+        example: ['\\Seen', '\\Flagged'],
+      }),
   })
   .meta({ id: 'MessageSummary' });
 

@@ -57,6 +57,8 @@ export interface TestServer {
   smtpPort: number | null;
   /** Port of SMTP submission (implicit TLS), when the mail apps run. */
   submissionPort: number | null;
+  /** Port of IMAP (implicit TLS), when the mail apps run. */
+  imapPort: number | null;
   /** Port of the MQTT broker, when started. */
   mqttPort: number | null;
   stop(): Promise<void>;
@@ -125,6 +127,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     runtime,
     smtpPort: runtime.mail?.port ?? null,
     submissionPort: runtime.mail?.submissionPort ?? null,
+    imapPort: runtime.mail?.imapPort ?? null,
     mqttPort: runtime.push?.port ?? null,
     async stop() {
       await runtime.stop();

@@ -14,6 +14,7 @@ import { MAX_RECIPIENTS } from '@boxes/schemas';
 import type { Logger } from 'pino';
 import type { TlsMaterial } from '../tls';
 import { SubmissionRefused, toSendInput } from './message';
+import { rememberSubmission } from './recent';
 
 export interface SubmissionHandle {
   port: number;
@@ -147,6 +148,7 @@ export async function startSubmission(config: Config, deps: { svc: Services; log
     if (!(await maySendFrom(svc, login, from))) throw new SubmissionRefused(550, `5.7.1 From <${from}>: not a box this app-password may send from`);
     const account = await svc.db.account.findUniqueOrThrow({ where: { id: login.accountId } });
     const out = await sendMessage(svc, { account, key: credentialAsCaller(login), boxScope: login.sendBoxIds }, input);
+    await rememberSubmission(svc, login.accountId, raw, out.message_id);
     const suppressed = out.suppressed.length ? `; suppressed, not sent: ${out.suppressed.join(', ')}` : '';
     return `2.0.0 Ok: queued as ${out.message_id}${suppressed}`;
   }
