@@ -108,7 +108,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent',
   });
   const runtime = await startRuntime(config, {
-    secretKey: randomBytes(32),
+    // Processes of one service share its secret key (sealed bodies, app-password lookups).
+    secretKey: shared?.svc.secretKey ?? randomBytes(32),
     worker: opts.worker ?? false,
     mail: opts.mail ?? false,
     push: opts.push ?? false,
