@@ -18,6 +18,8 @@ const READ_AHEAD = 64;
 /** Messages read per query. */
 const BATCH = 200;
 
+const range = (from: number, to: number): number[] => Array.from({ length: Math.max(0, to - from) }, (_, k) => from + k);
+
 export function flagList(e: FolderEntry): Chunk[] {
   return paren(flagNames(e.flags, e.deleted, e.keywords).map((f) => [f]));
 }
@@ -27,6 +29,7 @@ export class SelectedMailbox {
   private readonly cache = new Map<string, ParsedMessage | null>();
   private cacheBytes = 0;
   private lastSingle = -2;
+  private readonly inflight = new Map<string, Promise<void>>();
 
   private constructor(
     readonly folder: ImapFolder & { folderId: string },
@@ -116,22 +119,52 @@ export class SelectedMailbox {
     return out;
   }
 
-  /** The parsed messages of these entries (null: the body was reclaimed), reading what is not cached. */
+  /**
+   * Makes the messages of these entries available to message() (null: the body was reclaimed), reading what is
+   * not cached. A client fetching one message after another gets the next ones read with it, and the batch
+   * after those read in the background while it is served.
+   */
   async messages(svc: Services, targets: number[]): Promise<void> {
-    let wanted = targets.map((i) => this.entries[i]!).filter((e) => !this.cache.has(e.messageId));
+    let wanted = targets;
     if (targets.length === 1) {
-      // One message after another (mbsync, offlineimap): read the next ones with it.
       const i = targets[0]!;
-      if (i === this.lastSingle + 1 && !this.cache.has(this.entries[i]!.messageId)) {
-        wanted = this.entries.slice(i, i + READ_AHEAD).filter((e) => !this.cache.has(e.messageId));
+      if (i === this.lastSingle + 1) {
+        wanted = range(i, Math.min(this.entries.length, i + READ_AHEAD));
+        void this.load(svc, range(i + READ_AHEAD, Math.min(this.entries.length, i + 2 * READ_AHEAD))).catch(() => undefined);
       }
       this.lastSingle = i;
     }
-    for (let k = 0; k < wanted.length; k += BATCH) {
-      const batch = wanted.slice(k, k + BATCH);
-      const raws = await loadRawMessages(svc, batch.map((e) => e.messageId));
-      for (const e of batch) this.put(e.messageId, raws.get(e.messageId) ? new ParsedMessage(raws.get(e.messageId)!) : null);
+    await this.load(svc, wanted);
+    // What was read ahead may have pushed out a target in a large round: read those again.
+    const missing = targets.filter((i) => !this.cache.has(this.entries[i]!.messageId));
+    if (missing.length) await this.load(svc, missing);
+  }
+
+  private async load(svc: Services, indexes: number[]): Promise<void> {
+    const waits = new Set<Promise<void>>();
+    const todo: FolderEntry[] = [];
+    for (const i of indexes) {
+      const e = this.entries[i];
+      if (!e || this.cache.has(e.messageId)) continue;
+      const pending = this.inflight.get(e.messageId);
+      if (pending) waits.add(pending);
+      else todo.push(e);
     }
+    for (let k = 0; k < todo.length; k += BATCH) {
+      const batch = todo.slice(k, k + BATCH);
+      const p = loadRawMessages(svc, batch.map((e) => e.messageId)).then((raws) => {
+        for (const e of batch) {
+          const raw = raws.get(e.messageId);
+          this.put(e.messageId, raw ? new ParsedMessage(raw) : null);
+        }
+      });
+      const settled = p.finally(() => {
+        for (const e of batch) this.inflight.delete(e.messageId);
+      });
+      for (const e of batch) this.inflight.set(e.messageId, settled);
+      waits.add(settled);
+    }
+    await Promise.all(waits);
   }
 
   /** A message read by messages() (it stays cached at least until the next call). */

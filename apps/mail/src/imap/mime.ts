@@ -222,6 +222,8 @@ export function resolvePart(root: MimeNode, path: number[]): MimeNode | null {
 
 /** The bytes of a section, or null when the message has no such part (then NIL... or an empty string; see FETCH). */
 export function sectionBytes(msg: ParsedMessage, section: Section): Buffer | null {
+  // BODY[] is the stored bytes: no parsing needed.
+  if (!section.path.length && section.specifier === '') return msg.raw;
   const node = section.path.length ? resolvePart(msg.root, section.path) : msg.root;
   if (!node) return null;
   const spec = section.specifier;

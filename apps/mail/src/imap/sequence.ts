@@ -36,35 +36,43 @@ function bounds(range: [number, number], star: number): [number, number] {
 /** Indexes (0-based) of the messages a sequence-number set names, ascending. */
 export function resolveSequence(set: SequenceSet, count: number): number[] {
   if (!count) return [];
-  const marks = new Uint8Array(count);
-  for (const r of set) {
+  return collect(set.map((r) => {
     const [lo, hi] = bounds(r, count);
-    for (let n = Math.max(1, lo); n <= Math.min(count, hi); n++) marks[n - 1] = 1;
+    return [Math.max(1, lo) - 1, Math.min(count, hi) - 1];
+  }));
+}
+
+/** First index of a sorted array whose value is at least v. */
+function lowerBound(sorted: number[], v: number): number {
+  let a = 0;
+  let b = sorted.length;
+  while (a < b) {
+    const mid = (a + b) >>> 1;
+    if (sorted[mid]! < v) a = mid + 1;
+    else b = mid;
   }
-  const out: number[] = [];
-  for (let i = 0; i < count; i++) if (marks[i]) out.push(i);
-  return out;
+  return a;
 }
 
 /** Indexes (0-based) of the messages whose UIDs a UID set names, ascending; uids must be ascending. */
 export function resolveUids(set: SequenceSet, uids: number[]): number[] {
   if (!uids.length) return [];
   const max = uids[uids.length - 1]!;
-  const marks = new Uint8Array(uids.length);
-  for (const r of set) {
+  return collect(set.map((r) => {
     const [lo, hi] = bounds(r, max);
-    // First index with uid >= lo.
-    let a = 0;
-    let b = uids.length;
-    while (a < b) {
-      const mid = (a + b) >>> 1;
-      if (uids[mid]! < lo) a = mid + 1;
-      else b = mid;
-    }
-    for (let i = a; i < uids.length && uids[i]! <= hi; i++) marks[i] = 1;
-  }
+    return [lowerBound(uids, lo), lowerBound(uids, hi + 1) - 1];
+  }));
+}
+
+/** The indexes of inclusive index ranges, ascending and once each (cost: the ranges and what they name). */
+function collect(ranges: [number, number][]): number[] {
+  const valid = ranges.filter(([a, b]) => a <= b).sort((x, y) => x[0] - y[0]);
   const out: number[] = [];
-  for (let i = 0; i < uids.length; i++) if (marks[i]) out.push(i);
+  let next = 0;
+  for (const [a, b] of valid) {
+    for (let i = Math.max(a, next); i <= b; i++) out.push(i);
+    next = Math.max(next, b + 1);
+  }
   return out;
 }
 

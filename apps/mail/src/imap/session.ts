@@ -46,6 +46,8 @@ export interface Hub {
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
 /** Inactivity before the server logs a client out (RFC 3501 5.4: at least 30 minutes). */
 const AUTOLOGOUT_MS = 31 * 60_000;
+/** Output gathered before it is sent. */
+const OUTPUT_FLUSH = 64 * 1024;
 /** How often an IDLE client hears that the server is still there. */
 const IDLE_KEEPALIVE_MS = 4 * 60_000;
 
@@ -63,6 +65,8 @@ export class Session {
   private lineWaiter: ((line: string | null) => void) | null = null;
   private folderCache: ImapFolder[] | null = null;
   private checking = false;
+  private output: Buffer[] = [];
+  private outputBytes = 0;
 
   constructor(
     private readonly socket: Socket,
@@ -92,10 +96,32 @@ export class Session {
     return this.closed;
   }
 
-  /** Writes chunks as they are. */
+  /**
+   * Writes chunks. While commands are running, output is gathered and sent in pieces of OUTPUT_FLUSH bytes or
+   * when no further command is waiting, so a client fetching message after message gets few, full TLS records
+   * instead of many small ones.
+   */
   write(chunks: Chunk[]): void {
     if (this.closed) return;
-    for (const c of chunks) this.socket.write(c);
+    for (const c of chunks) {
+      const b = typeof c === 'string' ? Buffer.from(c, 'latin1') : c;
+      this.output.push(b);
+      this.outputBytes += b.length;
+    }
+    if (!this.running || this.outputBytes >= OUTPUT_FLUSH) this.flush();
+  }
+
+  /** Sends what write() gathered. */
+  flush(): void {
+    if (!this.outputBytes || this.closed) {
+      this.output = [];
+      this.outputBytes = 0;
+      return;
+    }
+    const data = this.output.length === 1 ? this.output[0]! : Buffer.concat(this.output, this.outputBytes);
+    this.output = [];
+    this.outputBytes = 0;
+    this.socket.write(data);
   }
 
   /** One untagged response line (chunks without the CRLF). */
@@ -124,6 +150,7 @@ export class Session {
 
   /** Ends the connection once what was written has gone out. */
   end(): void {
+    this.flush();
     this.socket.end();
     this.closed = true;
     if (this.idle) clearInterval(this.idle.timer);
@@ -142,7 +169,7 @@ export class Session {
   /** The next bare line from the client (an AUTHENTICATE response), or null if the connection closed. */
   readLine(): Promise<string | null> {
     // What was written (the "+" continuation) must go out before waiting for the answer.
-    while (this.socket.writableCorked) this.socket.uncork();
+    this.flush();
     return new Promise((resolve) => {
       this.lineWaiter = resolve;
       this.deliverLine();
@@ -258,15 +285,11 @@ export class Session {
           this.write([`${tag ?? '*'} BAD ${(err as Error).message}\r\n`]);
           continue;
         }
-        this.socket.cork();
-        try {
-          await this.run(cmd);
-        } finally {
-          this.socket.uncork();
-        }
+        await this.run(cmd);
       }
     } finally {
       this.running = false;
+      this.flush();
     }
   }
 

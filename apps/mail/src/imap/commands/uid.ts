@@ -6,7 +6,8 @@ import type { Session } from '../session';
 export async function uid(s: Session, cmd: Command) {
   const name = atom(cmd.args[0], 'command after UID').toUpperCase();
   if (!UID_COMMANDS.has(name)) throw new BadArgs(`UID ${name.slice(0, 20)} is not a command`);
+  // Changes made elsewhere are reported at NOOP, CHECK and IDLE (and by EXPUNGE and MOVE), not after every UID
+  // command: a client syncing message after message would pay two reads of the folder for each.
   const done = await COMMANDS[name]!.handler(s, { tag: cmd.tag, name, args: cmd.args.slice(1) }, true);
-  if (done && name !== 'EXPUNGE' && name !== 'MOVE') await s.reportChanges();
   return done && { ...done, text: `UID ${done.text}` };
 }
