@@ -6,11 +6,13 @@
  *
  * The messages are made here (text, html alternatives and attachments of several sizes, a few KB to ~60 KB),
  * stored in Boxes through the real receive path (parsed, sealed, charged, announced as mail.received) and
- * written as the same bytes into Dovecot's Maildir. Each server is synced twice into a fresh Maildir: cold (the
- * first login: Boxes folds the event stream into the folder, Dovecot builds its index) and warm. Printed: both
- * times per server and the ratio Boxes / Dovecot.
+ * written as the same bytes into Dovecot's Maildir. In each of BENCH_IMAP_RUNS rounds each server is synced twice
+ * into a fresh Maildir: cold (the first login: Boxes folds the event stream into a new folder, Dovecot builds a
+ * new index) and warm. Printed: the best time of each kind per server (other jobs on the machine only ever make
+ * a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
+ * server during the last warm Boxes sync.
  *
- *   BENCH_IMAP=10000 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
+ *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -27,6 +29,7 @@ import { createBenchDatabase, envInt, loadNote, main, request, signupAccounts, s
 
 const N = envInt('BENCH_IMAP', 10_000);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 900) * 1000;
+const RUNS = envInt('BENCH_IMAP_RUNS', 3, 1, 20);
 const run = promisify(execFile);
 
 /** A small deterministic generator, so runs compare. */
@@ -318,23 +321,34 @@ await main('bench:imap', async (onCleanup) => {
   });
   const dovecotServer = { port: dovecot.port, user: dovecot.user, pass: dovecot.pass, cert: await peerCertificate(dovecot.port) };
 
-  const results: Record<string, { cold: number; warm: number }> = {};
-  for (const [name, server] of [
-    ['boxes', boxesServer],
-    ['dovecot', dovecotServer],
-  ] as const) {
-    const cold = await mbsync(root, `${name}-cold`, server);
-    const profile = name === 'boxes' && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
-    const warm = await mbsync(root, `${name}-warm`, server);
-    if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
-    for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
-    results[name] = { cold: cold.ms, warm: warm.ms };
+  // Each round: Boxes cold (its folders dropped, so the first login folds the stream again) and warm, then Dovecot
+  // cold (its index removed) and warm. The best of the rounds is what the machine can do when others let it.
+  const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
+  for (let round = 1; round <= RUNS; round++) {
+    await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
+    await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
+    const index = path.join(root, 'dovecot', 'index');
+    for (const f of fs.readdirSync(index)) fs.rmSync(path.join(index, f), { recursive: true, force: true });
+    for (const [name, server] of [
+      ['boxes', boxesServer],
+      ['dovecot', dovecotServer],
+    ] as const) {
+      const cold = await mbsync(root, `${name}-cold`, server);
+      const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
+      const warm = await mbsync(root, `${name}-warm`, server);
+      if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
+      for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
+      times[name].cold.push(cold.ms);
+      times[name].warm.push(warm.ms);
+    }
   }
   const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
-  const b = results.boxes!;
-  const d = results.dovecot!;
-  console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS:`);
-  console.log(`    boxes:   cold ${s(b.cold)} (first login folds the event stream into the folder), warm ${s(b.warm)}`);
-  console.log(`    dovecot: cold ${s(d.cold)} (first login builds its index), warm ${s(d.warm)}`);
-  console.log(`    ratio boxes / dovecot: cold ${(b.cold / d.cold).toFixed(2)}, warm ${(b.warm / d.warm).toFixed(2)}`);
+  const best = (xs: number[]) => Math.min(...xs);
+  const all = (xs: number[]) => xs.map((x) => (x / 1000).toFixed(2)).join(', ');
+  const b = times.boxes;
+  const d = times.dovecot;
+  console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS, best of ${RUNS} (all runs in s):`);
+  console.log(`    boxes:   cold ${s(best(b.cold))} (first login folds the event stream into the folder; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
+  console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
+  console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
 });

@@ -11,10 +11,11 @@ import type { ImapFolder } from './folders';
 import { ParsedMessage } from './mime';
 
 /** Messages kept parsed per session, and their total size. */
-const CACHE_MESSAGES = 256;
+const CACHE_MESSAGES = 512;
 const CACHE_BYTES = 64 * 1024 * 1024;
-/** Messages read ahead when a client fetches one message after another. */
+/** Messages read ahead when a client fetches one message after another, and the blocks read beyond. */
 const READ_AHEAD = 64;
+const AHEAD_BLOCKS = 2;
 /** Messages read per query. */
 const BATCH = 200;
 
@@ -129,8 +130,12 @@ export class SelectedMailbox {
     if (targets.length === 1) {
       const i = targets[0]!;
       if (i === this.lastSingle + 1) {
-        wanted = range(i, Math.min(this.entries.length, i + READ_AHEAD));
-        void this.load(svc, range(i + READ_AHEAD, Math.min(this.entries.length, i + 2 * READ_AHEAD))).catch(() => undefined);
+        // Aligned blocks: the one holding i now, the next one in the background (each read in one query).
+        const block = Math.floor(i / READ_AHEAD) * READ_AHEAD;
+        wanted = range(block, Math.min(this.entries.length, block + READ_AHEAD));
+        for (let k = 1; k <= AHEAD_BLOCKS; k++) {
+          void this.load(svc, range(block + k * READ_AHEAD, Math.min(this.entries.length, block + (k + 1) * READ_AHEAD))).catch(() => undefined);
+        }
       }
       this.lastSingle = i;
     }
