@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { appPassword, deliver, imapClient, multipartMessage, waitFor, withImap } from './imap-helpers';
 import { eventsOf } from './mail-receive-helpers';
+import nodemailer from 'nodemailer';
 
 let t: TestServer;
 let a: TestAccount;
@@ -177,6 +178,27 @@ describe('imapflow', () => {
       expect(msg && [...(msg.flags ?? [])]).toEqual(['\\Seen']);
       expect(msg && msg.source?.toString()).toMatch(/^DKIM-Signature: /m);
       expect(box.uidNext).toBeGreaterThan(first.uidNext);
+    });
+  });
+
+  it("a message submitted over SMTP is in Sent, and the client's own copy appended to Sent is that one", async () => {
+    const subject = `submitted ${tag()}`;
+    const clientId = `<client-${tag()}@laptop.test>`;
+    const smtp = nodemailer.createTransport({ host: '127.0.0.1', port: t.submissionPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: password } });
+    const info = await smtp.sendMail({ from: a.primaryAddress, to: 'friend@remote.invalid', subject, text: 'from a mail client', messageId: clientId });
+    smtp.close();
+    expect(info.response).toMatch(/queued as msg_/);
+    const copy = `Message-ID: ${clientId}\r\nFrom: ${a.primaryAddress}\r\nTo: friend@remote.invalid\r\nSubject: ${subject}\r\n\r\nfrom a mail client\r\n`;
+    await withImap(t, a.primaryAddress, password, async (c) => {
+      const sent = await c.mailboxOpen('Sent');
+      const [uid] = await uidsOf(c, { subject });
+      expect(uid).toBeGreaterThan(0);
+      const appended = await c.append('Sent', copy, ['\\Seen']);
+      expect(appended && appended.uid).toBe(uid);
+      const status = await c.status('Sent', { messages: true });
+      expect(status && status.messages).toBe(sent.exists);
+      // Anything else is refused: mail enters a box by being received or sent.
+      await expect(c.append('Drafts', copy)).rejects.toThrow();
     });
   });
 });
