@@ -105,8 +105,8 @@ async function main(): Promise<void> {
   API reference ${config.siteUrl}/docs
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
   MX (SMTP):    ${config.smtp.host}:${runtime.mail?.port} (mail for *.${config.baseDomain} and hosted domains)
-  IMAP (implicit TLS, app-passwords):            ${config.mailClients.imapHost}:${runtime.mail?.imapPort}
-  SMTP submission (implicit TLS, app-passwords): ${config.mailClients.submissionHost}:${runtime.mail?.submissionPort}
+  IMAP:         ${config.mailClients.imapHost}:${runtime.mail?.imapPort} (mail clients: implicit TLS, app-passwords)
+  Submission:   ${config.mailClients.submissionHost}:${runtime.mail?.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
   MQTT (mTLS):  ${config.mqtt.host}:${runtime.push?.port ?? config.mqtt.brokerUrl}
   Listening on  ${runtime.server.url}`);
   const shutdown = async () => {
