@@ -48,9 +48,9 @@ for tool in swaks curl; do
   fi
 done
 
-# The IMAP client tests (tests/e2e/imap-clients.test.ts) sync with mbsync (Debian isync) and collect with
-# fetchmail; Python's imaplib comes with python3.
-for pair in mbsync:isync fetchmail:fetchmail python3:python3; do
+# The IMAP client tests (tests/e2e/imap-clients.test.ts) sync with mbsync (Debian isync), collect with fetchmail
+# and drive neomutt under script(1); Python's imaplib comes with python3.
+for pair in mbsync:isync fetchmail:fetchmail neomutt:neomutt script:bsdutils python3:python3; do
   tool=${pair%%:*}; pkg=${pair##*:}
   if ! command -v "$tool" >/dev/null 2>&1; then
     install_if_missing "$tool" "$pkg" || true

@@ -1,7 +1,8 @@
 /**
  * IMAP with clients nobody here wrote, each used the way it normally is: Python's imaplib (list, read, flag,
  * copy, expunge, IDLE), curl imaps:// (list, search, fetch, store), mbsync (Debian isync) syncing a box to a
- * Maildir both ways (flags and deletions go back, new mail comes down), and fetchmail collecting new mail.
+ * Maildir both ways (flags and deletions go back, new mail comes down), neomutt driven by its own key bindings
+ * under a pseudo-terminal (read, flag, save to another folder), and fetchmail collecting new mail.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -215,6 +216,66 @@ SyncState *
     // A third run has nothing to do.
     await mbsync();
     expect(files('INBOX')).toHaveLength(4);
+  });
+});
+
+describe('neomutt', () => {
+  it('reads, flags and saves to another folder, driven by its own key bindings under a pseudo-terminal', async () => {
+    await requireTool('neomutt');
+    await requireTool('script');
+    const { a, password, ids } = await mailbox('neomutt', 2);
+    const root = path.join(dir, 'neomutt');
+    fs.mkdirSync(root);
+    const cert = await new Promise<string>((resolve, reject) => {
+      const s = tls.connect({ host: '127.0.0.1', port: t.imapPort!, rejectUnauthorized: false }, () => {
+        const der = s.getPeerCertificate().raw;
+        s.end();
+        resolve(`-----BEGIN CERTIFICATE-----\n${der.toString('base64').replace(/.{64}/g, '$&\n')}\n-----END CERTIFICATE-----\n`);
+      });
+      s.on('error', reject);
+    });
+    fs.writeFileSync(path.join(root, 'cert.pem'), cert);
+    fs.writeFileSync(
+      path.join(root, 'muttrc'),
+      [
+        `set folder="imaps://${encodeURIComponent(a.primaryAddress)}@127.0.0.1:${t.imapPort}/"`,
+        'set spoolfile="+INBOX"',
+        `set imap_pass="${password}"`,
+        `set certificate_file=${root}/cert.pem`,
+        'set ssl_verify_host=no',
+        'set mail_check=0',
+        'set header_cache=""',
+        'set sort=date',
+        'set confirmappend=no',
+        'set quit=yes',
+        'set move=no',
+        'set delete=yes',
+        'set resolve=no',
+        'set mark_old=no',
+        'set pager_stop=yes',
+        '',
+      ].join('\n'),
+    );
+    // Message 1 (oldest first): flag it and read it. Message 2: save it to Archive (neomutt deletes the original).
+    const keys = '<flag-message><display-message><exit><next-undeleted><save-message><kill-line>=Archive<enter><sync-mailbox><quit>';
+    await execFileAsync('script', ['-qfec', `neomutt -n -F ${root}/muttrc -e 'push "${keys}"'`, '/dev/null'], {
+      timeout: 20_000,
+      env: { ...process.env, TERM: 'xterm', COLUMNS: '120', LINES: '40', HOME: root },
+    }).catch((err: { stdout?: string }) => {
+      // The last screen says where it stopped.
+      throw new Error(`neomutt did not finish: ${(err.stdout ?? '').replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ' ').slice(-1500)}`);
+    });
+    expect((await message(a, ids[0]!)).flags).toEqual(['\\Seen', '\\Flagged']);
+    const second = await message(a, ids[1]!);
+    expect(second.body_state).toBe('available');
+    const { ImapFlow } = await import('imapflow');
+    const c = new ImapFlow({ host: '127.0.0.1', port: t.imapPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: password }, logger: false });
+    await c.connect();
+    await c.mailboxOpen('INBOX');
+    expect(await c.search({ subject: 'neomutt 2' })).toEqual([]);
+    await c.mailboxOpen('Archive');
+    expect(await c.search({ subject: 'neomutt 2' })).toHaveLength(1);
+    await c.logout();
   });
 });
 
