@@ -11,10 +11,10 @@ import type { ImapFolder } from './folders';
 import { ParsedMessage } from './mime';
 
 /** Messages kept parsed per session, and their total size. */
-const CACHE_MESSAGES = 512;
+const CACHE_MESSAGES = 768;
 const CACHE_BYTES = 64 * 1024 * 1024;
 /** Messages read ahead when a client fetches one message after another, and the blocks read beyond. */
-const READ_AHEAD = 64;
+const READ_AHEAD = 128;
 const AHEAD_BLOCKS = 2;
 /** Messages read per query. */
 const BATCH = 200;

@@ -40,7 +40,13 @@ export type Frame =
 const LITERAL_AT_END = /\{(\d{1,10})(\+)?\}$/;
 
 export class CommandFramer {
-  private buf: Buffer = Buffer.alloc(0);
+  /**
+   * Input not yet consumed is arena[start, end): appending copies only the new bytes (the arena grows by
+   * doubling, consumed space is reused), so a client that pipelines thousands of commands costs linear time.
+   */
+  private arena: Buffer = Buffer.allocUnsafe(16 * 1024);
+  private start = 0;
+  private end = 0;
   /** Where the current command's next line starts, relative to buf. */
   private lineStart = 0;
   /** Offset of the literal whose continuation was already sent. */
@@ -51,6 +57,10 @@ export class CommandFramer {
 
   constructor(private readonly limits: { maxLine: number; maxLiteral: number }) {}
 
+  private get buf(): Buffer {
+    return this.arena.subarray(this.start, this.end);
+  }
+
   push(chunk: Buffer): void {
     if (this.skip > 0) {
       const n = Math.min(this.skip, chunk.length);
@@ -58,7 +68,20 @@ export class CommandFramer {
       chunk = chunk.subarray(n);
       if (!chunk.length) return;
     }
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    if (this.end + chunk.length > this.arena.length) {
+      const used = this.end - this.start;
+      if (used + chunk.length <= this.arena.length / 2) {
+        this.arena.copyWithin(0, this.start, this.end);
+      } else {
+        const bigger = Buffer.allocUnsafe(Math.max(this.arena.length * 2, used + chunk.length));
+        this.arena.copy(bigger, 0, this.start, this.end);
+        this.arena = bigger;
+      }
+      this.start = 0;
+      this.end = used;
+    }
+    chunk.copy(this.arena, this.end);
+    this.end += chunk.length;
   }
 
   get buffered(): number {
@@ -82,7 +105,7 @@ export class CommandFramer {
     if (this.discardLine && this.skip === 0) {
       const end = this.buf.indexOf('\r\n');
       if (end === -1) {
-        this.buf = Buffer.alloc(0);
+        this.start = this.end = 0;
         return null;
       }
       this.discardLine = false;
@@ -97,7 +120,8 @@ export class CommandFramer {
       const tail = this.buf.subarray(Math.max(this.lineStart, crlf - 16), crlf).toString('latin1');
       const m = LITERAL_AT_END.exec(tail);
       if (!m) {
-        const bytes = this.buf.subarray(0, crlf);
+        // A copy: the arena is reused for what comes next, and a command's strings outlive that.
+        const bytes = Buffer.from(this.buf.subarray(0, crlf));
         this.consume(crlf + 2);
         return { kind: 'command', bytes };
       }
@@ -137,7 +161,8 @@ export class CommandFramer {
   }
 
   private consume(n: number): void {
-    this.buf = this.buf.subarray(n);
+    this.start += n;
+    if (this.start >= this.end) this.start = this.end = 0;
     this.lineStart = 0;
     this.continued = -1;
   }
