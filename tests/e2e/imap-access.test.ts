@@ -127,6 +127,20 @@ describe('refusals', () => {
     expect(locked.responseText).toMatch(/Too many failed logins; try again in \d+ seconds/);
   });
 
+  it('one connection gets three tries, then the server says BYE and closes it', async () => {
+    const tls = await import('node:tls');
+    const socket = tls.connect({ host: '127.0.0.1', port: t.imapPort!, rejectUnauthorized: false });
+    let transcript = '';
+    socket.on('data', (d) => (transcript += d.toString()));
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    await new Promise((r) => socket.once('secureConnect', r));
+    for (let i = 1; i <= 3; i++) socket.write(`a${i} LOGIN nobody-${tag()}@example.com AAAA-BBBB-CCCC-DDDD\r\n`);
+    await closed;
+    expect(transcript).toMatch(/^\* OK \[CAPABILITY IMAP4rev1 /);
+    expect(transcript.match(/^a\d NO \[AUTHENTICATIONFAILED\]/gm)).toHaveLength(3);
+    expect(transcript).toMatch(/\* BYE Too many failed logins on this connection\r\n$/);
+  });
+
   it('revoking an app-password closes its open sessions (an idling one included); other passwords go on', async () => {
     const a = await signupAccount(t, `revoke-${tag()}@example.com`);
     const doomed = await appPassword(t, a, { label: 'doomed' });

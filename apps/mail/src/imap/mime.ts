@@ -46,6 +46,26 @@ export class ParsedMessage {
     return this.rootCache;
   }
 
+  private headerCache: { end: number; headers: Header[] } | null = null;
+
+  /**
+   * The message's own header block (its end, the blank line included, and its fields), found without reading
+   * the body: ENVELOPE and BODY[HEADER...] of many messages (a client's first look at a folder) stay cheap.
+   */
+  get header(): { end: number; headers: Header[] } {
+    if (!this.headerCache) {
+      if (this.rootCache) {
+        this.headerCache = { end: this.rootCache.headerEnd, headers: this.rootCache.headers };
+      } else {
+        const head = this.raw.subarray(0, Math.min(this.raw.length, 1024 * 1024)).toString('latin1');
+        const { headerEnd } = findHeaderEnd(head, 0, head.length);
+        const end = headerEnd === head.length && head.length < this.raw.length ? this.raw.length : headerEnd;
+        this.headerCache = { end, headers: parseHeaders(head.slice(0, end)) };
+      }
+    }
+    return this.headerCache;
+  }
+
   bytes(start: number, end: number): Buffer {
     return this.raw.subarray(start, end);
   }
@@ -222,8 +242,13 @@ export function resolvePart(root: MimeNode, path: number[]): MimeNode | null {
 
 /** The bytes of a section, or null when the message has no such part (then NIL... or an empty string; see FETCH). */
 export function sectionBytes(msg: ParsedMessage, section: Section): Buffer | null {
-  // BODY[] is the stored bytes: no parsing needed.
+  // BODY[] is the stored bytes, BODY[HEADER...] the header block: no need to parse the body for those.
   if (!section.path.length && section.specifier === '') return msg.raw;
+  if (!section.path.length && section.specifier.startsWith('HEADER')) {
+    const { end } = msg.header;
+    if (section.specifier === 'HEADER') return msg.bytes(0, end);
+    return Buffer.from(filterHeader(msg.raw.subarray(0, end).toString('latin1'), section.fields, section.specifier === 'HEADER.FIELDS.NOT'), 'latin1');
+  }
   const node = section.path.length ? resolvePart(msg.root, section.path) : msg.root;
   if (!node) return null;
   const spec = section.specifier;

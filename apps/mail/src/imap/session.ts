@@ -44,8 +44,11 @@ export interface Hub {
 }
 
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
-/** Inactivity before the server logs a client out (RFC 3501 5.4: at least 30 minutes). */
+/** Inactivity before the server logs a client out (RFC 3501 5.4: at least 30 minutes), and before logging in. */
 const AUTOLOGOUT_MS = 31 * 60_000;
+const PREAUTH_TIMEOUT_MS = 60_000;
+/** Failed logins one connection may make before it is closed (the account and address counts go on elsewhere). */
+const MAX_FAILED_LOGINS = 3;
 /** Output gathered before it is sent. */
 const OUTPUT_FLUSH = 64 * 1024;
 /** How often an IDLE client hears that the server is still there. */
@@ -65,6 +68,8 @@ export class Session {
   private lineWaiter: ((line: string | null) => void) | null = null;
   private folderCache: ImapFolder[] | null = null;
   private checking = false;
+  private failedLogins = 0;
+  private closeAfterCommand = false;
   private output: Buffer[] = [];
   private outputBytes = 0;
 
@@ -76,7 +81,7 @@ export class Session {
     this.id = `imap-${id}`;
     this.remoteAddress = socket.remoteAddress ?? 'unknown';
     socket.setNoDelay(true);
-    socket.setTimeout(AUTOLOGOUT_MS);
+    socket.setTimeout(PREAUTH_TIMEOUT_MS);
     socket.on('data', (chunk: Buffer) => {
       this.framer.push(chunk);
       if (this.lineWaiter) this.deliverLine();
@@ -197,7 +202,14 @@ export class Session {
   loggedIn(login: MailLogin): void {
     this.login = login;
     this.state = 'authenticated';
+    this.socket.setTimeout(AUTOLOGOUT_MS);
     this.hub.register(this);
+  }
+
+  /** A failed login: after MAX_FAILED_LOGINS the connection ends once the answer is out. */
+  loginFailed(): void {
+    this.failedLogins++;
+    if (this.failedLogins >= MAX_FAILED_LOGINS) this.closeAfterCommand = true;
   }
 
   /** Sends what changed in the selected mailbox since the client last heard. */
@@ -316,5 +328,6 @@ export class Session {
         this.write([`${cmd.tag} NO [SERVERBUG] Internal error; try again\r\n`]);
       }
     }
+    if (this.closeAfterCommand) this.bye('Too many failed logins on this connection');
   }
 }

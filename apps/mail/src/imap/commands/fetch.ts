@@ -107,7 +107,7 @@ function render(item: Item, e: FolderEntry, msg: ParsedMessage): Chunk[] {
     case 'MODSEQ':
       return [`MODSEQ (${e.modseq})`];
     case 'ENVELOPE':
-      return ['ENVELOPE ', ...envelope(msg.root.headers)];
+      return ['ENVELOPE ', ...envelope(msg.header.headers)];
     case 'BODYSTRUCTURE':
       return ['BODYSTRUCTURE ', ...bodyStructure(msg, msg.root, true)];
     case 'BODY':

@@ -10,6 +10,7 @@ import { CAPABILITIES, ImapNo, type Done, type Session } from '../session';
 export async function authenticateAs(s: Session, username: string, password: string): Promise<Done> {
   const r = await verifyMailLogin(s.svc, { username, password, service: 'imap', remoteAddress: s.remoteAddress });
   if (!r.ok) {
+    s.loginFailed();
     if (r.reason === 'locked') throw new ImapNo('UNAVAILABLE', r.message);
     throw new ImapNo('AUTHENTICATIONFAILED', 'Invalid username or app-password (use a box address or the owner\'s email, and an app-password from POST /account/app-passwords)');
   }
