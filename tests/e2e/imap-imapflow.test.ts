@@ -201,4 +201,22 @@ describe('imapflow', () => {
       await expect(c.append('Drafts', copy)).rejects.toThrow();
     });
   });
+
+  it('CONDSTORE: HIGHESTMODSEQ moves with every change, FETCH CHANGEDSINCE returns only what changed', async () => {
+    const subject = `condstore ${tag()}`;
+    await deliver(t, [a.primaryAddress], multipartMessage({ from: 'eve@outside.test', to: a.primaryAddress, subject, text: 'modseq' }));
+    await receivedId(subject);
+    await withImap(t, a.primaryAddress, password, async (c) => {
+      const box = await c.mailboxOpen('INBOX');
+      const before = box.highestModseq!;
+      expect(before).toBeGreaterThan(0n);
+      const [uid] = await uidsOf(c, { subject });
+      await c.messageFlagsAdd(String(uid), ['\\Answered'], { uid: true });
+      const changed: number[] = [];
+      for await (const m of c.fetch('1:*', { uid: true, flags: true }, { changedSince: before })) changed.push(m.uid);
+      expect(changed).toEqual([uid]);
+      const after = await c.status('INBOX', { highestModseq: true });
+      expect(after && after.highestModseq).toBeGreaterThan(before);
+    });
+  });
 });
