@@ -103,6 +103,16 @@ describe('a submitted message goes the way of POST /messages/send', () => {
     expect(sent?.data).toMatchObject({ from: billing.address, to: [to], cc: [cc] });
   });
 
+  it('a suppressed recipient is skipped and named in the reply, as POST /messages/send skips it', async () => {
+    const tag = unique();
+    const [ok, blocked] = [`ok-${tag}@remote.test`, `blocked-${tag}@remote.test`];
+    await t.db.suppression.create({ data: { accountId: a.accountId, address: blocked, reason: 'bounce' } });
+    const info = await submit(a.primaryAddress, password, { from: a.primaryAddress, to: [ok, blocked], subject: `suppressed ${tag}`, text: 'one of two' });
+    expect(info.response).toMatch(new RegExp(`queued as msg_[0-9a-z]+; suppressed, not sent: ${blocked}`));
+    await waitFor(() => sink.to(ok).length === 1, 'delivery to the other recipient');
+    expect(sink.to(blocked)).toHaveLength(0);
+  });
+
   it('swaks --tls-on-connect --auth PLAIN and LOGIN', async () => {
     for (const method of ['PLAIN', 'LOGIN']) {
       const tag = unique();
