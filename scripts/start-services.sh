@@ -48,6 +48,16 @@ for tool in swaks curl; do
   fi
 done
 
+# The IMAP client tests (tests/e2e/imap-clients.test.ts) sync with mbsync (Debian isync), collect with fetchmail
+# and drive neomutt under script(1); Python's imaplib comes with python3.
+for pair in mbsync:isync fetchmail:fetchmail neomutt:neomutt script:bsdutils python3:python3; do
+  tool=${pair%%:*}; pkg=${pair##*:}
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    install_if_missing "$tool" "$pkg" || true
+    command -v "$tool" >/dev/null 2>&1 || echo "$tool is not installed: the IMAP client tests need it (apt-get install -y $pkg)" >&2
+  fi
+done
+
 # The e2e MQTT tests (tests/e2e/push-mqtt.test.ts) subscribe with mosquitto_sub (Debian package mosquitto-clients).
 if ! command -v mosquitto_sub >/dev/null 2>&1; then
   install_if_missing mosquitto_sub mosquitto-clients || true

@@ -50,6 +50,9 @@ const ROUTES: RouteCase[] = [
   { proc: 'keys.create',                method: 'POST',   path: '/account/keys',             scope: 'admin',   restricted: 'account_wide', body: { label: 'security-probe', scopes: ['send'] } },
   { proc: 'keys.list',                  method: 'GET',    path: '/account/keys',             scope: 'admin',   restricted: 'account_wide' },
   { proc: 'keys.revoke',                method: 'DELETE', path: '/account/keys/{key}',       scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'appPasswords.create',       method: 'POST',   path: '/account/app-passwords',    scope: 'admin',   restricted: 'account_wide', body: { label: 'security-probe' } },
+  { proc: 'appPasswords.list',         method: 'GET',    path: '/account/app-passwords',    scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'appPasswords.revoke',       method: 'DELETE', path: '/account/app-passwords/{apw}', scope: 'admin', restricted: 'account_wide' },
   { proc: 'boxes.create',               method: 'POST',   path: '/boxes',                    scope: 'admin',   restricted: 'account_wide', body: { address: 'security-probe' } },
   { proc: 'boxes.list',                 method: 'GET',    path: '/boxes',                    scope: null,      restricted: 'filtered' },
   { proc: 'boxes.delete',               method: 'DELETE', path: '/boxes/{box}',              scope: 'admin',   restricted: 'own_box' },
@@ -124,7 +127,8 @@ const MISSING_BOX = 'box_00000000000000000000';
 const MISSING_KEY = 'key_00000000000000000000';
 const MISSING_MESSAGE = 'msg_00000000000000000000';
 const SUPPRESSED = 'bounced@remote.invalid';
-type Ids = { box: string; key: string; message?: string; question?: string; feature?: string };
+const MISSING_APP_PASSWORD = 'apw_00000000000000000000';
+type Ids = { box: string; key: string; message?: string; question?: string; feature?: string; apw?: string };
 
 let t: TestServer;
 
@@ -140,6 +144,8 @@ interface Fixture {
   /** A support question and a feature request of the account. */
   questionId: string;
   featureId: string;
+  /** An app-password of the account. */
+  appPasswordId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -159,7 +165,10 @@ async function fixture(): Promise<Fixture> {
   await t.db.suppression.create({ data: { accountId: account.accountId, address: SUPPRESSED, reason: 'bounce' } });
   const question = await rest(t, 'POST', '/support/questions', { key: account.apiKey, body: { subject: 'fixture', body: 'fixture' } });
   const feature = await rest(t, 'POST', '/feature-requests', { key: account.apiKey, body: { title: 'fixture feature', description: 'a feature request of the fixture' } });
-  if (question.status !== 200 || feature.status !== 200) throw new Error(`fixture failed: ${JSON.stringify([question.body, feature.body])}`);
+  const appPassword = await rest(t, 'POST', '/account/app-passwords', { key: account.apiKey, body: { label: 'fixture' } });
+  if (question.status !== 200 || feature.status !== 200 || appPassword.status !== 200) {
+    throw new Error(`fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body])}`);
+  }
   return {
     account,
     primaryBoxId: boxes.body.boxes[0].id,
@@ -169,6 +178,7 @@ async function fixture(): Promise<Fixture> {
     spareMessageId: sent.body.message_id,
     questionId: question.body.id,
     featureId: feature.body.id,
+    appPasswordId: appPassword.body.id,
   };
 }
 
@@ -182,10 +192,11 @@ function fill(path: string, ids: Ids): string {
     .replace('{delivery}', 'whd_00000000000000000000')
     .replace('{question}', ids.question ?? 'sq_00000000000000000000')
     .replace('{feature}', ids.feature ?? 'fr_00000000000000000000')
-    .replace('{payment}', 'pi_00000000000000000000');
+    .replace('{payment}', 'pi_00000000000000000000')
+    .replace('{apw}', ids.apw ?? MISSING_APP_PASSWORD);
 }
 
-const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId, question: f.questionId, feature: f.featureId });
+const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId, question: f.questionId, feature: f.featureId, apw: f.appPasswordId });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
   const body = opts.body ?? route.body;
@@ -275,10 +286,10 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key|message)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message|apw)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
-    expect(withIds.map((r) => r.proc).sort()).toEqual(['audit.messageBundle', 'boxes.delete', 'boxes.setSignature', 'keys.revoke', 'messages.delete', 'messages.get']);
+    expect(withIds.map((r) => r.proc).sort()).toEqual(['appPasswords.revoke', 'audit.messageBundle', 'boxes.delete', 'boxes.setSignature', 'keys.revoke', 'messages.delete', 'messages.get']);
   });
 
   it("another account's suppression list is not visible or changeable", async () => {
@@ -429,6 +440,9 @@ describe('refused calls changed nothing', () => {
     expect((keys.body.keys as { label: string }[]).map((k) => k.label)).not.toContain('security-probe');
     const cb = await rest(t, 'GET', '/account/callback-webhook', { key: A.account.apiKey });
     expect(cb.body).toEqual({ agent_callback_webhook: null });
+    const apws = await rest(t, 'GET', '/account/app-passwords', { key: A.account.apiKey });
+    expect((apws.body.app_passwords as { id: string; label: string }[]).map((p) => p.id)).toContain(A.appPasswordId);
+    expect((apws.body.app_passwords as { label: string }[]).map((p) => p.label)).not.toContain('security-probe');
     const bBoxes = await rest(t, 'GET', '/boxes', { key: B.account.apiKey });
     expect((bBoxes.body.boxes as { id: string }[]).map((b) => b.id)).toContain(B.spareBoxId);
   });

@@ -1,13 +1,14 @@
 /**
- * apps/mail: the MX. An SMTP server (smtp-server) that accepts mail only for boxes (and bounce addresses) of
+ * apps/mail: the MX, and (submission/, imap/) the servers of mail clients. The MX is an SMTP server (smtp-server) that accepts mail only for boxes (and bounce addresses) of
  * domains this instance hosts (550 otherwise: never an open relay), offers STARTTLS, advertises SIZE and answers
  * 552 above it, limits recipients and connections, refuses loops, and hands each message to core, which parses,
  * stores (sealed), charges and announces it.
  */
-import fs from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
-import { generate } from 'selfsigned';
+import { startImap } from './imap/server';
+import { startSubmission } from './submission/server';
+import { tlsMaterial } from './tls';
 import type { Config } from '@boxes/config';
 import { receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
@@ -17,7 +18,12 @@ import { envelopeAddressProblem, headerHasNul } from './mx-input';
 export const MAX_RECEIVED_HEADERS = 30;
 
 export interface MailServerHandle {
+  /** The MX. */
   port: number;
+  /** SMTP submission for mail clients (implicit TLS). */
+  submissionPort: number;
+  /** IMAP for mail clients (implicit TLS). */
+  imapPort: number;
   stop(): Promise<void>;
 }
 
@@ -28,14 +34,6 @@ class SmtpReply extends Error {
   ) {
     super(message);
   }
-}
-
-async function tlsMaterial(config: Config): Promise<{ key: string; cert: string }> {
-  if (config.smtp.tlsCertFile && config.smtp.tlsKeyFile) {
-    return { cert: fs.readFileSync(config.smtp.tlsCertFile, 'utf8'), key: fs.readFileSync(config.smtp.tlsKeyFile, 'utf8') };
-  }
-  const pems = await generate([{ name: 'commonName', value: config.mailHost }], { keySize: 2048, algorithm: 'sha256' });
-  return { key: pems.private, cert: pems.cert };
 }
 
 function countReceived(raw: Buffer): number {
@@ -123,8 +121,14 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     server.listen(config.smtp.port, config.smtp.host, () => resolve());
   });
   const port = (server.server.address() as AddressInfo).port;
+  const submission = await startSubmission(config, { svc, log, tls });
+  const imap = await startImap(config, { svc, log, tls });
   return {
     port,
-    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    submissionPort: submission.port,
+    imapPort: imap.port,
+    stop: async () => {
+      await Promise.all([new Promise<void>((resolve) => server.close(() => resolve())), submission.stop(), imap.stop()]);
+    },
   };
 }

@@ -89,6 +89,8 @@ const FRONT: AppName[] = ['server', 'mx', 'push', 'dns'];
 interface Ready {
   url: string | null;
   smtpPort: number | null;
+  imapPort: number | null;
+  submissionPort: number | null;
   mqttPort: number | null;
   dnsPort: number | null;
 }
@@ -114,6 +116,8 @@ function banner(config: Config, r: Ready, layout: string): string {
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
   Operators:    ${config.siteUrl}/healthz, /readyz, /metrics
   MX (SMTP):    ${config.smtp.host}:${r.smtpPort} (mail for *.${config.baseDomain} and hosted domains)
+  IMAP:         ${config.mailClients.imapHost}:${r.imapPort} (mail clients: implicit TLS, app-passwords)
+  Submission:   ${config.mailClients.submissionHost}:${r.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
   MQTT (mTLS):  ${config.mqtt.host}:${r.mqttPort ?? config.mqtt.brokerUrl}
   DNS:          udp+tcp ${config.dns.host}:${r.dnsPort} (authoritative for ${config.baseDomain} and delegated domains)
   Listening on  ${r.url}`;
@@ -137,7 +141,7 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   process.once('SIGTERM', shutdown);
   // A child whose supervisor is gone stops too.
   process.once('disconnect', shutdown);
-  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null };
+  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null };
 }
 
 /** A supervised child process running some apps; restarted when it dies, up to 5 times a minute. */

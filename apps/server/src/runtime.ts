@@ -98,6 +98,9 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
         });
   const mail = opts.mail === false ? null : await startMail(config, { svc, log });
   const dns = opts.dns === false ? null : await startDns(config, { svc, log });
+  // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
+  if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
+  if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
   return {
     svc,
     log,

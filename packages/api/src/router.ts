@@ -3,6 +3,7 @@ import { accountRouter } from './routers/account';
 import { boxesRouter } from './routers/boxes';
 import { eventsRouter } from './routers/events';
 import { keysRouter } from './routers/keys';
+import { appPasswordsRouter } from './routers/app-passwords';
 import { signupRouter } from './routers/signup';
 import { messagesRouter } from './routers/messages';
 import { suppressionRouter } from './routers/suppression';
@@ -22,6 +23,7 @@ export const appRouter = router({
   domains: domainsRouter,
   dns: dnsRouter,
   keys: keysRouter,
+  appPasswords: appPasswordsRouter,
   boxes: boxesRouter,
   events: eventsRouter,
   messages: messagesRouter,

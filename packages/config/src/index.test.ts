@@ -43,6 +43,13 @@ describe('loadConfig', () => {
       },
       http: { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, idleTimeoutMs: 60_000 },
       deliveryRetryScale: 1,
+      mailClients: {
+        imapHost: '127.0.0.1',
+        imapPort: 1993,
+        submissionHost: '127.0.0.1',
+        submissionPort: 1465,
+        auth: { userMaxFailures: 10, addressMaxFailures: 30, windowSeconds: 900, freeFailures: 3, delayMs: 1000 },
+      },
       deliveryConcurrency: 50,
       billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
       noticeFrom: 'noreply@boxes.localhost',

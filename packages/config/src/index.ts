@@ -50,6 +50,21 @@ const envSchema = z.object({
   /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
   SMTP_TLS_CERT_FILE: z.string().optional(),
   SMTP_TLS_KEY_FILE: z.string().optional(),
+  /** IMAP for mail clients (implicit TLS; 993 in production). */
+  IMAP_HOST: z.string().default('127.0.0.1'),
+  IMAP_PORT: port.default(1993),
+  /** SMTP submission for mail clients (implicit TLS, AUTH with an app-password; 465 in production). */
+  SUBMISSION_HOST: z.string().default('127.0.0.1'),
+  SUBMISSION_PORT: port.default(1465),
+  /** Mail-client logins: failures one username may have in the window before it is locked out. */
+  MAIL_AUTH_USER_MAX_FAILURES: z.coerce.number().int().min(1).default(10),
+  /** Failures one client address may have in the window before it is locked out. */
+  MAIL_AUTH_ADDRESS_MAX_FAILURES: z.coerce.number().int().min(1).default(30),
+  /** The counting window of failures, and how long a lockout lasts (seconds). */
+  MAIL_AUTH_LOCKOUT_SECONDS: z.coerce.number().int().min(1).default(900),
+  /** Failures answered at once; each one after them is answered this many ms later per extra failure (at most 5 steps). */
+  MAIL_AUTH_FREE_FAILURES: z.coerce.number().int().min(0).default(3),
+  MAIL_AUTH_DELAY_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). */
   SMTP_RELAY_URL: z.url({ protocol: /^smtps?$/ }).optional(),
   /** Outbound: fixed routes for domains, domain=host:port[,...] (local testing without DNS). */
@@ -146,6 +161,14 @@ export interface Config {
   /** Slow-client bounds of the HTTP server (ms). */
   http: { headersTimeoutMs: number; requestTimeoutMs: number; idleTimeoutMs: number };
   deliveryRetryScale: number;
+  /** Mail clients: IMAP and SMTP submission listeners (both implicit TLS, certificate as the MX's). */
+  mailClients: {
+    imapHost: string;
+    imapPort: number;
+    submissionHost: string;
+    submissionPort: number;
+    auth: { userMaxFailures: number; addressMaxFailures: number; windowSeconds: number; freeFailures: number; delayMs: number };
+  };
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
   mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
   deliveryConcurrency: number;
@@ -218,6 +241,19 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     },
     http: { headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS, requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
+    mailClients: {
+      imapHost: e.IMAP_HOST,
+      imapPort: e.IMAP_PORT,
+      submissionHost: e.SUBMISSION_HOST,
+      submissionPort: e.SUBMISSION_PORT,
+      auth: {
+        userMaxFailures: e.MAIL_AUTH_USER_MAX_FAILURES,
+        addressMaxFailures: e.MAIL_AUTH_ADDRESS_MAX_FAILURES,
+        windowSeconds: e.MAIL_AUTH_LOCKOUT_SECONDS,
+        freeFailures: e.MAIL_AUTH_FREE_FAILURES,
+        delayMs: e.MAIL_AUTH_DELAY_MS,
+      },
+    },
     billing: { introductoryPrice: e.PRICE_INTRODUCTORY, cycleMs: e.BILLING_CYCLE_MS, paymentProvider: e.PAYMENT_PROVIDER },
     noticeFrom: (e.NOTICE_FROM ?? `noreply@${e.BASE_DOMAIN}`).toLowerCase(),
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, caFile: e.WEBHOOK_CA_FILE, timeoutMs: e.WEBHOOK_TIMEOUT_MS, retryScale: e.WEBHOOK_RETRY_SCALE },

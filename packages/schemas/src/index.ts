@@ -16,3 +16,4 @@ export * from './credit';
 export * from './domains';
 export * from './dns';
 export * from './audit';
+export * from './app-passwords';

@@ -113,6 +113,13 @@ export const MessageSummary = z
       description: 'While the body is available: when the audit retention window (usermetadata.audit_retention_days, default 14 days after recorded_at) reclaims it',
     }),
     purged: z.boolean(),
+    flags: z
+      .array(z.string())
+      .meta({
+        description:
+          'Flags mail clients set over IMAP: \\Seen, \\Answered, \\Flagged, \\Draft and keywords such as $Forwarded (a sent message is \\Seen unless a client clears it). \\Deleted is kept per IMAP folder and not shown here.',
+        example: ['\\Seen', '\\Flagged'],
+      }),
   })
   .meta({ id: 'MessageSummary' });
 

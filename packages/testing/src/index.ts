@@ -56,6 +56,10 @@ export interface TestServer {
   runtime: Runtime;
   /** Port of the MX, when started. */
   smtpPort: number | null;
+  /** Port of SMTP submission (implicit TLS), when the mail apps run. */
+  submissionPort: number | null;
+  /** Port of IMAP (implicit TLS), when the mail apps run. */
+  imapPort: number | null;
   /** Port of the MQTT broker, when started. */
   mqttPort: number | null;
   /** Port (UDP and TCP) of the authoritative DNS server. */
@@ -96,6 +100,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
+    IMAP_PORT: '0',
+    SUBMISSION_PORT: '0',
     MQTT_PORT: '0',
     DNS_PORT: '0',
     WEBHOOK_RETRY_SCALE: '0.001',
@@ -111,7 +117,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent',
   });
   const runtime = await startRuntime(config, {
-    secretKey: randomBytes(32),
+    // Processes of one service share its secret key (sealed bodies, app-password lookups).
+    secretKey: shared?.svc.secretKey ?? randomBytes(32),
     worker: opts.worker ?? false,
     mail: opts.mail ?? false,
     push: opts.push ?? false,
@@ -131,6 +138,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     server,
     runtime,
     smtpPort: runtime.mail?.port ?? null,
+    submissionPort: runtime.mail?.submissionPort ?? null,
+    imapPort: runtime.mail?.imapPort ?? null,
     mqttPort: runtime.push?.port ?? null,
     dnsPort: runtime.dns?.port ?? null,
     async stop() {

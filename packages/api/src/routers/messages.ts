@@ -1,5 +1,5 @@
 /** Mail: send, list, read, delete. */
-import { deleteMessage, getMessage, listMessages, sendMessage } from '@boxes/core';
+import { deleteMessage, getMessage, listMessages, messageFlags, sendMessage } from '@boxes/core';
 import {
   DeleteMessageInput,
   DeleteMessageOutput,
@@ -37,11 +37,15 @@ export const messagesRouter = router({
   list: keyProcedure
     .meta({
       scope: 'receive',
-      openapi: { method: 'GET', path: '/messages', tags: ['messages'], summary: 'List messages', description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes.' },
+      openapi: { method: 'GET', path: '/messages', tags: ['messages'], summary: 'List messages', description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.' },
     })
     .input(ListMessagesInput)
     .output(ListMessagesOutput)
-    .query(({ ctx, input }) => listMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input })),
+    .query(async ({ ctx, input }) => {
+      const page = await listMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
+      const flags = await messageFlags(ctx.svc, page.messages.map((m) => m.id));
+      return { ...page, messages: page.messages.map((m) => ({ ...m, flags: flags.get(m.id) ?? [] })) };
+    }),
   get: keyProcedure
     .meta({
       scope: 'receive',
@@ -49,7 +53,11 @@ export const messagesRouter = router({
     })
     .input(MessageIdInput)
     .output(MessageWithBody)
-    .query(({ ctx, input }) => getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id })),
+    .query(async ({ ctx, input }) => {
+      const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id });
+      const flags = await messageFlags(ctx.svc, [m.id]);
+      return { ...m, flags: flags.get(m.id) ?? [] };
+    }),
   delete: keyProcedure
     .meta({
       scope: 'receive',

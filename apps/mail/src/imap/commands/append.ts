@@ -1,0 +1,30 @@
+/**
+ * APPEND (RFC 3501 6.3.11). Mail enters a box by being received or sent, so APPEND stores nothing new. The one
+ * APPEND clients make by habit, a copy of a message they have just submitted to the Sent folder, is answered
+ * with the copy Boxes already filed there ([APPENDUID], RFC 4315); anything else is refused with [CANNOT].
+ */
+import { syncMailboxes } from '@boxes/core';
+import { findFolder } from '../folders';
+import { astring, BadArgs, type Command } from '../parser';
+import { ImapNo, type Session } from '../session';
+import { submittedCopy } from '../../submission/recent';
+
+export async function append(s: Session, cmd: Command) {
+  const name = astring(cmd.args[0], 'mailbox name');
+  const message = cmd.args[cmd.args.length - 1];
+  if (!message || message.type !== 'string') throw new BadArgs('APPEND needs the message as a literal');
+  const folder = findFolder(await s.folders(), name);
+  if (!folder) throw new ImapNo('TRYCREATE', 'No such mailbox');
+  if (!folder.folderId) throw new ImapNo('CANNOT', 'That name only groups folders; it holds no messages');
+  if (folder.role === 'sent') {
+    const copy = await submittedCopy(s.svc, s.login!.accountId, message.value);
+    if (copy) {
+      await syncMailboxes(s.svc, s.login!.accountId);
+      const rows = await s.svc.db.$queryRaw<{ uid: number; uid_validity: number }[]>`
+        SELECT e.uid, f.uid_validity FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id
+        WHERE e.folder_id = ${folder.folderId} AND e.message_id = ${copy}`;
+      if (rows[0]) return { code: `APPENDUID ${rows[0].uid_validity} ${rows[0].uid}`, text: 'APPEND completed: the copy sent through SMTP submission is already here' };
+    }
+  }
+  throw new ImapNo('CANNOT', 'Mail enters a box by being received or sent (SMTP submission files a copy in Sent itself); APPEND is not supported');
+}

@@ -1,0 +1,194 @@
+/**
+ * FETCH and UID FETCH (RFC 3501 6.4.5, 7.4.2; CHANGEDSINCE and MODSEQ of RFC 7162). Everything is served from
+ * the stored raw message, decrypted when read: UID, FLAGS, INTERNALDATE, RFC822.SIZE, ENVELOPE, BODYSTRUCTURE,
+ * BODY, BODY[section]<partial>, BODY.PEEK, RFC822, RFC822.HEADER, RFC822.TEXT, MODSEQ and the macros ALL, FAST
+ * and FULL. BODY[...] (not PEEK), RFC822 and RFC822.TEXT set \Seen, unless the mailbox is read-only.
+ */
+import { FLAG_BITS, storeFlags, type FolderEntry } from '@boxes/core';
+import { internalDate, str, type Chunk } from '../encode';
+import { flagList } from '../mailbox';
+import { bodyStructure, envelope, ParsedMessage, sectionBytes, type Section } from '../mime';
+import { atom, BadArgs, list, type Command, type Token } from '../parser';
+import { parseSequenceSet, resolveSequence, resolveUids } from '../sequence';
+import type { Session } from '../session';
+
+type Item =
+  | { kind: 'UID' | 'FLAGS' | 'INTERNALDATE' | 'RFC822.SIZE' | 'ENVELOPE' | 'BODYSTRUCTURE' | 'BODY' | 'MODSEQ' }
+  | { kind: 'RFC822' | 'RFC822.HEADER' | 'RFC822.TEXT' }
+  | { kind: 'section'; name: string; section: Section; peek: boolean; partial: { start: number; length: number | null } | null };
+
+const MACROS: Record<string, string[]> = {
+  ALL: ['FLAGS', 'INTERNALDATE', 'RFC822.SIZE', 'ENVELOPE'],
+  FAST: ['FLAGS', 'INTERNALDATE', 'RFC822.SIZE'],
+  FULL: ['FLAGS', 'INTERNALDATE', 'RFC822.SIZE', 'ENVELOPE', 'BODY'],
+};
+
+const SECTION_ATT = /^(BODY(?:\.PEEK)?)\[(.*)\](?:<(\d{1,10})(?:\.(\d{1,10}))?>)?$/is;
+const SECTION = /^((?:[1-9]\d{0,4})(?:\.[1-9]\d{0,4})*)?(?:\.?(HEADER\.FIELDS\.NOT|HEADER\.FIELDS|HEADER|TEXT|MIME))?$/i;
+
+/** Field names of HEADER.FIELDS (...): atoms or quoted strings. */
+function fieldNames(text: string): string[] {
+  const out: string[] = [];
+  for (const m of text.matchAll(/"((?:[^"\\]|\\.)*)"|([^\s"()]+)/g)) out.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : m[2]!);
+  return out;
+}
+
+export function parseSection(att: string): Item {
+  const m = SECTION_ATT.exec(att);
+  if (!m) throw new BadArgs(`Unknown FETCH item ${att.slice(0, 40)}`);
+  const inner = m[2]!.trim();
+  const open = inner.indexOf('(');
+  const head = (open === -1 ? inner : inner.slice(0, open)).trim();
+  const s = SECTION.exec(head);
+  if (!s) throw new BadArgs(`Invalid section [${inner.slice(0, 40)}]`);
+  const path = s[1] ? s[1].split('.').map(Number) : [];
+  const specifier = (s[2]?.toUpperCase() ?? '') as Section['specifier'];
+  let fields: string[] = [];
+  if (specifier === 'HEADER.FIELDS' || specifier === 'HEADER.FIELDS.NOT') {
+    if (open === -1 || !inner.endsWith(')')) throw new BadArgs(`${specifier} needs a list of field names`);
+    fields = fieldNames(inner.slice(open + 1, -1));
+    if (!fields.length) throw new BadArgs(`${specifier} needs at least one field name`);
+  } else if (open !== -1) throw new BadArgs(`Invalid section [${inner.slice(0, 40)}]`);
+  if (specifier === 'MIME' && !path.length) throw new BadArgs('MIME needs a part number');
+  const sectionName = [path.join('.'), specifier].filter(Boolean).join('.') + (fields.length ? ` (${fields.map((f) => f.toUpperCase()).join(' ')})` : '');
+  const partial = m[3] !== undefined ? { start: Number(m[3]), length: m[4] !== undefined ? Number(m[4]) : null } : null;
+  return { kind: 'section', name: `BODY[${sectionName}]`, section: { path, specifier, fields }, peek: m[1]!.toUpperCase() === 'BODY.PEEK', partial };
+}
+
+export function parseItems(t: Token | undefined): Item[] {
+  if (!t) throw new BadArgs('FETCH needs data items');
+  const atoms = t.type === 'list' ? t.items.map((x, i) => atom(x, `data item ${i + 1}`)) : [atom(t, 'data item')];
+  const names = t.type === 'atom' && MACROS[t.value.toUpperCase()] ? MACROS[t.value.toUpperCase()]! : atoms;
+  return names.map((name): Item => {
+    const k = name.toUpperCase();
+    switch (k) {
+      case 'UID':
+      case 'FLAGS':
+      case 'INTERNALDATE':
+      case 'RFC822.SIZE':
+      case 'ENVELOPE':
+      case 'BODYSTRUCTURE':
+      case 'BODY':
+      case 'MODSEQ':
+      case 'RFC822':
+      case 'RFC822.HEADER':
+      case 'RFC822.TEXT':
+        return { kind: k };
+      default:
+        return parseSection(name);
+    }
+  });
+}
+
+const EMPTY = new ParsedMessage(Buffer.alloc(0));
+
+function needsMessage(items: Item[]): boolean {
+  return items.some((i) => !['UID', 'FLAGS', 'INTERNALDATE', 'RFC822.SIZE', 'MODSEQ'].includes(i.kind));
+}
+
+function setsSeen(items: Item[]): boolean {
+  return items.some((i) => i.kind === 'RFC822' || i.kind === 'RFC822.TEXT' || (i.kind === 'section' && !i.peek));
+}
+
+function literal(bytes: Buffer): Chunk[] {
+  return [`{${bytes.length}}\r\n`, bytes];
+}
+
+function render(item: Item, e: FolderEntry, msg: ParsedMessage): Chunk[] {
+  switch (item.kind) {
+    case 'UID':
+      return [`UID ${e.uid}`];
+    case 'FLAGS':
+      return ['FLAGS ', ...flagList(e)];
+    case 'INTERNALDATE':
+      return [`INTERNALDATE ${internalDate(e.internalDate)}`];
+    case 'RFC822.SIZE':
+      return [`RFC822.SIZE ${e.size}`];
+    case 'MODSEQ':
+      return [`MODSEQ (${e.modseq})`];
+    case 'ENVELOPE':
+      return ['ENVELOPE ', ...envelope(msg.header.headers)];
+    case 'BODYSTRUCTURE':
+      return ['BODYSTRUCTURE ', ...bodyStructure(msg, msg.root, true)];
+    case 'BODY':
+      return ['BODY ', ...bodyStructure(msg, msg.root, false)];
+    case 'RFC822':
+      return ['RFC822 ', ...literal(msg.raw)];
+    case 'RFC822.HEADER':
+      return ['RFC822.HEADER ', ...literal(sectionBytes(msg, { path: [], specifier: 'HEADER', fields: [] }) ?? Buffer.alloc(0))];
+    case 'RFC822.TEXT':
+      return ['RFC822.TEXT ', ...literal(sectionBytes(msg, { path: [], specifier: 'TEXT', fields: [] }) ?? Buffer.alloc(0))];
+    case 'section': {
+      let bytes = sectionBytes(msg, item.section);
+      if (!bytes) return [`${item.name} `, ...str('')];
+      let name = item.name;
+      if (item.partial) {
+        const { start, length } = item.partial;
+        bytes = start >= bytes.length ? Buffer.alloc(0) : bytes.subarray(start, length === null ? undefined : start + length);
+        name += `<${start}>`;
+      }
+      return [`${name} `, ...literal(bytes)];
+    }
+  }
+}
+
+/** Messages handled per round: read together, written, then the next. */
+const ROUND = 100;
+
+export async function fetch(s: Session, cmd: Command, uid: boolean) {
+  const mailbox = s.selected!;
+  const set = parseSequenceSet(atom(cmd.args[0], 'sequence set'));
+  const items = parseItems(cmd.args[1]);
+  let changedSince: bigint | null = null;
+  if (cmd.args[2]) {
+    const mods = list(cmd.args[2], 'FETCH modifiers');
+    for (let i = 0; i < mods.length; i++) {
+      const name = atom(mods[i], 'modifier').toUpperCase();
+      if (name === 'CHANGEDSINCE') {
+        const v = atom(mods[++i], 'mod-sequence');
+        if (!/^\d{1,20}$/.test(v)) throw new BadArgs('CHANGEDSINCE needs a number');
+        changedSince = BigInt(v);
+        s.condstore = true;
+      } else throw new BadArgs(`Unknown FETCH modifier ${name.slice(0, 30)}`);
+    }
+  }
+  if (uid && !items.some((i) => i.kind === 'UID')) items.unshift({ kind: 'UID' });
+  if (changedSince !== null && !items.some((i) => i.kind === 'MODSEQ')) items.push({ kind: 'MODSEQ' });
+  let targets = uid ? resolveUids(set, mailbox.uids()) : resolveSequence(set, mailbox.entries.length);
+  // A sequence number beyond the mailbox (not "*", which may name nothing in an empty one): the client's view is wrong.
+  if (!uid && !targets.length && set.some(([a, b]) => a > mailbox.entries.length || b > mailbox.entries.length)) throw new BadArgs('Invalid sequence number');
+  if (changedSince !== null) targets = targets.filter((i) => mailbox.entries[i]!.modseq > changedSince);
+  const withMessage = needsMessage(items);
+  const markSeen = setsSeen(items) && !mailbox.readOnly;
+  const flagsAsked = items.some((i) => i.kind === 'FLAGS');
+
+  for (let k = 0; k < targets.length; k += ROUND) {
+    const round = targets.slice(k, k + ROUND);
+    if (withMessage) await mailbox.messages(s.svc, round);
+    let seenNow = new Set<number>();
+    if (markSeen) {
+      const unseen = round.map((i) => mailbox.entries[i]!).filter((e) => !(e.flags & FLAG_BITS['\\Seen']));
+      if (unseen.length) {
+        const before = mailbox.highestModseq;
+        const r = await storeFlags(s.svc, { accountId: s.login!.accountId, folderId: mailbox.folder.folderId, uids: unseen.map((e) => e.uid), change: { mode: 'add', bits: FLAG_BITS['\\Seen'], deleted: false, keywords: [] } });
+        mailbox.applyChanged(r.changed, r.highestModseq, r.highestModseq === before + 1n);
+        seenNow = new Set(r.changed.map((c) => c.uid));
+      }
+    }
+    for (const i of round) {
+      const e = mailbox.entries[i]!;
+      const msg = withMessage ? (mailbox.message(i) ?? EMPTY) : EMPTY;
+      const parts: Chunk[][] = items.map((item) => render(item, e, msg));
+      if (seenNow.has(e.uid) && !flagsAsked) parts.push(['FLAGS ', ...flagList(e)]);
+      const line: Chunk[] = [`* ${i + 1} FETCH (`];
+      parts.forEach((p, j) => {
+        if (j) line.push(' ');
+        line.push(...p);
+      });
+      line.push(')\r\n');
+      s.write(line);
+    }
+    await s.drained();
+  }
+  return { text: 'FETCH completed' };
+}

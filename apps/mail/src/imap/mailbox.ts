@@ -1,0 +1,189 @@
+/**
+ * The selected mailbox of one session: the messages in sequence order as this client knows them, and what
+ * changed since (other sessions, other processes, new mail folded in from the event stream). Changes reach the
+ * client only when refresh() is called at a point the protocol allows (NOOP, IDLE, ...), so sequence numbers
+ * stay stable between. Message bytes are read in batches and kept in a small cache, with read-ahead for clients
+ * that fetch one message after another.
+ */
+import { flagNames, folderHead, loadFolderEntries, loadRawMessages, type FolderEntry, type Services } from '@boxes/core';
+import { paren, type Chunk } from './encode';
+import type { ImapFolder } from './folders';
+import { ParsedMessage } from './mime';
+
+/** Messages kept parsed per session, and their total size. */
+const CACHE_MESSAGES = 768;
+const CACHE_BYTES = 64 * 1024 * 1024;
+/** Messages read ahead when a client fetches one message after another, and the blocks read beyond. */
+const READ_AHEAD = 128;
+const AHEAD_BLOCKS = 2;
+/** Messages read per query. */
+const BATCH = 200;
+
+const range = (from: number, to: number): number[] => Array.from({ length: Math.max(0, to - from) }, (_, k) => from + k);
+
+export function flagList(e: FolderEntry): Chunk[] {
+  return paren(flagNames(e.flags, e.deleted, e.keywords).map((f) => [f]));
+}
+
+export class SelectedMailbox {
+  private uidCache: number[] | null = null;
+  private readonly cache = new Map<string, ParsedMessage | null>();
+  private cacheBytes = 0;
+  private lastSingle = -2;
+  private readonly inflight = new Map<string, Promise<void>>();
+
+  private constructor(
+    readonly folder: ImapFolder & { folderId: string },
+    readonly readOnly: boolean,
+    public entries: FolderEntry[],
+    public uidValidity: number,
+    public uidNext: number,
+    public highestModseq: bigint,
+  ) {}
+
+  static async open(svc: Services, folder: ImapFolder & { folderId: string }, readOnly: boolean): Promise<SelectedMailbox | null> {
+    const head = await folderHead(svc.db, folder.folderId);
+    if (!head) return null;
+    const entries = await loadFolderEntries(svc, folder.folderId);
+    return new SelectedMailbox(folder, readOnly, entries, head.uidValidity, head.uidNext, head.highestModseq);
+  }
+
+  uids(): number[] {
+    this.uidCache ??= this.entries.map((e) => e.uid);
+    return this.uidCache;
+  }
+
+  indexOfUid(uid: number): number {
+    const uids = this.uids();
+    let a = 0;
+    let b = uids.length - 1;
+    while (a <= b) {
+      const m = (a + b) >>> 1;
+      if (uids[m] === uid) return m;
+      if (uids[m]! < uid) a = m + 1;
+      else b = m - 1;
+    }
+    return -1;
+  }
+
+  /** Flag changes made by this session: the view takes them at once. */
+  applyChanged(changed: FolderEntry[], highestModseq: bigint, ownOnly: boolean): void {
+    for (const c of changed) {
+      const i = this.indexOfUid(c.uid);
+      if (i !== -1) this.entries[i] = { ...this.entries[i]!, flags: c.flags, keywords: c.keywords, deleted: c.deleted, modseq: c.modseq };
+    }
+    // When nobody else changed the folder in between, this session is up to date with it.
+    if (ownOnly) this.highestModseq = highestModseq;
+  }
+
+  /** Removes UIDs from the view; returns the EXPUNGE responses (highest sequence number first). */
+  remove(uids: number[]): Chunk[][] {
+    const gone = new Set(uids);
+    const out: Chunk[][] = [];
+    for (let i = this.entries.length - 1; i >= 0; i--) {
+      if (gone.has(this.entries[i]!.uid)) {
+        out.push([`* ${i + 1} EXPUNGE`]);
+        this.entries.splice(i, 1);
+      }
+    }
+    if (out.length) this.uidCache = null;
+    return out;
+  }
+
+  /**
+   * What changed since this client last looked, as untagged responses: EXPUNGE for messages gone, EXISTS for new
+   * ones, FETCH (FLAGS) for changed flags. Cheap when nothing changed (one read of the folder head).
+   */
+  async refresh(svc: Services, opts: { condstore: boolean }): Promise<Chunk[][]> {
+    const head = await folderHead(svc.db, this.folder.folderId);
+    if (!head) return this.remove(this.uids());
+    if (head.highestModseq === this.highestModseq && head.uidNext === this.uidNext) return [];
+    const fresh = await loadFolderEntries(svc, this.folder.folderId);
+    const byUid = new Map(fresh.map((e) => [e.uid, e]));
+    const out = this.remove(this.uids().filter((u) => !byUid.has(u)));
+    this.entries.forEach((e, i) => {
+      const f = byUid.get(e.uid)!;
+      const same = f.flags === e.flags && f.deleted === e.deleted && f.keywords.length === e.keywords.length && f.keywords.every((k, j) => k === e.keywords[j]);
+      this.entries[i] = f;
+      if (!same) out.push([`* ${i + 1} FETCH (UID ${f.uid} FLAGS `, ...flagList(f), ...(opts.condstore ? [` MODSEQ (${f.modseq})`] : []), ')']);
+    });
+    const last = this.entries.length ? this.entries[this.entries.length - 1]!.uid : 0;
+    const added = fresh.filter((e) => e.uid > last);
+    if (added.length) {
+      this.entries.push(...added);
+      this.uidCache = null;
+      out.push([`* ${this.entries.length} EXISTS`]);
+    }
+    this.uidValidity = head.uidValidity;
+    this.uidNext = head.uidNext;
+    this.highestModseq = head.highestModseq;
+    return out;
+  }
+
+  /**
+   * Makes the messages of these entries available to message() (null: the body was reclaimed), reading what is
+   * not cached. A client fetching one message after another gets the next ones read with it, and the batch
+   * after those read in the background while it is served.
+   */
+  async messages(svc: Services, targets: number[]): Promise<void> {
+    let wanted = targets;
+    if (targets.length === 1) {
+      const i = targets[0]!;
+      if (i === this.lastSingle + 1) {
+        // Aligned blocks: the one holding i now, the next one in the background (each read in one query).
+        const block = Math.floor(i / READ_AHEAD) * READ_AHEAD;
+        wanted = range(block, Math.min(this.entries.length, block + READ_AHEAD));
+        for (let k = 1; k <= AHEAD_BLOCKS; k++) {
+          void this.load(svc, range(block + k * READ_AHEAD, Math.min(this.entries.length, block + (k + 1) * READ_AHEAD))).catch(() => undefined);
+        }
+      }
+      this.lastSingle = i;
+    }
+    await this.load(svc, wanted);
+    // What was read ahead may have pushed out a target in a large round: read those again.
+    const missing = targets.filter((i) => !this.cache.has(this.entries[i]!.messageId));
+    if (missing.length) await this.load(svc, missing);
+  }
+
+  private async load(svc: Services, indexes: number[]): Promise<void> {
+    const waits = new Set<Promise<void>>();
+    const todo: FolderEntry[] = [];
+    for (const i of indexes) {
+      const e = this.entries[i];
+      if (!e || this.cache.has(e.messageId)) continue;
+      const pending = this.inflight.get(e.messageId);
+      if (pending) waits.add(pending);
+      else todo.push(e);
+    }
+    for (let k = 0; k < todo.length; k += BATCH) {
+      const batch = todo.slice(k, k + BATCH);
+      const p = loadRawMessages(svc, batch.map((e) => e.messageId)).then((raws) => {
+        for (const e of batch) {
+          const raw = raws.get(e.messageId);
+          this.put(e.messageId, raw ? new ParsedMessage(raw) : null);
+        }
+      });
+      const settled = p.finally(() => {
+        for (const e of batch) this.inflight.delete(e.messageId);
+      });
+      for (const e of batch) this.inflight.set(e.messageId, settled);
+      waits.add(settled);
+    }
+    await Promise.all(waits);
+  }
+
+  /** A message read by messages() (it stays cached at least until the next call). */
+  message(index: number): ParsedMessage | null {
+    return this.cache.get(this.entries[index]!.messageId) ?? null;
+  }
+
+  private put(id: string, msg: ParsedMessage | null): void {
+    this.cache.set(id, msg);
+    this.cacheBytes += msg?.raw.length ?? 0;
+    while ((this.cache.size > CACHE_MESSAGES || this.cacheBytes > CACHE_BYTES) && this.cache.size > 1) {
+      const [oldest, m] = this.cache.entries().next().value as [string, ParsedMessage | null];
+      this.cache.delete(oldest);
+      this.cacheBytes -= m?.raw.length ?? 0;
+    }
+  }
+}

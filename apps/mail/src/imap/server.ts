@@ -1,0 +1,154 @@
+/**
+ * The IMAP server: implicit TLS (993 in production), one Session per connection, and the hub that ties
+ * sessions to the event stream. Every append NOTIFYs boxes_events with its account (on whichever process made
+ * it); the hub LISTENs, folds the account's new events into its folders once per burst, and wakes that
+ * account's sessions here (IDLE answers at once; a revoked app-password ends its sessions). A slow sweep does
+ * the same for idling accounts in case a notification was missed (a dropped LISTEN connection).
+ */
+import type { AddressInfo } from 'node:net';
+import tls from 'node:tls';
+import pg from 'pg';
+import type { Config } from '@boxes/config';
+import { EVENTS_CHANNEL, syncMailboxes, type Services } from '@boxes/core';
+import type { Logger } from 'pino';
+import type { TlsMaterial } from '../tls';
+import { Session, type Hub } from './session';
+
+export interface ImapHandle {
+  port: number;
+  /** Open sessions (tests and metrics). */
+  sessions(): number;
+  stop(): Promise<void>;
+}
+
+/** How often accounts with sessions are looked at without a notification. */
+const SWEEP_MS = 15_000;
+
+class SessionHub implements Hub {
+  private readonly byAccount = new Map<string, Set<Session>>();
+  private readonly syncing = new Map<string, { run: Promise<void>; again: boolean }>();
+  readonly all = new Set<Session>();
+
+  constructor(
+    readonly svc: Services,
+    readonly config: Config,
+    readonly log: Logger,
+  ) {}
+
+  register(session: Session): void {
+    const id = session.login!.accountId;
+    let set = this.byAccount.get(id);
+    if (!set) this.byAccount.set(id, (set = new Set()));
+    set.add(session);
+  }
+
+  unregister(session: Session): void {
+    this.all.delete(session);
+    const id = session.login?.accountId;
+    if (!id) return;
+    const set = this.byAccount.get(id);
+    set?.delete(session);
+    if (set && !set.size) this.byAccount.delete(id);
+  }
+
+  /** One fold at a time per account in this process; calls during a fold wait for one more after it. */
+  sync(accountId: string): Promise<void> {
+    const running = this.syncing.get(accountId);
+    if (running) {
+      running.again = true;
+      return running.run;
+    }
+    const entry = { run: Promise.resolve(), again: false };
+    entry.run = (async () => {
+      try {
+        do {
+          entry.again = false;
+          await syncMailboxes(this.svc, accountId);
+        } while (entry.again);
+      } finally {
+        this.syncing.delete(accountId);
+      }
+    })();
+    this.syncing.set(accountId, entry);
+    return entry.run;
+  }
+
+  /** The account's stream moved: fold it, then let its sessions look. */
+  async wake(accountId: string): Promise<void> {
+    const sessions = this.byAccount.get(accountId);
+    if (!sessions?.size) return;
+    try {
+      await this.sync(accountId);
+    } catch (err) {
+      this.log.error({ err, accountId }, 'folding the event stream into folders failed');
+    }
+    for (const s of [...sessions]) void s.streamMoved();
+  }
+
+  accounts(): string[] {
+    return [...this.byAccount.keys()];
+  }
+}
+
+export async function startImap(config: Config, deps: { svc: Services; log: Logger; tls: TlsMaterial }): Promise<ImapHandle> {
+  const hub = new SessionHub(deps.svc, config, deps.log);
+  let nextId = 1;
+  const server = tls.createServer({ key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2' }, (socket) => {
+    if (hub.all.size >= config.smtp.maxConnections) {
+      socket.end('* BYE Too many connections; try again later\r\n');
+      return;
+    }
+    hub.all.add(new Session(socket, hub, nextId++));
+  });
+  server.on('tlsClientError', () => undefined);
+
+  let stopped = false;
+  let listener: pg.Client | null = null;
+  const listen = async (): Promise<void> => {
+    if (stopped) return;
+    const client = new pg.Client({ connectionString: config.databaseUrl });
+    client.on('notification', (msg) => {
+      if (msg.payload) void hub.wake(msg.payload);
+    });
+    const retry = () => {
+      if (listener === client) listener = null;
+      client.end().catch(() => undefined);
+      if (!stopped) setTimeout(() => void listen().catch(() => undefined), 1000).unref();
+    };
+    client.on('error', (err) => {
+      deps.log.error({ err: err.message }, 'imap event listener error');
+      retry();
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${EVENTS_CHANNEL}`);
+      listener = client;
+      // Whatever happened while not listening.
+      for (const id of hub.accounts()) void hub.wake(id);
+    } catch (err) {
+      deps.log.error({ err: (err as Error).message }, 'imap event listener could not connect');
+      retry();
+    }
+  };
+  await listen();
+  const sweep = setInterval(() => {
+    for (const id of hub.accounts()) void hub.wake(id);
+  }, SWEEP_MS);
+  sweep.unref();
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.mailClients.imapPort, config.mailClients.imapHost, () => resolve());
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    sessions: () => hub.all.size,
+    async stop() {
+      stopped = true;
+      clearInterval(sweep);
+      for (const s of [...hub.all]) s.bye('Server shutting down');
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await listener?.end().catch(() => undefined);
+    },
+  };
+}

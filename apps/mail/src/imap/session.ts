@@ -1,0 +1,333 @@
+/**
+ * One IMAP connection: reads commands (whole, literals included) from the framer, runs them one at a time
+ * through the command table, and writes responses with backpressure. It holds the login, the selected mailbox
+ * and the IDLE state; the hub wakes it when its account's event stream moves (new mail, flags changed
+ * elsewhere, the app-password revoked).
+ */
+import type { Socket } from 'node:net';
+import type { Config } from '@boxes/config';
+import { appPasswordActive, type MailLogin, type Services } from '@boxes/core';
+import type { Logger } from 'pino';
+import { COMMANDS, type State } from './command-table';
+import type { Chunk } from './encode';
+import { foldersOf, type ImapFolder } from './folders';
+import type { SelectedMailbox } from './mailbox';
+import { BadArgs, CommandFramer, parseCommand, ParseError, type Command, type Frame } from './parser';
+
+export const CAPABILITIES_BEFORE_LOGIN = ['IMAP4rev1', 'SASL-IR', 'LITERAL+', 'ID', 'ENABLE', 'IDLE', 'AUTH=PLAIN'];
+export const CAPABILITIES = ['IMAP4rev1', 'SASL-IR', 'LITERAL+', 'ID', 'ENABLE', 'IDLE', 'NAMESPACE', 'UIDPLUS', 'MOVE', 'SPECIAL-USE', 'UNSELECT', 'CHILDREN', 'CONDSTORE', 'STATUS=SIZE'];
+
+/** A NO answer: [code] and text. */
+export class ImapNo extends Error {
+  constructor(
+    readonly code: string | null,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** What a handler answers on success: the tagged OK's response code and text. */
+export interface Done {
+  code?: string;
+  text: string;
+}
+
+export interface Hub {
+  svc: Services;
+  config: Config;
+  log: Logger;
+  register(session: Session): void;
+  unregister(session: Session): void;
+  /** Folds the account's event stream into its folders (shared by the sessions of this process). */
+  sync(accountId: string): Promise<void>;
+}
+
+const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
+/** Inactivity before the server logs a client out (RFC 3501 5.4: at least 30 minutes), and before logging in. */
+const AUTOLOGOUT_MS = 31 * 60_000;
+const PREAUTH_TIMEOUT_MS = 60_000;
+/** Failed logins one connection may make before it is closed (the account and address counts go on elsewhere). */
+const MAX_FAILED_LOGINS = 3;
+/** Output gathered before it is sent. */
+const OUTPUT_FLUSH = 64 * 1024;
+/** How often an IDLE client hears that the server is still there. */
+const IDLE_KEEPALIVE_MS = 4 * 60_000;
+
+export class Session {
+  state: State = 'not-authenticated';
+  login: MailLogin | null = null;
+  selected: SelectedMailbox | null = null;
+  condstore = false;
+  readonly id: string;
+  readonly remoteAddress: string;
+  private readonly framer = new CommandFramer(LIMITS);
+  private running = false;
+  private closed = false;
+  private idle: { tag: string; timer: NodeJS.Timeout } | null = null;
+  private lineWaiter: ((line: string | null) => void) | null = null;
+  private folderCache: ImapFolder[] | null = null;
+  private checking = false;
+  private failedLogins = 0;
+  private closeAfterCommand = false;
+  private output: Buffer[] = [];
+  private outputBytes = 0;
+
+  constructor(
+    private readonly socket: Socket,
+    readonly hub: Hub,
+    id: number,
+  ) {
+    this.id = `imap-${id}`;
+    this.remoteAddress = socket.remoteAddress ?? 'unknown';
+    socket.setNoDelay(true);
+    socket.setTimeout(PREAUTH_TIMEOUT_MS);
+    socket.on('data', (chunk: Buffer) => {
+      this.framer.push(chunk);
+      if (this.lineWaiter) this.deliverLine();
+      else void this.drive();
+    });
+    socket.on('timeout', () => this.bye('Autologout; idle for too long'));
+    socket.on('error', () => this.close());
+    socket.on('close', () => this.close());
+    this.write([`* OK [CAPABILITY ${CAPABILITIES_BEFORE_LOGIN.join(' ')}] Boxes IMAP ready\r\n`]);
+  }
+
+  get svc(): Services {
+    return this.hub.svc;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /**
+   * Writes chunks. While commands are running, output is gathered and sent in pieces of OUTPUT_FLUSH bytes or
+   * when no further command is waiting, so a client fetching message after message gets few, full TLS records
+   * instead of many small ones.
+   */
+  write(chunks: Chunk[]): void {
+    if (this.closed) return;
+    for (const c of chunks) {
+      const b = typeof c === 'string' ? Buffer.from(c, 'latin1') : c;
+      this.output.push(b);
+      this.outputBytes += b.length;
+    }
+    if (!this.running || this.outputBytes >= OUTPUT_FLUSH) this.flush();
+  }
+
+  /** Sends what write() gathered. */
+  flush(): void {
+    if (!this.outputBytes || this.closed) {
+      this.output = [];
+      this.outputBytes = 0;
+      return;
+    }
+    const data = this.output.length === 1 ? this.output[0]! : Buffer.concat(this.output, this.outputBytes);
+    this.output = [];
+    this.outputBytes = 0;
+    this.socket.write(data);
+  }
+
+  /** One untagged response line (chunks without the CRLF). */
+  untagged(chunks: Chunk[]): void {
+    this.write([...chunks, '\r\n']);
+  }
+
+  /** Waits while the client is slow to read, so a large FETCH does not pile up in memory. */
+  async drained(): Promise<void> {
+    if (this.closed || !this.socket.writableNeedDrain) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
+        resolve();
+      };
+      this.socket.once('drain', done);
+      this.socket.once('close', done);
+    });
+  }
+
+  bye(text: string): void {
+    this.write([`* BYE ${text}\r\n`]);
+    this.end();
+  }
+
+  /** Ends the connection once what was written has gone out. */
+  end(): void {
+    this.flush();
+    this.socket.end();
+    this.closed = true;
+    if (this.idle) clearInterval(this.idle.timer);
+    this.hub.unregister(this);
+  }
+
+  private close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.idle) clearInterval(this.idle.timer);
+    this.lineWaiter?.(null);
+    this.hub.unregister(this);
+    if (!this.socket.destroyed) this.socket.destroy();
+  }
+
+  /** The next bare line from the client (an AUTHENTICATE response), or null if the connection closed. */
+  readLine(): Promise<string | null> {
+    // What was written (the "+" continuation) must go out before waiting for the answer.
+    this.flush();
+    return new Promise((resolve) => {
+      this.lineWaiter = resolve;
+      this.deliverLine();
+    });
+  }
+
+  private deliverLine(): void {
+    const frame = this.framer.nextLine();
+    if (!frame || !this.lineWaiter) return;
+    const waiter = this.lineWaiter;
+    this.lineWaiter = null;
+    waiter(frame.kind === 'line' ? frame.text : null);
+  }
+
+  /** The folders this login sees (made current with the event stream first). */
+  async folders(fresh = true): Promise<ImapFolder[]> {
+    if (!this.login) return [];
+    if (fresh || !this.folderCache) {
+      await this.hub.sync(this.login.accountId);
+      this.folderCache = await foldersOf(this.svc, this.login);
+    }
+    return this.folderCache;
+  }
+
+  loggedIn(login: MailLogin): void {
+    this.login = login;
+    this.state = 'authenticated';
+    this.socket.setTimeout(AUTOLOGOUT_MS);
+    this.hub.register(this);
+  }
+
+  /** A failed login: after MAX_FAILED_LOGINS the connection ends once the answer is out. */
+  loginFailed(): void {
+    this.failedLogins++;
+    if (this.failedLogins >= MAX_FAILED_LOGINS) this.closeAfterCommand = true;
+  }
+
+  /** Sends what changed in the selected mailbox since the client last heard. */
+  async reportChanges(): Promise<void> {
+    if (!this.selected || !this.login) return;
+    await this.hub.sync(this.login.accountId);
+    for (const line of await this.selected.refresh(this.svc, { condstore: this.condstore })) this.untagged(line);
+  }
+
+  enterIdle(tag: string): void {
+    this.write(['+ idling\r\n']);
+    const timer = setInterval(() => this.write(['* OK Still here\r\n']), IDLE_KEEPALIVE_MS);
+    this.idle = { tag, timer };
+    void this.streamMoved();
+  }
+
+  /**
+   * The account's event stream moved (on any process): a revoked app-password ends the session; an idling
+   * client hears about changes at once, others at their next NOOP or IDLE.
+   */
+  async streamMoved(): Promise<void> {
+    if (this.closed || !this.login || this.checking) return;
+    this.checking = true;
+    try {
+      if (!(await appPasswordActive(this.svc.db, this.login.appPasswordId))) {
+        this.bye('This app-password has been revoked');
+        return;
+      }
+      if (this.idle && !this.running) {
+        this.running = true;
+        try {
+          await this.reportChanges();
+        } finally {
+          this.running = false;
+          void this.drive();
+        }
+      }
+    } catch (err) {
+      this.hub.log.error({ err }, 'imap session refresh failed');
+    } finally {
+      this.checking = false;
+    }
+  }
+
+  private nextFrame(): Frame | null {
+    if (this.idle) return this.framer.nextLine();
+    return this.framer.next();
+  }
+
+  /** Runs whatever complete input there is, one command at a time. */
+  private async drive(): Promise<void> {
+    if (this.running || this.closed) return;
+    this.running = true;
+    try {
+      for (;;) {
+        if (this.closed) return;
+        const frame = this.nextFrame();
+        if (!frame) return;
+        if (frame.kind === 'continue') {
+          this.write(['+ Ready for literal data\r\n']);
+          continue;
+        }
+        if (frame.kind === 'too-big') {
+          this.write([`${frame.tag ?? '*'} BAD ${frame.message}\r\n`]);
+          continue;
+        }
+        if (frame.kind === 'line') {
+          if (this.idle) {
+            const { tag, timer } = this.idle;
+            if (frame.text.trim().toUpperCase() !== 'DONE') {
+              this.write([`${tag} BAD Expected DONE\r\n`]);
+            } else {
+              this.write([`${tag} OK IDLE terminated\r\n`]);
+            }
+            clearInterval(timer);
+            this.idle = null;
+          }
+          continue;
+        }
+        let cmd: Command;
+        try {
+          cmd = parseCommand(frame.bytes);
+        } catch (err) {
+          const tag = err instanceof ParseError ? err.tag : null;
+          this.write([`${tag ?? '*'} BAD ${(err as Error).message}\r\n`]);
+          continue;
+        }
+        await this.run(cmd);
+      }
+    } finally {
+      this.running = false;
+      this.flush();
+    }
+  }
+
+  private async run(cmd: Command): Promise<void> {
+    const spec = COMMANDS[cmd.name];
+    if (!spec) {
+      this.write([`${cmd.tag} BAD Unknown command ${cmd.name.slice(0, 30)}\r\n`]);
+      return;
+    }
+    if (!spec.states.includes(this.state)) {
+      const why = this.state === 'not-authenticated' ? 'Log in first' : spec.states.includes('selected') ? 'Select a mailbox first' : 'Not allowed now';
+      this.write([`${cmd.tag} BAD ${why}\r\n`]);
+      return;
+    }
+    try {
+      const done = await spec.handler(this, cmd, false);
+      if (done === null) return; // the handler answered itself (IDLE, LOGOUT)
+      this.write([`${cmd.tag} OK ${done.code ? `[${done.code}] ` : ''}${done.text}\r\n`]);
+    } catch (err) {
+      if (err instanceof BadArgs) this.write([`${cmd.tag} BAD ${err.message.replace(/[\r\n]/g, ' ')}\r\n`]);
+      else if (err instanceof ImapNo) this.write([`${cmd.tag} NO ${err.code ? `[${err.code}] ` : ''}${err.message}\r\n`]);
+      else {
+        this.hub.log.error({ err, command: cmd.name }, 'imap command failed');
+        this.write([`${cmd.tag} NO [SERVERBUG] Internal error; try again\r\n`]);
+      }
+    }
+    if (this.closeAfterCommand) this.bye('Too many failed logins on this connection');
+  }
+}

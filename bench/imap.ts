@@ -1,0 +1,354 @@
+/**
+ * pnpm bench:imap — a box of BENCH_IMAP messages (default 10,000) synced in full by mbsync (Debian isync) from
+ * Boxes and, in the same run, from Dovecot (Debian dovecot-imapd, installed when missing and run on an
+ * unprivileged port) serving the same messages from a Maildir. Both over implicit TLS on 127.0.0.1, with the
+ * same mbsync settings (INBOX only, pull into an empty Maildir, FSync off so the disk does not hide the servers).
+ *
+ * The messages are made here (text, html alternatives and attachments of several sizes, a few KB to ~60 KB),
+ * stored in Boxes through the real receive path (parsed, sealed, charged, announced as mail.received) and
+ * written as the same bytes into Dovecot's Maildir. In each of BENCH_IMAP_RUNS rounds each server is synced twice
+ * into a fresh Maildir: cold (the first login: Boxes folds the event stream into a new folder, Dovecot builds a
+ * new index) and warm. Printed: the best time of each kind per server (other jobs on the machine only ever make
+ * a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
+ * server during the last warm Boxes sync.
+ *
+ *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import { performance } from 'node:perf_hooks';
+import { promisify } from 'node:util';
+import { receiveMessage } from '@boxes/core';
+import { createBenchDatabase, envInt, loadNote, main, request, signupAccounts, startBenchRuntime } from './common';
+
+const N = envInt('BENCH_IMAP', 10_000);
+const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 900) * 1000;
+const RUNS = envInt('BENCH_IMAP_RUNS', 3, 1, 20);
+const run = promisify(execFile);
+
+/** A small deterministic generator, so runs compare. */
+function rng(seed: number) {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 2 ** 32;
+  };
+}
+
+const WORDS = 'the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their been has when who will more no if out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man me even most made after also did many before must through back years where much your way well down should because each just those people how too little state good very make world still own see men work long get here between both life being under never day same another know while last might us great old year off come since against go came right used take three'.split(' ');
+
+function makeMessages(n: number, to: string): Buffer[] {
+  const r = rng(envInt('BENCH_IMAP_SEED', 1));
+  const words = (count: number) => Array.from({ length: count }, () => WORDS[Math.floor(r() * WORDS.length)]).join(' ');
+  const lines = (bytes: number) => {
+    const out: string[] = [];
+    let size = 0;
+    while (size < bytes) {
+      const l = words(8 + Math.floor(r() * 6));
+      out.push(l);
+      size += l.length + 2;
+    }
+    return out.join('\r\n');
+  };
+  const out: Buffer[] = [];
+  for (let i = 1; i <= n; i++) {
+    const date = new Date(Date.UTC(2026, 0, 1) + i * 60_000).toUTCString().replace('GMT', '+0000');
+    const head = [`From: Sender ${i % 97} <sender${i % 97}@outside.test>`, `To: ${to}`, `Subject: ${words(4 + (i % 5))} #${i}`, `Date: ${date}`, `Message-ID: <bench-${i}@outside.test>`, 'MIME-Version: 1.0'];
+    const text = lines(400 + Math.floor(r() * 4000));
+    let body: string;
+    if (i % 10 === 0) {
+      const attachment = randomBytes(8_000 + Math.floor(r() * 40_000)).toString('base64').replace(/.{76}/g, '$&\r\n');
+      body = [
+        'Content-Type: multipart/mixed; boundary="mixed"',
+        '',
+        '--mixed',
+        'Content-Type: multipart/alternative; boundary="alt"',
+        '',
+        '--alt',
+        'Content-Type: text/plain; charset=utf-8',
+        '',
+        text,
+        '--alt',
+        'Content-Type: text/html; charset=utf-8',
+        '',
+        `<html><body><p>${text.replace(/\r\n/g, '</p>\r\n<p>')}</p></body></html>`,
+        '--alt--',
+        '--mixed',
+        `Content-Type: application/octet-stream; name="data-${i}.bin"`,
+        `Content-Disposition: attachment; filename="data-${i}.bin"`,
+        'Content-Transfer-Encoding: base64',
+        '',
+        attachment,
+        '--mixed--',
+        '',
+      ].join('\r\n');
+    } else {
+      body = ['Content-Type: text/plain; charset=utf-8', '', text, ''].join('\r\n');
+    }
+    out.push(Buffer.from(`${head.join('\r\n')}\r\n${body}`));
+  }
+  return out;
+}
+
+/** BENCH_IMAP_PROFILE=<file>: a CPU profile of this process (the server) during the warm Boxes sync. */
+async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
+  const inspector = await import('node:inspector/promises');
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return {
+    async stop(file) {
+      const { profile } = await session.post('Profiler.stop');
+      fs.writeFileSync(file, JSON.stringify(profile));
+      session.disconnect();
+      console.log(`  CPU profile of the warm Boxes sync: ${file}`);
+    },
+  };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+async function waitForPort(port: number, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = net.connect({ host: '127.0.0.1', port }, () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > end) throw new Error(`nothing listens on 127.0.0.1:${port}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function peerCertificate(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false }, () => {
+      const der = s.getPeerCertificate().raw;
+      s.end();
+      resolve(`-----BEGIN CERTIFICATE-----\n${der.toString('base64').replace(/.{64}/g, '$&\n')}\n-----END CERTIFICATE-----\n`);
+    });
+    s.once('error', reject);
+  });
+}
+
+async function ensureTool(cmd: string, pkg: string): Promise<void> {
+  try {
+    await run('sh', ['-c', `command -v ${cmd}`]);
+    return;
+  } catch {
+    /* missing */
+  }
+  if (process.getuid?.() !== 0) throw new Error(`${cmd} is missing: apt-get install -y ${pkg}`);
+  console.log(`bench:imap: installing ${pkg} from Debian packages`);
+  await run('sh', ['-c', `(apt-get install -y -qq ${pkg} || (apt-get update -qq && apt-get install -y -qq ${pkg})) >/dev/null`], { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, timeout: 600_000 });
+}
+
+/** mbsync pulling INBOX into an empty Maildir; returns the wall time in ms and the messages stored. */
+async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number }> {
+  const dir = path.join(root, name);
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
+  fs.writeFileSync(path.join(dir, 'cert.pem'), server.cert);
+  const rc = path.join(dir, 'mbsyncrc');
+  fs.writeFileSync(
+    rc,
+    `FSync no
+
+IMAPAccount a
+Host 127.0.0.1
+Port ${server.port}
+User ${server.user}
+Pass ${server.pass}
+SSLType IMAPS
+CertificateFile ${dir}/cert.pem
+
+IMAPStore remote
+Account a
+
+MaildirStore local
+Path ${dir}/mail/
+Inbox ${dir}/mail/INBOX
+
+Channel c
+Far :remote:
+Near :local:
+Patterns INBOX
+Create Near
+Sync Pull
+SyncState *
+`,
+  );
+  const started = performance.now();
+  await run('mbsync', ['-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 64 * 1024 * 1024 });
+  const ms = performance.now() - started;
+  const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
+  return { ms, files };
+}
+
+async function startDovecot(root: string, messages: Buffer[], cert: { key: string; cert: string }): Promise<{ port: number; proc: ChildProcess; user: string; pass: string }> {
+  await ensureTool('dovecot', 'dovecot-imapd');
+  const base = path.join(root, 'dovecot');
+  const maildir = path.join(base, 'maildir');
+  for (const d of ['cur', 'new', 'tmp']) fs.mkdirSync(path.join(maildir, d), { recursive: true });
+  const t0 = Date.UTC(2026, 0, 1) / 1000;
+  messages.forEach((m, i) => {
+    const file = path.join(maildir, 'cur', `${t0 + i}.M${i}P1.bench:2,`);
+    fs.writeFileSync(file, m);
+    fs.utimesSync(file, t0 + i * 60, t0 + i * 60);
+  });
+  fs.writeFileSync(path.join(base, 'cert.pem'), cert.cert);
+  fs.writeFileSync(path.join(base, 'key.pem'), cert.key, { mode: 0o600 });
+  const { uid, gid } = fs.statSync('/proc/self');
+  const mailUser = await run('id', ['-u', 'dovecot']).then((r) => Number(r.stdout.trim())).catch(() => uid);
+  const mailGroup = await run('id', ['-g', 'dovecot']).then((r) => Number(r.stdout.trim())).catch(() => gid);
+  await run('chown', ['-R', `${mailUser}:${mailGroup}`, maildir]).catch(() => undefined);
+  const port = await freePort();
+  const pass = 'bench-password';
+  const conf = path.join(base, 'dovecot.conf');
+  fs.writeFileSync(
+    conf,
+    `protocols = imap
+listen = 127.0.0.1
+base_dir = ${base}/run
+state_dir = ${base}/state
+log_path = ${base}/dovecot.log
+ssl = required
+ssl_cert = <${base}/cert.pem
+ssl_key = <${base}/key.pem
+disable_plaintext_auth = yes
+auth_mechanisms = plain login
+first_valid_uid = ${mailUser}
+first_valid_gid = ${mailGroup}
+mail_location = maildir:${maildir}:INDEX=${base}/index
+service imap-login {
+  inet_listener imap {
+    port = 0
+  }
+  inet_listener imaps {
+    address = 127.0.0.1
+    port = ${port}
+    ssl = yes
+  }
+}
+passdb {
+  driver = static
+  args = password=${pass}
+}
+userdb {
+  driver = static
+  args = uid=${mailUser} gid=${mailGroup} home=${base}/home
+}
+`,
+  );
+  fs.mkdirSync(path.join(base, 'index'), { recursive: true });
+  fs.mkdirSync(path.join(base, 'home'), { recursive: true });
+  await run('chown', ['-R', `${mailUser}:${mailGroup}`, path.join(base, 'index'), path.join(base, 'home')]).catch(() => undefined);
+  const proc = spawn('dovecot', ['-F', '-c', conf], { stdio: ['ignore', 'inherit', 'inherit'] });
+  await waitForPort(port, 15_000);
+  return { port, proc, user: 'bench', pass };
+}
+
+await main('bench:imap', async (onCleanup) => {
+  await ensureTool('mbsync', 'isync');
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-bench-imap-'));
+  // Dovecot reads its Maildir as its own user.
+  fs.chmodSync(root, 0o755);
+  onCleanup(async () => {
+    if (process.env.BENCH_KEEP) console.log(`kept ${root}`);
+    else fs.rmSync(root, { recursive: true, force: true });
+  });
+  const db = await createBenchDatabase();
+  onCleanup(() => db.drop());
+  const rt = await startBenchRuntime(db, { worker: false, mail: true });
+  onCleanup(() => rt.stop());
+  const svc = rt.runtime.svc;
+
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
+  const [account] = await signupAccounts(agent, rt.apiBase, 1);
+  const pw = await request(agent, `${rt.apiBase}/account/app-passwords`, 'POST', { label: 'bench' }, account!.apiKey);
+  if (pw.status !== 200) throw new Error(`app-password: ${pw.status} ${JSON.stringify(pw.body)}`);
+  agent.destroy();
+  await svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${N + 1000}`;
+  const box = await svc.db.box.findFirstOrThrow({ where: { accountId: account!.accountId, isPrimary: true } });
+
+  console.log(`bench:imap: ${N} messages to ${box.address} (${loadNote()})`);
+  const messages = makeMessages(N, box.address);
+  const bytes = messages.reduce((n, m) => n + m.length, 0);
+  let stored = 0;
+  const storeStarted = performance.now();
+  const lanes = 4;
+  await Promise.all(
+    Array.from({ length: lanes }, async (_, lane) => {
+      for (let i = lane; i < messages.length; i += lanes) {
+        await receiveMessage(svc, { raw: messages[i]!, recipients: [{ kind: 'box', box }], mailFrom: 'sender@outside.test', via: 'smtp' });
+        stored++;
+      }
+    }),
+  );
+  console.log(`  stored ${stored} messages (${(bytes / 1e6).toFixed(1)} MB) through the receive path in ${((performance.now() - storeStarted) / 1000).toFixed(1)} s`);
+
+  const mail = rt.runtime.mail!;
+  const boxesCert = await peerCertificate(mail.imapPort);
+  const boxesServer = { port: mail.imapPort, user: box.address, pass: pw.body.password as string, cert: boxesCert };
+
+  const pems = await import('selfsigned').then((m) => m.generate([{ name: 'commonName', value: '127.0.0.1' }], { keySize: 2048, algorithm: 'sha256' }));
+  const dovecot = await startDovecot(root, messages, { key: pems.private, cert: pems.cert });
+  onCleanup(async () => {
+    dovecot.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+  });
+  const dovecotServer = { port: dovecot.port, user: dovecot.user, pass: dovecot.pass, cert: await peerCertificate(dovecot.port) };
+
+  // Each round: Boxes cold (its folders dropped, so the first login folds the stream again) and warm, then Dovecot
+  // cold (its index removed) and warm. The best of the rounds is what the machine can do when others let it.
+  const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
+  for (let round = 1; round <= RUNS; round++) {
+    await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
+    await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
+    const index = path.join(root, 'dovecot', 'index');
+    for (const f of fs.readdirSync(index)) fs.rmSync(path.join(index, f), { recursive: true, force: true });
+    for (const [name, server] of [
+      ['boxes', boxesServer],
+      ['dovecot', dovecotServer],
+    ] as const) {
+      const cold = await mbsync(root, `${name}-cold`, server);
+      const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
+      const warm = await mbsync(root, `${name}-warm`, server);
+      if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
+      for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
+      times[name].cold.push(cold.ms);
+      times[name].warm.push(warm.ms);
+    }
+  }
+  const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+  const best = (xs: number[]) => Math.min(...xs);
+  const all = (xs: number[]) => xs.map((x) => (x / 1000).toFixed(2)).join(', ');
+  const b = times.boxes;
+  const d = times.dovecot;
+  console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS, best of ${RUNS} (all runs in s):`);
+  console.log(`    boxes:   cold ${s(best(b.cold))} (first login folds the event stream into the folder; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
+  console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
+  console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
+});

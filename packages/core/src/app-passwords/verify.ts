@@ -1,0 +1,193 @@
+/**
+ * The internal verify call of the mail servers (SPEC Authentication 8): a username and an app-password in, a
+ * login (which account, which boxes it sees and may send from) or a refusal out. The mail servers never see API
+ * keys, and nothing but an app-password's shape ever reaches a hash.
+ *
+ * Failed logins are counted in Redis (shared by every process) per username and per client address, in a window
+ * of MAIL_AUTH_LOCKOUT_SECONDS: after MAIL_AUTH_FREE_FAILURES failures each further failure is answered
+ * MAIL_AUTH_DELAY_MS later per extra failure (at most five steps), and at MAIL_AUTH_USER_MAX_FAILURES (per
+ * username) or MAIL_AUTH_ADDRESS_MAX_FAILURES (per address) every login is refused, right password or not, until
+ * the window (restarted by the failure that reached the limit) ends. A success does not clear the counts.
+ *
+ * A successful login appends account.app_password.used, at most once a minute per credential.
+ */
+import { Prisma } from '@boxes/db';
+import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
+import { sha256Hex } from '../shared/crypto';
+import { appPasswordLookup, burnAppPasswordCheck, checkAppPasswordHash, normalizeAppPassword } from './app-passwords';
+
+export type MailService = 'imap' | 'smtp';
+
+export interface MailLogin {
+  accountId: string;
+  appPasswordId: string;
+  label: string;
+  /** The username as given (lower case). */
+  username: string;
+  /**
+   * account: the owner's email; every box of the account (boxes made later too).
+   * box: a box address; that box only.
+   */
+  kind: 'account' | 'box';
+  /** The box of a box login. */
+  boxId: string | null;
+  /** Boxes the credential may send from; null: every box of the account. */
+  sendBoxIds: string[] | null;
+}
+
+export type VerifyResult =
+  | { ok: true; login: MailLogin }
+  | { ok: false; reason: 'invalid' | 'locked'; message: string; retryAfterSeconds?: number };
+
+/** The longest a failure is slowed down, in steps of MAIL_AUTH_DELAY_MS. */
+const MAX_DELAY_STEPS = 5;
+
+export function normalizeRemoteAddress(address: string | null | undefined): string {
+  if (!address) return 'unknown';
+  return address.startsWith('::ffff:') ? address.slice(7) : address;
+}
+
+function counterKeys(svc: Pick<Services, 'config'>, username: string, remoteAddress: string) {
+  const p = `${svc.config.redisPrefix}:mailauth`;
+  return { user: `${p}:user:${sha256Hex(username)}`, address: `${p}:addr:${remoteAddress}` };
+}
+
+/** Seconds until a lockout ends, or 0 when neither counter is at its limit. Redis failing counts as no lockout. */
+async function lockedFor(svc: Services, keys: { user: string; address: string }): Promise<number> {
+  const limits = svc.config.mailClients.auth;
+  try {
+    const res = (await svc.redis.multi().get(keys.user).pttl(keys.user).get(keys.address).pttl(keys.address).exec()) ?? [];
+    const [userCount, userTtl, addrCount, addrTtl] = res.map(([, v]) => v) as [string | null, number, string | null, number];
+    let wait = 0;
+    if (Number(userCount ?? 0) >= limits.userMaxFailures) wait = Math.max(wait, userTtl);
+    if (Number(addrCount ?? 0) >= limits.addressMaxFailures) wait = Math.max(wait, addrTtl);
+    return wait > 0 ? Math.ceil(wait / 1000) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Counts one failure against both keys; returns the larger count relative to its free failures. */
+async function countFailure(svc: Services, keys: { user: string; address: string }): Promise<number> {
+  const limits = svc.config.mailClients.auth;
+  const windowMs = limits.windowSeconds * 1000;
+  try {
+    const res = (await svc.redis
+      .multi()
+      .set(keys.user, 0, 'PX', windowMs, 'NX')
+      .incr(keys.user)
+      .set(keys.address, 0, 'PX', windowMs, 'NX')
+      .incr(keys.address)
+      .exec()) ?? [];
+    const user = Number(res[1]?.[1] ?? 0);
+    const addr = Number(res[3]?.[1] ?? 0);
+    // The failure that reaches a limit starts the lockout's full length.
+    if (user === limits.userMaxFailures) await svc.redis.pexpire(keys.user, windowMs);
+    if (addr === limits.addressMaxFailures) await svc.redis.pexpire(keys.address, windowMs);
+    return Math.max(user, addr);
+  } catch {
+    return 0;
+  }
+}
+
+interface Candidate {
+  id: string;
+  account_id: string;
+  label: string;
+  box_id: string | null;
+  hash: string;
+}
+
+/**
+ * Checks a mail-client login. Always resolves (never throws for a bad credential); the caller answers the
+ * client with `message` on refusal.
+ */
+export async function verifyMailLogin(
+  svc: Services,
+  input: { username: string; password: string; service: MailService; remoteAddress?: string | null },
+): Promise<VerifyResult> {
+  const username = input.username.trim().toLowerCase();
+  const remote = normalizeRemoteAddress(input.remoteAddress);
+  const keys = counterKeys(svc, username, remote);
+  const locked = await lockedFor(svc, keys);
+  if (locked > 0) {
+    return { ok: false, reason: 'locked', retryAfterSeconds: locked, message: `Too many failed logins; try again in ${locked} seconds` };
+  }
+
+  const login = await check(svc, username, input.password);
+  if (!login) {
+    const count = await countFailure(svc, keys);
+    const steps = Math.min(MAX_DELAY_STEPS, Math.max(0, count - svc.config.mailClients.auth.freeFailures));
+    if (steps > 0) await new Promise((r) => setTimeout(r, steps * svc.config.mailClients.auth.delayMs));
+    return { ok: false, reason: 'invalid', message: 'Invalid username or app-password' };
+  }
+  await recordUse(svc, login, input.service, remote);
+  return { ok: true, login };
+}
+
+async function check(svc: Services, username: string, password: string): Promise<MailLogin | null> {
+  const normalized = normalizeAppPassword(password);
+  if (!normalized || username.length > 320 || !username.includes('@')) {
+    await burnAppPasswordCheck();
+    return null;
+  }
+  const lookup = appPasswordLookup(svc.secretKey, normalized);
+  // The box the username names (on a live domain), and the active accounts whose owner's email it is, with the
+  // candidate app-passwords of those accounts, in one round trip.
+  const rows = await svc.db.$queryRaw<(Candidate & { box_account_id: string | null; login_box_id: string | null; box_exists: boolean })[]>`
+    WITH b AS (SELECT id, account_id FROM boxes WHERE live_address = ${username}),
+         owners AS (SELECT id FROM accounts WHERE human_email = ${username} AND status = 'active')
+    SELECT p.id, p.account_id, p.label, p.box_id, p.hash,
+      (SELECT account_id FROM b) AS box_account_id, (SELECT id FROM b) AS login_box_id,
+      (p.box_id IS NULL OR EXISTS (SELECT 1 FROM boxes x WHERE x.id = p.box_id)) AS box_exists
+    FROM app_passwords p JOIN accounts a ON a.id = p.account_id
+    WHERE p.lookup = ${lookup} AND p.revoked_at IS NULL AND a.status = 'active'
+      AND (p.account_id IN (SELECT account_id FROM b) OR p.account_id IN (SELECT id FROM owners))`;
+  if (!rows.length) {
+    await burnAppPasswordCheck();
+    return null;
+  }
+  for (const row of rows) {
+    if (!(await checkAppPasswordHash(normalized, row.hash))) continue;
+    if (!row.box_exists) return null;
+    const isBoxLogin = row.box_account_id === row.account_id && row.login_box_id !== null;
+    if (row.box_id) {
+      // A password limited to a box logs in with that box's address only.
+      if (!isBoxLogin || row.login_box_id !== row.box_id) return null;
+    }
+    return {
+      accountId: row.account_id,
+      appPasswordId: row.id,
+      label: row.label,
+      username,
+      kind: isBoxLogin ? 'box' : 'account',
+      boxId: isBoxLogin ? row.login_box_id : null,
+      sendBoxIds: row.box_id ? [row.box_id] : null,
+    };
+  }
+  return null;
+}
+
+/** account.app_password.used, at most once a minute per credential (the row's last_used_at decides). */
+async function recordUse(svc: Services, login: MailLogin, service: MailService, remote: string): Promise<void> {
+  try {
+    await svc.db.$transaction(async (tx) => {
+      const claimed = await tx.$queryRaw<{ box_id: string | null }[]>`
+        UPDATE app_passwords SET last_used_at = now()
+        WHERE id = ${login.appPasswordId} AND (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds')
+        RETURNING box_id`;
+      if (!claimed.length) return;
+      await appendEvent({
+        db: tx,
+        accountId: login.accountId,
+        type: 'account.app_password.used',
+        boxId: claimed[0]!.box_id,
+        data: { app_password_id: login.appPasswordId, label: login.label, service, username: login.username, remote_address: remote },
+      });
+    });
+  } catch (err) {
+    // Recording use must not refuse a valid login; a serialization hiccup only loses one throttled event.
+    if (!(err instanceof Prisma.PrismaClientKnownRequestError)) throw err;
+  }
+}

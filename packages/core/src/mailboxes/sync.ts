@@ -1,0 +1,125 @@
+/**
+ * Folders follow the account's event stream: mail.received puts the message in its box's INBOX, mail.sent in
+ * its box's Sent (marked \Seen), message.deleted (DELETE /messages/{id}, or an IMAP EXPUNGE) takes it out of
+ * every folder. A cursor per account (mail_sync_state, locked while folding) records how far the stream has been
+ * folded in, so any process may fold, each event is folded once, and UIDs are given in the stream's order. The
+ * hot paths (send, receive) pay nothing for it: whoever reads folders folds first.
+ */
+import type { Services } from '../shared/context';
+import { ensureBoxFolders } from './folders';
+
+/** Events folded per transaction (a first fold of a large account takes several). */
+const BATCH = 5000;
+
+interface StreamRow {
+  seq: number;
+  type: string;
+  box_id: string | null;
+  message_id: string | null;
+}
+
+/**
+ * Folds every event up to the stream's head into the account's folders. Returns whether anything was folded.
+ * The fast path (nothing new) is one read.
+ */
+export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string): Promise<boolean> {
+  const head = await svc.db.$queryRaw<{ chain_seq: number; seq: number | null }[]>`
+    SELECT a.chain_seq, s.seq FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId}`;
+  if (!head[0] || head[0].chain_seq === (head[0].seq ?? 0)) return false;
+  let folded = false;
+  for (;;) {
+    const more = await svc.db.$transaction(
+      async (tx) => {
+        await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
+        const [state] = await tx.$queryRaw<{ seq: number }[]>`SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE`;
+        // Every event up to the head read now is committed (appends serialise on the head), so the cursor may
+        // move to it even past events of other types.
+        const [acct] = await tx.$queryRaw<{ chain_seq: number }[]>`SELECT chain_seq FROM accounts WHERE id = ${accountId}`;
+        const from = state!.seq;
+        const to = Math.min(acct!.chain_seq, from + BATCH);
+        if (to <= from) return false;
+        const rows = await tx.$queryRaw<StreamRow[]>`
+          SELECT seq, type, box_id, COALESCE(data->'message'->>'id', data->>'message_id') AS message_id
+          FROM events
+          WHERE account_id = ${accountId} AND seq > ${from} AND seq <= ${to}
+            AND type IN ('mail.received', 'mail.sent', 'message.deleted')
+          ORDER BY seq`;
+        await fold(tx, accountId, rows);
+        await tx.$executeRaw`UPDATE mail_sync_state SET seq = ${to}, updated_at = now() WHERE account_id = ${accountId}`;
+        folded ||= rows.length > 0;
+        return to < acct!.chain_seq;
+      },
+      { maxWait: 10_000, timeout: 60_000 },
+    );
+    if (!more) return folded;
+  }
+}
+
+type Tx = Parameters<Parameters<Services['db']['$transaction']>[0]>[0];
+
+async function fold(tx: Tx, accountId: string, rows: StreamRow[]): Promise<void> {
+  // Runs of additions are folded together; a deletion in between is applied in its place in the order.
+  let adds: StreamRow[] = [];
+  for (const row of rows) {
+    if (!row.message_id) continue;
+    if (row.type === 'message.deleted') {
+      await addAll(tx, accountId, adds);
+      adds = [];
+      await removeEverywhere(tx, [row.message_id]);
+    } else if (row.box_id) {
+      adds.push(row);
+    }
+  }
+  await addAll(tx, accountId, adds);
+}
+
+async function addAll(tx: Tx, accountId: string, rows: StreamRow[]): Promise<void> {
+  if (!rows.length) return;
+  const folders = await ensureBoxFolders(tx, accountId, [...new Set(rows.map((r) => r.box_id!))]);
+  const byTarget = new Map<string, string[]>();
+  const sent: string[] = [];
+  for (const r of rows) {
+    const role = r.type === 'mail.received' ? 'inbox' : 'sent';
+    const folder = folders.find((f) => f.boxId === r.box_id && f.role === role);
+    if (!folder) continue; // the box is gone: its mail has no folders any more
+    byTarget.set(folder.id, [...(byTarget.get(folder.id) ?? []), r.message_id!]);
+    if (role === 'sent') sent.push(r.message_id!);
+  }
+  if (sent.length) {
+    // What you sent you have read.
+    await tx.$executeRaw`
+      INSERT INTO message_flags (message_id, account_id, flags, keywords, updated_at)
+      SELECT m.id, ${accountId}, 1, '{}', now() FROM messages m WHERE m.id = ANY(${sent}::text[])
+      ON CONFLICT (message_id) DO NOTHING`;
+  }
+  for (const [folderId, messageIds] of byTarget) await appendToFolder(tx, folderId, messageIds);
+}
+
+/**
+ * Puts messages into a folder under new UIDs, in the given order (messages that no longer exist, or whose body
+ * was reclaimed, are skipped; their UIDs are simply not used). Returns the UIDs given, in order.
+ */
+export async function appendToFolder(tx: Tx, folderId: string, messageIds: string[]): Promise<{ messageId: string; uid: number }[]> {
+  if (!messageIds.length) return [];
+  const [folder] = await tx.$queryRaw<{ first: number; modseq: bigint }[]>`
+    UPDATE mail_folders SET uid_next = uid_next + ${messageIds.length}, highest_modseq = highest_modseq + 1
+    WHERE id = ${folderId} RETURNING uid_next - ${messageIds.length} AS first, highest_modseq AS modseq`;
+  if (!folder) return [];
+  const rows = await tx.$queryRaw<{ uid: number; message_id: string }[]>`
+    INSERT INTO mail_folder_entries (folder_id, uid, message_id, deleted, modseq)
+    SELECT ${folderId}, ${folder.first}::int + (x.ord::int - 1), x.id, false, ${folder.modseq}
+    FROM unnest(${messageIds}::text[]) WITH ORDINALITY AS x(id, ord)
+    JOIN messages m ON m.id = x.id AND m.body_reclaimed_at IS NULL
+    ON CONFLICT (folder_id, message_id) DO NOTHING
+    RETURNING uid, message_id`;
+  return rows.map((r) => ({ messageId: r.message_id, uid: r.uid })).sort((a, b) => a.uid - b.uid);
+}
+
+/** Takes messages out of every folder they are in (each folder's modseq moves, so open views notice). */
+export async function removeEverywhere(tx: Tx, messageIds: string[]): Promise<void> {
+  await tx.$executeRaw`
+    WITH gone AS (
+      DELETE FROM mail_folder_entries WHERE message_id = ANY(${messageIds}::text[]) RETURNING folder_id
+    )
+    UPDATE mail_folders SET highest_modseq = highest_modseq + 1 WHERE id IN (SELECT folder_id FROM gone)`;
+}

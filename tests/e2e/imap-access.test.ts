@@ -1,0 +1,192 @@
+/**
+ * Who sees what over IMAP: a box login sees its box, an account login (the owner's email) every box, a
+ * box-limited app-password only its box, and nobody another account's mail. Wrong, revoked and API-key
+ * passwords are refused, repeated failures lock the username out, revoking an app-password closes its open
+ * sessions, and IDLE on one process hears of mail that another process received.
+ */
+import { ImapFlow } from 'imapflow';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
+import { appPassword, deliver, imapClient, multipartMessage, waitFor, withImap } from './imap-helpers';
+import { eventsOf } from './mail-receive-helpers';
+
+let t: TestServer;
+
+const tag = () => Math.random().toString(36).slice(2, 8);
+
+async function subjects(c: ImapFlow, folder: string): Promise<string[]> {
+  const box = await c.mailboxOpen(folder);
+  if (!box.exists) return [];
+  const out: string[] = [];
+  for await (const m of c.fetch('1:*', { envelope: true })) out.push(m.envelope?.subject ?? '');
+  return out;
+}
+
+async function loginError(user: string, pass: string): Promise<{ authenticationFailed?: boolean; responseText?: string; serverResponseCode?: string }> {
+  const c = imapClient(t, user, pass);
+  c.on('error', () => undefined);
+  try {
+    await c.connect();
+  } catch (err) {
+    return err as { authenticationFailed?: boolean; responseText?: string };
+  }
+  await c.logout();
+  throw new Error('the login succeeded');
+}
+
+beforeAll(async () => {
+  t = await startTestServer({
+    mail: true,
+    worker: true,
+    env: { MAIL_AUTH_USER_MAX_FAILURES: '3', MAIL_AUTH_ADDRESS_MAX_FAILURES: '1000', MAIL_AUTH_DELAY_MS: '10', MAIL_AUTH_LOCKOUT_SECONDS: '120' },
+  });
+});
+afterAll(() => t?.stop());
+
+describe('what each login sees', () => {
+  let a: TestAccount;
+  let b: TestAccount;
+  let sales: { id: string; address: string };
+  const mark = tag();
+
+  beforeAll(async () => {
+    a = await signupAccount(t, `owner-${mark}@example.com`);
+    b = await signupAccount(t, `other-${mark}@example.com`);
+    sales = (await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'sales' } })).body;
+    await deliver(t, [a.primaryAddress], multipartMessage({ from: 'x@outside.test', to: a.primaryAddress, subject: `for agent ${mark}`, text: 'a' }));
+    await deliver(t, [sales.address], multipartMessage({ from: 'x@outside.test', to: sales.address, subject: `for sales ${mark}`, text: 's' }));
+    await deliver(t, [b.primaryAddress], multipartMessage({ from: 'x@outside.test', to: b.primaryAddress, subject: `for other account ${mark}`, text: 'b' }));
+    await waitFor('three received', async () => (await eventsOf(t, a.apiKey, 'mail.received')).length === 2 && (await eventsOf(t, b.apiKey, 'mail.received')).length === 1);
+  });
+
+  it('a box login sees its own box: INBOX is what that box received', async () => {
+    const pw = (await appPassword(t, a)).password;
+    await withImap(t, sales.address, pw, async (c) => {
+      expect((await c.list()).map((f) => f.path).sort()).toEqual(['Archive', 'Drafts', 'INBOX', 'Junk', 'Sent', 'Trash']);
+      expect(await subjects(c, 'INBOX')).toEqual([`for sales ${mark}`]);
+    });
+    await withImap(t, a.primaryAddress, pw, async (c) => {
+      expect(await subjects(c, 'INBOX')).toEqual([`for agent ${mark}`]);
+    });
+  });
+
+  it("an account login (the owner's email) sees every box: the primary's folders and Boxes/<local part>/...", async () => {
+    const pw = (await appPassword(t, a)).password;
+    await withImap(t, `owner-${mark}@example.com`, pw, async (c) => {
+      const paths = (await c.list()).map((f) => f.path);
+      expect(paths).toEqual(expect.arrayContaining(['INBOX', 'Sent', 'Boxes/sales/INBOX', 'Boxes/sales/Sent', 'Boxes/sales/Trash']));
+      expect(await subjects(c, 'INBOX')).toEqual([`for agent ${mark}`]);
+      expect(await subjects(c, 'Boxes/sales/INBOX')).toEqual([`for sales ${mark}`]);
+      // "Boxes" and "Boxes/sales" only group folders.
+      await expect(c.mailboxOpen('Boxes/sales')).rejects.toThrow();
+      // Mail stays in its own box's folders.
+      await c.mailboxOpen('INBOX');
+      const moved = await c.messageMove('1', 'Boxes/sales/Archive').catch((e: Error) => e);
+      expect(moved === false || moved instanceof Error).toBe(true);
+      expect(await subjects(c, 'INBOX')).toEqual([`for agent ${mark}`]);
+    });
+  });
+
+  it('a box-limited app-password logs in with its box only, and sees only that box', async () => {
+    const pw = (await appPassword(t, a, { label: 'sales only', box: 'sales' })).password;
+    await withImap(t, sales.address, pw, async (c) => {
+      expect(await subjects(c, 'INBOX')).toEqual([`for sales ${mark}`]);
+      expect((await c.list()).map((f) => f.path)).not.toContain('Boxes/sales/INBOX');
+    });
+    expect((await loginError(a.primaryAddress, pw)).authenticationFailed).toBe(true);
+    expect((await loginError(`owner-${mark}@example.com`, pw)).authenticationFailed).toBe(true);
+  });
+
+  it("another account's mail is never visible, and its password does not open this account", async () => {
+    const pwB = (await appPassword(t, b)).password;
+    await withImap(t, b.primaryAddress, pwB, async (c) => {
+      expect(await subjects(c, 'INBOX')).toEqual([`for other account ${mark}`]);
+      expect((await c.list()).map((f) => f.path)).not.toContain('Boxes/sales/INBOX');
+    });
+    expect((await loginError(a.primaryAddress, pwB)).authenticationFailed).toBe(true);
+    expect((await loginError(sales.address, pwB)).authenticationFailed).toBe(true);
+  });
+});
+
+describe('refusals', () => {
+  it('wrong, revoked and API-key passwords are refused with AUTHENTICATIONFAILED', async () => {
+    const a = await signupAccount(t, `refuse-${tag()}@example.com`);
+    const old = await appPassword(t, a);
+    await rest(t, 'DELETE', `/account/app-passwords/${old.id}`, { key: a.apiKey });
+    for (const pass of ['AAAA-BBBB-CCCC-DDDD', a.apiKey, old.password]) {
+      const err = await loginError(a.primaryAddress, pass);
+      expect(err.authenticationFailed, pass).toBe(true);
+    }
+  });
+
+  it('repeated failures lock the username out for a while, the right password included', async () => {
+    const a = await signupAccount(t, `lock-${tag()}@example.com`);
+    const pw = (await appPassword(t, a)).password;
+    for (let i = 0; i < 3; i++) expect((await loginError(a.primaryAddress, 'AAAA-BBBB-CCCC-DDDD')).authenticationFailed).toBe(true);
+    const locked = await loginError(a.primaryAddress, pw);
+    expect(locked.responseText).toMatch(/Too many failed logins; try again in \d+ seconds/);
+  });
+
+  it('one connection gets three tries, then the server says BYE and closes it', async () => {
+    const tls = await import('node:tls');
+    const socket = tls.connect({ host: '127.0.0.1', port: t.imapPort!, rejectUnauthorized: false });
+    let transcript = '';
+    socket.on('data', (d) => (transcript += d.toString()));
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    await new Promise((r) => socket.once('secureConnect', r));
+    for (let i = 1; i <= 3; i++) socket.write(`a${i} LOGIN nobody-${tag()}@example.com AAAA-BBBB-CCCC-DDDD\r\n`);
+    await closed;
+    expect(transcript).toMatch(/^\* OK \[CAPABILITY IMAP4rev1 /);
+    expect(transcript.match(/^a\d NO \[AUTHENTICATIONFAILED\]/gm)).toHaveLength(3);
+    expect(transcript).toMatch(/\* BYE Too many failed logins on this connection\r\n$/);
+  });
+
+  it('revoking an app-password closes its open sessions (an idling one included); other passwords go on', async () => {
+    const a = await signupAccount(t, `revoke-${tag()}@example.com`);
+    const doomed = await appPassword(t, a, { label: 'doomed' });
+    const kept = await appPassword(t, a, { label: 'kept' });
+    const idling = imapClient(t, a.primaryAddress, doomed.password);
+    const selected = imapClient(t, a.primaryAddress, doomed.password);
+    const other = imapClient(t, a.primaryAddress, kept.password);
+    for (const c of [idling, selected, other]) {
+      c.on('error', () => undefined);
+      await c.connect();
+      await c.mailboxOpen('INBOX');
+    }
+    const closed = (c: ImapFlow) => new Promise<void>((resolve) => c.once('close', () => resolve()));
+    const bothClosed = Promise.all([closed(idling), closed(selected)]);
+    void idling.idle().catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 200));
+    await rest(t, 'DELETE', `/account/app-passwords/${doomed.id}`, { key: a.apiKey });
+    await bothClosed;
+    expect(other.usable).toBe(true);
+    const st = await other.status('INBOX', { messages: true });
+    expect(st && st.messages).toBe(0);
+    await other.logout();
+  });
+});
+
+describe('more than one process', () => {
+  it('IDLE on one process hears of mail received by another within a second (it follows the event stream)', async () => {
+    const t2 = await startTestServer({ mail: true, sameStoreAs: t });
+    try {
+      const a = await signupAccount(t, `multi-${tag()}@example.com`);
+      const pw = (await appPassword(t, a)).password;
+      const c = new ImapFlow({ host: '127.0.0.1', port: t2.imapPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: pw }, logger: false, disableAutoIdle: true });
+      await c.connect();
+      await c.mailboxOpen('INBOX');
+      const heard = new Promise<number>((resolve) => c.on('exists', () => resolve(Date.now())));
+      void c.idle();
+      await new Promise((r) => setTimeout(r, 200));
+      const subject = `across processes ${tag()}`;
+      // Received by the first process's MX; the session is on the second process.
+      await deliver(t, [a.primaryAddress], multipartMessage({ from: 'x@outside.test', to: a.primaryAddress, subject, text: 'hello' }));
+      const at = await heard;
+      const event = (await eventsOf(t, a.apiKey, 'mail.received')).find((e) => e.data.message.subject === subject)!;
+      expect(at - new Date(event.created_at).getTime()).toBeLessThan(1000);
+      await c.logout();
+    } finally {
+      await t2.stop();
+    }
+  });
+});
