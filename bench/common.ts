@@ -106,7 +106,7 @@ export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boole
   return {
     runtime,
     config,
-    apiBase: `${runtime.server.url}/api/v1`,
+    apiBase: `${runtime.server!.url}/api/v1`,
     smtpPort: runtime.mail?.port ?? null,
     async stop() {
       try {

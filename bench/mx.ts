@@ -11,9 +11,15 @@
  *
  *   BENCH_MX=5000 BENCH_MX_CONNECTIONS=8 BENCH_MX_ACCOUNTS=4 BENCH_MX_BOXES=3 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
  *   BENCH_DB_POOL (default: the runtime's)
+ *
+ * The anchor, measured in the same run: a bare smtp-server on this thread that accepts and discards (the same
+ * connections, the same STARTTLS, the same messages), the ceiling of the protocol library Boxes builds on.
  */
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
+import { generate } from 'selfsigned';
+import { SMTPServer } from 'smtp-server';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, request, signupAccounts, startBenchRuntime } from './common';
 import { LoadClient, now } from './load';
 
@@ -81,4 +87,35 @@ await main('bench:mx', async (onCleanup) => {
   console.log(`  server event loop ${(elu * 100).toFixed(0)}% busy; ${cpuReport}`);
   console.log(`mx: accepted ${rate(run.ok, acceptedMs)}/s, stored ${rate(stored, storedMs)}/s (N=${M}, connections=${CONNECTIONS})`);
   if (stored !== M || run.ok !== M) throw new Error(`incomplete run: ${run.ok}/${M} accepted, ${stored}/${M} stored`);
+
+  // The anchor: the same load against a bare smtp-server that accepts and discards.
+  const bare = await startBareSmtp();
+  onCleanup(() => bare.close());
+  const anchor = { ...smtp, port: bare.port };
+  if (WARMUP) await load.call({ op: 'smtpSends', ...anchor, count: WARMUP, startSeq: 0 });
+  const cpuBare = new CpuMeter(db.name);
+  const a = await load.call({ op: 'smtpSends', ...anchor, count: M, startSeq: WARMUP });
+  const bareRate = rate(a.ok, a.t1 - a.t0);
+  console.log(`  anchor: bare smtp-server (accept and discard; same connections, same STARTTLS): ${a.ok}/${M} accepted; ${cpuBare.report(a.ok)}`);
+  console.log(`mx anchor: bare smtp-server ${bareRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, bareRate)).toFixed(0)}% of it`);
 });
+
+/** An smtp-server that accepts every message and discards it, with STARTTLS like the MX. */
+async function startBareSmtp(): Promise<{ port: number; close(): Promise<void> }> {
+  const pems = await generate([{ name: 'commonName', value: 'bare.bench.test' }], { keySize: 2048, algorithm: 'sha256' });
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['AUTH'],
+    key: pems.private,
+    cert: pems.cert,
+    logger: false,
+    size: 25 * 1024 * 1024,
+    onData(stream, _session, cb) {
+      stream.on('data', () => undefined);
+      stream.on('end', () => cb());
+    },
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.server.address() as AddressInfo).port;
+  return { port, close: () => new Promise<void>((r) => server.close(() => r())) };
+}

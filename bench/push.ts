@@ -89,7 +89,7 @@ await main('bench:push', async (onCleanup) => {
     await runtime.stop();
     await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
   });
-  const apiBase = `${runtime.server.url}/api/v1`;
+  const apiBase = `${runtime.server!.url}/api/v1`;
   const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
   onCleanup(async () => agent.destroy());
 

@@ -11,9 +11,15 @@
  *   BENCH_SENDS=5000 BENCH_CONCURRENCY=64 BENCH_ACCOUNTS=20 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
  *   BENCH_DB_POOL (default: the runtime's) DELIVERY_CONCURRENCY (default: the config's)
  *   BENCH_DELIVER=0 runs the API alone (no worker; the deliveries stay queued)
+ *
+ * The anchor, measured in the same run on the same database: the raw ceiling of the event log, one
+ * hash-chained append per message done with plain SQL over pg (the statement appendEvent runs, no HTTP, no
+ * Prisma, no mail), with the same concurrency over the same accounts.
  */
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { canonicalAround, EVENTS_CHANNEL, newId } from '@boxes/core';
 import { staticResolver } from '@boxes/mail';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, signupAccounts, sleep, startBenchRuntime } from './common';
 import { LoadClient, now } from './load';
@@ -110,4 +116,36 @@ await main('bench:send', async (onCleanup) => {
   const delivered = !DELIVER ? 'n/a (BENCH_DELIVER=0)' : deliveredMs === null ? `timed out (${sink.count} of ${run.ok})` : `${rate(sink.count, deliveredMs)}/s`;
   console.log(`send: accepted ${rate(run.ok, acceptedMs)}/s, delivered ${delivered}, p50 ${p(50)} ms, p99 ${p(99)} ms (N=${N}, concurrency=${CONCURRENCY})`);
   if (run.ok !== N || (DELIVER && deliveredMs === null)) throw new Error(`incomplete run: ${run.ok}/${N} accepted, ${sink.count} delivered`);
+
+  // The anchor: N hash-chained appends with plain SQL, the same concurrency, over the same accounts.
+  const pool = new pg.Pool({ connectionString: db.url, max: 20 });
+  onCleanup(() => pool.end());
+  const cpuRaw = new CpuMeter(db.name);
+  const r0 = now();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < N) {
+        const i = next++;
+        const accountId = accounts[i % accounts.length]!.accountId;
+        const data = { message_id: `msg_${i}`, subject: 'anchor', recipients: 1 };
+        const body = { id: newId('evt'), type: 'mail.sent', account_id: accountId, created_at: new Date().toISOString(), data };
+        const { prefix, suffix } = canonicalAround(body);
+        await pool.query(
+          `WITH head AS (SELECT chain_seq + 1 AS seq, chain_hash AS prev FROM accounts WHERE id = $1 FOR NO KEY UPDATE),
+             h AS (SELECT seq, prev, encode(sha256(convert_to(prev || E'\\n' || $2 || seq::text || $3, 'UTF8')), 'hex') AS hash FROM head),
+             ins AS (INSERT INTO events (id, account_id, seq, type, data, created_at, prev_hash, hash)
+                     SELECT $4, $1, seq, 'mail.sent', $5::jsonb, $6, prev, hash FROM h),
+             upd AS (UPDATE accounts SET chain_seq = h.seq, chain_hash = h.hash FROM h WHERE accounts.id = $1)
+           SELECT pg_notify($7, $1)::text FROM h`,
+          [accountId, prefix, suffix, body.id, JSON.stringify(data), body.created_at, `${EVENTS_CHANNEL}_anchor`],
+        );
+      }
+    }),
+  );
+  const rawMs = now() - r0;
+  const rawRate = rate(N, rawMs);
+  console.log(`  anchor: ${N} hash-chained appends with plain SQL (pg, ${CONCURRENCY} in flight, ${accounts.length} accounts); ${cpuRaw.report(N)}`);
+  const ours = DELIVER && deliveredMs !== null ? rate(sink.count, deliveredMs) : rate(run.ok, acceptedMs);
+  console.log(`send anchor: plain-SQL appends ${rawRate}/s; Boxes ${DELIVER ? 'delivered' : 'accepted'} ${ours}/s = ${((100 * ours) / Math.max(1, rawRate)).toFixed(0)}% of it`);
 });

@@ -70,3 +70,32 @@ if ! command -v chromium >/dev/null 2>&1; then
   install_if_missing chromium chromium || true
   command -v chromium >/dev/null 2>&1 || echo "chromium is not installed: the /docs browser test needs it (apt-get install -y chromium)" >&2
 fi
+
+# The DNS tests (tests/e2e/dns-*.test.ts) ask with dig (Debian bind9-dnsutils) and compare apps/dns with PowerDNS
+# (pdns-server with its generic PostgreSQL backend, pdns-backend-pgsql) on the same rows.
+if ! command -v dig >/dev/null 2>&1; then
+  install_if_missing dig bind9-dnsutils || true
+  command -v dig >/dev/null 2>&1 || echo "dig is not installed: the DNS e2e tests need it (apt-get install -y bind9-dnsutils)" >&2
+fi
+pdns_installed() { [ -x /usr/sbin/pdns_server ] && ls /usr/lib/*/pdns/libgpgsqlbackend.so >/dev/null 2>&1; }
+if ! pdns_installed && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing pdns-server and pdns-backend-pgsql from Debian packages"
+  if [ -z "${APT_UPDATED:-}" ]; then apt-get update -qq && APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pdns-server pdns-backend-pgsql >/dev/null || true
+fi
+pdns_installed || echo "PowerDNS is not installed: tests/e2e/dns-powerdns.test.ts is skipped (apt-get install -y pdns-server pdns-backend-pgsql)" >&2
+
+# The fault tests (tests/e2e/faults.test.ts) start a PostgreSQL cluster of their own (initdb and pg_ctl from
+# /usr/lib/postgresql/<version>/bin) and a Redis server of their own (redis-server), and stop and restart them.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing postgresql from Debian packages"
+    if [ -z "${APT_UPDATED:-}" ]; then apt-get update -qq && APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || true
+  fi
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || echo "PostgreSQL's server binaries are missing: the fault tests need them (apt-get install -y postgresql)" >&2
+fi
+if ! command -v redis-server >/dev/null 2>&1; then
+  install_if_missing redis-server redis-server || true
+  command -v redis-server >/dev/null 2>&1 || echo "redis-server is missing: the fault tests need it (apt-get install -y redis-server)" >&2
+fi

@@ -10,6 +10,7 @@ import { AdjustableClock } from '@boxes/core';
 import { rest, waitFor, type TestServer } from '@boxes/testing';
 import { CARDS, linkIn, ownerSignIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
 import { receiverCertificate, startReceiver, type Receiver } from './push-helpers';
+import { dig, rdata } from './dns-helpers';
 
 const card = (number: string) => ({ number, exp: '12/34', cvc: '123' });
 const DAY_MS = 24 * 3600_000;
@@ -106,6 +107,11 @@ describe('POST /signup/agentic with mode register', () => {
     const zone = await t.db.dnsZone.findUniqueOrThrow({ where: { name }, include: { records: true } });
     expect(zone.kind).toBe('registered');
     expect(zone.records.map((x) => x.type).sort()).toEqual(['MX', 'NS', 'NS', 'TXT', 'TXT', 'TXT']);
+    // ... and answered by the instance's DNS.
+    const mx = await dig(t.dnsPort!, name, 'MX');
+    expect(mx.flags).toContain('aa');
+    expect(rdata(mx.answer)).toEqual([`10 ${t.config.mailHost}.`]);
+    expect(rdata((await dig(t.dnsPort!, name, 'NS')).answer)).toEqual(t.config.nameservers.map((x) => `${x}.`).sort());
     // Mail flows at once: a send from the new domain is accepted.
     const sent = await rest(t, 'POST', '/messages/send', { key, body: { to: `agent@${name}`, subject: 'hello me', text: 'registered' } });
     expect(sent.status, JSON.stringify(sent.body)).toBe(200);

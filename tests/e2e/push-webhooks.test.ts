@@ -7,6 +7,7 @@ import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
+import { verifyWebhook, WebhookVerificationError } from '@boxes/sdk';
 import {
   allEvents,
   boxesSignatureMatches,
@@ -96,6 +97,8 @@ describe('signed deliveries', () => {
     expect(verifyStripe(mail, secret).type).toBe('mail.received');
     expect((verifyStandard(mail, secret) as { type: string }).type).toBe('mail.received');
     expect(boxesSignatureMatches(mail, secret)).toBe(true);
+    // The SDK's verifier accepts what the server signed, and returns the event.
+    expect(verifyWebhook<{ type: string }>(mail.body, mail.headers['x-boxes-signature'] as string, secret).type).toBe('mail.received');
     expect(mail.body).not.toContain(key);
     for (const r of receiver.at('/signup').filter((x) => x.event.type !== 'signup.completed')) expect(r.body).not.toContain(key);
 
@@ -104,6 +107,9 @@ describe('signed deliveries', () => {
     expect(() => verifyStripe(tampered, secret)).toThrow();
     expect(() => verifyStandard(tampered, secret)).toThrow();
     expect(boxesSignatureMatches(tampered, secret)).toBe(false);
+    expect(() => verifyWebhook(tampered.body, tampered.headers['x-boxes-signature'] as string, secret)).toThrow(WebhookVerificationError);
+    expect(() => verifyWebhook(mail.body, mail.headers['x-boxes-signature'] as string, secret, { now: Date.now() + 10 * 60_000 })).toThrow(/too old/);
+    expect(() => verifyWebhook(mail.body, undefined, secret)).toThrow(/missing/);
     expect(() => verifyStripe(mail, `whsec_${Buffer.alloc(32, 7).toString('base64')}`)).toThrow();
 
     // Replays: the same delivery received 301 s after its t is refused (299 s is still fine)...

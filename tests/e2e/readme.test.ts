@@ -1,10 +1,10 @@
 // The README's first curl blocks must work as pasted: run them with bash and curl against a real server.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from '@boxes/testing';
+import { createTestDatabase, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
 beforeAll(async () => {
@@ -44,3 +44,49 @@ it('the first send block, run after it, delivers the message to the new account 
   expect(list.messages[0]).toMatchObject({ direction: 'received', subject: 'hello' });
   expect(list.messages[0].body.text).toContain('first mail');
 });
+
+it('the install block is the two commands, and `pnpm start` on a fresh database serves the README blocks', async () => {
+  // The first block: the install script, then pnpm start (the script itself runs in CI: .ci/run uses it).
+  expect(blocks[0]).toBe('bash scripts/install.sh\npnpm start\n');
+  const pkg = JSON.parse(fs.readFileSync(path.resolve(import.meta.dirname, '../../package.json'), 'utf8'));
+  expect(pkg.engines.node).toMatch(/^>=24/);
+  const db = await createTestDatabase();
+  const repoRoot = path.resolve(import.meta.dirname, '../..');
+  // Ephemeral ports for every listener, this run's own database (created and migrated by the start) and Redis prefix.
+  const child = spawn('pnpm', ['start'], {
+    cwd: repoRoot,
+    env: {
+      ...process.env,
+      PORT: '0',
+      SMTP_PORT: '0',
+      MQTT_PORT: '0',
+      DNS_PORT: '0',
+      DATABASE_URL: db.url,
+      REDIS_PREFIX: `boxes-readme-${Date.now()}`,
+      BOXES_SECRET_KEY: 'ab'.repeat(32),
+      SIGNUP_RATE_LIMIT_PER_HOUR: '0',
+      LOG_LEVEL: 'error',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  try {
+    const url = await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(out)?.[1], 60_000);
+    expect(out).toContain('Boxes is running (two processes');
+    const script = `${signupBlock!.trimEnd().replace('BASE=http://localhost:3000/api/v1', `BASE=${url}/api/v1`)} >/dev/null\n${sendBlock}`;
+    const result = await bash(script);
+    expect(result).toContain('"subject":"hello"');
+  } finally {
+    // pnpm runs the service as its child: stop the whole group the way Ctrl-C would.
+    try {
+      process.kill(-child.pid!, 'SIGINT');
+    } catch {
+      /* already gone */
+    }
+    await new Promise((r) => child.once('exit', r));
+    await db.drop();
+  }
+}, 120_000);

@@ -333,6 +333,7 @@ describe('GET /account and the callback webhook', () => {
       low_balance: false,
       emails_covered: 250,
       trailer: { enabled: true, status: 'on', surcharge_per_message_usd: '0', surcharge_paid_usd: '0', surcharge_remaining_usd: '5' },
+      close_protection: { enabled: false, enabled_at: null },
       created_at: expect.stringMatching(ISO),
     });
   });

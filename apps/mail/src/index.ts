@@ -12,6 +12,7 @@ import { tlsMaterial } from './tls';
 import type { Config } from '@boxes/config';
 import { receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
+import { envelopeAddressProblem, headerHasNul } from './mx-input';
 
 /** More Received headers than this means the message is looping between servers. */
 export const MAX_RECEIVED_HEADERS = 30;
@@ -51,6 +52,8 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     banner: 'Boxes MX',
     size: config.smtp.maxMessageBytes,
     maxClients: config.smtp.maxConnections,
+    // A client silent for this long is disconnected (slow or stuck clients do not hold a slot for ever).
+    socketTimeout: config.smtp.socketTimeoutMs,
     // An MX takes no logins: submission is the API's job.
     disabledCommands: ['AUTH'],
     authOptional: true,
@@ -64,12 +67,16 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     onClose(session) {
       resolved.delete(session.id);
     },
-    onMailFrom(_address, session, cb) {
+    onMailFrom(address, session, cb) {
+      const bad = address.address ? envelopeAddressProblem(address.address) : null;
+      if (bad) return cb(new SmtpReply(553, `5.1.7 Bad sender address syntax: ${bad}`));
       // A new transaction on the same connection starts with no recipients.
       resolved.set(session.id, []);
       cb();
     },
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, cb) {
+      const bad = envelopeAddressProblem(address.address);
+      if (bad) return cb(new SmtpReply(553, `5.1.3 Bad recipient address syntax: ${bad}`));
       const list = resolved.get(session.id) ?? [];
       if (list.length >= config.smtp.maxRecipients) {
         cb(new SmtpReply(452, `4.5.3 Too many recipients (at most ${config.smtp.maxRecipients} per message)`));
@@ -95,6 +102,7 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
         // smtp-server only flags the size after DATA; answering 552 is ours to do.
         if (stream.sizeExceeded) return cb(new SmtpReply(552, `5.3.4 Message too big for this server (at most ${config.smtp.maxMessageBytes} bytes)`));
         const raw = Buffer.concat(chunks);
+        if (headerHasNul(raw)) return cb(new SmtpReply(554, '5.6.0 NUL character in the message header: refused'));
         if (countReceived(raw) > MAX_RECEIVED_HEADERS) return cb(new SmtpReply(554, '5.4.6 Routing loop detected: too many Received headers'));
         const recipients = resolved.get(session.id) ?? [];
         const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;

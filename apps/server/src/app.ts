@@ -10,11 +10,13 @@ import { getConnInfo } from '@hono/node-server/conninfo';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
 import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
-import { AppError, newId, priceList, type Services } from '@boxes/core';
-import type { Logger } from './logger';
+import { AppError, newId, priceList, publicKeys, type Services } from '@boxes/core';
+import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
+import { mountExports } from './exports';
 import { createMcpHandler } from './mcp';
+import { mountOps } from './ops';
 import { createRestHandler, errorResponse, REST_PREFIX, retryAfterOf, routeTable } from './rest';
 
 export function createApp(svc: Services, log: Logger): Hono {
@@ -50,6 +52,19 @@ export function createApp(svc: Services, log: Logger): Hono {
       return null;
     }
   };
+  // Operators' endpoints, and a request counter by bounded route label.
+  const routeOf = (method: string, p: string): string => {
+    if (p.startsWith(`${REST_PREFIX}/`)) {
+      const sub = p.slice(REST_PREFIX.length);
+      return `${REST_PREFIX}${getDocs().routes.find((r) => r.method === method && r.pattern.test(sub))?.path ?? '/(unknown)'}`;
+    }
+    if (p.startsWith('/trpc/')) return '/trpc';
+    if (p.startsWith('/owner') || p.startsWith('/pay/')) return p.startsWith('/pay/') ? '/pay/{id}' : '/owner/*';
+    if (p.startsWith('/exports/')) return '/exports/{token}';
+    return ['/', '/mcp', '/openapi.json', '/openapi.yaml', '/skill.md', '/.well-known/agentic.json', '/healthz', '/readyz', '/metrics'].includes(p) || p.startsWith('/docs') ? p.split('/').slice(0, 2).join('/') || '/' : '(other)';
+  };
+  mountOps(app, svc, routeOf);
+
   const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
     svc,
     requestId,
@@ -73,6 +88,16 @@ export function createApp(svc: Services, log: Logger): Hono {
     return c.redirect(`${REST_PREFIX}/account/mcp/${rest}${url.search}`, 308);
   });
 
+  // The audit public key as a bare PEM file for clients that ask for one (openssl reads it as is); JSON otherwise.
+  const pemRoute = async (c: HonoContext, next: () => Promise<void>) => {
+    if (!(c.req.header('accept') ?? '').includes('application/x-pem-file')) return next();
+    const keyId = c.req.query('key_id');
+    if (keyId !== undefined && !/^ask_[0-9a-z]{20}$/.test(keyId)) return errorResponse(new AppError('not_found', `No signing key ${keyId.slice(0, 40)} on this instance`), newId('req'));
+    const { chosen } = await publicKeys(svc, keyId);
+    if (!chosen) return errorResponse(new AppError('not_found', `No signing key ${keyId} on this instance`), newId('req'));
+    return c.body(chosen.public_key_pem, 200, { 'content-type': 'application/x-pem-file', 'x-audit-key-id': chosen.key_id });
+  };
+  app.get(`${REST_PREFIX}/audit/public-key`, pemRoute);
   app.all(`${REST_PREFIX}`, (c) => rest(noteClient(c)));
   app.all(`${REST_PREFIX}/*`, (c) => rest(noteClient(c)));
 
@@ -84,7 +109,7 @@ export function createApp(svc: Services, log: Logger): Hono {
       router: appRouter,
       createContext: () => context('trpc')(noteClient(c), requestId),
       onError: ({ error, path }) => {
-        if (toAppError(error).status >= 500) log.error({ err: error, requestId, path }, 'request failed');
+        logFailure(log, toAppError(error), error, { requestId, path });
       },
       responseMeta: ({ ctx, errors, paths }) => {
         const headers = new Headers(ctx?.responseHeaders);
@@ -134,6 +159,12 @@ export function createApp(svc: Services, log: Logger): Hono {
         { name: 'send', description: 'Send mail with context and idempotency', operations: ['POST /messages/send'] },
         { name: 'receive', description: 'Poll events and messages, or get them pushed', operations: ['GET /events', 'GET /messages', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
         { name: 'verify', description: 'Verify webhook signatures and the hash-chained event log', operations: ['GET /account/webhook', 'GET /events/verify'] },
+        {
+          name: 'audit',
+          description: 'Signed audit bundles of messages and signed checkpoints of the chain head (JWS, EdDSA), verifiable with jose or openssl; the evidence envelope (beta)',
+          operations: ['GET /messages/{id}/audit', 'POST /events/checkpoints', 'POST /events/checkpoints/verify', 'GET /audit/public-key', 'POST /beta/evidence/opt-in'],
+        },
+        { name: 'close', description: 'Close the account: revoke every key, export the data, hand a registered domain over', operations: ['POST /account/close-protection', 'DELETE /account'] },
         { name: 'boxes', description: 'Create and list addresses on your domain', operations: ['POST /boxes', 'GET /boxes'] },
         { name: 'credit', description: 'Check the balance and usage, set alerts, top up with the owner approving (MPP wallet or card)', operations: ['GET /account/credit/balance', 'GET /account/credit/usage', 'PUT /account/credit/alert-thresholds', 'POST /account/credit/topup/mpp', 'POST /account/credit/topup'] },
         { name: 'support', description: 'Ask the operators, request features', operations: ['POST /support/questions', 'POST /feature-requests'] },
@@ -153,13 +184,15 @@ export function createApp(svc: Services, log: Logger): Hono {
   );
   mountDocs(app);
   mountOwnerPages(app, svc, log);
-  app.get('/healthz', (c) => c.json({ ok: true }));
+  mountExports(app, svc, log);
 
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
   app.onError((err, c) => {
     const requestId = newId('req');
-    log.error({ err, requestId, path: c.req.path }, 'unhandled error');
-    return errorResponse(new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+    // An unreachable PostgreSQL or Redis (owner pages) is 503, as on the API's routes.
+    const known = toAppError(err);
+    logFailure(log, known.code === 'service_unavailable' ? known : { status: 500, code: 'internal' }, err, { requestId, path: c.req.path }, 'unhandled error');
+    return errorResponse(known.code === 'service_unavailable' ? known : new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
   });
   return app;
 }

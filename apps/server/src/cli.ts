@@ -1,20 +1,28 @@
 /**
- * The operator CLI: `pnpm boxes admin <command>`, on the database named by DATABASE_URL.
+ * The operator CLI: `pnpm boxes start [app...]` runs apps (see main.ts: server, worker, mx, push, dns; none
+ * named: all of them, as `pnpm start`), and `pnpm boxes admin <command>` works on the database named by
+ * DATABASE_URL.
  *
  *   pnpm boxes admin questions                 open support questions, oldest first
  *   pnpm boxes admin answer <sq_id> <text...>  answer one (support.answered goes to the asking account)
  *   pnpm boxes admin features                  open feature requests with their votes
  *   pnpm boxes admin ship <fr_id> [note...]    mark one shipped (feature_request.shipped to requester and voters)
+ *   pnpm boxes admin close-protection-off <acct_id>  turn an account's close protection off (as support)
+ *   pnpm boxes admin rotate-audit-key          retire the audit signing key and make a new one (old keys stay served)
  */
 import { loadConfig } from '@boxes/config';
-import { answerQuestion, openFeatures, openQuestions, shipFeature } from '@boxes/core';
-import { createDb } from '@boxes/db';
+import { answerQuestion, disableCloseProtection, openFeatures, openQuestions, rotateSigningKey, shipFeature } from '@boxes/core';
+import { closeDb, createDb } from '@boxes/db';
+import { resolveSecretKey } from './secret-key';
 
 const USAGE = `usage:
+  pnpm boxes start [server] [worker] [mx] [push] [dns]
   pnpm boxes admin questions
   pnpm boxes admin answer <question id> <answer text>
   pnpm boxes admin features
-  pnpm boxes admin ship <feature request id> [note]`;
+  pnpm boxes admin ship <feature request id> [note]
+  pnpm boxes admin close-protection-off <account id>
+  pnpm boxes admin rotate-audit-key`;
 
 async function main(argv: string[]): Promise<number> {
   const [area, command, id, ...rest] = argv;
@@ -54,19 +62,35 @@ async function main(argv: string[]): Promise<number> {
         console.log(`shipped ${r.id}; feature_request.shipped sent to ${r.notified} account(s)`);
         return 0;
       }
+      case 'close-protection-off': {
+        if (!id) throw new Error('close-protection-off needs an account id');
+        const r = await disableCloseProtection({ db }, id);
+        console.log(r.changed ? `close protection of ${id} is off; account.close_protection.disabled appended` : `close protection of ${id} was already off`);
+        return 0;
+      }
+      case 'rotate-audit-key': {
+        const r = await rotateSigningKey({ db, secretKey: resolveSecretKey(config) });
+        console.log(`audit signing key ${r.current} is current${r.retired ? `; ${r.retired} is retired (still served for verification)` : ''}`);
+        return 0;
+      }
       default:
         console.error(USAGE);
         return 2;
     }
   } finally {
-    await db.$disconnect();
+    await closeDb(db);
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: Error) => {
-    console.error(`boxes: ${err.message}`);
-    process.exit(1);
-  },
-);
+if (process.argv[2] === 'start') {
+  // The apps run until stopped; main.ts reads the same arguments.
+  await import('./main');
+} else {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err: Error) => {
+      console.error(`boxes: ${err.message}`);
+      process.exit(1);
+    },
+  );
+}

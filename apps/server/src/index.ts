@@ -22,7 +22,24 @@ export async function start(config: Config, deps: { svc: Services; log?: Logger 
   const log = deps.log ?? createLogger(config.logLevel);
   const app = createApp(deps.svc, log);
   const server: ServerType = await new Promise((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(s));
+    // Slow clients: the head within headersTimeout, the whole request within requestTimeout (408 otherwise),
+    // and no connection silent for longer than the idle timeout. Node checks the first two every
+    // connectionsCheckingInterval, so that is kept below them.
+    const { headersTimeoutMs, requestTimeoutMs, idleTimeoutMs } = config.http;
+    const s = serve(
+      {
+        fetch: app.fetch,
+        port: config.port,
+        hostname: config.host,
+        serverOptions: {
+          headersTimeout: headersTimeoutMs,
+          requestTimeout: Math.max(requestTimeoutMs, headersTimeoutMs),
+          connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 2))),
+        },
+      },
+      () => resolve(s),
+    );
+    s.setTimeout(idleTimeoutMs);
     s.once('error', reject);
   });
   const port = (server.address() as AddressInfo).port;

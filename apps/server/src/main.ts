@@ -1,36 +1,29 @@
 /**
- * `pnpm start`: the single-machine mode. Reads the configuration, starts the local PostgreSQL and Redis when
- * they are the defaults and nothing answers there, creates the database if missing, applies migrations, checks
- * Redis, and starts every app that exists in one process, printing the URLs.
+ * The `boxes` entry: `pnpm start` and `pnpm boxes start [app...]`. It reads the configuration, starts the local
+ * PostgreSQL and Redis when they are the defaults and nothing answers there, creates the database if missing,
+ * applies migrations and checks Redis; then:
+ *  - `pnpm start` on a machine with two or more cores: two processes, supervised here (restarted if they die):
+ *    the front (HTTP server, MX, MQTT broker, DNS) and the worker (deliveries, push, billing, verification),
+ *    which publishes MQTT through the front's broker. With BOXES_SINGLE_PROCESS=1 (or one core) everything
+ *    runs in this process;
+ *  - `pnpm boxes start <app...>` (apps: server, worker, mx, push, dns): only those apps, in this process, as
+ *    production runs them: any number of each against one PostgreSQL and one Redis.
+ * SIGINT and SIGTERM stop every app gracefully (in-flight requests, jobs and SMTP transactions finish).
  */
-import { spawnSync } from 'node:child_process';
+import { fork, spawnSync, type ChildProcess } from 'node:child_process';
+import os from 'node:os';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { ConfigError, loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
 import { parseSecretKey } from '@boxes/core';
 import { createLogger } from './logger';
-import { startRuntime } from './runtime';
+import { resolveSecretKey } from './secret-key';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-
-/** BOXES_SECRET_KEY, or (outside production) a key generated once into .data/secret-key. */
-function resolveSecretKey(config: Config): Buffer {
-  if (config.secretKey) return parseSecretKey(config.secretKey);
-  if (config.nodeEnv === 'production') {
-    throw new ConfigError('BOXES_SECRET_KEY is required in production (32 bytes as 64 hex characters: openssl rand -hex 32)');
-  }
-  const file = path.join(repoRoot, '.data', 'secret-key');
-  if (!fs.existsSync(file)) {
-    fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-    fs.writeFileSync(file, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' });
-  }
-  return parseSecretKey(fs.readFileSync(file, 'utf8').trim());
-}
 
 async function checkRedis(url: string): Promise<void> {
   const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 3000, retryStrategy: () => null });
@@ -88,8 +81,117 @@ async function startLocalServices(config: Config): Promise<void> {
   if (run.status !== 0) throw new ServiceUnavailableError(`could not start ${missing.join(' and ')}: run scripts/start-services.sh to see why, or set DATABASE_URL / REDIS_URL`);
 }
 
+export const APPS = ['server', 'worker', 'mx', 'push', 'dns'] as const;
+export type AppName = (typeof APPS)[number];
+const FRONT: AppName[] = ['server', 'mx', 'push', 'dns'];
+
+/** What a running set of apps reports (a child to its supervisor, or the banner). */
+interface Ready {
+  url: string | null;
+  smtpPort: number | null;
+  imapPort: number | null;
+  submissionPort: number | null;
+  mqttPort: number | null;
+  dnsPort: number | null;
+}
+
+function parseApps(argv: string[]): AppName[] | null {
+  const i = argv.indexOf('start');
+  const named = (i >= 0 ? argv.slice(i + 1) : argv).filter((a) => !a.startsWith('-'));
+  const env = process.env.BOXES_APPS?.split(',').filter(Boolean) ?? [];
+  const list = named.length ? named : env;
+  if (!list.length) return null;
+  for (const a of list) {
+    if (!(APPS as readonly string[]).includes(a)) throw new ConfigError(`unknown app "${a}": the apps are ${APPS.join(', ')}`);
+  }
+  return [...new Set(list)] as AppName[];
+}
+
+function banner(config: Config, r: Ready, layout: string): string {
+  return `Boxes is running (${layout}).
+  API (REST):   ${config.apiBaseUrl}
+  tRPC:         ${config.siteUrl}/trpc
+  OpenAPI:      ${config.siteUrl}/openapi.yaml
+  API reference ${config.siteUrl}/docs
+  Discovery:    ${config.siteUrl}/.well-known/agentic.json
+  Operators:    ${config.siteUrl}/healthz, /readyz, /metrics
+  MX (SMTP):    ${config.smtp.host}:${r.smtpPort} (mail for *.${config.baseDomain} and hosted domains)
+  IMAP:         ${config.mailClients.imapHost}:${r.imapPort} (mail clients: implicit TLS, app-passwords)
+  Submission:   ${config.mailClients.submissionHost}:${r.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
+  MQTT (mTLS):  ${config.mqtt.host}:${r.mqttPort ?? config.mqtt.brokerUrl}
+  DNS:          udp+tcp ${config.dns.host}:${r.dnsPort} (authoritative for ${config.baseDomain} and delegated domains)
+  Listening on  ${r.url}`;
+}
+
+/** Runs the given apps in this process until SIGINT/SIGTERM (or the supervisor goes away). */
+async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Promise<Ready> {
+  const log = createLogger(config.logLevel);
+  const on = (a: AppName) => apps.includes(a);
+  // Loaded here, not at the top: the supervisor of `pnpm start` runs no app and stays small.
+  const { startRuntime } = await import('./runtime');
+  const runtime = await startRuntime(config, { secretKey, log, server: on('server'), worker: on('worker'), mail: on('mx'), push: on('push'), dns: on('dns') });
+  let stopping = false;
+  const shutdown = async () => {
+    if (stopping) return;
+    stopping = true;
+    await runtime.stop();
+    process.exit(0);
+  };
+  process.once('SIGINT', shutdown);
+  process.once('SIGTERM', shutdown);
+  // A child whose supervisor is gone stops too.
+  process.once('disconnect', shutdown);
+  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null };
+}
+
+/** A supervised child process running some apps; restarted when it dies, up to 5 times a minute. */
+function supervise(name: string, apps: AppName[], env: Record<string, string>, onExitForGood: (code: number) => void): Promise<{ ready: Ready; stop(): Promise<void> }> {
+  let child: ChildProcess;
+  let stopping = false;
+  const restarts: number[] = [];
+  return new Promise((resolveFirst, rejectFirst) => {
+    let first = true;
+    const launch = () => {
+      child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, ...env, BOXES_CHILD: '1', BOXES_APPS: apps.join(',') }, execArgv: process.execArgv });
+      child.on('message', (m: { ready?: Ready }) => {
+        if (m.ready && first) {
+          first = false;
+          resolveFirst({
+            ready: m.ready,
+            stop: () =>
+              new Promise<void>((done) => {
+                stopping = true;
+                if (child.exitCode !== null || child.signalCode !== null) return done();
+                child.once('exit', () => done());
+                child.kill('SIGTERM');
+              }),
+          });
+        }
+      });
+      child.on('exit', (code, signal) => {
+        if (stopping) return;
+        if (first) return rejectFirst(new Error(`the ${name} process could not start (exit ${code ?? signal})`));
+        const now = Date.now();
+        restarts.push(now);
+        while (restarts.length && restarts[0]! < now - 60_000) restarts.shift();
+        if (restarts.length > 5) return onExitForGood(1);
+        console.error(`boxes: the ${name} process stopped (${code ?? signal}); starting it again`);
+        setTimeout(launch, 1000);
+      });
+    };
+    launch();
+  });
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
+  const apps = parseApps(process.argv.slice(2));
+  if (process.env.BOXES_CHILD === '1' && apps) {
+    // A child of `pnpm start`: the supervisor prepared the database and passed the secret key.
+    const ready = await runApps(config, apps, parseSecretKey(process.env.BOXES_SECRET_KEY ?? ''));
+    process.send?.({ ready });
+    return;
+  }
   const log = createLogger(config.logLevel);
   const secretKey = resolveSecretKey(config);
   await startLocalServices(config);
@@ -97,24 +199,42 @@ async function main(): Promise<void> {
   const { applied } = await migrate(config.databaseUrl);
   if (applied.length) log.info({ applied }, 'migrations applied');
   await checkRedis(config.redisUrl);
-  const runtime = await startRuntime(config, { secretKey, log });
-  console.log(`Boxes is running.
-  API (REST):   ${config.apiBaseUrl}
-  tRPC:         ${config.siteUrl}/trpc
-  OpenAPI:      ${config.siteUrl}/openapi.yaml
-  API reference ${config.siteUrl}/docs
-  Discovery:    ${config.siteUrl}/.well-known/agentic.json
-  MX (SMTP):    ${config.smtp.host}:${runtime.mail?.port} (mail for *.${config.baseDomain} and hosted domains)
-  IMAP:         ${config.mailClients.imapHost}:${runtime.mail?.imapPort} (mail clients: implicit TLS, app-passwords)
-  Submission:   ${config.mailClients.submissionHost}:${runtime.mail?.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
-  MQTT (mTLS):  ${config.mqtt.host}:${runtime.push?.port ?? config.mqtt.brokerUrl}
-  Listening on  ${runtime.server.url}`);
+  const single = process.env.BOXES_SINGLE_PROCESS === '1' || process.env.BOXES_SINGLE_PROCESS === 'true' || os.availableParallelism() < 2;
+  if (apps || single) {
+    const list = apps ?? [...APPS];
+    const ready = await runApps(config, list, secretKey);
+    if (ready.url) publicUrl(config, ready.url);
+    console.log(apps ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}` : banner(config, ready, 'one process'));
+    return;
+  }
+  // Two processes: the front first (the worker publishes MQTT through its broker), then the worker.
+  const env = { BOXES_SECRET_KEY: secretKey.toString('hex') };
+  let children: { stop(): Promise<void> }[] = [];
+  const giveUp = (code: number) => {
+    console.error('boxes: a process keeps stopping; giving up');
+    void Promise.all(children.map((c) => c.stop())).then(() => process.exit(code));
+  };
+  const front = await supervise('front', FRONT, env, giveUp);
+  children.push(front);
+  const worker = await supervise('worker', ['worker'], { ...env, ...(front.ready.mqttPort && !config.mqtt.brokerUrl ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${front.ready.mqttPort}` } : {}) }, giveUp);
+  children.push(worker);
+  if (front.ready.url) publicUrl(config, front.ready.url);
+  console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`));
   const shutdown = async () => {
-    await runtime.stop();
+    await Promise.all(children.map((c) => c.stop()));
+    children = [];
     process.exit(0);
   };
   process.once('SIGINT', shutdown);
   process.once('SIGTERM', shutdown);
+}
+
+/** With PORT=0 the server's real address is known only now: the banner shows it. */
+function publicUrl(config: Config, url: string): void {
+  if (config.port === 0) {
+    config.siteUrl = url;
+    config.apiBaseUrl = `${url}/api/v1`;
+  }
 }
 
 main().catch((err) => {

@@ -11,7 +11,7 @@ import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { API_VERSION, appRouter, createCallerFactory, gettingStarted, procedureTools, rateLimitFields, toAppError, type Context } from '@boxes/api';
 import { AppError, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
-import type { Logger } from './logger';
+import { logFailure, type Logger } from './logger';
 import { errorResponse } from './rest';
 
 const createCaller = createCallerFactory(appRouter);
@@ -39,9 +39,34 @@ function toolCalls(message: unknown): number {
   return all.filter((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'tools/call').length;
 }
 
+/** A single tools/call request whose params are not {name: string, arguments?: object}: its id and what is wrong. */
+function invalidToolCall(message: unknown): { id: unknown; message: string } | null {
+  if (message === null || typeof message !== 'object' || Array.isArray(message)) return null;
+  const m = message as { method?: unknown; id?: unknown; params?: unknown };
+  if (m.method !== 'tools/call') return null;
+  const id = typeof m.id === 'string' || typeof m.id === 'number' ? m.id : null;
+  const params = m.params as { name?: unknown; arguments?: unknown } | undefined;
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return { id, message: 'params must be an object' };
+  if (typeof params.name !== 'string') return { id, message: 'params.name must be a string' };
+  const args = params.arguments;
+  if (args !== undefined && (args === null || typeof args !== 'object' || Array.isArray(args))) return { id, message: 'params.arguments must be an object' };
+  return null;
+}
+
 export function createMcpHandler(svc: Services, log: Logger) {
   return async function handleMcp(req: Request): Promise<Response> {
     const requestId = newId('req');
+    try {
+      return await serve(req, requestId);
+    } catch (err) {
+      // The key check and the rate count run here, outside any procedure: their failures get the same answers.
+      const app = toAppError(err);
+      logFailure(log, app, err, { requestId }, 'mcp request failed');
+      return errorResponse(app.code === 'service_unavailable' ? app : new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+    }
+  };
+
+  async function serve(req: Request, requestId: string): Promise<Response> {
     const header = req.headers.get('authorization') ?? '';
     const raw = /^Bearer\s+(\S+)$/i.exec(header.trim())?.[1];
     const key = raw ? await authenticateKey({ db: svc.db, raw }) : null;
@@ -68,6 +93,14 @@ export function createMcpHandler(svc: Services, log: Logger) {
         headers.delete('content-length');
         forward = new Request(req.url, { method: req.method, headers, body: text });
       }
+    }
+    // The SDK answers tools/call params of the wrong shape with -32603 (internal error); they are the
+    // caller's mistake: -32602 (invalid params), as the input guard answers a bad argument.
+    const badParams = invalidToolCall(parsedBody);
+    if (badParams) {
+      const res = Response.json({ jsonrpc: '2.0', id: badParams.id, error: { code: -32602, message: `Invalid params: ${badParams.message}` } });
+      res.headers.set('x-request-id', requestId);
+      return res;
     }
     const window = await takeKeyRate(svc, key.id, toolCalls(parsedBody));
     const fields = window ? rateLimitFields(window) : {};
@@ -99,7 +132,7 @@ export function createMcpHandler(svc: Services, log: Logger) {
         return { content: [{ type: 'text' as const, text: JSON.stringify(result) }], structuredContent: result as Record<string, unknown> };
       } catch (err) {
         const app = toAppError(err);
-        if (app.status >= 500) log.error({ err, requestId: callId, tool: tool.name }, 'mcp tool failed');
+        logFailure(log, app, err, { requestId: callId, tool: tool.name }, 'mcp tool failed');
         return { isError: true, content: [{ type: 'text' as const, text: JSON.stringify({ error: { code: app.code, message: app.message, request_id: callId, ...app.details } }) }] };
       }
     });
@@ -113,5 +146,5 @@ export function createMcpHandler(svc: Services, log: Logger) {
     } finally {
       void server.close();
     }
-  };
+  }
 }

@@ -11,10 +11,12 @@ import {
   AppError,
   consumeOwnerLink,
   createOwnerLink,
+  decideCloseRequest,
   decidePayment,
   endOwnerSession,
   MANDATE_TIERS,
   maskEmail,
+  ownerCloseRequest,
   ownerPayment,
   ownerPayments,
   ownerSession,
@@ -208,7 +210,14 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
     try {
       const info = await consumeOwnerLink(svc, c.req.param('token'));
       setCookie(c, COOKIE, info.session, { httpOnly: true, sameSite: 'Lax', path: '/', secure: secure(), maxAge: 3600 });
-      const to = info.purpose === 'payment' && info.paymentId ? `/owner/payments/${info.paymentId}` : info.purpose === 'card' ? '/owner/card' : '/owner';
+      const to =
+        info.purpose === 'payment' && info.paymentId
+          ? `/owner/payments/${info.paymentId}`
+          : info.purpose === 'close' && info.closeRequestId
+            ? `/owner/close/${info.closeRequestId}`
+            : info.purpose === 'card'
+              ? '/owner/card'
+              : '/owner';
       return c.redirect(to, 303);
     } catch (err) {
       return failure(err, 'Link not valid');
@@ -281,6 +290,68 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
         }
       }
       return failure(err, 'Payment');
+    }
+  });
+
+  // Closing an account with close protection on: the owner approves (it closes now) or keeps the account.
+  const closePage = async (s: OwnerSessionInfo, id: string, notice = '', status = 200) => {
+    const r = await ownerCloseRequest(svc, s.email, id);
+    const details = `<dl>
+<dt>Account</dt><dd>${esc(r.primaryAddress)}</dd>
+<dt>Domain</dt><dd>${esc(r.domain)}</dd>
+<dt>Asked by key</dt><dd><code>${esc(r.requestedByKeyId)}</code></dd>
+<dt>Status</dt><dd id="status">${esc({ pending: 'Waiting for your decision', approved: 'Approved: the account is closing', denied: 'Denied: the account stays open', expired: 'Expired: the account stays open', replaced: 'Replaced by a newer request' }[r.status] ?? r.status)}</dd>
+<dt>Expires</dt><dd>${esc(r.expiresAt.toISOString().replace('T', ' ').slice(0, 16))} UTC</dd>
+</dl>`;
+    const actions =
+      r.status === 'pending'
+        ? `<p>Closing revokes every API key at once, refuses new mail for ${esc(r.domain)}, stops pending deliveries and deletes all the account's data after ${esc(svc.config.audit.deletionGraceDays)} days. You get a download link for a data export.</p>
+<form method="post"><input type="hidden" name="form_token" value="${esc(s.formToken)}">
+<button class="danger" type="submit" name="action" value="approve">Close the account</button>
+<button class="primary" type="submit" name="action" value="deny">Keep the account</button></form>`
+        : '';
+    return page(r.status === 'pending' ? `Close ${r.domain}?` : 'Closing the account', `${details}${actions}<p><small>Signed in as ${esc(s.email)}.</small></p>`, status, notice);
+  };
+
+  app.get('/owner/close/:id', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    if (!plausibleId(c.req.param('id'))) return page('Closing the account', banner('error', 'No such close request for you.'), 404);
+    try {
+      return await closePage(s, c.req.param('id'));
+    } catch (err) {
+      return failure(err, 'Closing the account');
+    }
+  });
+
+  app.post('/owner/close/:id', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    const form = await formOf(c);
+    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
+    if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
+    const id = c.req.param('id');
+    if (!plausibleId(id)) return page('Closing the account', banner('error', 'No such close request for you.'), 404);
+    try {
+      const d = await decideCloseRequest(svc, s.email, id, form.action === 'approve' ? 'approve' : 'deny');
+      if (d.result?.export) {
+        const e = d.result.export;
+        return await closePage(
+          s,
+          id,
+          `<div class="ok" role="status"><p>The account is closing. Every key is revoked.</p><p>Your data export: <a id="export-link" href="${esc(e.download_url)}">download the archive</a> (it is being built; the link works until ${esc(e.expires_at.replace('T', ' ').slice(0, 16))} UTC and is also on its way by email). All data is deleted on ${esc((d.result.delete_after ?? '').slice(0, 10))}.</p></div>`,
+        );
+      }
+      return await closePage(s, id, banner('note', 'You kept the account open. Nothing was closed.'));
+    } catch (err) {
+      if (err instanceof AppError && err.status < 500) {
+        try {
+          return await closePage(s, id, banner('error', err.message), err.status);
+        } catch (inner) {
+          return failure(inner, 'Closing the account');
+        }
+      }
+      return failure(err, 'Closing the account');
     }
   });
 

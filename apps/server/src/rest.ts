@@ -6,9 +6,9 @@
  */
 import { createOpenApiNodeHttpHandler } from 'trpc-to-openapi';
 import { TRPCError } from '@trpc/server';
-import { appRouter, toAppError, type Context } from '@boxes/api';
+import { appRouter, stringProblem, toAppError, type Context } from '@boxes/api';
 import { AppError } from '@boxes/core';
-import type { Logger } from './logger';
+import { logFailure, type Logger } from './logger';
 
 export const REST_PREFIX = '/api/v1';
 export const MAX_BODY_BYTES = 30 * 1024 * 1024;
@@ -16,14 +16,41 @@ export const MAX_BODY_BYTES = 30 * 1024 * 1024;
 interface Route {
   method: string;
   pattern: RegExp;
+  /** Names of the path parameters, in the order of the pattern's groups. */
+  params: string[];
+  /** The OpenAPI path template, e.g. /messages/{id}. */
+  path: string;
 }
 
 /** The routes of the OpenAPI document, as patterns over the path below /api/v1. */
 export function routeTable(paths: Record<string, Record<string, unknown>>): Route[] {
   return Object.entries(paths).flatMap(([path, ops]) => {
-    const pattern = new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+')}/?$`);
-    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern }));
+    const params = [...path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]!);
+    const pattern = new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '([^/]+)')}/?$`);
+    return Object.keys(ops).map((m) => ({ method: m.toUpperCase(), pattern, params, path }));
   });
+}
+
+/**
+ * Path parameters are checked here, decoded, by the input guard's rule for single-line values: setting the
+ * URL's path again would percent-encode a control character, so the procedure would never see it.
+ */
+function pathParamProblems(route: Route, path: string): { path: string; message: string }[] {
+  const values = route.pattern.exec(path)?.slice(1) ?? [];
+  const fields: { path: string; message: string }[] = [];
+  values.forEach((raw, i) => {
+    const name = route.params[i] ?? `param${i}`;
+    let value: string;
+    try {
+      value = decodeURIComponent(raw);
+    } catch {
+      fields.push({ path: name, message: 'must be valid percent-encoded UTF-8' });
+      return;
+    }
+    const problem = stringProblem(value, 'line');
+    if (problem) fields.push({ path: name, message: problem });
+  });
+  return fields;
 }
 
 /** Retry-After for an error that says how long to wait (retry_after_seconds), as its body does. */
@@ -156,13 +183,23 @@ export function createRestHandler(opts: {
         requestId,
       );
     }
-    if (!candidates.some((r) => r.method === method)) {
+    // A literal route wins over a parameterised one (POST /account/credit/topup/mpp, not /topup/{id}).
+    const route = candidates.filter((r) => r.method === method).sort((x, y) => x.params.length - y.params.length)[0];
+    if (!route) {
       const allow = [...new Set(candidates.map((r) => r.method))].join(', ');
       return errorResponse(
         new AppError('method_not_allowed', `${req.method} is not allowed on ${REST_PREFIX}${path}; use ${allow}`, { allow: allow.split(', ') }),
         requestId,
         { allow },
       );
+    }
+
+    // trpc-to-openapi collects the query into a plain object: a name such as __proto__ or constructor would
+    // reach Object.prototype (500). No parameter of ours has such a name.
+    const inherited = [...new Set(url.searchParams.keys())].filter((k) => k in Object.prototype);
+    const badParams = [...inherited.map((k) => ({ path: k, message: 'not a parameter of this route' })), ...pathParamProblems(route, path)];
+    if (badParams.length) {
+      return errorResponse(new AppError('validation_error', badParams.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: badParams }), requestId);
     }
 
     let body: string | undefined;
@@ -234,7 +271,7 @@ export function createRestHandler(opts: {
       return out;
     }
     const app = toAppError(failure);
-    if (app.status >= 500) opts.log.error({ err: failure, requestId, path, method }, 'request failed');
+    logFailure(opts.log, app, failure, { requestId, path, method });
     return errorResponse(app, requestId, fields);
   };
 }

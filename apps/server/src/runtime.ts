@@ -6,34 +6,42 @@
 import type { Config } from '@boxes/config';
 import { announcePlatformVersion, ensureBaseZone, LocalRegistrar, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
-import { createDb } from '@boxes/db';
-import { createRedis, Jobs } from '@boxes/jobs';
+import { closeDb, createDb } from '@boxes/db';
+import { createCommandRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
 import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
 import { start as startWorker, type WorkerHandle } from '@boxes/worker';
 import { connectPublisher, start as startPushBroker, type EventPublisher, type PushHandle } from '@boxes/push';
+import { start as startDns, type DnsHandle } from '@boxes/dns';
 import { start as startServer, type ServerHandle } from './index';
 import { createLogger, type Logger } from './logger';
 
 export interface Runtime {
   svc: Services;
   log: Logger;
-  server: ServerHandle;
+  /** The HTTP server, when it runs in this process. */
+  server: ServerHandle | null;
   worker: WorkerHandle | null;
   mail: MailServerHandle | null;
   /** The MQTT broker, when it runs in this process. */
   push: PushHandle | null;
+  /** The authoritative DNS server, when it runs in this process. */
+  dns: DnsHandle | null;
   stop(): Promise<void>;
 }
 
 export interface RuntimeOptions {
   secretKey: Buffer;
+  /** Start the HTTP server (default true). */
+  server?: boolean;
   /** Start the delivery worker (default true). */
   worker?: boolean;
   /** Start the MX (default true). */
   mail?: boolean;
   /** Start the MQTT broker (default true, unless MQTT_BROKER_URL names an external one). */
   push?: boolean;
+  /** Start the authoritative DNS server (default true). */
+  dns?: boolean;
   /** Outbound routing override (tests stand in for the internet's MX hosts). */
   resolver?: MxResolver;
   log?: Logger;
@@ -61,17 +69,21 @@ export function publicUrlFollowsPort(config: Config): (port: number) => void {
 export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {
   const log = opts.log ?? createLogger(config.logLevel);
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
-  const redis = createRedis(config.redisUrl);
+  // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
+  const redis = createCommandRedis(config.redisUrl, { failFast: true });
   redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
-  const jobs = new Jobs(createRedis(config.redisUrl), config.redisPrefix);
+  const jobs = new Jobs(createCommandRedis(config.redisUrl), config.redisPrefix);
+  jobs.connection.on('error', (err) => log.error({ err: err.message }, 'redis error (queues)'));
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
-  const server = await startServer(config, { svc, log });
-  opts.onListening?.(server.port);
-  // A new API version is announced to every account once (platform.updated).
-  // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
-  await ensureBaseZone(db, config);
-  const announced = await announcePlatformVersion(svc, API_VERSION);
-  if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
+  const server = opts.server === false ? null : await startServer(config, { svc, log });
+  if (server) {
+    opts.onListening?.(server.port);
+    // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
+    await ensureBaseZone(db, config);
+    // A new API version is announced to every account once (platform.updated).
+    const announced = await announcePlatformVersion(svc, API_VERSION);
+    if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
+  }
   const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });
   let publisher: EventPublisher | null = push?.publisher ?? null;
   if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await connectPublisher(config, svc);
@@ -85,6 +97,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
           ...(opts.resolver ? { resolver: opts.resolver } : {}),
         });
   const mail = opts.mail === false ? null : await startMail(config, { svc, log });
+  const dns = opts.dns === false ? null : await startDns(config, { svc, log });
   // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
   if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
@@ -95,16 +108,18 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     worker,
     mail,
     push,
+    dns,
     async stop() {
-      await server.stop();
+      await server?.stop();
       await worker?.stop();
       await mail?.stop();
+      await dns?.stop();
       await publisher?.close();
       await push?.stop();
       await jobs.close();
       jobs.connection.disconnect();
       redis.disconnect();
-      await db.$disconnect();
+      await closeDb(db);
     },
   };
 }

@@ -1,19 +1,36 @@
 /**
  * Billing, domain verification and notices. The billing queue runs the repeatable cycle (a BullMQ job
  * scheduler: recurring debits, then a sweep of payments whose deadline passed), one-off payment checks (an MPP
- * token due 3 s after approval) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
+ * token due 3 s after approval), closing accounts' data exports, the repeatable audit job (chain checkpoints,
+ * body retention, deletion of closed accounts) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
  * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery.
  */
-import { Worker, type ConnectionOptions } from 'bullmq';
-import pg from 'pg';
+import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { deliverNotice, NOTICES_CHANNEL, refreshPayment, runBillingCycle, runDomainVerification, type NoticeDeps, type Services } from '@boxes/core';
+import {
+  buildExport,
+  deleteClosedAccounts,
+  deliverNotice,
+  isServiceUnavailable,
+  NOTICES_CHANNEL,
+  pendingExports,
+  reclaimExpiredBodies,
+  refreshPayment,
+  runBillingCycle,
+  runDomainVerification,
+  signMovedHeads,
+  type NoticeDeps,
+  type Services,
+} from '@boxes/core';
 import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
+import { listenForever, pauseOnOutage } from './outage';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
   cycle(): Promise<{ accounts: number; entries: number; payments: number }>;
+  /** Runs one audit pass now (what the repeatable audit job does). */
+  audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number }>;
   sweepNotices(): Promise<number>;
   stop(): Promise<void>;
 }
@@ -44,14 +61,43 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     if (r.entries || payments) log.info({ ...r, payments }, 'billing cycle');
     return { ...r, payments };
   };
-  const billing = new Worker<BillingJob>(
+  // Hourly: sign every moved chain head, reclaim bodies past their retention window, delete the data of accounts
+  // closed longer ago than the grace period, and enqueue any export whose job was lost.
+  const audit = async () => {
+    const checkpoints = await signMovedHeads(svc);
+    const reclaimed = await reclaimExpiredBodies(svc);
+    const deleted = await deleteClosedAccounts(svc);
+    const exports = await pendingExports(svc);
+    for (const id of exports) await svc.jobs.enqueueExport(id);
+    if (checkpoints || reclaimed || deleted.length) log.info({ checkpoints, reclaimed, deleted: deleted.length }, 'audit job');
+    return { checkpoints, reclaimed, deleted, exports: exports.length };
+  };
+  const exportJob = async (job: Job<BillingJob>, exportId: string) => {
+    try {
+      await buildExport(svc, exportId);
+    } catch (err) {
+      // The last attempt marks the export failed (the download link says so) instead of leaving it building.
+      if (!isServiceUnavailable(err) && job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
+        await svc.db.accountExport.updateMany({ where: { id: exportId, status: 'building' }, data: { status: 'failed', error: (err as Error).message.slice(0, 1000) } });
+        log.error({ err, exportId }, 'data export failed');
+      }
+      throw err;
+    }
+  };
+  const billing: Worker<BillingJob> = new Worker<BillingJob>(
     QUEUE.billing,
-    async (job) => {
-      if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
-      else if (job.name === 'cycle') await cycle();
-      else if (job.name === 'domains') {
-        const r = await runDomainVerification(svc);
-        if (r.live || r.expired) log.info(r, 'domain verification');
+    async (job): Promise<void> => {
+      try {
+        if (job.name === 'payment' && job.data.paymentId) await refreshPayment(svc, job.data.paymentId);
+        else if (job.name === 'cycle') await cycle();
+        else if (job.name === 'audit') await audit();
+        else if (job.name === 'export' && job.data.exportId) await exportJob(job, job.data.exportId);
+        else if (job.name === 'domains') {
+          const r = await runDomainVerification(svc);
+          if (r.live || r.expired) log.info(r, 'domain verification');
+        }
+      } catch (err) {
+        return pauseOnOutage(billing, svc, log, err);
       }
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 4 },
@@ -60,36 +106,41 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
   await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
   await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
+  await svc.jobs.scheduleAudit(config.audit.cycleMs);
 
-  const notices = new Worker<NoticeJob>(
+  const notices: Worker<NoticeJob> = new Worker<NoticeJob>(
     QUEUE.notices,
-    async (job) => {
+    async (job): Promise<void> => {
       // Outside production the service's own mail is also printed, so owner links work without a mail setup.
       if (config.nodeEnv !== 'production' && job.attemptsMade === 0) {
         const n = await svc.db.notice.findUnique({ where: { id: job.data.noticeId }, select: { to: true, subject: true, text: true } });
         if (n) log.info({ to: n.to, subject: n.subject }, `mail from the service (shown outside production):\n${n.text}`);
       }
-      const r = await deliverNotice(svc, deps.notice, job.data.noticeId, job.attemptsMade + 1 >= NOTICE_ATTEMPTS);
+      let r: Awaited<ReturnType<typeof deliverNotice>>;
+      try {
+        r = await deliverNotice(svc, deps.notice, job.data.noticeId, job.attemptsMade + 1 >= NOTICE_ATTEMPTS);
+      } catch (err) {
+        return pauseOnOutage(notices, svc, log, err);
+      }
       if (!r.done) throw new Error(r.error);
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 10 },
   );
   notices.on('error', (err) => log.error({ err }, 'notice worker error'));
 
-  // Committed notices announce themselves; the sweeper catches any whose NOTIFY was missed.
-  const listener = new pg.Client({ connectionString: config.databaseUrl });
-  listener.on('error', (err) => log.error({ err: err.message }, 'notice listener error'));
-  listener.on('notification', (msg) => {
-    if (msg.payload) svc.jobs.enqueueNotices([msg.payload]).catch((err) => log.error({ err }, 'enqueue notice failed'));
-  });
-  await listener.connect();
-  await listener.query(`LISTEN ${NOTICES_CHANNEL}`);
-
   const sweepNotices = async () => {
     const pending = await svc.db.notice.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
     await svc.jobs.enqueueNotices(pending.map((n) => n.id));
     return pending.length;
   };
+  // Committed notices announce themselves; the sweeper catches any whose NOTIFY was missed (a reconnect too).
+  const listener = await listenForever({
+    databaseUrl: config.databaseUrl,
+    channel: NOTICES_CHANNEL,
+    log,
+    onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch((err) => log.error({ err }, 'enqueue notice failed')),
+    onReconnect: () => void sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed')),
+  });
   const timer = setInterval(() => {
     sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
@@ -98,10 +149,11 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   await Promise.all([billing.waitUntilReady(), notices.waitUntilReady()]);
   return {
     cycle,
+    audit,
     sweepNotices,
     async stop() {
       clearInterval(timer);
-      await listener.end().catch(() => undefined);
+      await listener.close();
       await billing.close();
       await notices.close();
       connection.disconnect();

@@ -12,13 +12,14 @@ import type { Logger } from 'pino';
 import type { PublishFn } from '@boxes/core';
 import { startPush, type PushEngine } from './push';
 import { startBilling, type BillingHandle } from './billing';
+import { pauseOnOutage } from './outage';
 
 export { startPush, type PushEngine } from './push';
 export { startBilling, type BillingHandle } from './billing';
 
 export interface WorkerHandle {
-  /** Enqueues every delivery the sweeper finds left behind; returns how many. */
-  sweep(): Promise<number>;
+  /** Enqueues every delivery the sweeper finds left behind (queued or due longer than graceMs); returns how many. */
+  sweep(graceMs?: number): Promise<number>;
   push: PushEngine;
   billing: BillingHandle;
   stop(): Promise<void>;
@@ -44,10 +45,16 @@ export async function start(
     maxAttempts: DELIVERY_ATTEMPTS,
   };
   const connection = createRedis(config.redisUrl);
-  const worker = new Worker<DeliveryJob>(
+  const worker: Worker<DeliveryJob> = new Worker<DeliveryJob>(
     QUEUE.deliveries,
-    async (job) => {
-      const result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade);
+    async (job): Promise<void> => {
+      let result: Awaited<ReturnType<typeof attemptDelivery>>;
+      try {
+        result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade);
+      } catch (err) {
+        // The database away is no failed attempt: the queue pauses and the job waits (outage.ts).
+        return pauseOnOutage(worker, svc, log, err);
+      }
       // Throwing hands the job back to BullMQ, which retries it after backoffStrategy's delay.
       if (!result.done) throw new Error(result.error);
     },
@@ -63,13 +70,13 @@ export async function start(
   });
   worker.on('error', (err) => log.error({ err }, 'worker error'));
 
-  const sweep = async (): Promise<number> => {
+  const sweep = async (graceMs = SWEEP_GRACE_MS): Promise<number> => {
     const now = Date.now();
     const stuck = await svc.db.delivery.findMany({
       where: {
         OR: [
-          { status: 'queued', createdAt: { lt: new Date(now - SWEEP_GRACE_MS) } },
-          { status: 'deferred', nextAttemptAt: { lt: new Date(now - SWEEP_GRACE_MS) } },
+          { status: 'queued', createdAt: { lt: new Date(now - graceMs) } },
+          { status: 'deferred', nextAttemptAt: { lt: new Date(now - graceMs) } },
         ],
       },
       select: { id: true },
@@ -82,6 +89,24 @@ export async function start(
     sweep().catch((err) => log.error({ err }, 'sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
   timer.unref();
+  // Redis back after an outage: sends committed meanwhile could not enqueue their deliveries (and a Redis that
+  // lost its data lost their jobs). Enqueueing is idempotent (the job id is the delivery id): sweep at once.
+  // The queues' own connection (the one enqueueing goes through) says when Redis is back.
+  const onRedisBack = () => {
+    log.info('redis is back: sweeping deliveries');
+    sweep(0).catch((err) => log.error({ err }, 'sweep failed'));
+  };
+  let lost = false;
+  const onClose = () => {
+    lost = true;
+  };
+  const onReady = () => {
+    if (!lost) return;
+    lost = false;
+    onRedisBack();
+  };
+  svc.jobs.connection.on('close', onClose);
+  svc.jobs.connection.on('ready', onReady);
 
   await worker.waitUntilReady();
   const push = await startPush(config, { svc, log, publish: deps.publish ?? null });
@@ -92,6 +117,8 @@ export async function start(
     billing,
     async stop() {
       clearInterval(timer);
+      svc.jobs.connection.off('close', onClose);
+      svc.jobs.connection.off('ready', onReady);
       await billing.stop();
       await push.stop();
       await worker.close();

@@ -5,12 +5,12 @@
  * re-drives any account whose cursors lag its chain head (a missed notification, a crash mid-delivery).
  */
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
 import { Queue, Worker, type ConnectionOptions } from 'bullmq';
 import type { Config } from '@boxes/config';
 import { drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
+import { listenForever } from './outage';
 
 const LOCK_TTL_MS = 60_000;
 const SWEEP_MS = 5_000;
@@ -155,14 +155,14 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     }
   }
 
-  // Wake-ups: NOTIFY at commit.
-  const listener = new pg.Client({ connectionString: config.databaseUrl });
-  listener.on('notification', (msg) => {
-    if (msg.channel === EVENTS_CHANNEL && msg.payload) kick(msg.payload);
+  // Wake-ups: NOTIFY at commit; after a reconnect (PostgreSQL restarted), the sweep finds what was missed.
+  const listener = await listenForever({
+    databaseUrl: config.databaseUrl,
+    channel: EVENTS_CHANNEL,
+    log,
+    onNotify: kick,
+    onReconnect: () => void sweep().catch((err) => log.error({ err }, 'push sweep failed')),
   });
-  listener.on('error', (err) => log.error({ err }, 'event listener error'));
-  await listener.connect();
-  await listener.query(`LISTEN ${EVENTS_CHANNEL}`);
 
   // Wake-ups: scheduled retries.
   const retryConnection = createRedis(config.redisUrl);
@@ -194,7 +194,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       stopped = true;
       clearInterval(timer);
       await retryWorker.close();
-      await listener.end().catch(() => undefined);
+      await listener.close();
       // A drain in flight finishes the delivery in hand (bounded by the webhook timeout), records it, schedules
       // its retry and releases its account lock while Redis is still connected: a lock left behind would stall
       // that account's webhook on every other worker until the lock's TTL runs out.

@@ -22,7 +22,7 @@ const STATUS_TEXT: Record<string, string> = {
   '429': 'Too many calls: wait error.retry_after_seconds (also in Retry-After) and try again',
   '500': 'Internal error (quote error.request_id)',
   '501': 'Not available on this instance yet',
-  '503': 'Temporarily unavailable; try again',
+  '503': 'The database or queue cannot be reached right now; nothing was changed. Try again after Retry-After seconds (service_unavailable)',
 };
 
 /** Response fields of the per-key rate limit (draft-ietf-httpapi-ratelimit-headers), declared once. */
@@ -71,10 +71,12 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
       if (!keyed) op.security = [];
       const codes = new Set(Object.keys(op.responses).filter((c) => c !== '200'));
       if (keyed) ['401', '403', '429'].forEach((c) => codes.add(c));
+      // Any call may meet an unreachable database or queue (README "When PostgreSQL or Redis goes away").
+      codes.add('503');
       for (const c of [...codes].filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
       for (const c of [...codes].filter((c) => Number(c) >= 400).sort()) {
         // A refused key (401) is not counted; any other answer to a keyed call carries the rate-limit fields.
-        const headers = { ...(c === '429' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' ? rateFields() : {}) };
+        const headers = { ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' && c !== '503' ? rateFields() : {}) };
         op.responses[c] = {
           description: STATUS_TEXT[c] ?? 'Error',
           ...(Object.keys(headers).length ? { headers } : {}),

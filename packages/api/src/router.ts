@@ -12,12 +12,16 @@ import { iotRouter, webhookRouter } from './routers/webhook';
 import { featuresRouter, supportRouter } from './routers/support';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
+import { dnsRouter } from './routers/dns';
+import { auditRouter } from './routers/audit';
 import { router } from './trpc';
+import { registerProcedureInputs } from './input-guard';
 
 export const appRouter = router({
   signup: signupRouter,
   account: accountRouter,
   domains: domainsRouter,
+  dns: dnsRouter,
   keys: keysRouter,
   appPasswords: appPasswordsRouter,
   boxes: boxesRouter,
@@ -30,6 +34,9 @@ export const appRouter = router({
   mcp: mcpRouter,
   support: supportRouter,
   features: featuresRouter,
+  audit: auditRouter,
 });
+
+registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);
 
 export type AppRouter = typeof appRouter;

@@ -7,10 +7,11 @@
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
-import { AppError, authenticateKey, ERROR_CODES, keyRateLimited, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
+import { AppError, authenticateKey, ERROR_CODES, isServiceUnavailable, keyRateLimited, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
+import { guardInput, inputSchemaOf } from './input-guard';
 
 export type Transport = 'rest' | 'trpc' | 'mcp';
 
@@ -53,10 +54,23 @@ export function describeZodError(err: ZodError): { message: string; fields: { pa
   return { message: fields.map((f) => `${f.path}: ${f.message}`).join('; '), fields };
 }
 
-/** The AppError behind any error thrown in a procedure (validation errors become validation_error). */
+/** Seconds a client is told to wait when PostgreSQL or Redis is unreachable. */
+export const UNAVAILABLE_RETRY_SECONDS = 5;
+
+export function serviceUnavailable(): AppError {
+  return new AppError('service_unavailable', 'The service cannot reach its database or queue right now; nothing was changed. Try again shortly.', {
+    retry_after_seconds: UNAVAILABLE_RETRY_SECONDS,
+  });
+}
+
+/**
+ * The AppError behind any error thrown in a procedure (validation errors become validation_error; an
+ * unreachable PostgreSQL or Redis becomes service_unavailable).
+ */
 export function toAppError(error: unknown): AppError {
   const cause = error instanceof TRPCError ? (error.cause ?? error) : error;
   if (cause instanceof AppError) return cause;
+  if (isServiceUnavailable(cause)) return serviceUnavailable();
   if (cause instanceof ZodError) {
     const { message, fields } = describeZodError(cause);
     return new AppError('validation_error', message, { fields });
@@ -91,17 +105,38 @@ const t = initTRPC
 export const router = t.router;
 export const createCallerFactory = t.createCallerFactory;
 
-/** Converts AppError into a TRPCError with the mapped code, keeping the AppError as cause. */
+/**
+ * Converts AppError into a TRPCError with the mapped code, keeping the AppError as cause; an unreachable
+ * dependency becomes service_unavailable (503 on both transports, not 500).
+ */
 const appErrors = t.middleware(async ({ next }) => {
   const result = await next();
-  if (!result.ok && result.error.cause instanceof AppError) {
-    const app = result.error.cause;
+  if (!result.ok && (result.error.cause instanceof AppError || isServiceUnavailable(result.error.cause))) {
+    const app = result.error.cause instanceof AppError ? result.error.cause : serviceUnavailable();
     (result as { error: TRPCError }).error = new TRPCError({ code: ERROR_CODES[app.code].trpc, message: app.message, cause: app });
   }
   return result;
 });
 
-export const publicProcedure = t.procedure.use(appErrors);
+/**
+ * The input guard (input-guard.ts) on the raw input, before zod parses it: NUL, unpaired surrogates, control
+ * characters outside bodies and oversized free-form JSON are a 400 validation_error naming each field, on every
+ * face, instead of reaching the store.
+ */
+const inputGuard = t.middleware(async ({ path, getRawInput, next }) => {
+  const schema = inputSchemaOf(path);
+  if (schema) {
+    const issues = guardInput(schema, await getRawInput());
+    if (issues.length) {
+      throw new AppError('validation_error', issues.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: issues });
+    }
+  }
+  return next();
+});
+
+const base = t.procedure.use(appErrors);
+
+export const publicProcedure = base.use(inputGuard);
 
 export function gettingStarted(svc: Services) {
   return {
@@ -113,7 +148,7 @@ export function gettingStarted(svc: Services) {
   };
 }
 
-export const keyProcedure = publicProcedure.use(async ({ ctx, meta, next }) => {
+const authenticate = t.middleware(async ({ ctx, meta, next }) => {
   const header = ctx.authorization?.trim() ?? '';
   const match = /^Bearer\s+(\S+)$/i.exec(header);
   if (!match) {
@@ -149,3 +184,6 @@ export const keyProcedure = publicProcedure.use(async ({ ctx, meta, next }) => {
   const { account, ...apiKey } = key;
   return next({ ctx: { account: account as Account, key: apiKey as ApiKey, boxScope } });
 });
+
+/** Authenticated, then guarded: an unkeyed call is 401 before anything about its input is said. */
+export const keyProcedure = base.use(authenticate).use(inputGuard);

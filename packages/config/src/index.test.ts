@@ -39,7 +39,9 @@ describe('loadConfig', () => {
         relayUrl: undefined,
         staticRoutes: undefined,
         deliveryPort: 25,
+        socketTimeoutMs: 60_000,
       },
+      http: { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, idleTimeoutMs: 60_000 },
       deliveryRetryScale: 1,
       mailClients: {
         imapHost: '127.0.0.1',
@@ -67,6 +69,7 @@ describe('loadConfig', () => {
         moveGraceDays: 30,
         verifyIntervalMs: 60_000,
       },
+      audit: { cycleMs: 3_600_000, deletionGraceDays: 30, exportLinkTtlDays: 7 },
     });
   });
 

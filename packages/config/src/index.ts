@@ -39,6 +39,14 @@ const envSchema = z.object({
   SMTP_MAX_MESSAGE_BYTES: z.coerce.number().int().min(1024).default(25 * 1024 * 1024),
   SMTP_MAX_RECIPIENTS: z.coerce.number().int().min(1).default(100),
   SMTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(500),
+  /** An MX session with no bytes from the client for this long is closed (slow or stuck clients). */
+  SMTP_SOCKET_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
+  /** HTTP: the request line and headers must arrive within this (slow clients are closed; 408). */
+  HTTP_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(20_000),
+  /** HTTP: the whole request, body included, must arrive within this. */
+  HTTP_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
+  /** HTTP: a connection with no bytes either way for this long is closed (longer than the 25 s long polls). */
+  HTTP_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
   /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
   SMTP_TLS_CERT_FILE: z.string().optional(),
   SMTP_TLS_KEY_FILE: z.string().optional(),
@@ -112,6 +120,12 @@ const envSchema = z.object({
   DOMAIN_MOVE_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
   /** How often the worker looks for pending domains due for a check (each domain backs off on its own). */
   DOMAIN_VERIFY_INTERVAL_MS: z.coerce.number().int().min(50).default(60_000),
+  /** How often the worker's audit job runs: chain checkpoints, body retention, deletion of closed accounts. */
+  AUDIT_CYCLE_MS: z.coerce.number().int().min(100).default(3_600_000),
+  /** Days the data of a closed account is kept (its export downloadable) before it is deleted for good. */
+  ACCOUNT_DELETION_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
+  /** Days the data-export link of a closed account works. */
+  EXPORT_LINK_TTL_DAYS: z.coerce.number().positive().max(365).default(7),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -142,7 +156,10 @@ export interface Config {
     relayUrl: string | undefined;
     staticRoutes: string | undefined;
     deliveryPort: number;
+    socketTimeoutMs: number;
   };
+  /** Slow-client bounds of the HTTP server (ms). */
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; idleTimeoutMs: number };
   deliveryRetryScale: number;
   /** Mail clients: IMAP and SMTP submission listeners (both implicit TLS, certificate as the MX's). */
   mailClients: {
@@ -173,6 +190,8 @@ export interface Config {
     moveGraceDays: number;
     verifyIntervalMs: number;
   };
+  /** Audit job period; grace before a closed account's data is deleted; export link lifetime. */
+  audit: { cycleMs: number; deletionGraceDays: number; exportLinkTtlDays: number };
 }
 
 const list = (v: string | undefined): string[] => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
@@ -218,7 +237,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       relayUrl: e.SMTP_RELAY_URL,
       staticRoutes: e.SMTP_STATIC_ROUTES,
       deliveryPort: e.SMTP_DELIVERY_PORT,
+      socketTimeoutMs: e.SMTP_SOCKET_TIMEOUT_MS,
     },
+    http: { headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS, requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
     mailClients: {
       imapHost: e.IMAP_HOST,
@@ -261,6 +282,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       moveGraceDays: e.DOMAIN_MOVE_GRACE_DAYS,
       verifyIntervalMs: e.DOMAIN_VERIFY_INTERVAL_MS,
     },
+    audit: { cycleMs: e.AUDIT_CYCLE_MS, deletionGraceDays: e.ACCOUNT_DELETION_GRACE_DAYS, exportLinkTtlDays: e.EXPORT_LINK_TTL_DAYS },
     ...overrides,
     ...(overrides.siteUrl || overrides.port ? { siteUrl, apiBaseUrl: `${siteUrl}/api/v1` } : {}),
   };

@@ -1,5 +1,6 @@
 /** Domain logic of Boxes, one folder per domain. No HTTP, tRPC or SMTP here. */
 export * from './shared/errors';
+export * from './shared/unavailable';
 export * from './shared/ids';
 export * from './shared/crypto';
 export * from './shared/context';
@@ -22,6 +23,8 @@ export * from './domains/live';
 export * from './domains/move';
 export * from './dns/content';
 export * from './dns/zones';
+export * from './dns/lookup';
+export * from './dns/managed';
 export * from './credit/prices';
 export * from './credit/ledger';
 export * from './messages/addresses';
@@ -52,3 +55,10 @@ export * from './notices/deliver';
 export * from './payments/provider';
 export * from './payments/owner';
 export * from './payments/payments';
+export * from './audit/signing';
+export * from './audit/retention';
+export * from './audit/bundle';
+export * from './audit/checkpoints';
+export * from './audit/evidence';
+export * from './accounts/close';
+export * from './accounts/export';

@@ -1,5 +1,6 @@
-/** Prisma client construction. One client per process (it owns a pg pool). */
+/** Prisma client construction. One client per process; it runs on a pg pool this module creates and keeps. */
 import { PrismaPg } from '@prisma/adapter-pg';
+import pg from 'pg';
 import { PrismaClient } from './generated/client';
 
 export type Db = PrismaClient;
@@ -7,7 +8,32 @@ export type Db = PrismaClient;
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
 export type DbClient = Db | Tx;
 
+const pools = new WeakMap<Db, pg.Pool>();
+
+/** How long a query waits for a new connection to PostgreSQL before it fails (503 at the edges), in ms. */
+export const DB_CONNECT_TIMEOUT_MS = 5000;
+
 export function createDb(databaseUrl: string, options: { max?: number } = {}): Db {
-  const adapter = new PrismaPg({ connectionString: databaseUrl, max: options.max ?? 10 });
-  return new PrismaClient({ adapter });
+  // allowExitOnIdle: a process whose work is done exits even if the client was not disconnected. A bounded
+  // connect: an unreachable server fails the query instead of holding the request.
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: options.max ?? 10, allowExitOnIdle: true, connectionTimeoutMillis: DB_CONNECT_TIMEOUT_MS });
+  // An idle client whose connection the server ends (a restart, DROP DATABASE ... WITH (FORCE) after tests)
+  // emits 'error' on the pool; without a listener that is an uncaught exception. The pool drops the client and
+  // the next query opens a new connection or reports the failure itself.
+  pool.on('error', () => undefined);
+  const db = new PrismaClient({ adapter: new PrismaPg(pool) });
+  pools.set(db, pool);
+  return db;
+}
+
+/** The pg pool under a client (its size and waiting clients are reported on /metrics). */
+export function poolOf(db: Db): pg.Pool | undefined {
+  return pools.get(db);
+}
+
+/** Disconnects the client and ends its pool (the adapter does not end a pool it was given). */
+export async function closeDb(db: Db): Promise<void> {
+  await db.$disconnect();
+  const pool = pools.get(db);
+  if (pool && !pool.ended) await pool.end();
 }

@@ -2,8 +2,8 @@
  * Database access: the Prisma 7 client factory (driver adapter over pg), the migration runner used at start
  * and in tests, and the helpers that create a database and explain a missing server in one line.
  */
-export { createDb, type Db, type Tx, type DbClient } from './client';
+export { closeDb, createDb, poolOf, type Db, type Tx, type DbClient } from './client';
 export { migrate, migrationsDir } from './migrate';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
-export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AppPassword, MailFolder, MailFolderEntry, MessageFlags } from './generated/client';
+export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AuditSigningKey, AuditCheckpoint, AccountCloseRequest, AccountExport, AppPassword, MailFolder, MailFolderEntry, MessageFlags } from './generated/client';

@@ -9,13 +9,15 @@ import { z } from 'zod';
 export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices' } as const;
 
 /** Billing queue jobs: the repeatable cycle (recurring debits, payment sweep) and one payment's due check. */
-export const BillingJob = z.object({ paymentId: z.string().optional() });
+export const BillingJob = z.object({ paymentId: z.string().optional(), exportId: z.string().optional() });
 export type BillingJob = z.infer<typeof BillingJob>;
 export const NoticeJob = z.object({ noticeId: z.string() });
 export type NoticeJob = z.infer<typeof NoticeJob>;
 export const BILLING_SCHEDULER_ID = 'billing-cycle';
 /** The repeatable domain verifier (on the billing queue): checks pending domain claims that are due. */
 export const DOMAIN_VERIFY_SCHEDULER_ID = 'domain-verification';
+/** The repeatable audit job (on the billing queue): chain checkpoints, body retention, deletion of closed accounts. */
+export const AUDIT_SCHEDULER_ID = 'audit';
 /** Attempts of a notice (mail the service sends) before it is marked failed: about 2 days with exponential backoff. */
 export const NOTICE_ATTEMPTS = 12;
 
@@ -45,6 +47,24 @@ export function createRedis(url: string): Redis {
   return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
 }
 
+/**
+ * A Redis connection for commands that a request waits on (enqueueing, rate counts): while Redis is away a
+ * command fails after one reconnection attempt or REDIS_COMMAND_TIMEOUT_MS instead of waiting for Redis to come
+ * back, so the caller can answer 503 (or leave the job to the sweeper). Not for workers' blocking reads.
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 1000;
+export function createCommandRedis(url: string, opts: { failFast?: boolean } = {}): Redis {
+  return new Redis(url, {
+    maxRetriesPerRequest: 1,
+    commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    connectTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    enableReadyCheck: true,
+    // failFast: while disconnected a command fails at once instead of waiting for the next reconnection
+    // (for counts that a call may skip, such as the per-key rate count).
+    ...(opts.failFast ? { enableOfflineQueue: false } : {}),
+  });
+}
+
 export class Jobs {
   readonly deliveries: Queue<DeliveryJob>;
   readonly billing: Queue<BillingJob>;
@@ -72,6 +92,16 @@ export class Jobs {
   /** The repeatable domain verifier: one per instance, however many workers start it. */
   async scheduleDomainVerification(everyMs: number): Promise<void> {
     await this.billing.upsertJobScheduler(DOMAIN_VERIFY_SCHEDULER_ID, { every: everyMs }, { name: 'domains', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+  }
+
+  /** The repeatable audit job: one per instance, however many workers start it. */
+  async scheduleAudit(everyMs: number): Promise<void> {
+    await this.billing.upsertJobScheduler(AUDIT_SCHEDULER_ID, { every: everyMs }, { name: 'audit', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+  }
+
+  /** Builds a closing account's data export (the job id is the export id, so enqueueing twice is harmless). */
+  async enqueueExport(exportId: string): Promise<void> {
+    await this.billing.add('export', { exportId }, { jobId: `export-${exportId}`, attempts: 5, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } });
   }
 
   /** Enqueues a notice; the job id is the notice id, so enqueueing twice is harmless. */

@@ -6,7 +6,7 @@ import { DOMAIN_MODES } from './signup';
 export const AccountOutput = z
   .object({
     id: z.string().meta({ example: 'acct_0a1b2c3d4e5f6g7h8j9k' }),
-    account_status: z.enum(['active']).meta({ description: 'active after confirm' }),
+    account_status: z.enum(['active', 'closing']).meta({ description: 'active after confirm; closing once DELETE /account took effect (every key is revoked then, so only the owner sees it)' }),
     primary_address: z.string().meta({ example: 'agent@brave-otter.boxes.localhost' }),
     owner_email: z.string().meta({ description: "The human owner's email", example: 'owner@example.com' }),
     domain: z.object({
@@ -20,6 +20,9 @@ export const AccountOutput = z
     low_balance: z.boolean().meta({ description: 'The low-balance flag' }),
     emails_covered: z.number().int().meta({ description: 'Estimate of the messages the free allowance and the balance still cover' }),
     trailer: TrailerStatus,
+    close_protection: z
+      .object({ enabled: z.boolean(), enabled_at: Timestamp.nullable() })
+      .meta({ description: 'Close protection (POST /account/close-protection): DELETE /account then waits for the owner to approve by email' }),
     created_at: Timestamp,
   })
   .meta({ id: 'Account' });

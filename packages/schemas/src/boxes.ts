@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
+import { text } from './strings';
 
 export const BoxOutput = z
   .object({
@@ -25,9 +26,7 @@ export const BoxIdInput = z.strictObject({ id: z.string().max(40).meta({ example
 export const BoxListOutput = z.object({ boxes: z.array(BoxOutput) });
 export const SignatureInput = z.strictObject({
   id: z.string().max(40),
-  signature: z
-    .string()
-    .max(4000)
+  signature: text(z.string().max(4000))
     .nullable()
     .meta({ description: 'Plain text appended to every message sent from the box; null removes it', example: '-- \nBilling bot, Example Inc.' }),
 });

@@ -4,7 +4,7 @@ export const SCOPES = ['send', 'receive', 'admin'] as const;
 export const Scope = z.enum(SCOPES).meta({ description: 'A permission of an API key', example: 'send' });
 export type Scope = z.infer<typeof Scope>;
 
-export const Timestamp = z.string().meta({ description: 'ISO 8601 time in UTC', example: '2026-11-21T08:00:00.000Z' });
+export const Timestamp = z.string().max(64).meta({ description: 'ISO 8601 time in UTC', example: '2026-11-21T08:00:00.000Z' });
 
 export const HttpsUrl = z
   .url({ protocol: /^https$/, error: 'must be an https:// URL' })

@@ -3,6 +3,7 @@
  * that text is the API reference. No server dependencies here.
  */
 export * from './common';
+export * from './strings';
 export * from './signup';
 export * from './account';
 export * from './keys';
@@ -13,4 +14,6 @@ export * from './webhooks';
 export * from './surfaces';
 export * from './credit';
 export * from './domains';
+export * from './dns';
+export * from './audit';
 export * from './app-passwords';

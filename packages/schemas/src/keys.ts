@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Scope, Timestamp } from './common';
+import { Evidence } from './audit';
 
 export const CreateKeyInput = z
   .strictObject({
@@ -43,8 +44,9 @@ export const KeyOutput = z
 
 export const CreatedKeyOutput = KeyOutput.extend({
   api_key: z.string().meta({ description: 'The raw key. Shown once; it cannot be recovered.', example: 'bxs_live_...' }),
+  evidence: Evidence.optional(),
 });
 
 export const KeyListOutput = z.object({ keys: z.array(KeyOutput) });
 export const KeyIdInput = z.strictObject({ id: z.string().max(40).meta({ example: 'key_0a1b2c3d4e5f6g7h8j9k' }) });
-export const RevokedKeyOutput = z.object({ id: z.string(), revoked: z.literal(true), revoked_at: Timestamp });
+export const RevokedKeyOutput = z.object({ id: z.string(), revoked: z.literal(true), revoked_at: Timestamp, evidence: Evidence.optional() });

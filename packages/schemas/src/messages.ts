@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
+import { Evidence } from './audit';
+import { text } from './strings';
 
 const AddressList = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(50)]);
 
@@ -7,13 +9,17 @@ export const MAX_CONTEXT_BYTES = 16 * 1024;
 export const MAX_HEADERS = 15;
 export const MAX_REPLY_TO = 5;
 export const MAX_RECIPIENTS = 50;
+/** An attachment's base64 text can be no longer than the largest request body (30 MiB). */
+export const MAX_ATTACHMENT_B64 = 30 * 1024 * 1024;
 
 export const SendAttachment = z.strictObject({
   filename: z.string().min(1).max(255).meta({ example: 'invoice.pdf' }),
-  content_b64: z
-    .string()
-    .regex(/^[A-Za-z0-9+/\r\n]*={0,2}$/, 'must be base64')
-    .meta({ description: 'The content, base64-encoded', example: 'JVBERi0xLjQK' }),
+  content_b64: text(
+    z
+      .string()
+      .max(MAX_ATTACHMENT_B64)
+      .regex(/^[A-Za-z0-9+/\r\n]*={0,2}$/, 'must be base64'),
+  ).meta({ description: 'The content, base64-encoded', example: 'JVBERi0xLjQK' }),
   content_type: z.string().min(3).max(255).regex(/^[\w.+-]+\/[\w.+-]+$/, 'must be a MIME type such as application/pdf').meta({ example: 'application/pdf' }),
   content_id: z
     .string()
@@ -34,8 +40,8 @@ export const SendInput = z
       .optional()
       .meta({ description: 'A box of your account (default: the primary address agent@<domain>); Name <address> accepted', example: 'Billing <billing@brave-otter.boxes.localhost>' }),
     subject: z.string().max(998).default('').meta({ example: 'Your invoice' }),
-    text: z.string().max(5_000_000).optional().meta({ description: 'Plain-text body', example: 'Hello!' }),
-    html: z.string().max(5_000_000).optional().meta({ description: 'HTML body', example: '<p>Hello!</p>' }),
+    text: text(z.string().max(5_000_000)).optional().meta({ description: 'Plain-text body', example: 'Hello!' }),
+    html: text(z.string().max(5_000_000)).optional().meta({ description: 'HTML body', example: '<p>Hello!</p>' }),
     reply_to: z
       .union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(MAX_REPLY_TO, `at most ${MAX_REPLY_TO} reply_to addresses`)])
       .optional()
@@ -52,7 +58,7 @@ export const SendInput = z
       .optional()
       .meta({ description: 'Repeat a send safely: the same key with the same message replays the first response; with a different message it is rejected (409)', example: 'invoice-2026-11-0042' }),
     context: z
-      .record(z.string(), z.unknown())
+      .record(z.string().max(256), z.unknown())
       .optional()
       .meta({ description: 'Your own JSON object (at most 16 KB), returned on replies to this message', example: { ticket: 4211 } }),
   })
@@ -81,6 +87,7 @@ export const SendOutput = z.object({
     .optional()
     .meta({ description: 'Present when many single sends to different recipients were made in a short time: use bulk send instead' }),
   idempotent_replay: z.boolean().optional().meta({ description: 'true when this is the stored response of an earlier send with the same idempotency_key' }),
+  evidence: Evidence.optional(),
 });
 
 export const MessageSummary = z
@@ -101,6 +108,10 @@ export const MessageSummary = z
     context: z.record(z.string(), z.unknown()).nullable(),
     recorded_at: Timestamp,
     body_state: z.enum(['available', 'reclaimed']),
+    body_reclaimed_at_utc: Timestamp.nullable().meta({ description: 'When the body was reclaimed (DELETE /messages/{id}, or the audit retention window); null while available' }),
+    body_reclaim_due_at_utc: Timestamp.nullable().meta({
+      description: 'While the body is available: when the audit retention window (usermetadata.audit_retention_days, default 14 days after recorded_at) reclaims it',
+    }),
     purged: z.boolean(),
     flags: z
       .array(z.string())
@@ -170,6 +181,7 @@ export const DeleteMessageOutput = z.object({
   id: z.string(),
   body_state: z.object({ reclaimed_at_utc: Timestamp }),
   purged: z.boolean(),
+  evidence: Evidence.optional(),
 });
 
 export const SuppressionEntry = z.object({

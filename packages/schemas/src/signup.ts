@@ -81,7 +81,7 @@ export const SignupOutput = z.object({
 });
 
 export const ConfirmInput = z.strictObject({
-  intent_id: z.string().regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)').meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
+  intent_id: z.string().max(40).regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)').meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
 });
 
 export const ConfirmOutput = z.object({

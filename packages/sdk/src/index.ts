@@ -4,12 +4,13 @@
  * over tRPC at <site>/trpc. signup() and confirmSignup() need no key. Errors are BoxesError with the same
  * code, status and request_id the REST API returns.
  */
-import { createTRPCClient, httpLink, TRPCClientError, type TRPCLink } from '@trpc/client';
+import { createTRPCClient, httpLink, TRPCClientError, type TRPCClient, type TRPCLink } from '@trpc/client';
 import { observable } from '@trpc/server/observable';
-import type { AppRouter } from '@boxes/api';
+import type { AppRouter } from './router-type';
 import type { inferRouterInputs, inferRouterOutputs } from '@trpc/server';
 
 export type { AppRouter };
+export { verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions } from './webhooks';
 export type BoxesInputs = inferRouterInputs<AppRouter>;
 export type BoxesOutputs = inferRouterOutputs<AppRouter>;
 export type BoxesEvent = BoxesOutputs['events']['list']['events'][number];
@@ -62,7 +63,10 @@ const boxesErrors: TRPCLink<AppRouter> = () => ({ next, op }) =>
     }),
   );
 
-export function createBoxesClient(options: BoxesClientOptions) {
+/** The typed client: every procedure of the router with its input and output types. */
+export type BoxesClient = TRPCClient<AppRouter>;
+
+export function createBoxesClient(options: BoxesClientOptions): BoxesClient {
   return createTRPCClient<AppRouter>({
     links: [
       boxesErrors,
@@ -75,15 +79,14 @@ export function createBoxesClient(options: BoxesClientOptions) {
   });
 }
 
-export type BoxesClient = ReturnType<typeof createBoxesClient>;
 
 /** POST /signup/agentic: starts a signup and returns the intent. */
-export function signup(baseUrl: string, input: BoxesInputs['signup']['create'], opts: { fetch?: typeof fetch } = {}) {
+export function signup(baseUrl: string, input: BoxesInputs['signup']['create'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['create']> {
   return createBoxesClient({ baseUrl, ...opts }).signup.create.mutate(input);
 }
 
 /** POST /signup/agentic/confirm: provisions the account; the api_key in the result is shown only once. */
-export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['confirm'], opts: { fetch?: typeof fetch } = {}) {
+export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['confirm'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['confirm']> {
   return createBoxesClient({ baseUrl, ...opts }).signup.confirm.mutate(input);
 }
 

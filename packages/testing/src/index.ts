@@ -3,6 +3,7 @@
  * run by global-setup.ts), the real HTTP server on an ephemeral port, and helpers to sign up over REST.
  */
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import pg from 'pg';
 import { loadConfig, type Config } from '@boxes/config';
 import type { Db } from '@boxes/db';
@@ -61,6 +62,8 @@ export interface TestServer {
   imapPort: number | null;
   /** Port of the MQTT broker, when started. */
   mqttPort: number | null;
+  /** Port (UDP and TCP) of the authoritative DNS server. */
+  dnsPort: number | null;
   stop(): Promise<void>;
 }
 
@@ -81,13 +84,19 @@ export interface TestServerOptions {
    * share). Its stop() leaves both to the first server.
    */
   sameStoreAs?: TestServer;
+  /** A database of the test's own (already migrated), used as it is and left in place by stop(). */
+  databaseUrl?: string;
 }
 
 /** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
 export async function startTestServer(opts: TestServerOptions = {}): Promise<TestServer> {
   const env = opts.env ?? {};
   const shared = opts.sameStoreAs;
-  const database = shared ? { url: shared.config.databaseUrl, drop: async () => {} } : await createTestDatabase();
+  const database = shared
+    ? { url: shared.config.databaseUrl, drop: async () => {} }
+    : opts.databaseUrl
+      ? { url: opts.databaseUrl, drop: async () => {} }
+      : await createTestDatabase();
   const config = loadConfig({
     ...process.env,
     SMTP_PORT: '0',
@@ -118,18 +127,21 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     log: createLogger(config.logLevel),
     onListening: publicUrlFollowsPort(config),
   });
+  // The harness always runs the HTTP server.
+  const server = runtime.server!;
   return {
-    url: runtime.server.url,
-    apiBase: `${runtime.server.url}/api/v1`,
+    url: server.url,
+    apiBase: `${server.url}/api/v1`,
     config,
     db: runtime.svc.db,
     svc: runtime.svc,
-    server: runtime.server,
+    server,
     runtime,
     smtpPort: runtime.mail?.port ?? null,
     submissionPort: runtime.mail?.submissionPort ?? null,
     imapPort: runtime.mail?.imapPort ?? null,
     mqttPort: runtime.push?.port ?? null,
+    dnsPort: runtime.dns?.port ?? null,
     async stop() {
       await runtime.stop();
       if (shared) return;
@@ -231,3 +243,16 @@ export async function mintKey(
   return r.body;
 }
 export * from './dns';
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (for servers a test starts as separate processes). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+export * from './services';

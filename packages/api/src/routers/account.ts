@@ -1,7 +1,16 @@
 /** GET /account and the callback webhook URL. */
 import { z } from 'zod';
-import { getAccount, reputationCounts, setCallbackWebhook } from '@boxes/core';
-import { AccountOutput, CallbackWebhookInput, CallbackWebhookOutput, ReputationOutput } from '@boxes/schemas';
+import { closeProtectionOf, enableCloseProtection, getAccount, reputationCounts, requestClose, setCallbackWebhook } from '@boxes/core';
+import {
+  AccountOutput,
+  CallbackWebhookInput,
+  CallbackWebhookOutput,
+  CloseAccountInput,
+  CloseAccountOutput,
+  CloseProtectionInput,
+  CloseProtectionOutput,
+  ReputationOutput,
+} from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 export const accountRouter = router({
@@ -50,4 +59,40 @@ export const accountRouter = router({
     .input(z.void())
     .output(ReputationOutput)
     .query(({ ctx }) => reputationCounts(ctx.svc.db, ctx.account.id)),
+  closeProtection: keyProcedure
+    .meta({ openapi: { method: 'GET', path: '/account/close-protection', tags: ['account'], summary: 'Close protection state', description: 'Any valid key.' } })
+    .input(z.void())
+    .output(CloseProtectionOutput)
+    .query(({ ctx }) => closeProtectionOf(ctx.account)),
+  enableCloseProtection: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'POST',
+        path: '/account/close-protection',
+        tags: ['account'],
+        summary: 'Turn close protection on',
+        description: 'Body {"enabled": true} only: set-only, the API cannot turn it off (support can). With it on, DELETE /account waits for the owner to approve by an emailed link. Admin scope, unrestricted key.',
+      },
+    })
+    .input(CloseProtectionInput)
+    .output(CloseProtectionOutput)
+    .mutation(({ ctx }) => enableCloseProtection(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id })),
+  close: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'DELETE',
+        path: '/account',
+        tags: ['account'],
+        summary: 'Close the account',
+        description:
+          'confirm_domain (query parameter or JSON body) must equal the account domain: without it or wrong, 400, nothing closes and the owner is emailed. With close protection on, the owner approves by an emailed link first (status pending_owner_approval). Closing revokes every key at once, appends account.closing, makes the MX refuse mail for the domain, stops queued and deferred deliveries, holds a registered domain for transfer and returns the data-export link (also mailed to the owner). Data is deleted for good after ACCOUNT_DELETION_GRACE_DAYS (30). Admin scope, unrestricted key.',
+      },
+    })
+    .input(CloseAccountInput)
+    .output(CloseAccountOutput)
+    .mutation(({ ctx, input }) => requestClose(ctx.svc, { accountId: ctx.account.id, keyId: ctx.key.id, confirmDomain: input.confirm_domain })),
 });

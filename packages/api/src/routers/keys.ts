@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { listKeys, mintKey, presentKeys, resolveBoxRestriction, revokeKey } from '@boxes/core';
 import { CreatedKeyOutput, CreateKeyInput, KeyIdInput, KeyListOutput, RevokedKeyOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
+import { eventsStep, keyChecks, withEvidence } from '../evidence';
 
 export const keysRouter = router({
   create: keyProcedure
@@ -29,7 +30,9 @@ export const keysRouter = router({
       });
       const { key, raw } = await mintKey({ db, accountId: ctx.account.id, label: input.label, scopes: input.scopes, allowedBoxIds, actorKeyId: ctx.key.id });
       const [view] = await presentKeys(db, [key]);
-      return { ...view!, api_key: raw };
+      const checks = keyChecks(ctx, 'admin', true);
+      if (allowedBoxIds.length) checks.push({ check: 'box_restriction', result: 'passed', detail: `every box of the restriction (${allowedBoxIds.length}) is a box of this account` });
+      return withEvidence(ctx, { ...view!, api_key: raw }, { capability: 'keys.create', checks, next: eventsStep(ctx.svc) });
     }),
   list: keyProcedure
     .meta({
@@ -54,5 +57,9 @@ export const keysRouter = router({
     })
     .input(KeyIdInput)
     .output(RevokedKeyOutput)
-    .mutation(({ ctx, input }) => revokeKey({ db: ctx.svc.db, accountId: ctx.account.id, keyId: input.id, actorKeyId: ctx.key.id })),
+    .mutation(async ({ ctx, input }) => {
+      const out = await revokeKey({ db: ctx.svc.db, accountId: ctx.account.id, keyId: input.id, actorKeyId: ctx.key.id });
+      const checks = [...keyChecks(ctx, 'admin', true), { check: 'owner_key_protected', result: 'passed' as const, detail: 'the key is not the original owner key' }];
+      return withEvidence(ctx, out, { capability: 'keys.revoke', checks, next: eventsStep(ctx.svc) });
+    }),
 });

@@ -11,6 +11,7 @@ import {
   SendOutput,
 } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
+import { bundleStep, keyChecks, withEvidence } from '../evidence';
 
 export const messagesRouter = router({
   send: keyProcedure
@@ -27,7 +28,12 @@ export const messagesRouter = router({
     })
     .input(SendInput)
     .output(SendOutput)
-    .mutation(({ ctx, input }) => sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input)),
+    .mutation(async ({ ctx, input }) => {
+      // The checks are collected only for an enrolled account: the send path stays as lean as before otherwise.
+      const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
+      const out = await sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
+      return checks ? withEvidence(ctx, out, { capability: 'messages.send', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) }) : out;
+    }),
   list: keyProcedure
     .meta({
       scope: 'receive',
@@ -65,5 +71,11 @@ export const messagesRouter = router({
     })
     .input(DeleteMessageInput)
     .output(DeleteMessageOutput)
-    .mutation(({ ctx, input }) => deleteMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, purge: input.purge === 'true', actorKeyId: ctx.key.id })),
+    .mutation(async ({ ctx, input }) => {
+      const out = await deleteMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, purge: input.purge === 'true', actorKeyId: ctx.key.id });
+      const checks = keyChecks(ctx, 'receive');
+      if (ctx.boxScope) checks.push({ check: 'box_restriction', result: 'passed', detail: "the message is in one of the key's boxes" });
+      checks.push({ check: 'ownership', result: 'passed', detail: 'the message belongs to this account' });
+      return withEvidence(ctx, out, { capability: 'messages.delete', checks, next: bundleStep(ctx.svc, out.id) });
+    }),
 });

@@ -3,6 +3,8 @@ import { creditBalance } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { checkCallbackUrl } from '../webhooks/url-guard';
+import { retentionOf } from '../audit/retention';
+import { closeProtectionOf } from './close';
 
 export async function getAccount(svc: Services, input: { accountId: string }) {
   const credit = await creditBalance(svc, input.accountId);
@@ -13,7 +15,7 @@ export async function getAccount(svc: Services, input: { accountId: string }) {
   const d = a.domains[0]!;
   return {
     id: a.id,
-    account_status: a.status as 'active',
+    account_status: a.status as 'active' | 'closing',
     primary_address: a.primaryAddress,
     owner_email: a.humanEmail,
     domain: {
@@ -27,6 +29,7 @@ export async function getAccount(svc: Services, input: { accountId: string }) {
     low_balance: credit.low_balance,
     emails_covered: credit.emails_covered,
     trailer: credit.trailer,
+    close_protection: closeProtectionOf(a),
     created_at: a.createdAt.toISOString(),
   };
 }
@@ -53,5 +56,21 @@ export async function setCallbackWebhook(svc: Services, input: { accountId: stri
       data: { agent_callback_webhook: url, by_key_id: input.actorKeyId },
     });
     return { agent_callback_webhook: url };
+  });
+}
+
+/** usermetadata: the settings an agent keeps on its account (today: audit_retention_days). */
+export async function getUsermetadata(svc: Services, input: { accountId: string }) {
+  const a = await svc.db.account.findUniqueOrThrow({ where: { id: input.accountId }, select: { auditRetentionDays: true } });
+  const r = retentionOf(a);
+  return { audit_retention_days: r.audit_retention_days, audit_retention_source: r.source };
+}
+
+export async function setUsermetadata(svc: Services, input: { accountId: string; auditRetentionDays: number | null; actorKeyId: string }) {
+  return svc.db.$transaction(async (tx) => {
+    const a = await tx.account.update({ where: { id: input.accountId }, data: { auditRetentionDays: input.auditRetentionDays }, select: { auditRetentionDays: true } });
+    const r = retentionOf(a);
+    await appendEvent({ db: tx, accountId: input.accountId, type: 'account.usermetadata_updated', data: { audit_retention_days: r.audit_retention_days, source: r.source, by_key_id: input.actorKeyId } });
+    return { audit_retention_days: r.audit_retention_days, audit_retention_source: r.source };
   });
 }

@@ -277,11 +277,16 @@ const maxBig = (x: bigint, y: bigint) => (x > y ? x : y);
  */
 export async function chargeReceived(svc: Services, tx: Tx, accountId: string, messageId: string, attachmentBytes = 0): Promise<void> {
   const a = await lockAccountCredit(tx, accountId);
+  await postEntries(svc, tx, accountId, receivedCharge(svc, a, messageId, attachmentBytes), { locked: a });
+}
+
+/** What a received message posts on the locked account row: free allowance first, then credit. */
+export function receivedCharge(svc: Services, a: LockedAccount, messageId: string, attachmentBytes = 0): Posting[] {
   const useFree = a.free_messages_left - a.held_free_messages > 0;
   const postings: Posting[] = [{ type: 'message_received', amountMicros: useFree ? 0n : -messagePrice(svc), freeMessages: useFree ? 1 : 0, messageId }];
   const attach = useFree ? 0n : attachmentMicros(attachmentBytes);
   if (attach > 0n) postings.push({ type: 'attachments', amountMicros: -attach, messageId, quantity: BigInt(attachmentBytes) });
-  await postEntries(svc, tx, accountId, postings, { locked: a });
+  return postings;
 }
 
 export interface CreditBalanceView {

@@ -50,7 +50,7 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
   const result: CycleResult = { accounts: 0, entries: 0 };
   for (;;) {
     const accounts = await svc.db.account.findMany({
-      where: { id: { gt: cursor } },
+      where: { id: { gt: cursor }, status: 'active' },
       orderBy: { id: 'asc' },
       take: 200,
       select: { id: true, createdAt: true, storageBilledThrough: true, domains: { where: { status: { in: ['active', 'retiring'] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },

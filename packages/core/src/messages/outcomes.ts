@@ -5,8 +5,8 @@
  */
 import { Prisma, type Tx } from '@boxes/db';
 import { chargeDelivery, deliveryCharge, lockAccountCredit, releaseDelivery } from '../credit/ledger';
-import { appendEvent, chainEvent, EVENTS_CHANNEL } from '../events/append';
-import { newId } from '../shared/ids';
+import { appendEvent } from '../events/append';
+import { isQuietCharge, leanChargeSql } from '../credit/lean';
 import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
@@ -84,42 +84,29 @@ export async function markDelivered(svc: Services, tx: Tx, deliveryId: string, i
   const a = await lockAccountCredit(tx, d.account_id);
   const data = { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: info.mta, response: info.response.slice(0, 500) };
   const charge = d.settled_at ? null : deliveryCharge(a, d);
-  const balanceAfter = a.balance_micros + (charge?.postings.reduce((n, p) => n + p.amountMicros, 0n) ?? 0n);
-  const quiet = balanceAfter === a.balance_micros || (balanceAfter >= 0n && a.deficit_since === null && a.alert_first_micros === null && a.alert_second_micros === null);
-  if (!quiet) {
+  const postings = charge?.postings ?? [];
+  if (!isQuietCharge(a, postings)) {
     // The general path: its announcements (low_balance, billing.deficit) run as for every other charge.
     await chargeDelivery(svc, tx, { id: d.id, accountId: d.account_id, messageId: d.message_id, heldMicros: d.held_micros, usedFree: d.used_free, attachmentMicros: d.attachment_micros, surchargeMicros: d.surcharge_micros });
     await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data });
     await refreshMessageStatus(tx, d.message_id);
     return true;
   }
-  let running = a.balance_micros;
-  const entries = (charge?.postings ?? []).map((p) => {
-    running += p.amountMicros;
-    return { id: newId('led'), type: p.type, amount_micros: String(p.amountMicros), free_messages: p.freeMessages ?? 0, balance_after: String(running), message_id: p.messageId ?? null, delivery_id: p.deliveryId ?? null };
+  const lean = leanChargeSql({
+    accountId: d.account_id,
+    locked: a,
+    postings,
+    releaseHeld: charge ? { micros: d.held_micros, freeMessages: charge.free } : undefined,
+    trailerPaidMicros: charge?.surcharge,
+    event: { type: 'mail.delivered', data },
   });
-  const free = charge?.free ?? 0;
-  const event = chainEvent(a, { accountId: d.account_id, type: 'mail.delivered', data });
   await tx.$queryRaw`
     WITH settle AS (
       UPDATE deliveries SET settled_at = now() WHERE id = ${d.id} AND settled_at IS NULL
-    ), acc AS (
-      UPDATE accounts SET balance_micros = ${balanceAfter}, free_messages_left = free_messages_left - ${free},
-        held_micros = held_micros - ${charge ? d.held_micros : 0n}, held_free_messages = held_free_messages - ${charge ? free : 0},
-        trailer_paid_micros = trailer_paid_micros + ${charge?.surcharge ?? 0n}, chain_seq = ${event.seq}, chain_hash = ${event.hash}
-      WHERE id = ${d.account_id}
-    ), led AS (
-      INSERT INTO ledger_entries (id, account_id, type, amount_micros, free_messages, balance_after, message_id, delivery_id, created_at)
-      SELECT e.id, ${d.account_id}, e.type, e.amount_micros, e.free_messages, e.balance_after, e.message_id, e.delivery_id, now()
-      FROM jsonb_to_recordset(${JSON.stringify(entries)}::jsonb)
-        AS e(id text, type text, amount_micros bigint, free_messages int, balance_after bigint, message_id text, delivery_id text)
-    ), ev AS (
-      INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-      VALUES (${event.id}, ${d.account_id}, ${event.seq}, 'mail.delivered', NULL, ${event.json}::jsonb, ${event.createdAt}, ${event.prevHash}, ${event.hash})
-    ), msg AS (
+    ), ${lean.ctes}, msg AS (
       ${messageStatusUpdate(d.message_id, d.id)}
     )
-    SELECT pg_notify(${EVENTS_CHANNEL}, ${d.account_id})::text AS notified`;
+    ${lean.notify}`;
   return true;
 }
 

@@ -6,8 +6,10 @@ import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { openBody } from './body';
+import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
 
-export function presentMessage(m: Message) {
+/** retentionDays: the account's audit retention window, to say when an available body is due to be reclaimed. */
+export function presentMessage(m: Message, retentionDays?: number) {
   return {
     id: m.id,
     direction: m.direction as 'sent' | 'received',
@@ -25,6 +27,8 @@ export function presentMessage(m: Message) {
     context: (m.context as Record<string, unknown> | null) ?? null,
     recorded_at: m.recordedAt.toISOString(),
     body_state: (m.bodyReclaimedAt ? 'reclaimed' : 'available') as 'available' | 'reclaimed',
+    body_reclaimed_at_utc: m.bodyReclaimedAt?.toISOString() ?? null,
+    body_reclaim_due_at_utc: retentionDays === undefined ? null : (bodyReclaimDueAt(m, retentionDays)?.toISOString() ?? null),
     purged: Boolean(m.purgedAt),
   };
 }
@@ -113,12 +117,20 @@ export async function listMessages(
     and.push({ OR: [{ recordedAt: { lt: c.at } }, { recordedAt: c.at, id: { lt: c.id } }] });
   }
   if (and.length) where.AND = and;
-  const rows = await svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'desc' }, { id: 'desc' }], take: input.limit + 1 });
+  const [rows, days] = await Promise.all([
+    svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'desc' }, { id: 'desc' }], take: input.limit + 1 }),
+    retentionDaysOf(svc, input.accountId),
+  ]);
   const page = rows.slice(0, input.limit);
   return {
-    messages: page.map((m) => ({ ...presentMessage(m), ...(input.include === 'body' ? { body: presentBody(svc, m) } : {}) })),
+    messages: page.map((m) => ({ ...presentMessage(m, days), ...(input.include === 'body' ? { body: presentBody(svc, m) } : {}) })),
     next_cursor: rows.length > input.limit ? encodeCursor(page[page.length - 1]!) : null,
   };
+}
+
+async function retentionDaysOf(svc: Services, accountId: string): Promise<number> {
+  const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { auditRetentionDays: true } });
+  return retentionOf(a).audit_retention_days;
 }
 
 async function findVisible(db: Db | Parameters<Parameters<Db['$transaction']>[0]>[0], accountId: string, scope: BoxScope, id: string) {
@@ -137,7 +149,8 @@ export async function getMessage(svc: Services, input: { accountId: string; scop
     },
     { isolationLevel: 'RepeatableRead' },
   );
-  return { ...presentMessage(m), body: presentBody(svc, m), deliveries: deliveries.map(presentDelivery) };
+  const days = await retentionDaysOf(svc, input.accountId);
+  return { ...presentMessage(m, days), body: presentBody(svc, m), deliveries: deliveries.map(presentDelivery) };
 }
 
 /** Reclaims the body (and raw) of a message; with purge also subject, from, to and cc. */
@@ -151,6 +164,8 @@ export async function deleteMessage(svc: Services, input: { accountId: string; s
         bodyEnc: null,
         rawEnc: null,
         bodyReclaimedAt: at,
+        // The raw bytes go, their SHA-256 stays: audit bundles still name what was stored.
+        rawSha256: rawSha256Of(svc.secretKey, m),
         ...(input.purge
           ? { subject: null, fromAddress: null, toAddresses: [], ccAddresses: [], bccAddresses: [], purgedAt: m.purgedAt ?? new Date(), response: Prisma.DbNull }
           : {}),

@@ -6,7 +6,8 @@
 import type { Box, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
-import { chargeReceived } from '../credit/ledger';
+import { lockAccountCredit, postEntries, receivedCharge } from '../credit/ledger';
+import { isQuietCharge, leanChargeSql } from '../credit/lean';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { seal } from '../shared/crypto';
@@ -113,54 +114,65 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
       const box = r.box;
       const id = newId('msg');
       const context = await findContext(tx, box.accountId, parsed);
-      // Lists as { set }: Prisma parameterizes them then, so one query plan serves every message (given
-      // directly, each new list of addresses compiles a new plan: about a millisecond of CPU per message).
-      await tx.message.create({
-        data: {
+      const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
+      const eventData = {
+        message: {
           id,
-          accountId: box.accountId,
-          boxId: box.id,
-          direction: 'received',
-          status: 'received',
-          rfcMessageId: parsed.messageId ?? `<${id}@${domainOf(box.address)}>`,
-          providerMessageId: id,
-          inReplyTo: parsed.inReplyTo,
-          references: { set: parsed.references },
-          fromAddress: parsed.from,
-          toAddresses: { set: parsed.to },
-          ccAddresses: { set: parsed.cc },
-          bccAddresses: { set: [] },
+          box_id: box.id,
+          to_box: box.address,
+          from: parsed.from,
+          to: parsed.to,
+          cc: parsed.cc,
           subject: parsed.subject,
-          sizeBytes: input.raw.length,
-          bodyEnc: sealed[i]!.bodyEnc,
-          rawEnc: sealed[i]!.rawEnc,
-          context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
+          rfc_message_id: parsed.messageId,
+          in_reply_to: parsed.inReplyTo,
+          size_bytes: input.raw.length,
+          attachments: parsed.attachments.length,
+          via: input.via,
         },
-      });
-      if (!input.free) await chargeReceived(svc, tx, box.accountId, id, attachmentBytes);
-      await appendEvent({
-        db: tx,
-        accountId: box.accountId,
-        type: 'mail.received',
-        boxId: box.id,
-        data: {
-          message: {
+        context,
+      };
+      // The hot path (typed SQL, README "Hot paths"): lock the account row, then the message, its charge and
+      // mail.received in one statement, unless the charge has something to announce.
+      const a = await lockAccountCredit(tx, box.accountId);
+      const postings = input.free ? [] : receivedCharge(svc, a, id, attachmentBytes);
+      if (isQuietCharge(a, postings)) {
+        const lean = leanChargeSql({ accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
+        await tx.$queryRaw`
+          WITH msg AS (
+            INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+              from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at)
+            VALUES (${id}, ${box.accountId}, ${box.id}, 'received', 'received', ${rfcMessageId}, ${id}, ${parsed.inReplyTo}, ${parsed.references}::text[],
+              ${parsed.from}, ${parsed.to}::text[], ${parsed.cc}::text[], '{}'::text[], ${parsed.subject}, ${input.raw.length},
+              ${sealed[i]!.bodyEnc}, ${sealed[i]!.rawEnc}, ${context === null ? null : JSON.stringify(context)}::jsonb, now())
+          ), ${lean.ctes}
+          ${lean.notify}`;
+      } else {
+        await tx.message.create({
+          data: {
             id,
-            box_id: box.id,
-            to_box: box.address,
-            from: parsed.from,
-            to: parsed.to,
-            cc: parsed.cc,
+            accountId: box.accountId,
+            boxId: box.id,
+            direction: 'received',
+            status: 'received',
+            rfcMessageId,
+            providerMessageId: id,
+            inReplyTo: parsed.inReplyTo,
+            references: { set: parsed.references },
+            fromAddress: parsed.from,
+            toAddresses: { set: parsed.to },
+            ccAddresses: { set: parsed.cc },
+            bccAddresses: { set: [] },
             subject: parsed.subject,
-            rfc_message_id: parsed.messageId,
-            in_reply_to: parsed.inReplyTo,
-            size_bytes: input.raw.length,
-            attachments: parsed.attachments.length,
-            via: input.via,
+            sizeBytes: input.raw.length,
+            bodyEnc: sealed[i]!.bodyEnc,
+            rawEnc: sealed[i]!.rawEnc,
+            context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
           },
-          context,
-        },
-      });
+        });
+        await postEntries(svc, tx, box.accountId, postings, { locked: a });
+        await appendEvent({ db: tx, accountId: box.accountId, type: 'mail.received', boxId: box.id, data: eventData });
+      }
       if (report) await applyReport(tx, { report, accountId: box.accountId });
       messageIds.push(id);
     }

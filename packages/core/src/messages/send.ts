@@ -21,6 +21,7 @@ import { domainOf, formatMailbox, parseMailbox, parseMailboxes, type Mailbox } f
 import { validateHeaders } from './headers';
 import { sealBody, type StoredBody } from './body';
 import { checkSendLoop } from './loop';
+import { passed, type PolicyCheck } from '../audit/evidence';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -29,6 +30,8 @@ export interface SendCaller {
   account: Account;
   key: ApiKey;
   boxScope: BoxScope;
+  /** Filled with the checks that ran and passed (the evidence envelope); omitted when nobody asks. */
+  checks?: PolicyCheck[];
 }
 
 /** The outbound trailer every sent message carries unless the account opted out (POST /account/trailer). */
@@ -115,7 +118,11 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
 
   if (idemKey) {
     const prior = await svc.db.message.findUnique({ where: { accountId_idempotencyKey: { accountId, idempotencyKey: idemKey } } });
-    if (prior) return replay(prior, requestHash);
+    if (prior) {
+      const out = replay(prior, requestHash);
+      caller.checks?.push(passed('idempotency', `the same message was sent before under this idempotency_key: its first response is replayed (${prior.id})`));
+      return out;
+    }
   }
 
   // Validation beyond the schema: addresses, headers, context size, recipients.
@@ -149,12 +156,25 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   if (attachments.some((a) => a.content_id) && input.html === undefined) {
     throw new AppError('validation_error', 'attachments with content_id are inline images for the html body; give html', { fields: [{ path: 'html', message: 'required with content_id' }] });
   }
+  const checks = caller.checks;
+  if (checks) {
+    if (idemKey) checks.push(passed('idempotency', 'the idempotency_key was not used before'));
+    checks.push(passed('recipients', `${unique.size} distinct recipient(s), at most ${MAX_RECIPIENTS}`));
+    if (input.headers) checks.push(passed('header_rules', `${Object.keys(headers).length} custom header(s): none reserved, no line breaks`));
+    if (input.context !== undefined) checks.push(passed('context_size', `context within ${MAX_CONTEXT_BYTES} bytes`));
+  }
 
   const from = input.from ? parseMailbox(input.from, 'from') : { name: undefined, address: caller.account.primaryAddress };
   const ctx = await loadSendContext(svc, accountId, from.address, [...unique.keys()]);
   const box = resolveSender(ctx, caller, from, svc.config);
   const suppressed = ctx.suppressed;
   const recipients = [...unique.keys()].filter((a) => !suppressed.has(a));
+  if (checks) {
+    checks.push(passed('from_domain', `${box.address} is a box on the account domain ${domainOf(box.address)}`));
+    checks.push(passed('domain_verified', `${domainOf(box.address)} is live (proven) and may send`));
+    if (caller.boxScope) checks.push(passed('box_restriction', `the key is restricted to ${caller.boxScope.length} box(es), ${box.address} among them`));
+    checks.push(passed('suppression', `${recipients.length} recipient(s) not on the suppression list${suppressed.size ? `; ${unique.size - recipients.length} suppressed and skipped` : ''}`));
+  }
   // Local delivery only to live domains; mail to a pending claim's name goes out like any other domain's.
   const hosted = ctx.hosted;
 
@@ -276,6 +296,9 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
       if (prior) return replay(prior, requestHash);
     }
     throw err;
+  }
+  if (checks && response.recipients.length) {
+    checks.push(passed('credit', `${response.billing.messages} message(s) reserved under the account lock: ${response.billing.free_messages_used} free, ${response.billing.reserved_usd} USD held`));
   }
   try {
     await svc.jobs.enqueueDeliveries(deliveryIds);

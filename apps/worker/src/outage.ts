@@ -1,0 +1,108 @@
+/**
+ * What the workers do while PostgreSQL is away: a job that failed because the database cannot be reached goes
+ * back to its queue without using up an attempt, and the queue pauses for OUTAGE_PAUSE_MS before it tries
+ * again (BullMQ's manual rate limit, shared by every worker of that queue). When the database answers again
+ * the jobs run as if nothing happened. LISTEN connections reconnect by themselves and catch up on what they
+ * missed. (While Redis is away BullMQ itself waits: its connections reconnect and the workers resume.)
+ */
+import { Worker } from 'bullmq';
+import pg from 'pg';
+import { isServiceUnavailable, type Services } from '@boxes/core';
+import type { Logger } from 'pino';
+
+export const OUTAGE_PAUSE_MS = 2000;
+
+async function databaseAnswers(svc: Services): Promise<boolean> {
+  try {
+    await svc.db.$queryRaw`SELECT 1`;
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Rethrows err, unless it says the database is unreachable and a ping agrees: then the queue pauses and the job
+ * goes back to waiting with its attempts untouched.
+ */
+export async function pauseOnOutage(worker: Worker, svc: Services, log: Logger, err: unknown): Promise<never> {
+  if (isServiceUnavailable(err) && !(await databaseAnswers(svc))) {
+    log.warn({ queue: worker.name, pauseMs: OUTAGE_PAUSE_MS }, 'database unreachable: queue paused');
+    await worker.rateLimit(OUTAGE_PAUSE_MS);
+    throw Worker.RateLimitError();
+  }
+  throw err;
+}
+
+export interface Listener {
+  close(): Promise<void>;
+}
+
+/**
+ * LISTEN on a channel for as long as the worker runs: when the connection breaks (PostgreSQL restarted) it
+ * reconnects, backing off up to 5 s, and calls onReconnect so the caller can pick up notifications it missed.
+ */
+export async function listenForever(opts: {
+  databaseUrl: string;
+  channel: string;
+  log: Logger;
+  onNotify: (payload: string) => void;
+  onReconnect: () => void;
+}): Promise<Listener> {
+  let closed = false;
+  let client: pg.Client | null = null;
+  let retryTimer: NodeJS.Timeout | null = null;
+  let delay = 100;
+
+  const connect = async (): Promise<void> => {
+    const c = new pg.Client({ connectionString: opts.databaseUrl, connectionTimeoutMillis: 5000 });
+    let broken = false;
+    const onBroken = (err?: Error) => {
+      if (broken) return;
+      broken = true;
+      if (client === c) client = null;
+      c.end().catch(() => undefined);
+      if (closed) return;
+      if (err) opts.log.warn({ err: err.message, channel: opts.channel }, 'event listener lost its connection; reconnecting');
+      schedule(true);
+    };
+    c.on('error', onBroken);
+    c.on('end', () => onBroken());
+    c.on('notification', (msg) => {
+      if (msg.channel === opts.channel && msg.payload) opts.onNotify(msg.payload);
+    });
+    await c.connect();
+    await c.query(`LISTEN ${opts.channel}`);
+    if (closed) {
+      await c.end().catch(() => undefined);
+      return;
+    }
+    client = c;
+    delay = 100;
+  };
+
+  const schedule = (reconnecting: boolean) => {
+    if (closed || retryTimer) return;
+    retryTimer = setTimeout(() => {
+      retryTimer = null;
+      connect()
+        .then(() => {
+          if (reconnecting && !closed) opts.onReconnect();
+        })
+        .catch(() => {
+          delay = Math.min(delay * 2, 5000);
+          schedule(reconnecting);
+        });
+    }, delay);
+    retryTimer.unref();
+  };
+
+  await connect();
+  return {
+    async close() {
+      closed = true;
+      if (retryTimer) clearTimeout(retryTimer);
+      await client?.end().catch(() => undefined);
+    },
+  };
+}

@@ -1,0 +1,57 @@
+/**
+ * Whether an error means a dependency (PostgreSQL or Redis) is unreachable or going away, as opposed to a bug
+ * or a bad request. The edges answer these with 503 service_unavailable (HTTP), 451 (the MX) or a pause (the
+ * workers), and everything carries on once the dependency is back.
+ */
+
+/** PostgreSQL SQLSTATEs of a connection that failed or is being shut down. */
+const PG_CODES = new Set([
+  '57P01', // admin_shutdown
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now (starting up, shutting down, recovering)
+  '53300', // too_many_connections
+  '08000', '08001', '08003', '08004', '08006', '08007', // connection_exception and its subclasses
+]);
+
+/** Prisma's codes for an unreachable or vanished database, a pool that gave no connection, a timed-out connect. */
+const PRISMA_CODES = new Set(['P1001', 'P1002', 'P1008', 'P1017', 'P2024']);
+
+/** Node socket errors. */
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+
+const MESSAGES = [
+  /connection terminated/i, // pg: "Connection terminated unexpectedly", "... due to connection timeout"
+  /timeout exceeded when trying to connect/i, // pg pool
+  /(encountered a connection error|was closed) and is not queryable/i, // pg client whose connection broke
+  /can't reach database server/i,
+  /server closed the connection/i,
+  /the database system is (starting up|shutting down|in recovery mode)/i,
+  /terminating connection due to administrator command/i,
+  /connection is closed/i, // ioredis
+  /stream isn't writeable/i, // ioredis without an offline queue
+  /reached the max retries per request limit/i, // ioredis MaxRetriesPerRequestError
+  /command timed out/i, // ioredis commandTimeout
+];
+
+function kindsOf(err: unknown, depth = 0): unknown[] {
+  if (!err || typeof err !== 'object' || depth > 4) return [];
+  const e = err as { cause?: unknown; meta?: { driverAdapterError?: unknown }; errors?: unknown[] };
+  return [
+    err,
+    ...kindsOf(e.cause, depth + 1),
+    ...kindsOf(e.meta?.driverAdapterError, depth + 1),
+    ...(Array.isArray(e.errors) ? e.errors.flatMap((x) => kindsOf(x, depth + 1)) : []),
+  ];
+}
+
+export function isServiceUnavailable(err: unknown): boolean {
+  for (const e of kindsOf(err)) {
+    const x = e as { code?: unknown; originalCode?: unknown; kind?: unknown; name?: unknown; message?: unknown };
+    const code = typeof x.code === 'string' ? x.code : typeof x.originalCode === 'string' ? x.originalCode : '';
+    if (PG_CODES.has(code) || PRISMA_CODES.has(code) || SOCKET_CODES.has(code)) return true;
+    if (x.kind === 'DatabaseNotReachable' || x.kind === 'ConnectionClosed' || x.kind === 'SocketTimeout') return true;
+    if (x.name === 'MaxRetriesPerRequestError') return true;
+    if (typeof x.message === 'string' && MESSAGES.some((m) => m.test(x.message as string))) return true;
+  }
+  return false;
+}

@@ -1,0 +1,57 @@
+/**
+ * String kinds, for the input guard of packages/api (input-guard.ts). Every string a procedure takes is a
+ * single-line value (a name, label, address, header, id, URL, cursor) unless its schema is marked as text with
+ * text(): only text may span lines and carry other control characters. NUL and unpaired surrogates are refused
+ * in every string, and each string field declares its maximum length (the OpenAPI document shows it as
+ * maxLength; a test fails when an input string has none).
+ */
+import { z } from 'zod';
+
+/** Maximum lengths by field kind (README "Input rules"). */
+export const MAX_LENGTH = {
+  /** Resource ids in paths and bodies (box_..., key_..., msg_...). */
+  id: 40,
+  /** Local parts and full addresses (RFC 5321: 64 + 1 + 255, with a display name). */
+  address: 320,
+  /** Domain names (RFC 1035). */
+  domain: 253,
+  /** Labels, titles, subjects of support questions. */
+  label: 100,
+  title: 200,
+  /** The Subject header (RFC 5322 line limit). */
+  subject: 998,
+  /** Header names and values. */
+  headerName: 100,
+  headerValue: 2000,
+  /** URLs. */
+  url: 2048,
+  /** ISO 8601 times and cursors. */
+  timestamp: 64,
+  cursor: 200,
+  /** Message bodies (text, html). */
+  body: 5_000_000,
+  /** Free-form JSON objects (context, feedback) as serialized JSON, and their nesting depth. */
+  freeFormBytes: 64 * 1024,
+  freeFormDepth: 32,
+} as const;
+
+/** Schemas whose strings may span lines (bodies); see text(). */
+const textRegistry = z.registry<{ text: true }>();
+
+/**
+ * Marks a string schema as text (a body): the input guard lets it carry line breaks and other control
+ * characters, never NUL. Apply it after the checks (.trim(), .min(), .max() make new schemas) and before
+ * .meta(), .optional() or .nullable(), which keep the mark.
+ */
+export function text<T extends z.ZodString>(schema: T): T {
+  textRegistry.add(schema, { text: true });
+  return schema;
+}
+
+/** Whether a string schema (or the schema it was derived from by .meta() or .describe()) was marked with text(). */
+export function isText(schema: z.ZodType): boolean {
+  for (let s: z.ZodType | undefined = schema; s; s = (s._zod as { parent?: z.ZodType }).parent) {
+    if (textRegistry.has(s)) return true;
+  }
+  return false;
+}

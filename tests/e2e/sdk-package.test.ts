@@ -1,0 +1,103 @@
+/**
+ * The SDK outside this repo: built and packed (pnpm pack honours publishConfig: dist/), installed from the
+ * tarball with npm into a scratch project in the system's temp folder, where it pulls no workspace or server
+ * package; an agent script typechecks with tsc --strict (and one with a wrong field fails to), then runs with
+ * node against a live instance.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from '@boxes/testing';
+
+const run = promisify(execFile);
+const root = path.resolve(import.meta.dirname, '../..');
+const tsc = path.join(root, 'node_modules/.bin/tsc');
+let t: TestServer;
+let scratch: string;
+
+beforeAll(async () => {
+  t = await startTestServer();
+  scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-agent-'));
+  await run('pnpm', ['--filter', '@boxes/sdk', 'build'], { cwd: root, timeout: 120_000 });
+  await run('pnpm', ['pack', '--pack-destination', scratch], { cwd: path.join(root, 'packages/sdk'), timeout: 60_000 });
+  const tarball = fs.readdirSync(scratch).find((f) => f.endsWith('.tgz'))!;
+  fs.writeFileSync(path.join(scratch, 'package.json'), JSON.stringify({ name: 'an-agent', private: true, type: 'module' }));
+  fs.writeFileSync(
+    path.join(scratch, 'tsconfig.json'),
+    JSON.stringify({ compilerOptions: { strict: true, noEmit: true, target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ESNext', 'DOM'], types: ['node'], allowImportingTsExtensions: true } }),
+  );
+  // The agent's project: the SDK from the tarball, and Node's types (an agent script uses process).
+  await run('npm', ['install', `./${tarball}`, '@types/node@24', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: scratch, timeout: 180_000 });
+}, 300_000);
+afterAll(async () => {
+  await t?.stop();
+  if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
+});
+
+const AGENT = `import { BoxesError, confirmSignup, createBoxesClient, signup, verifyWebhook } from '@boxes/sdk';
+
+const base = process.argv[2]!;
+const intent = await signup(base, { human_email: 'agent-owner@example.com', domain_intent: { mode: 'subdomain' } });
+const account = await confirmSignup(base, { intent_id: intent.intent_id });
+const boxes = createBoxesClient({ baseUrl: base, apiKey: account.api_key });
+const box = await boxes.boxes.create.mutate({ address: 'billing' });
+const { events } = await boxes.events.list.query({ limit: 50 });
+let code = '';
+try {
+  await boxes.boxes.create.mutate({ address: 'billing' });
+} catch (err) {
+  if (err instanceof BoxesError) code = err.code + ' ' + err.status;
+}
+const types: string[] = events.map((e) => e.type);
+console.log(JSON.stringify({ address: box.address, primary: account.primary_address, types, code, verify: typeof verifyWebhook }));
+`;
+
+it('installs from the tarball without workspace or server packages', () => {
+  const modules = path.join(scratch, 'node_modules');
+  const scoped = fs.readdirSync(path.join(modules, '@boxes'));
+  expect(scoped).toEqual(['sdk']);
+  for (const server of ['@prisma', 'prisma', 'bullmq', 'pg', 'ioredis', 'nodemailer', 'zod', 'hono']) {
+    expect(fs.existsSync(path.join(modules, server)), server).toBe(false);
+  }
+  const pkg = JSON.parse(fs.readFileSync(path.join(modules, '@boxes/sdk/package.json'), 'utf8'));
+  expect(pkg.exports['.'].types).toBe('./dist/index.d.ts');
+  for (const f of fs.readdirSync(path.join(modules, '@boxes/sdk/dist')).filter((x) => x.endsWith('.d.ts'))) {
+    expect(fs.readFileSync(path.join(modules, '@boxes/sdk/dist', f), 'utf8')).not.toMatch(/from ['"]@boxes\/(?!sdk)|import\(['"]@boxes\//);
+  }
+});
+
+it('an agent script typechecks with tsc --strict; a wrong field or a wrong output property does not', async () => {
+  fs.writeFileSync(path.join(scratch, 'agent.ts'), AGENT);
+  await run(tsc, ['-p', 'tsconfig.json'], { cwd: scratch, timeout: 120_000 });
+  for (const [name, wrong] of [
+    ['wrong-input.ts', AGENT.replace("{ address: 'billing' }", "{ adress: 'billing' }")],
+    ['wrong-output.ts', AGENT.replace('box.address', 'box.addres')],
+    ['wrong-type.ts', AGENT.replace("{ address: 'billing' }", '{ address: 42 }')],
+    ['wrong-enum.ts', AGENT.replace("mode: 'subdomain'", "mode: 'subdomian'")],
+  ] as const) {
+    fs.rmSync(path.join(scratch, 'agent.ts'));
+    fs.writeFileSync(path.join(scratch, name), wrong);
+    const failed = await run(tsc, ['-p', 'tsconfig.json'], { cwd: scratch, timeout: 120_000 }).then(
+      () => null,
+      (err: { stdout?: string }) => err.stdout ?? 'failed',
+    );
+    expect(failed, `${name} should not compile`).not.toBeNull();
+    expect(failed).toMatch(/error TS\d+/);
+    fs.rmSync(path.join(scratch, name));
+    fs.writeFileSync(path.join(scratch, 'agent.ts'), AGENT);
+  }
+}, 300_000);
+
+it('the agent script runs with node against a live instance', async () => {
+  fs.writeFileSync(path.join(scratch, 'agent.ts'), AGENT);
+  const { stdout } = await run(process.execPath, ['agent.ts', t.url], { cwd: scratch, timeout: 60_000 });
+  const out = JSON.parse(stdout.trim().split('\n').at(-1)!);
+  expect(out.address).toMatch(/^billing@/);
+  expect(out.primary).toMatch(/^agent@/);
+  expect(out.types).toEqual(expect.arrayContaining(['signup.completed', 'box.created']));
+  expect(out.code).toBe('box_exists 409');
+  expect(out.verify).toBe('function');
+}, 120_000);
