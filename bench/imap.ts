@@ -207,6 +207,16 @@ SyncState *
   return { ms, files };
 }
 
+/** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
+async function stopProcess(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  proc.kill('SIGTERM');
+  const timer = setTimeout(() => proc.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
 async function startDovecot(root: string, messages: Buffer[], cert: { key: string; cert: string }): Promise<{ port: number; proc: ChildProcess; user: string; pass: string }> {
   await ensureTool('dovecot', 'dovecot-imapd');
   const base = path.join(root, 'dovecot');
@@ -266,7 +276,12 @@ userdb {
   fs.mkdirSync(path.join(base, 'home'), { recursive: true });
   await run('chown', ['-R', `${mailUser}:${mailGroup}`, path.join(base, 'index'), path.join(base, 'home')]).catch(() => undefined);
   const proc = spawn('dovecot', ['-F', '-c', conf], { stdio: ['ignore', 'inherit', 'inherit'] });
-  await waitForPort(port, 15_000);
+  try {
+    await waitForPort(port, 15_000);
+  } catch (err) {
+    await stopProcess(proc);
+    throw err;
+  }
   return { port, proc, user: 'bench', pass };
 }
 
@@ -315,10 +330,7 @@ await main('bench:imap', async (onCleanup) => {
 
   const pems = await import('selfsigned').then((m) => m.generate([{ name: 'commonName', value: '127.0.0.1' }], { keySize: 2048, algorithm: 'sha256' }));
   const dovecot = await startDovecot(root, messages, { key: pems.private, cert: pems.cert });
-  onCleanup(async () => {
-    dovecot.proc.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 300));
-  });
+  onCleanup(() => stopProcess(dovecot.proc));
   const dovecotServer = { port: dovecot.port, user: dovecot.user, pass: dovecot.pass, cert: await peerCertificate(dovecot.port) };
 
   // Each round: Boxes cold (its folders dropped, so the first login folds the stream again) and warm, then Dovecot

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
-import { EVENTS_CHANNEL, syncMailboxes, type Services } from '@boxes/core';
+import { EVENTS_CHANNEL, syncMailboxes, type RawQuery, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import type { TlsMaterial } from '../tls';
 import { Session, type Hub } from './session';
@@ -25,6 +25,7 @@ export interface ImapHandle {
 const SWEEP_MS = 15_000;
 
 class SessionHub implements Hub {
+  rawQuery?: RawQuery;
   private readonly byAccount = new Map<string, Set<Session>>();
   private readonly syncing = new Map<string, { run: Promise<void>; again: boolean }>();
   readonly all = new Set<Session>();
@@ -92,6 +93,10 @@ class SessionHub implements Hub {
 
 export async function startImap(config: Config, deps: { svc: Services; log: Logger; tls: TlsMaterial }): Promise<ImapHandle> {
   const hub = new SessionHub(deps.svc, config, deps.log);
+  // Message bytes are read through a small pool of its own (see RawQuery in core).
+  const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
+  pool.on('error', (err) => deps.log.error({ err: err.message }, 'imap read pool error'));
+  hub.rawQuery = (text, params) => pool.query(text, params);
   let nextId = 1;
   const server = tls.createServer({ key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2' }, (socket) => {
     if (hub.all.size >= config.smtp.maxConnections) {
@@ -149,6 +154,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
       for (const s of [...hub.all]) s.bye('Server shutting down');
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await listener?.end().catch(() => undefined);
+      await pool.end().catch(() => undefined);
     },
   };
 }

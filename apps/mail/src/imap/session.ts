@@ -6,7 +6,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Config } from '@boxes/config';
-import { appPasswordActive, type MailLogin, type Services } from '@boxes/core';
+import { appPasswordActive, type MailLogin, type RawQuery, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { COMMANDS, type State } from './command-table';
 import type { Chunk } from './encode';
@@ -41,6 +41,8 @@ export interface Hub {
   unregister(session: Session): void;
   /** Folds the account's event stream into its folders (shared by the sessions of this process). */
   sync(accountId: string): Promise<void>;
+  /** Reads of message bytes, outside Prisma (see RawQuery in core). */
+  rawQuery?: RawQuery;
 }
 
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
@@ -49,8 +51,9 @@ const AUTOLOGOUT_MS = 31 * 60_000;
 const PREAUTH_TIMEOUT_MS = 60_000;
 /** Failed logins one connection may make before it is closed (the account and address counts go on elsewhere). */
 const MAX_FAILED_LOGINS = 3;
-/** Output gathered before it is sent. */
+/** Output gathered before it is sent, and how much may wait in the socket before a large FETCH pauses. */
 const OUTPUT_FLUSH = 64 * 1024;
+const OUTPUT_BACKLOG = 1024 * 1024;
 /** How often an IDLE client hears that the server is still there. */
 const IDLE_KEEPALIVE_MS = 4 * 60_000;
 
@@ -136,7 +139,8 @@ export class Session {
 
   /** Waits while the client is slow to read, so a large FETCH does not pile up in memory. */
   async drained(): Promise<void> {
-    if (this.closed || !this.socket.writableNeedDrain) return;
+    // Up to OUTPUT_BACKLOG may wait in the socket while the next responses are made; beyond it, wait.
+    if (this.closed || this.socket.writableLength < OUTPUT_BACKLOG) return;
     await new Promise<void>((resolve) => {
       const done = () => {
         this.socket.off('drain', done);
