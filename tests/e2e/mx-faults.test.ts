@@ -7,6 +7,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
+import tls from 'node:tls';
+import { ImapFlow } from 'imapflow';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,7 +23,7 @@ let b: TestAccount;
 beforeAll(async () => {
   t = await startTestServer({
     mail: true,
-    env: { SMTP_SOCKET_TIMEOUT_MS: '1500', HTTP_HEADERS_TIMEOUT_MS: '1000', HTTP_REQUEST_TIMEOUT_MS: '1500', HTTP_IDLE_TIMEOUT_MS: '2000' },
+    env: { SMTP_SOCKET_TIMEOUT_MS: '1500', HTTP_HEADERS_TIMEOUT_MS: '1000', HTTP_REQUEST_TIMEOUT_MS: '1500', HTTP_IDLE_TIMEOUT_MS: '2000', IMAP_LOGIN_TIMEOUT_MS: '1500', IMAP_AUTOLOGOUT_MS: '2000' },
   });
   b = await signupAccount(t);
 });
@@ -210,6 +212,40 @@ describe('slow clients', () => {
     transport.close();
     expect(Date.now() - started).toBeLessThan(1500);
     await waitFor('the silent sessions to be closed', () => quiet.closed() === SLOW_CLIENTS, 10_000);
+  });
+
+  it(`IMAP: ${SLOW_CLIENTS} clients that never finish TLS or never log in do not starve a login, and are closed after IMAP_LOGIN_TIMEOUT_MS; a quiet session after IMAP_AUTOLOGOUT_MS`, async () => {
+    const port = t.config.mailClients.imapPort;
+    // Half never start TLS (a few bytes of nothing); half finish TLS and then say nothing.
+    const raw = await openQuiet(port, 'A', SLOW_CLIENTS / 2);
+    let quietTls = 0;
+    const tlsQuiet = await Promise.all(
+      Array.from({ length: SLOW_CLIENTS / 2 }, () =>
+        new Promise<tls.TLSSocket>((resolve, reject) => {
+          const s = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false }, () => resolve(s));
+          s.on('error', () => undefined);
+          s.resume();
+          s.once('close', () => quietTls++);
+          s.once('error', reject);
+        }),
+      ),
+    );
+    expect(tlsQuiet).toHaveLength(SLOW_CLIENTS / 2);
+    // A real client logs in past them, at once.
+    const password = (await rest(t, 'POST', '/account/app-passwords', { key: b.apiKey, body: { label: 'slow-clients' } })).body.password as string;
+    const client = new ImapFlow({ host: '127.0.0.1', port, secure: true, tls: { rejectUnauthorized: false }, auth: { user: b.primaryAddress, pass: password }, logger: false });
+    const started = Date.now();
+    await client.connect();
+    expect(Date.now() - started).toBeLessThan(3000);
+    const lock = await client.getMailboxLock('INBOX');
+    lock.release();
+    // The quiet ones are closed by the login timeout; the logged-in client, left quiet, by the autologout.
+    await waitFor('the quiet IMAP connections to be closed', () => raw.closed() + quietTls === SLOW_CLIENTS, 10_000).catch((err) => {
+      throw new Error(`${(err as Error).message}: ${raw.closed()} of the raw and ${quietTls} of the TLS ones closed`);
+    });
+    let loggedOut = false;
+    client.on('close', () => (loggedOut = true));
+    await waitFor('the quiet session to be logged out', () => loggedOut, 10_000);
   });
 
   it(`HTTP: ${SLOW_CLIENTS} clients stuck in their headers or body do not starve a request, and are closed after the timeouts`, async () => {

@@ -110,7 +110,8 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     { key: server.keyPem, cert: server.certPem, ca: [ca.certPem], requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' },
     (socket) => broker.handle(socket),
   );
-  tlsServer.on('tlsClientError', () => undefined); // refused handshakes (no or foreign certificate) are expected
+  // Refused handshakes (no or foreign certificate) are expected: drop them (a listener means Node leaves that to us).
+  tlsServer.on('tlsClientError', (_err, socket) => socket.destroy());
   await new Promise<void>((resolve, reject) => {
     tlsServer.once('error', reject);
     tlsServer.listen(config.mqtt.port, config.mqtt.host, () => resolve());

@@ -46,6 +46,8 @@ describe('loadConfig', () => {
       mailClients: {
         imapHost: '127.0.0.1',
         imapPort: 1993,
+        imapLoginTimeoutMs: 60_000,
+        imapAutologoutMs: 1_860_000,
         submissionHost: '127.0.0.1',
         submissionPort: 1465,
         auth: { userMaxFailures: 10, addressMaxFailures: 30, windowSeconds: 900, freeFailures: 3, delayMs: 1000 },

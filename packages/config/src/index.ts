@@ -53,6 +53,10 @@ const envSchema = z.object({
   /** IMAP for mail clients (implicit TLS; 993 in production). */
   IMAP_HOST: z.string().default('127.0.0.1'),
   IMAP_PORT: port.default(1993),
+  /** An IMAP connection must finish TLS and log in within this; then it is closed. */
+  IMAP_LOGIN_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(60_000),
+  /** A logged-in IMAP session with nothing from the client for this long is logged out (RFC 3501: at least 30 minutes). */
+  IMAP_AUTOLOGOUT_MS: z.coerce.number().int().min(100).max(24 * 3_600_000).default(31 * 60_000),
   /** SMTP submission for mail clients (implicit TLS, AUTH with an app-password; 465 in production). */
   SUBMISSION_HOST: z.string().default('127.0.0.1'),
   SUBMISSION_PORT: port.default(1465),
@@ -165,6 +169,8 @@ export interface Config {
   mailClients: {
     imapHost: string;
     imapPort: number;
+    imapLoginTimeoutMs: number;
+    imapAutologoutMs: number;
     submissionHost: string;
     submissionPort: number;
     auth: { userMaxFailures: number; addressMaxFailures: number; windowSeconds: number; freeFailures: number; delayMs: number };
@@ -244,6 +250,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mailClients: {
       imapHost: e.IMAP_HOST,
       imapPort: e.IMAP_PORT,
+      imapLoginTimeoutMs: e.IMAP_LOGIN_TIMEOUT_MS,
+      imapAutologoutMs: e.IMAP_AUTOLOGOUT_MS,
       submissionHost: e.SUBMISSION_HOST,
       submissionPort: e.SUBMISSION_PORT,
       auth: {

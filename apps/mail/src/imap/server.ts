@@ -98,14 +98,16 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   pool.on('error', (err) => deps.log.error({ err: err.message }, 'imap read pool error'));
   hub.rawQuery = (text, params) => pool.query(text, params);
   let nextId = 1;
-  const server = tls.createServer({ key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2' }, (socket) => {
+  // A client that opens a connection and never completes TLS is closed as one that never logs in.
+  const server = tls.createServer({ key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2', handshakeTimeout: config.mailClients.imapLoginTimeoutMs }, (socket) => {
     if (hub.all.size >= config.smtp.maxConnections) {
       socket.end('* BYE Too many connections; try again later\r\n');
       return;
     }
     hub.all.add(new Session(socket, hub, nextId++));
   });
-  server.on('tlsClientError', () => undefined);
+  // A failed or timed-out handshake: drop the connection (a listener here means Node leaves that to us).
+  server.on('tlsClientError', (_err, socket) => socket.destroy());
 
   let stopped = false;
   let listener: pg.Client | null = null;

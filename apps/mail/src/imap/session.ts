@@ -47,8 +47,6 @@ export interface Hub {
 
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
 /** Inactivity before the server logs a client out (RFC 3501 5.4: at least 30 minutes), and before logging in. */
-const AUTOLOGOUT_MS = 31 * 60_000;
-const PREAUTH_TIMEOUT_MS = 60_000;
 /** Failed logins one connection may make before it is closed (the account and address counts go on elsewhere). */
 const MAX_FAILED_LOGINS = 3;
 /** Output gathered before it is sent, and how much may wait in the socket before a large FETCH pauses. */
@@ -84,7 +82,7 @@ export class Session {
     this.id = `imap-${id}`;
     this.remoteAddress = socket.remoteAddress ?? 'unknown';
     socket.setNoDelay(true);
-    socket.setTimeout(PREAUTH_TIMEOUT_MS);
+    socket.setTimeout(hub.config.mailClients.imapLoginTimeoutMs);
     socket.on('data', (chunk: Buffer) => {
       this.framer.push(chunk);
       if (this.lineWaiter) this.deliverLine();
@@ -206,7 +204,7 @@ export class Session {
   loggedIn(login: MailLogin): void {
     this.login = login;
     this.state = 'authenticated';
-    this.socket.setTimeout(AUTOLOGOUT_MS);
+    this.socket.setTimeout(this.hub.config.mailClients.imapAutologoutMs);
     this.hub.register(this);
   }
 

@@ -82,6 +82,8 @@ export async function startSubmission(config: Config, deps: { svc: Services; log
     banner: 'Boxes submission',
     size: config.smtp.maxMessageBytes,
     maxClients: config.smtp.maxConnections,
+    // A session that goes quiet is closed like the MX's (SMTP_SOCKET_TIMEOUT_MS).
+    socketTimeout: config.smtp.socketTimeoutMs,
     authMethods: ['PLAIN', 'LOGIN'],
     // Implicit TLS: STARTTLS has nothing to do, and AUTH is never offered in the clear.
     disabledCommands: ['STARTTLS'],
