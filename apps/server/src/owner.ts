@@ -231,6 +231,51 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
     return c.redirect('/owner', 303);
   });
 
+  /**
+   * The page of one item the owner decides about (a payment, a close request): GET shows it; POST checks the
+   * session, the form and its token, then decides; a refused decision shows the page again with the reason.
+   */
+  const itemRoutes = (
+    path: string,
+    title: string,
+    notFound: string,
+    render: (s: OwnerSessionInfo, id: string, notice?: string, status?: number) => Promise<Response>,
+    decide: (s: OwnerSessionInfo, id: string, form: Record<string, unknown>) => Promise<Response>,
+  ) => {
+    app.get(path, async (c) => {
+      const s = await session(c);
+      if (!s) return needSession();
+      const id = c.req.param('id') ?? '';
+      if (!plausibleId(id)) return page(title, banner('error', notFound), 404);
+      try {
+        return await render(s, id);
+      } catch (err) {
+        return failure(err, title);
+      }
+    });
+    app.post(path, async (c) => {
+      const s = await session(c);
+      if (!s) return needSession();
+      const form = await formOf(c);
+      if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
+      if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
+      const id = c.req.param('id') ?? '';
+      if (!plausibleId(id)) return page(title, banner('error', notFound), 404);
+      try {
+        return await decide(s, id, form);
+      } catch (err) {
+        if (err instanceof AppError && err.status < 500) {
+          try {
+            return await render(s, id, banner('error', err.message), err.status);
+          } catch (inner) {
+            return failure(inner, title);
+          }
+        }
+        return failure(err, title);
+      }
+    });
+  };
+
   const paymentPage = async (s: OwnerSessionInfo, id: string, notice = '', status = 200) => {
     const { payment: p, account, wallet } = await ownerPayment(svc, s.email, id);
     const pending = p.status === 'requires_approval' || p.status === 'pending_approval';
@@ -256,44 +301,14 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
     return page(pending ? `Approve ${usd(p.amountCents)}?` : 'Payment', `${describe(p, account)}${actions}<p><small>Signed in as ${esc(s.email)}.</small> <a href="/owner">All your payments</a></p>`, status, notice);
   };
 
-  app.get('/owner/payments/:id', async (c) => {
-    const s = await session(c);
-    if (!s) return needSession();
-    if (!plausibleId(c.req.param('id'))) return page('Payment', banner('error', 'No such payment for you.'), 404);
-    try {
-      return await paymentPage(s, c.req.param('id'));
-    } catch (err) {
-      return failure(err, 'Payment');
-    }
+  itemRoutes('/owner/payments/:id', 'Payment', 'No such payment for you.', paymentPage, async (s, id, form) => {
+    const action = form.action === 'deny' ? 'deny' : 'approve';
+    const card = action === 'approve' ? cardFrom(form) : undefined;
+    const p = await decidePayment(svc, s.email, id, action === 'deny' ? { action } : { action, ...(card ? { card, mandateTier: tierOf(form.mandate) } : {}) });
+    const msg = p.status === 'denied' ? banner('note', 'You denied this payment. Nothing was charged.') : p.status === 'expired' ? banner('error', 'This request expired before you decided.') : banner('ok', p.status === 'approved' ? 'Approved. The payment completes in a few seconds.' : 'Approved and paid. The credit has landed.');
+    return await paymentPage(s, id, msg);
   });
 
-  app.post('/owner/payments/:id', async (c) => {
-    const s = await session(c);
-    if (!s) return needSession();
-    const form = await formOf(c);
-    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
-    if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
-    const id = c.req.param('id');
-    if (!plausibleId(id)) return page('Payment', banner('error', 'No such payment for you.'), 404);
-    try {
-      const action = form.action === 'deny' ? 'deny' : 'approve';
-      const card = action === 'approve' ? cardFrom(form) : undefined;
-      const p = await decidePayment(svc, s.email, id, action === 'deny' ? { action } : { action, ...(card ? { card, mandateTier: tierOf(form.mandate) } : {}) });
-      const msg = p.status === 'denied' ? banner('note', 'You denied this payment. Nothing was charged.') : p.status === 'expired' ? banner('error', 'This request expired before you decided.') : banner('ok', p.status === 'approved' ? 'Approved. The payment completes in a few seconds.' : 'Approved and paid. The credit has landed.');
-      return await paymentPage(s, id, msg);
-    } catch (err) {
-      if (err instanceof AppError && err.status < 500) {
-        try {
-          return await paymentPage(s, id, banner('error', err.message), err.status);
-        } catch (inner) {
-          return failure(inner, 'Payment');
-        }
-      }
-      return failure(err, 'Payment');
-    }
-  });
-
-  // Closing an account with close protection on: the owner approves (it closes now) or keeps the account.
   const closePage = async (s: OwnerSessionInfo, id: string, notice = '', status = 200) => {
     const r = await ownerCloseRequest(svc, s.email, id);
     const details = `<dl>
@@ -313,46 +328,17 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
     return page(r.status === 'pending' ? `Close ${r.domain}?` : 'Closing the account', `${details}${actions}<p><small>Signed in as ${esc(s.email)}.</small></p>`, status, notice);
   };
 
-  app.get('/owner/close/:id', async (c) => {
-    const s = await session(c);
-    if (!s) return needSession();
-    if (!plausibleId(c.req.param('id'))) return page('Closing the account', banner('error', 'No such close request for you.'), 404);
-    try {
-      return await closePage(s, c.req.param('id'));
-    } catch (err) {
-      return failure(err, 'Closing the account');
+  itemRoutes('/owner/close/:id', 'Closing the account', 'No such close request for you.', closePage, async (s, id, form) => {
+    const d = await decideCloseRequest(svc, s.email, id, form.action === 'approve' ? 'approve' : 'deny');
+    if (d.result?.export) {
+      const e = d.result.export;
+      return await closePage(
+        s,
+        id,
+        `<div class="ok" role="status"><p>The account is closing. Every key is revoked.</p><p>Your data export: <a id="export-link" href="${esc(e.download_url)}">download the archive</a> (it is being built; the link works until ${esc(e.expires_at.replace('T', ' ').slice(0, 16))} UTC and is also on its way by email). All data is deleted on ${esc((d.result.delete_after ?? '').slice(0, 10))}.</p></div>`,
+      );
     }
-  });
-
-  app.post('/owner/close/:id', async (c) => {
-    const s = await session(c);
-    if (!s) return needSession();
-    const form = await formOf(c);
-    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
-    if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
-    const id = c.req.param('id');
-    if (!plausibleId(id)) return page('Closing the account', banner('error', 'No such close request for you.'), 404);
-    try {
-      const d = await decideCloseRequest(svc, s.email, id, form.action === 'approve' ? 'approve' : 'deny');
-      if (d.result?.export) {
-        const e = d.result.export;
-        return await closePage(
-          s,
-          id,
-          `<div class="ok" role="status"><p>The account is closing. Every key is revoked.</p><p>Your data export: <a id="export-link" href="${esc(e.download_url)}">download the archive</a> (it is being built; the link works until ${esc(e.expires_at.replace('T', ' ').slice(0, 16))} UTC and is also on its way by email). All data is deleted on ${esc((d.result.delete_after ?? '').slice(0, 10))}.</p></div>`,
-        );
-      }
-      return await closePage(s, id, banner('note', 'You kept the account open. Nothing was closed.'));
-    } catch (err) {
-      if (err instanceof AppError && err.status < 500) {
-        try {
-          return await closePage(s, id, banner('error', err.message), err.status);
-        } catch (inner) {
-          return failure(inner, 'Closing the account');
-        }
-      }
-      return failure(err, 'Closing the account');
-    }
+    return await closePage(s, id, banner('note', 'You kept the account open. Nothing was closed.'));
   });
 
   const cardPage = async (s: OwnerSessionInfo, notice = '', status = 200) => {
