@@ -82,6 +82,8 @@ const ROUTES: RouteCase[] = [
   { proc: 'domains.get',                method: 'GET',    path: '/account/domain',           scope: null,      restricted: 'allowed' },
   { proc: 'domains.move',               method: 'POST',   path: '/account/domain',           scope: 'admin',   restricted: 'account_wide', body: { mode: 'byo_manual', domain: 'security-probe.example' } },
   // The accounts under test are on free subdomains, which have no managed zone: 409 means the key got through.
+  // /domain/dns names no id: the zone is always the caller's own (managed-dns.test.ts: another account's names
+  // are outside it).
   { proc: 'dns.list',                   method: 'GET',    path: '/domain/dns',               scope: null,      restricted: 'allowed', ok: [409] },
   { proc: 'dns.create',                 method: 'POST',   path: '/domain/dns',               scope: 'admin',   restricted: 'account_wide', body: { terms_of_service: true, name: 'probe', type: 'A', values: ['192.0.2.1'] }, ok: [409] },
   { proc: 'dns.replace',                method: 'PUT',    path: '/domain/dns',               scope: 'admin',   restricted: 'account_wide', body: { terms_of_service: true, name: 'probe', type: 'A', values: ['192.0.2.1'] }, ok: [409] },
