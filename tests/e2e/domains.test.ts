@@ -230,6 +230,11 @@ describe('claims', () => {
     expect(third.status).toBe(409);
     expect(third.body.error.code).toBe('domain_taken');
     expect(third.body.error.suggestions.length).toBeGreaterThan(0);
+    // A name inside the live domain is the owner's too: a claim there would shadow its records.
+    const inside = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'third@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: `www.${domain}` } } });
+    expect(inside.status).toBe(409);
+    expect(inside.body.error.code).toBe('domain_taken');
+    expect(inside.body.error.message).toContain(`inside ${domain}`);
     for (const s of third.body.error.suggestions) {
       expect(s.mode).toBe('subdomain');
       expect(s.domain.endsWith(`.${t.config.baseDomain}`)).toBe(true);

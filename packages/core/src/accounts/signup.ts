@@ -46,7 +46,17 @@ async function subdomainInUse(svc: Services, name: string): Promise<boolean> {
  * do not block each other: the first one proven wins.
  */
 async function byoDomainLive(svc: Services, name: string): Promise<boolean> {
-  return Boolean(await svc.db.domain.findUnique({ where: { liveName: name }, select: { id: true } }));
+  return Boolean(await liveDomainCovering(svc, name));
+}
+
+/**
+ * The live domain that holds a name: the name itself, or a parent of it (a name inside another account's live
+ * domain is that account's to serve; a claim on it would shadow the parent's records in the DNS served here).
+ */
+export async function liveDomainCovering(svc: Services, name: string): Promise<{ accountId: string; name: string } | null> {
+  const labels = name.split('.');
+  const names = labels.slice(0, -1).map((_, i) => labels.slice(i).join('.'));
+  return svc.db.domain.findFirst({ where: { liveName: { in: names } }, select: { accountId: true, name: true } });
 }
 
 /**
@@ -121,8 +131,9 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
         fields: [{ path: 'domain_intent.byo_domain', message: 'under the shared domain' }],
       });
     }
-    if (await byoDomainLive(svc, name)) {
-      throw new AppError('domain_taken', `${name} is already verified by another account on this instance`, {
+    const holder = await liveDomainCovering(svc, name);
+    if (holder) {
+      throw new AppError('domain_taken', holder.name === name ? `${name} is already verified by another account on this instance` : `${name} is inside ${holder.name}, which is live on another account of this instance`, {
         suggestions: await domainSuggestions(svc, name),
       });
     }

@@ -15,7 +15,7 @@ import { normalizeDomain } from './names';
 import { requiredRecords } from './records';
 import { claimDeadline, presentDomain } from './verify';
 import { goLive } from './live';
-import { domainSuggestions, registerDomain } from '../accounts/signup';
+import { domainSuggestions, liveDomainCovering, registerDomain } from '../accounts/signup';
 import { ensureOwnZone } from '../dns/zones';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
@@ -34,7 +34,9 @@ export async function startDomainMove(svc: Services, accountId: string, input: {
   if (current.status !== 'active') {
     throw new AppError('conflict', `The account's domain ${current.name} is not live yet (${current.status}); a move starts from a live domain. Prove it first (GET /account/domain).`);
   }
-  const liveElsewhere = await svc.db.domain.findUnique({ where: { liveName: name }, select: { accountId: true } });
+  // The name itself, or a parent of it, live on an account (a claim inside it would shadow its records).
+  const covering = await liveDomainCovering(svc, name);
+  const liveElsewhere = covering && (covering.name === name || covering.accountId !== accountId) ? covering : null;
   let priceCents: number | null = null;
   if (input.mode === 'register') {
     const quote = await svc.registrar.quote(svc.db, name);
