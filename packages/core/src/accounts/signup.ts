@@ -42,16 +42,9 @@ async function subdomainInUse(svc: Services, name: string): Promise<boolean> {
 }
 
 /**
- * A bring-your-own domain is taken only once another account has proven it (it is live there). Pending claims
- * do not block each other: the first one proven wins.
- */
-async function byoDomainLive(svc: Services, name: string): Promise<boolean> {
-  return Boolean(await liveDomainCovering(svc, name));
-}
-
-/**
  * The live domain that holds a name: the name itself, or a parent of it (a name inside another account's live
  * domain is that account's to serve; a claim on it would shadow the parent's records in the DNS served here).
+ * Pending claims do not count: they do not block each other, and the first one proven wins.
  */
 export async function liveDomainCovering(svc: Services, name: string): Promise<{ accountId: string; name: string } | null> {
   const labels = name.split('.');
@@ -110,7 +103,7 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
       });
     }
     const quote = await svc.registrar.quote(svc.db, name);
-    if (!quote.available || (await byoDomainLive(svc, name))) {
+    if (!quote.available || (await liveDomainCovering(svc, name))) {
       const offers = await svc.registrar.suggest(svc.db, name);
       throw new AppError('domain_taken', `${name} cannot be registered: ${quote.available ? 'it is already live on another account here' : quote.reason} (${svc.registrar.label})`, {
         registrar: svc.registrar.label,

@@ -13,20 +13,17 @@ import { evaluateReputation } from '../suppression/reputation';
 
 const FINAL = ['delivered', 'bounced', 'failed'];
 
+/** Sets the message's status from its deliveries once every one of them is final (one statement). */
 async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
-  const ds = await tx.delivery.findMany({ where: { messageId }, select: { status: true } });
-  if (!ds.length || !ds.every((d) => FINAL.includes(d.status))) return;
-  const delivered = ds.filter((d) => d.status === 'delivered').length;
-  const status =
-    delivered === ds.length ? 'delivered' : delivered > 0 ? 'partially_delivered' : ds.some((d) => d.status === 'bounced') ? 'bounced' : 'failed';
-  await tx.message.update({ where: { id: messageId }, data: { status } });
+  await tx.$executeRaw(messageStatusUpdate(messageId));
 }
 
 /**
- * The message's status once every delivery is final, as a statement to run in the same statement that makes
- * delivery `justFinal` final (a sibling CTE does not see that row's new status, so it counts as final here).
+ * The message's status once every delivery is final: delivered, partially_delivered, bounced or failed. Also a
+ * part of a larger statement that makes delivery `justFinal` delivered (a sibling CTE does not see that row's
+ * new status, so it is counted as delivered here).
  */
-function messageStatusUpdate(messageId: string, justFinal: string): Prisma.Sql {
+function messageStatusUpdate(messageId: string, justFinal = ''): Prisma.Sql {
   return Prisma.sql`
       UPDATE messages m SET status = CASE
           WHEN s.delivered = s.total THEN 'delivered'
@@ -40,7 +37,7 @@ function messageStatusUpdate(messageId: string, justFinal: string): Prisma.Sql {
           count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed') AND id <> ${justFinal}) AS open
         FROM deliveries WHERE message_id = ${messageId}
       ) s
-      WHERE m.id = ${messageId} AND s.open = 0`;
+      WHERE m.id = ${messageId} AND s.total > 0 AND s.open = 0`;
 }
 
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
