@@ -125,6 +125,29 @@ describe('concurrent appends', () => {
     });
     expect(Number.isNaN(Date.parse(v.verified_at))).toBe(false);
   }, 60_000);
+
+  it('GET /events/verify while appends continue: every answer is ok and covers the head it read', async () => {
+    const a = await signupAccount(t);
+    const primary = (await rest(t, 'GET', '/boxes', { key: a.apiKey })).body.boxes[0];
+    let appending = true;
+    const writer = (async () => {
+      for (let i = 0; appending && i < 400; i++) {
+        await Promise.all([0, 1, 2].map((k) => rest(t, 'PUT', `/boxes/${primary.id}/signature`, { key: a.apiKey, body: { signature: `s${i}.${k}` } })));
+      }
+    })();
+    const answers: any[] = [];
+    try {
+      for (let i = 0; i < 40; i++) answers.push(await verify(a.apiKey));
+    } finally {
+      appending = false;
+      await writer;
+    }
+    expect(answers.filter((v) => !v.ok)).toEqual([]);
+    // Each check saw a later head than the one before it (appends really ran between them).
+    const seqs = answers.map((v) => v.last_verified_seq);
+    expect(new Set(seqs).size).toBeGreaterThan(5);
+    expect([...seqs].sort((x, y) => x - y)).toEqual(seqs);
+  }, 60_000);
 });
 
 describe('tamper evidence', () => {

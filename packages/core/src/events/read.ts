@@ -96,7 +96,9 @@ export async function verifyChain(input: { db: Db; accountId: string; batchSize?
   let after = 0;
   for (;;) {
     const rows = await input.db.event.findMany({
-      where: { accountId: input.accountId, seq: { gt: after } },
+      // Up to the head as read above: appends move the head in the transaction that inserts the event, so
+      // everything up to it is committed, and an event appended while this runs is left for the next check.
+      where: { accountId: input.accountId, seq: { gt: after, lte: account.chainSeq } },
       orderBy: { seq: 'asc' },
       take: batchSize,
     });
