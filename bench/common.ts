@@ -2,8 +2,12 @@
  * Shared by the benchmarks: a fresh database (dropped at the end), the runtime on ephemeral ports of
  * 127.0.0.1 with its own Redis key prefix (deleted at the end), keep-alive HTTP, signup, and a few numbers.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import http from 'node:http';
+import net from 'node:net';
 import { availableParallelism, loadavg } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -66,11 +70,57 @@ export interface BenchRuntime {
   config: Config;
   apiBase: string;
   smtpPort: number | null;
+  /** The worker's own process (opts.workerProcess), else null: its CPU is measured apart. */
+  workerPid: number | null;
   /** Deletes this run's Redis keys and stops every app. */
   stop(): Promise<void>;
 }
 
-export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boolean; mail: boolean; resolver?: MxResolver }): Promise<BenchRuntime> {
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * The delivery worker as its own OS process (`boxes start worker`), as production and `pnpm start` run it, on
+ * the same database, Redis prefix and secret key; mail that leaves goes to relay. Resolves once it is running.
+ */
+async function startWorkerProcess(config: Config, secretKey: Buffer, relay: string, env: Record<string, string> = {}): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts'), 'start', 'worker'], {
+    cwd: repoRoot,
+    env: {
+      ...process.env,
+      ...env,
+      DATABASE_URL: config.databaseUrl,
+      REDIS_URL: config.redisUrl,
+      REDIS_PREFIX: config.redisPrefix,
+      BOXES_SECRET_KEY: secretKey.toString('hex'),
+      LOG_LEVEL: config.logLevel,
+      SMTP_RELAY_URL: relay,
+      DELIVERY_CONCURRENCY: String(config.deliveryConcurrency),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const end = Date.now() + 120_000;
+  while (!/boxes: running worker/.test(out)) {
+    if (child.exitCode !== null) throw new Error(`the worker process exited ${child.exitCode}: ${out.slice(-2000)}`);
+    if (Date.now() > end) throw new Error(`the worker process did not start: ${out.slice(-2000)}`);
+    await sleep(50);
+  }
+  return child;
+}
+
+export async function startBenchRuntime(
+  db: BenchDatabase,
+  opts: {
+    worker: boolean;
+    mail: boolean;
+    resolver?: MxResolver;
+    env?: Record<string, string>;
+    /** Run the worker as its own process, relaying to this SMTP URL. */
+    workerProcess?: { relay: string };
+  },
+): Promise<BenchRuntime> {
   const redisUrl = localUrl('REDIS_URL', 'redis://127.0.0.1:6379');
   // Only what the benchmark decides: no relay, static route or listener from the caller's environment.
   const config = loadConfig({
@@ -92,24 +142,33 @@ export async function startBenchRuntime(db: BenchDatabase, opts: { worker: boole
     // A benchmark drives thousands of calls a minute through one key.
     KEY_RATE_LIMIT_PER_MINUTE: '0',
     ...(process.env.DELIVERY_CONCURRENCY ? { DELIVERY_CONCURRENCY: process.env.DELIVERY_CONCURRENCY } : {}),
+    ...opts.env,
   });
   const poolSize = process.env.BENCH_DB_POOL ? envInt('BENCH_DB_POOL', 20, 1, 90) : undefined;
+  const secretKey = randomBytes(32);
   const runtime = await startRuntime(config, {
-    secretKey: randomBytes(32),
-    worker: opts.worker,
+    secretKey,
+    worker: opts.worker && !opts.workerProcess,
     mail: opts.mail,
     ...(opts.resolver ? { resolver: opts.resolver } : {}),
     ...(poolSize ? { dbPoolSize: poolSize } : {}),
     log: createLogger(config.logLevel),
     onListening: publicUrlFollowsPort(config),
   });
+  const worker = opts.worker && opts.workerProcess ? await startWorkerProcess(config, secretKey, opts.workerProcess.relay, opts.env) : null;
   return {
     runtime,
     config,
     apiBase: `${runtime.server!.url}/api/v1`,
     smtpPort: runtime.mail?.port ?? null,
+    workerPid: worker?.pid ?? null,
     async stop() {
       try {
+        if (worker && worker.exitCode === null) {
+          const exited = new Promise((r) => worker.once('exit', r));
+          worker.kill('SIGTERM');
+          await exited;
+        }
         await runtime.stop();
       } finally {
         await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
@@ -284,6 +343,21 @@ function machineTicks(): { busy: number; total: number } | null {
   }
 }
 
+/** Jiffies used so far by a whole process (all its threads) and its live descendants, or NaN once it is gone. */
+function processTicks(pid: number, depth = 0): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    let ticks = Number(f[11]) + Number(f[12]);
+    // Children (a cluster's workers, a launcher's real server) count as the app's own.
+    const children = depth < 4 ? readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean) : [];
+    for (const c of children) ticks += processTicks(Number(c), depth + 1) || 0;
+    return ticks;
+  } catch {
+    return NaN;
+  }
+}
+
 /** Jiffies used so far by this process's main thread (the server under test; the load runs in a worker thread). */
 function mainThreadTicks(): number {
   try {
@@ -306,9 +380,26 @@ export class CpuMeter {
   private machine = machineTicks();
   private services: { postgres: number; redis: number };
   private started = performance.now();
+  private children: Map<string, { pid: number; ticks: number }>;
 
-  constructor(private readonly database: string) {
+  /** children: apps running as their own processes (name -> pid), measured apart. */
+  constructor(
+    private readonly database: string,
+    children: Record<string, number | null> = {},
+  ) {
     this.services = serviceTicks(database);
+    this.children = new Map(Object.entries(children).flatMap(([name, pid]) => (pid ? [[name, { pid, ticks: processTicks(pid) }]] : [])));
+  }
+
+  /** CPU milliseconds per item so far: this process's main thread (the server and the worker), PostgreSQL, Redis. */
+  perItem(items: number): { serverMs: number; postgresMs: number; redisMs: number } {
+    const svc = serviceTicks(this.database);
+    const n = Math.max(1, items);
+    return {
+      serverMs: ((mainThreadTicks() - this.main) * 10) / n,
+      postgresMs: ((svc.postgres - this.services.postgres) * 10) / n,
+      redisMs: ((svc.redis - this.services.redis) * 10) / n,
+    };
   }
 
   report(items: number): string {
@@ -320,19 +411,21 @@ export class CpuMeter {
     const svc = serviceTicks(this.database);
     const pgMs = (svc.postgres - this.services.postgres) * 10;
     const redisMs = (svc.redis - this.services.redis) * 10;
+    const kids = [...this.children].map(([name, c]) => ({ name, ms: (processTicks(c.pid) - c.ticks) * 10 }));
+    const kidsMs = kids.reduce((a, k) => a + k.ms, 0);
     const now = machineTicks();
     const cores = availableParallelism();
     let rest = '';
     if (now && this.machine && now.total > this.machine.total) {
       const busy = ((now.busy - this.machine.busy) / (now.total - this.machine.total)) * cores;
-      const other = Math.max(0, busy - (procMs + pgMs + redisMs) / wallMs);
+      const other = Math.max(0, busy - (procMs + kidsMs + pgMs + redisMs) / wallMs);
       rest = `, other jobs ${other.toFixed(2)}; machine ${busy.toFixed(2)} of ${cores} busy`;
     }
     const c = (ms: number) => (ms / wallMs).toFixed(2);
     const per = (ms: number) => (ms / Math.max(1, items)).toFixed(2);
     return (
-      `CPU cores: server thread ${c(mainMs)}, other threads (load client, GC) ${c(otherMs)}, PostgreSQL ${c(pgMs)}, Redis ${c(redisMs)}${rest}\n` +
-      `    CPU ms per message: server thread ${per(mainMs)}, other threads ${per(otherMs)}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}`
+      `CPU cores: server thread ${c(mainMs)}, other threads (load client, GC) ${c(otherMs)}${kids.map((k) => `, ${k.name} process ${c(k.ms)}`).join('')}, PostgreSQL ${c(pgMs)}, Redis ${c(redisMs)}${rest}\n` +
+      `    CPU ms per message: server thread ${per(mainMs)}, other threads ${per(otherMs)}${kids.map((k) => `, ${k.name} process ${per(k.ms)}`).join('')}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}`
     );
   }
 }
@@ -340,4 +433,33 @@ export class CpuMeter {
 /** The 1-minute load average, to see whether other jobs share the machine. */
 export function loadNote(): string {
   return `load average ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} cores`;
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (for a server the bench starts as its own process). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+/** Resolves once something accepts connections on 127.0.0.1:port; throws after ms. */
+export async function waitForPort(port: number, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = net.connect({ host: '127.0.0.1', port }, () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > end) throw new Error(`nothing listens on 127.0.0.1:${port}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

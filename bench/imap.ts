@@ -10,7 +10,7 @@
  * into a fresh Maildir: cold (the first login: Boxes folds the event stream into a new folder, Dovecot builds a
  * new index) and warm. Printed: the best time of each kind per server (other jobs on the machine only ever make
  * a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
- * server during the last warm Boxes sync.
+ * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync.
  *
  *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
  */
@@ -18,14 +18,13 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { promisify } from 'node:util';
 import { receiveMessage } from '@boxes/core';
-import { createBenchDatabase, envInt, loadNote, main, request, signupAccounts, startBenchRuntime } from './common';
+import { createBenchDatabase, envInt, freePort, loadNote, main, request, signupAccounts, startBenchRuntime, waitForPort } from './common';
 
 const N = envInt('BENCH_IMAP', 10_000);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 900) * 1000;
@@ -110,36 +109,9 @@ async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
       const { profile } = await session.post('Profiler.stop');
       fs.writeFileSync(file, JSON.stringify(profile));
       session.disconnect();
-      console.log(`  CPU profile of the warm Boxes sync: ${file}`);
+      console.log(`  CPU profile of a Boxes sync: ${file}`);
     },
   };
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
-
-async function waitForPort(port: number, ms: number): Promise<void> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = net.connect({ host: '127.0.0.1', port }, () => {
-        s.destroy();
-        resolve(true);
-      });
-      s.once('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() > end) throw new Error(`nothing listens on 127.0.0.1:${port}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 async function peerCertificate(port: number): Promise<string> {
@@ -345,7 +317,9 @@ await main('bench:imap', async (onCleanup) => {
       ['boxes', boxesServer],
       ['dovecot', dovecotServer],
     ] as const) {
+      const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile() : null;
       const cold = await mbsync(root, `${name}-cold`, server);
+      if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
       const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
       const warm = await mbsync(root, `${name}-warm`, server);
       if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);

@@ -12,15 +12,22 @@
  *   BENCH_MX=5000 BENCH_MX_CONNECTIONS=8 BENCH_MX_ACCOUNTS=4 BENCH_MX_BOXES=3 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
  *   BENCH_DB_POOL (default: the runtime's)
  *
- * The anchor, measured in the same run: a bare smtp-server on this thread that accepts and discards (the same
- * connections, the same STARTTLS, the same messages), the ceiling of the protocol library Boxes builds on.
+ * The anchors, measured in the same run: a bare smtp-server on this thread that accepts and discards (the same
+ * connections, the same STARTTLS, the same messages), the ceiling of the protocol library Boxes builds on; and
+ * Haraka (npm `Haraka`, installed into ~/.cache/boxes-bench when missing, BENCH_HARAKA=0 skips it), a complete
+ * Node MTA in its own process with the tls plugin, a plugin that accepts every recipient and queue/discard.
  */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { generate } from 'selfsigned';
 import { SMTPServer } from 'smtp-server';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, request, signupAccounts, startBenchRuntime } from './common';
+import { CpuMeter, createBenchDatabase, envInt, freePort, loadNote, main, percentile, rate, request, signupAccounts, sleep, startBenchRuntime, waitForPort } from './common';
 import { LoadClient, now } from './load';
 
 const M = envInt('BENCH_MX', 5000);
@@ -30,6 +37,7 @@ const BOXES = envInt('BENCH_MX_BOXES', 3, 1, 50);
 const WARMUP = envInt('BENCH_WARMUP', 200, 0);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const TLS = process.env.BENCH_MX_TLS !== '0';
+const HARAKA_VERSION = '3.3.4';
 
 await main('bench:mx', async (onCleanup) => {
   const deadline = Date.now() + TIMEOUT_MS;
@@ -98,7 +106,73 @@ await main('bench:mx', async (onCleanup) => {
   const bareRate = rate(a.ok, a.t1 - a.t0);
   console.log(`  anchor: bare smtp-server (accept and discard; same connections, same STARTTLS): ${a.ok}/${M} accepted; ${cpuBare.report(a.ok)}`);
   console.log(`mx anchor: bare smtp-server ${bareRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, bareRate)).toFixed(0)}% of it`);
+
+  if (process.env.BENCH_HARAKA === '0') return;
+  const haraka = await startHaraka().catch((err: Error) => err);
+  if (haraka instanceof Error) {
+    console.log(`  anchor: Haraka skipped (${haraka.message.split('\n')[0]})`);
+    return;
+  }
+  onCleanup(() => haraka.close());
+  const h = { ...smtp, port: haraka.port };
+  if (WARMUP) await load.call({ op: 'smtpSends', ...h, count: WARMUP, startSeq: 0 });
+  const cpuHaraka = new CpuMeter(db.name, { haraka: haraka.pid });
+  const hr = await load.call({ op: 'smtpSends', ...h, count: M, startSeq: WARMUP });
+  const harakaRate = rate(hr.ok, hr.t1 - hr.t0);
+  console.log(`  anchor: Haraka ${haraka.version} (tls, accept every recipient, queue/discard; its own process): ${hr.ok}/${M} accepted; ${cpuHaraka.report(hr.ok)}`);
+  console.log(`mx anchor: Haraka ${harakaRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, harakaRate)).toFixed(0)}% of it`);
 });
+
+
+/**
+ * Haraka as the MTA operators run, in its own process on a free port: installed from npm into a cache folder the
+ * first time, configured in a temporary folder (its own defaults from `haraka -i`, then smtp.ini, the plugin list,
+ * a self-signed certificate for STARTTLS and a one-line plugin that accepts every recipient). Messages are
+ * accepted and thrown away (queue/discard with YES_REALLY_DO_DISCARD), as the bare anchor does.
+ */
+async function startHaraka(): Promise<{ port: number; pid: number; version: string; close(): Promise<void> }> {
+  const run = promisify(execFile);
+  const home = path.join(os.homedir(), '.cache', 'boxes-bench', `haraka-${HARAKA_VERSION}`);
+  const bin = path.join(home, 'node_modules', 'Haraka', 'bin', 'haraka');
+  if (!fs.existsSync(bin)) {
+    console.log(`  installing Haraka ${HARAKA_VERSION} from npm into ${home}`);
+    fs.mkdirSync(home, { recursive: true });
+    await run('npm', ['install', '--prefix', home, '--no-audit', '--no-fund', `Haraka@${HARAKA_VERSION}`], { timeout: 300_000 });
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-haraka-'));
+  await run(process.execPath, [bin, '-i', dir], { timeout: 60_000 });
+  const port = await freePort();
+  const pems = await generate([{ name: 'commonName', value: 'haraka.bench.test' }], { keySize: 2048, algorithm: 'sha256' });
+  const cfg = (f: string) => path.join(dir, 'config', f);
+  fs.writeFileSync(cfg('smtp.ini'), `listen=127.0.0.1:${port}\n`);
+  fs.writeFileSync(cfg('plugins'), 'tls\naccept_all\nqueue/discard\n');
+  fs.writeFileSync(cfg('log.ini'), '[main]\nlevel=error\n');
+  fs.writeFileSync(cfg('tls_key.pem'), pems.private);
+  fs.writeFileSync(cfg('tls_cert.pem'), pems.cert);
+  // Haraka 3.3's connection code reads a greeting that its shipped connection.ini does not define.
+  fs.appendFileSync(cfg('connection.ini'), '\n[message]\ngreeting[]=Haraka (boxes bench anchor)\n');
+  fs.writeFileSync(path.join(dir, 'plugins', 'accept_all.js'), 'exports.hook_rcpt = function (next) { next(OK); };\n');
+  const child: ChildProcess = spawn(process.execPath, [bin, '-c', dir], { env: { ...process.env, YES_REALLY_DO_DISCARD: '1' }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<never>((_, reject) => child.once('exit', (code) => reject(new Error(`Haraka exited ${code}: ${err.slice(-500)}`))));
+  exited.catch(() => undefined);
+  await Promise.race([waitForPort(port, 60_000), exited]);
+  return {
+    port,
+    pid: child.pid!,
+    version: HARAKA_VERSION,
+    close: async () => {
+      if (child.exitCode === null) {
+        const exited = new Promise((r) => child.once('exit', r));
+        child.kill('SIGTERM');
+        await Promise.race([exited, sleep(5000)]);
+        if (child.exitCode === null) child.kill('SIGKILL');
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 /** An smtp-server that accepts every message and discards it, with STARTTLS like the MX. */
 async function startBareSmtp(): Promise<{ port: number; close(): Promise<void> }> {

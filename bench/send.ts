@@ -11,6 +11,8 @@
  *   BENCH_SENDS=5000 BENCH_CONCURRENCY=64 BENCH_ACCOUNTS=20 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
  *   BENCH_DB_POOL (default: the runtime's) DELIVERY_CONCURRENCY (default: the config's)
  *   BENCH_DELIVER=0 runs the API alone (no worker; the deliveries stay queued)
+ *   BENCH_PROCESSES=1 runs the worker as its own process (`boxes start worker`, relaying to the sink), as
+ *   `pnpm start` and production do; its CPU is measured apart
  *
  * The anchor, measured in the same run on the same database: the raw ceiling of the event log, one
  * hash-chained append per message done with plain SQL over pg (the statement appendEvent runs, no HTTP, no
@@ -30,6 +32,7 @@ const ACCOUNTS = envInt('BENCH_ACCOUNTS', 20, 1, 500);
 const WARMUP = envInt('BENCH_WARMUP', 200, 0);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const DELIVER = process.env.BENCH_DELIVER !== '0';
+const PROCESSES = process.env.BENCH_PROCESSES === '1';
 const SINK_DOMAIN = 'sink.test';
 
 await main('bench:send', async (onCleanup) => {
@@ -44,6 +47,7 @@ await main('bench:send', async (onCleanup) => {
     worker: DELIVER,
     mail: false,
     resolver: staticResolver({ [SINK_DOMAIN]: { host: '127.0.0.1', port: sinkPort } }),
+    ...(PROCESSES ? { workerProcess: { relay: `smtp://127.0.0.1:${sinkPort}` } } : {}),
   });
   // Runs before the load worker closes (cleanup runs in reverse): the sink waits for the worker's pooled
   // SMTP connections when it stops.
@@ -63,9 +67,9 @@ await main('bench:send', async (onCleanup) => {
   }
 
   console.log(
-    `bench:send: ${N} sends from ${ACCOUNTS} accounts, ${CONCURRENCY} in flight, after ${WARMUP} warm-up sends${DELIVER ? '' : ', no delivery worker'}; ${loadNote()}`,
+    `bench:send: ${N} sends from ${ACCOUNTS} accounts, ${CONCURRENCY} in flight, after ${WARMUP} warm-up sends${DELIVER ? (PROCESSES ? ', the worker as its own process' : ', all apps in this process') : ', no delivery worker'}; ${loadNote()}`,
   );
-  const cpu = new CpuMeter(db.name);
+  const cpu = new CpuMeter(db.name, { worker: rt.workerPid });
   const elu0 = performance.eventLoopUtilization();
   const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
   const acceptedMs = run.t1 - run.t0;

@@ -71,6 +71,13 @@ if ! command -v chromium >/dev/null 2>&1; then
   command -v chromium >/dev/null 2>&1 || echo "chromium is not installed: the /docs browser test needs it (apt-get install -y chromium)" >&2
 fi
 
+# The spam tests (tests/e2e/trust-spam.test.ts) run Debian's rspamd on an ephemeral port with a temporary
+# configuration (the package's own rules; its system service is not used).
+if ! command -v rspamd >/dev/null 2>&1; then
+  install_if_missing rspamd rspamd || true
+  command -v rspamd >/dev/null 2>&1 || echo "rspamd is not installed: the spam e2e tests need it (apt-get install -y rspamd)" >&2
+fi
+
 # The DNS tests (tests/e2e/dns-*.test.ts) ask with dig (Debian bind9-dnsutils) and compare apps/dns with PowerDNS
 # (pdns-server with its generic PostgreSQL backend, pdns-backend-pgsql) on the same rows.
 if ! command -v dig >/dev/null 2>&1; then

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compactVerify, importSPKI } from 'jose';
-import { AdjustableClock } from '@boxes/core';
+import { AdjustableClock, open } from '@boxes/core';
 import { rest, signupAccount, waitFor, startTestServer, type ApiEvent, type TestAccount, type TestServer } from '@boxes/testing';
 import { eventHash, opensslVerify, payloadOf, recomputeChain } from './audit-helpers';
 import { rawMessage, sendRaw } from './mail-receive-helpers';
@@ -26,7 +26,10 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-/** Delivers a message to the account through the MX; returns the received message and the raw bytes sent. */
+/**
+ * Delivers a message to the account through the MX; returns the received message and the raw bytes stored: the
+ * bytes sent, below the MX's trace headers (Received-SPF, Authentication-Results).
+ */
 async function receive(subject: string): Promise<{ id: string; raw: string }> {
   const raw = rawMessage({ From: 'Sender <sender@outside.test>', To: a.primaryAddress, Subject: subject, 'Message-ID': `<${subject.replace(/\W/g, '')}@outside.test>` }, `body of ${subject}`);
   const r = await sendRaw(t.smtpPort!, { from: 'sender@outside.test', to: [a.primaryAddress] }, raw);
@@ -35,7 +38,11 @@ async function receive(subject: string): Promise<{ id: string; raw: string }> {
     const list = await rest(t, 'GET', '/messages?direction=received&limit=200', { key: a.apiKey });
     return (list.body.messages as any[]).find((x) => x.subject === subject);
   });
-  return { id: m.id, raw };
+  const row = await t.db.message.findUniqueOrThrow({ where: { id: m.id }, select: { rawEnc: true } });
+  const stored = open(t.svc.secretKey, row.rawEnc!).toString();
+  expect(stored.endsWith(raw)).toBe(true);
+  expect(stored).toMatch(/^Received-SPF: /);
+  return { id: m.id, raw: stored };
 }
 
 async function publicKey(keyId?: string) {
@@ -108,7 +115,7 @@ describe('audit bundles', () => {
       retention: { audit_retention_days: 14, source: 'default' },
       signing: { alg: 'EdDSA', key_id: pk.key_id, public_key_url: `${t.apiBase}/audit/public-key?key_id=${pk.key_id}` },
     });
-    // The SHA-256 of the raw bytes the MX was given.
+    // The SHA-256 of the raw bytes stored: those the MX was given, below its trace headers.
     expect(p.raw_sha256).toBe(createHash('sha256').update(received.raw).digest('hex'));
     // When the body is due to go, 14 days after it was recorded.
     expect(Date.parse(p.retention.body_reclaim_due_at_utc) - Date.parse(p.message.recorded_at)).toBe(14 * DAY);

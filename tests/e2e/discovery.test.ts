@@ -72,6 +72,14 @@ describe('GET /.well-known/agentic.json', () => {
     for (const url of docs) await ok(url);
     // Calls a key reads.
     for (const url of [m.events.poll, m.support.questions, m.support.feature_requests, m.mcp.management]) await ok(url, { headers: auth });
+    // The event stream answers 200 with text/event-stream and stays open: read its first bytes, then let go.
+    const stream = await fetch(m.events.stream, { headers: auth });
+    expect(stream.status).toBe(200);
+    expect(stream.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const reader = stream.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    await reader.cancel();
+    checked.add(m.events.stream);
     // The API base is the prefix of them all; tRPC answers a procedure under its URL.
     expect(m.events.poll.startsWith(`${m.api_base_url}/`)).toBe(true);
     checked.add(m.api_base_url);

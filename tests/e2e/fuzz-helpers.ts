@@ -41,6 +41,8 @@ export function operationsOf(doc: Schema): Operation[] {
   const ops: Operation[] = [];
   for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, Schema>>)) {
     for (const [method, op] of Object.entries(item)) {
+      // The event stream never ends: it is no request-and-answer operation to fuzz (events-stream.test.ts tests it).
+      if (op['x-boxes-stream']) continue;
       const procedure = String(op.operationId).replace(/-/g, '.');
       ops.push({
         method: method.toUpperCase(),

@@ -68,8 +68,13 @@ describe('imapflow', () => {
       expect(msg.envelope?.subject).toBe(subject);
       expect(msg.envelope?.from?.[0]).toMatchObject({ name: 'Sender Person', address: 'ann@outside.test' });
       expect(msg.envelope?.to?.[0]?.address).toBe(a.primaryAddress);
-      expect(msg.source?.toString()).toBe(raw);
-      expect(msg.size).toBe(Buffer.byteLength(raw));
+      // The stored copy is the message as received, with the MX's verdict on top (Received-SPF, Authentication-Results).
+      const source = msg.source?.toString() ?? '';
+      expect(source.endsWith(raw)).toBe(true);
+      const stamp = source.slice(0, source.length - raw.length);
+      expect(stamp).toMatch(/^Received-SPF: /);
+      expect(stamp).toContain(`\r\nAuthentication-Results: ${t.config.mailHost};`);
+      expect(msg.size).toBe(Buffer.byteLength(source));
       expect([...(msg.flags ?? [])]).toEqual([]);
       expect(msg.bodyStructure?.type).toBe('multipart/mixed');
       expect(msg.bodyStructure?.childNodes?.map((n) => n.type)).toEqual(['multipart/alternative', 'text/plain']);

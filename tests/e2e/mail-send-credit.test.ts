@@ -108,7 +108,7 @@ describe('the SDK', () => {
 
     const sent = await client.messages.send.mutate({ to: [to], subject: 'via sdk', text: 'typed', context: { order: 9 } });
     expectTypeOf(sent.message_id).toEqualTypeOf<string>();
-    expectTypeOf(sent.status).toEqualTypeOf<'queued' | 'suppressed'>();
+    expectTypeOf(sent.status).toEqualTypeOf<'queued' | 'scheduled' | 'suppressed'>();
     expectTypeOf(sent.billing.messages).toEqualTypeOf<number>();
     expect(sent).toMatchObject({ status: 'queued', from: a.primaryAddress, recipients: [to], suppressed: [] });
     expect(sent.message_id).toMatch(/^msg_[0-9a-z]{20}$/);

@@ -5,6 +5,7 @@
  * a box-restricted key, and the looping-single-sends warning.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { start as startWorker } from '@boxes/worker';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { events, getMessage, MailSink, send, unique, waitFor, waitSettled } from './mail-send-helpers';
 
@@ -238,5 +239,35 @@ describe('who may send, and how often', () => {
     const loop = await events(t, a.apiKey, 'send.loop_detected');
     expect(loop).toHaveLength(1);
     expect(loop[0]!.data.distinct_recipients_last_minute).toBe(21);
+  });
+});
+
+describe('a worker that stopped between the remote 250 and recording it', () => {
+  it('the next run records the delivery from the committed 250 and sends nothing again', async () => {
+    // A server without a worker: the send's delivery waits in the queue.
+    const s = await startTestServer({ worker: false });
+    try {
+      const a = await signupAccount(s);
+      const to = `once-${unique()}@remote.test`;
+      const r = await send(s, a.apiKey, { to, subject: 'accepted before the crash', text: 'x' });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      // What the crashed run left: the 250 committed on its own, the outcome not recorded.
+      const n = await s.db.$executeRaw`UPDATE deliveries SET accepted_at = now(), accepted_response = '250 2.0.0 Ok: queued as ABC', remote_mta = 'mx.remote.test' WHERE message_id = ${r.body.message_id}`;
+      expect(n).toBe(1);
+      const w = await startWorker(s.config, { svc: s.svc, log: s.runtime.log, publish: null, resolver: sink.resolver() });
+      try {
+        const m = await waitSettled(s, a.apiKey, r.body.message_id);
+        expect(m.status).toBe('delivered');
+        expect(m.deliveries[0]).toMatchObject({ recipient: to, status: 'delivered' });
+        const delivered = (await events(s, a.apiKey, 'mail.delivered')).filter((e) => e.data.message_id === r.body.message_id);
+        expect(delivered).toHaveLength(1);
+        expect(delivered[0]!.data).toMatchObject({ remote_mta: 'mx.remote.test', response: '250 2.0.0 Ok: queued as ABC' });
+        expect(sink.rcptFor(to)).toEqual([]);
+      } finally {
+        await w.stop();
+      }
+    } finally {
+      await s.stop();
+    }
   });
 });

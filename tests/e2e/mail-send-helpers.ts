@@ -77,6 +77,10 @@ export class MailSink {
   }
 
   async start(): Promise<void> {
+    // A sender that dies mid-session (a killed worker) resets its connection: that is the sender's problem.
+    this.server.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ECONNRESET' && err.code !== 'EPIPE') throw err;
+    });
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', () => r()));
     this.port = (this.server.server.address() as AddressInfo).port;
   }

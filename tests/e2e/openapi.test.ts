@@ -23,6 +23,7 @@ type Operation = {
   parameters?: { name: string; in: string; required?: boolean }[];
   requestBody?: { content?: Record<string, unknown> };
   responses: Record<string, { description?: string; content?: Record<string, { schema?: Record<string, unknown> }> }>;
+  'x-boxes-stream'?: boolean;
 };
 type Doc = {
   openapi: string;
@@ -89,10 +90,11 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
+/** The router's operations (the event stream, served beside the router and marked x-boxes-stream, left out). */
 function operations(): { method: string; path: string; op: Operation }[] {
   return Object.entries(doc.paths).flatMap(([path, item]) =>
     Object.entries(item)
-      .filter(([m]) => HTTP_METHODS.includes(m))
+      .filter(([m, op]) => HTTP_METHODS.includes(m) && !op['x-boxes-stream'])
       .map(([method, op]) => ({ method, path, op })),
   );
 }
@@ -135,6 +137,12 @@ describe('GET /openapi.json and /openapi.yaml', () => {
       .map((o) => `${o.method.toUpperCase()} ${o.path}`)
       .sort();
     expect(fromDoc).toEqual(fromRouter);
+    // ... and the one stream served beside the router, described by hand.
+    const streams = Object.entries(doc.paths).flatMap(([path, item]) => Object.entries(item).filter(([, op]) => op['x-boxes-stream']).map(([m]) => `${m.toUpperCase()} ${path}`));
+    expect(streams).toEqual(['GET /events/stream']);
+    const stream = doc.paths['/events/stream']!.get!;
+    expect(Object.keys(stream.responses['200']!.content ?? {})).toEqual(['text/event-stream']);
+    expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '503']);
     // Spot-check the spec's paths are there under their spec names.
     for (const want of ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /boxes', 'GET /boxes', 'DELETE /boxes/{id}', 'PUT /boxes/{id}/signature', 'GET /events', 'GET /events/verify', 'POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}']) {
       expect(fromDoc).toContain(want);

@@ -37,7 +37,7 @@ afterAll(async () => {
   if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
 });
 
-const AGENT = `import { BoxesError, confirmSignup, createBoxesClient, signup, verifyWebhook } from '@boxes/sdk';
+const AGENT = `import { BoxesError, confirmSignup, createBoxesClient, signup, streamEvents, verifyWebhook } from '@boxes/sdk';
 
 const base = process.argv[2]!;
 const intent = await signup(base, { human_email: 'agent-owner@example.com', domain_intent: { mode: 'subdomain' } });
@@ -52,7 +52,12 @@ try {
   if (err instanceof BoxesError) code = err.code + ' ' + err.status;
 }
 const types: string[] = events.map((e) => e.type);
-console.log(JSON.stringify({ address: box.address, primary: account.primary_address, types, code, verify: typeof verifyWebhook }));
+const streamed: string[] = [];
+for await (const e of streamEvents({ baseUrl: base, apiKey: account.api_key })) {
+  streamed.push(e.type);
+  if (e.type === 'box.created') break;
+}
+console.log(JSON.stringify({ address: box.address, primary: account.primary_address, types, streamed, code, verify: typeof verifyWebhook }));
 `;
 
 it('installs from the tarball without workspace or server packages', () => {
@@ -99,5 +104,8 @@ it('the agent script runs with node against a live instance', async () => {
   expect(out.primary).toMatch(/^agent@/);
   expect(out.types).toEqual(expect.arrayContaining(['signup.completed', 'box.created']));
   expect(out.code).toBe('box_exists 409');
+  // The SSE stream through the SDK's async iterator: the same events, in order.
+  expect(out.streamed).toEqual(out.types.slice(0, out.streamed.length));
+  expect(out.streamed.at(-1)).toBe('box.created');
   expect(out.verify).toBe('function');
 }, 120_000);

@@ -13,6 +13,7 @@ import type { Config } from '@boxes/config';
 import { receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { envelopeAddressProblem, headerHasNul } from './mx-input';
+import { decideAtData, rcptRefusal, type RcptRows } from './mx-trust';
 
 /** More Received headers than this means the message is looping between servers. */
 export const MAX_RECEIVED_HEADERS = 30;
@@ -45,6 +46,7 @@ function countReceived(raw: Buffer): number {
 export async function start(config: Config, deps: { svc: Services; log: Logger }): Promise<MailServerHandle> {
   const { svc, log } = deps;
   const resolved = new Map<string, RecipientResolution[]>();
+  const listRows = new Map<string, RcptRows>();
   const tls = await tlsMaterial(config);
 
   const server = new SMTPServer({
@@ -66,12 +68,14 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     },
     onClose(session) {
       resolved.delete(session.id);
+      listRows.delete(session.id);
     },
     onMailFrom(address, session, cb) {
       const bad = address.address ? envelopeAddressProblem(address.address) : null;
       if (bad) return cb(new SmtpReply(553, `5.1.7 Bad sender address syntax: ${bad}`));
       // A new transaction on the same connection starts with no recipients.
       resolved.set(session.id, []);
+      listRows.set(session.id, new Map());
       cb();
     },
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, cb) {
@@ -82,10 +86,14 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
         cb(new SmtpReply(452, `4.5.3 Too many recipients (at most ${config.smtp.maxRecipients} per message)`));
         return;
       }
+      const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;
       resolveRecipient(svc, address.address)
-        .then((r) => {
+        .then(async (r) => {
           if (r.kind === 'not_hosted') return cb(new SmtpReply(550, `5.7.1 <${address.address}>: relay access denied, this server only accepts mail for its own domains`));
           if (r.kind === 'unknown_box') return cb(new SmtpReply(550, `5.1.1 <${address.address}>: no such mailbox`));
+          // The box's block lists against the envelope sender (core/trust).
+          const refused = r.kind === 'box' ? await rcptRefusal(svc, listRows.get(session.id) ?? new Map(), r.box, mailFrom) : null;
+          if (refused) return cb(new SmtpReply(refused.code, refused.message));
           list.push(r);
           resolved.set(session.id, list);
           cb();
@@ -106,8 +114,13 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
         if (countReceived(raw) > MAX_RECEIVED_HEADERS) return cb(new SmtpReply(554, '5.4.6 Routing loop detected: too many Received headers'));
         const recipients = resolved.get(session.id) ?? [];
         const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;
-        receiveMessage(svc, { raw, recipients, mailFrom, via: 'smtp' })
-          .then((stored) => cb(null, `2.0.0 Ok: stored ${stored.messageIds.length} message(s)`))
+        // Verified, scored and checked against each box's lists and policy before anything is stored (core/trust).
+        decideAtData(svc, config, { raw, recipients, mailFrom, ip: session.remoteAddress || null, helo: session.hostNameAppearsAs || null, rows: listRows.get(session.id) ?? new Map() })
+          .then(async (d) => {
+            if (d.refusal) return cb(new SmtpReply(d.refusal.code, d.refusal.message));
+            const stored = await receiveMessage(svc, { raw: d.raw, recipients: d.recipients, mailFrom, via: 'smtp', trust: d.trust });
+            cb(null, `2.0.0 Ok: stored ${stored.messageIds.length} message(s)`);
+          })
           .catch((err) => {
             log.error({ err }, 'storing inbound mail failed');
             cb(new SmtpReply(451, '4.3.0 Temporary failure storing the message, try again later'));

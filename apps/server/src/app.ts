@@ -15,7 +15,9 @@ import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
 import { mountOwnerPages } from './owner';
 import { mountExports } from './exports';
+import { mountForwardConfirmation } from './forwards';
 import { createMcpHandler } from './mcp';
+import { createEventStreamHandler } from './event-stream';
 import { mountOps } from './ops';
 import { createRestHandler, errorResponse, REST_PREFIX, retryAfterOf, routeTable } from './rest';
 
@@ -56,11 +58,13 @@ export function createApp(svc: Services, log: Logger): Hono {
   const routeOf = (method: string, p: string): string => {
     if (p.startsWith(`${REST_PREFIX}/`)) {
       const sub = p.slice(REST_PREFIX.length);
+      if (sub === '/events/stream') return p;
       return `${REST_PREFIX}${getDocs().routes.find((r) => r.method === method && r.pattern.test(sub))?.path ?? '/(unknown)'}`;
     }
     if (p.startsWith('/trpc/')) return '/trpc';
     if (p.startsWith('/owner') || p.startsWith('/pay/')) return p.startsWith('/pay/') ? '/pay/{id}' : '/owner/*';
     if (p.startsWith('/exports/')) return '/exports/{token}';
+    if (p.startsWith('/forwards/confirm/')) return '/forwards/confirm/{token}';
     return ['/', '/mcp', '/openapi.json', '/openapi.yaml', '/skill.md', '/.well-known/agentic.json', '/healthz', '/readyz', '/metrics'].includes(p) || p.startsWith('/docs') ? p.split('/').slice(0, 2).join('/') || '/' : '(other)';
   };
   mountOps(app, svc, routeOf);
@@ -98,6 +102,9 @@ export function createApp(svc: Services, log: Logger): Hono {
     return c.body(chosen.public_key_pem, 200, { 'content-type': 'application/x-pem-file', 'x-audit-key-id': chosen.key_id });
   };
   app.get(`${REST_PREFIX}/audit/public-key`, pemRoute);
+  // Server-Sent Events: a long-lived response, served beside the router (README "Push without a public URL").
+  const eventStream = createEventStreamHandler(svc, log);
+  app.get(`${REST_PREFIX}/events/stream`, (c) => eventStream(c.req.raw));
   app.all(`${REST_PREFIX}`, (c) => rest(noteClient(c)));
   app.all(`${REST_PREFIX}/*`, (c) => rest(noteClient(c)));
 
@@ -151,13 +158,14 @@ export function createApp(svc: Services, log: Logger): Hono {
         example: { human_email: 'owner@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } },
       },
       auth: { type: 'bearer', key_prefix: 'bxs_live_', scopes: ['send', 'receive', 'admin'] },
-      events: { poll: `${svc.config.apiBaseUrl}/events`, webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)', mqtt: svc.config.mqtt.publicUrl },
+      events: { poll: `${svc.config.apiBaseUrl}/events`, stream: `${svc.config.apiBaseUrl}/events/stream`, webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)', mqtt: svc.config.mqtt.publicUrl },
       pricing: priceList(svc.config),
       support: { questions: `${svc.config.apiBaseUrl}/support/questions`, feature_requests: `${svc.config.apiBaseUrl}/feature-requests`, email: null },
       skills: [
         { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm'], skill_url: `${site}/skill.md` },
-        { name: 'send', description: 'Send mail with context and idempotency', operations: ['POST /messages/send'] },
-        { name: 'receive', description: 'Poll events and messages, or get them pushed', operations: ['GET /events', 'GET /messages', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
+        { name: 'send', description: 'Send mail with context and idempotency, now or scheduled (send_at; cancellable)', operations: ['POST /messages/send', 'POST /messages/{id}/cancel'] },
+        { name: 'receive', description: 'Poll events and messages, or get them pushed (webhook, MQTT, or the Server-Sent Events stream at events.stream, which needs no public URL)', operations: ['GET /events', 'GET /messages', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
+        { name: 'conversations', description: 'Threads of messages and replies that set the recipients, subject and threading headers', operations: ['GET /threads', 'GET /threads/{id}', 'POST /messages/{id}/reply'] },
         { name: 'verify', description: 'Verify webhook signatures and the hash-chained event log', operations: ['GET /account/webhook', 'GET /events/verify'] },
         {
           name: 'audit',
@@ -185,6 +193,7 @@ export function createApp(svc: Services, log: Logger): Hono {
   mountDocs(app);
   mountOwnerPages(app, svc, log);
   mountExports(app, svc, log);
+  mountForwardConfirmation(app, svc, log);
 
   app.notFound((c) => errorResponse(new AppError('not_found', `No page ${c.req.method} ${new URL(c.req.url).pathname}`), newId('req')));
   app.onError((err, c) => {

@@ -3,7 +3,8 @@
  * scheduler: recurring debits, then a sweep of payments whose deadline passed), one-off payment checks (an MPP
  * token due 3 s after approval), closing accounts' data exports, the repeatable audit job (chain checkpoints,
  * body retention, deletion of closed accounts) and the repeatable domain verifier (pending claims due for a DNS check). Notices (mail the service sends) are enqueued when their transaction commits
- * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery.
+ * (LISTEN boxes_notices) and by a sweeper, and sent with the delivery machinery. The same queue finishes the
+ * provisioning of dedicated sending IPs and sends auto-forwarded copies (forward runs, swept with the notices).
  */
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
@@ -11,6 +12,10 @@ import {
   buildExport,
   deleteClosedAccounts,
   deliverNotice,
+  finishPendingSendingIps,
+  finishProvisioning,
+  runForward,
+  sweepForwardRuns,
   isServiceUnavailable,
   NOTICES_CHANNEL,
   pendingExports,
@@ -24,7 +29,7 @@ import {
 } from '@boxes/core';
 import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
-import { listenForever, pauseOnOutage } from './outage';
+import { listenForever, pauseOnOutage, retryAtStart } from './outage';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
@@ -58,6 +63,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   const cycle = async () => {
     const r = await runBillingCycle(svc);
     const payments = await sweepPayments(svc);
+    await finishPendingSendingIps(svc);
     if (r.entries || payments) log.info({ ...r, payments }, 'billing cycle');
     return { ...r, payments };
   };
@@ -92,6 +98,8 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
         else if (job.name === 'cycle') await cycle();
         else if (job.name === 'audit') await audit();
         else if (job.name === 'export' && job.data.exportId) await exportJob(job, job.data.exportId);
+        else if (job.name === 'sending-ip' && job.data.sendingIpId) await finishProvisioning(svc, job.data.sendingIpId);
+        else if (job.name === 'forward' && job.data.forwardRunId) await runForward(svc, job.data.forwardRunId);
         else if (job.name === 'domains') {
           const r = await runDomainVerification(svc);
           if (r.live || r.expired) log.info(r, 'domain verification');
@@ -104,9 +112,11 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   );
   billing.on('error', (err) => log.error({ err }, 'billing worker error'));
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
-  await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
-  await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
-  await svc.jobs.scheduleAudit(config.audit.cycleMs);
+  await retryAtStart(log, 'schedule the repeatable jobs', async () => {
+    await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
+    await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
+    await svc.jobs.scheduleAudit(config.audit.cycleMs);
+  });
 
   const notices: Worker<NoticeJob> = new Worker<NoticeJob>(
     QUEUE.notices,
@@ -143,6 +153,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   });
   const timer = setInterval(() => {
     sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed'));
+    sweepForwardRuns(svc).catch((err) => log.error({ err }, 'forward sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
   timer.unref();
 

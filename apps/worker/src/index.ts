@@ -13,15 +13,19 @@ import type { PublishFn } from '@boxes/core';
 import { startPush, type PushEngine } from './push';
 import { startBilling, type BillingHandle } from './billing';
 import { pauseOnOutage } from './outage';
+import { startBulk, type BulkHandle } from './bulk';
 
 export { startPush, type PushEngine } from './push';
 export { startBilling, type BillingHandle } from './billing';
+export { startBulk, type BulkHandle } from './bulk';
 
 export interface WorkerHandle {
   /** Enqueues every delivery the sweeper finds left behind (queued or due longer than graceMs); returns how many. */
   sweep(graceMs?: number): Promise<number>;
   push: PushEngine;
   billing: BillingHandle;
+  /** Bulk send jobs (queue bulk). */
+  bulk: BulkHandle;
   stop(): Promise<void>;
 }
 
@@ -63,6 +67,11 @@ export async function start(
       prefix: config.redisPrefix,
       concurrency: config.deliveryConcurrency,
       settings: { backoffStrategy: (attemptsMade: number) => retryDelayMs(attemptsMade) },
+      // A worker that dies (SIGKILL, a lost machine) holds its active deliveries until their locks expire: short
+      // locks (renewed every 5 s while a delivery runs) and a 5 s stalled check hand them to another worker
+      // within seconds instead of BullMQ's default 30 s + 30 s.
+      lockDuration: 10_000,
+      stalledInterval: 5_000,
     },
   );
   worker.on('failed', (job, err) => {
@@ -77,6 +86,8 @@ export async function start(
         OR: [
           { status: 'queued', createdAt: { lt: new Date(now - graceMs) } },
           { status: 'deferred', nextAttemptAt: { lt: new Date(now - graceMs) } },
+          // A scheduled send whose delayed job was lost (Redis lost its data): due is due.
+          { status: 'scheduled', message: { sendAt: { lt: new Date(now - graceMs) } } },
         ],
       },
       select: { id: true },
@@ -93,10 +104,12 @@ export async function start(
   // lost its data lost their jobs). Enqueueing is idempotent (the job id is the delivery id): sweep at once.
   // The queues' own connection (the one enqueueing goes through) says when Redis is back.
   const onRedisBack = () => {
-    log.info('redis is back: sweeping deliveries');
+    log.info('redis is back: sweeping deliveries and bulk batches');
     sweep(0).catch((err) => log.error({ err }, 'sweep failed'));
+    bulkHandle?.sweep(0).catch((err) => log.error({ err }, 'bulk sweep failed'));
   };
   let lost = false;
+  let bulkHandle: BulkHandle | null = null;
   const onClose = () => {
     lost = true;
   };
@@ -111,14 +124,18 @@ export async function start(
   await worker.waitUntilReady();
   const push = await startPush(config, { svc, log, publish: deps.publish ?? null });
   const billing = await startBilling(config, { svc, log, notice: { sender, resolver, relay: deliveryDeps.relay } });
+  const bulk = await startBulk(config, { svc, log, delivery: deliveryDeps, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
+  bulkHandle = bulk;
   return {
     sweep,
     push,
     billing,
+    bulk,
     async stop() {
       clearInterval(timer);
       svc.jobs.connection.off('close', onClose);
       svc.jobs.connection.off('ready', onReady);
+      await bulk.stop();
       await billing.stop();
       await push.stop();
       await worker.close();

@@ -34,6 +34,24 @@ export async function pauseOnOutage(worker: Worker, svc: Services, log: Logger, 
   throw err;
 }
 
+/**
+ * Runs a step of a worker's start that needs Redis or PostgreSQL (scheduling the repeatable jobs), again after a
+ * short wait when the dependency is slow or away for a moment (a machine busy starting many processes), so a
+ * worker does not die at start for what a retry a second later gets through. Other errors, and a dependency
+ * away for longer, still fail the start.
+ */
+export async function retryAtStart<T>(log: Logger, what: string, fn: () => Promise<T>, attempts = 5): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (i >= attempts || !isServiceUnavailable(err)) throw err;
+      log.warn({ what, attempt: i, err: (err as Error).message }, 'dependency slow at start: trying again');
+      await new Promise((r) => setTimeout(r, 500 * i));
+    }
+  }
+}
+
 export interface Listener {
   close(): Promise<void>;
 }

@@ -12,7 +12,13 @@ import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, 
 import type { Logger } from 'pino';
 import { listenForever } from './outage';
 
-const LOCK_TTL_MS = 60_000;
+/**
+ * A drainer's account lock lives this long unless renewed; the holder renews it every LOCK_RENEW_MS while it
+ * drains, so a worker killed mid-drain (SIGKILL, a lost machine) holds the account up for seconds, not a minute.
+ */
+const LOCK_TTL_MS = 10_000;
+const LOCK_RENEW_MS = 3_000;
+const RENEW_IF_OURS = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 const SWEEP_MS = 5_000;
 
 export interface PushEngine {
@@ -87,13 +93,16 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     const token = randomUUID();
     const got = await redis.set(lockKey(ch, accountId), token, 'PX', LOCK_TTL_MS, 'NX');
     if (got !== 'OK') return false; // another drainer has it; it re-checks after releasing
+    const renew = setInterval(() => {
+      redis.eval(RENEW_IF_OURS, 1, lockKey(ch, accountId), token, LOCK_TTL_MS).catch(() => undefined);
+    }, LOCK_RENEW_MS);
     try {
       do {
         ch.dirty.delete(accountId);
-        await redis.pexpire(lockKey(ch, accountId), LOCK_TTL_MS);
         await ch.drain(accountId);
       } while (ch.dirty.has(accountId) && !stopped);
     } finally {
+      clearInterval(renew);
       // Release only our own lock.
       await redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", 1, lockKey(ch, accountId), token);
     }

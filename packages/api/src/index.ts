@@ -1,7 +1,7 @@
 /** The API package: the one router, its context and error mapping, and the OpenAPI document. */
 export { appRouter, type AppRouter } from './router';
 export { buildOpenApiDocument, API_VERSION } from './openapi';
-export { toAppError, serviceUnavailable, UNAVAILABLE_RETRY_SECONDS, describeZodError, gettingStarted, createCallerFactory, type Context, type Transport, type ErrorData } from './trpc';
+export { toAppError, serviceUnavailable, UNAVAILABLE_RETRY_SECONDS, describeZodError, gettingStarted, authenticateCall, createCallerFactory, type Context, type Transport, type ErrorData } from './trpc';
 export { procedureTools, type ProcedureTool } from './tools';
 export { rateLimitFields, setRateLimitFields, RATE_LIMIT_POLICY } from './rate-limit';
 export { guardInput, stringProblem, type GuardIssue } from './input-guard';

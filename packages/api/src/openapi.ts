@@ -9,7 +9,7 @@ import { ErrorBody } from '@boxes/schemas';
 import { appRouter } from './router';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
-export const API_VERSION = '1.1.0';
+export const API_VERSION = '1.2.0';
 
 const STATUS_TEXT: Record<string, string> = {
   '400': 'Invalid request: malformed JSON or a field that fails validation (error.fields names each one)',
@@ -45,6 +45,29 @@ const HEADERS = {
 const ref = (name: keyof typeof HEADERS) => ({ $ref: `#/components/headers/${name}` });
 const rateFields = () => ({ 'RateLimit-Policy': ref('RateLimit-Policy'), RateLimit: ref('RateLimit') });
 
+/** GET /events/stream, as OpenAPI describes it (the error responses are added with every other operation's). */
+const EVENT_STREAM_OPERATION = () => ({
+  operationId: 'events-stream',
+  summary: 'Follow the event stream (Server-Sent Events)',
+  description:
+    'The same events, filters and cursor as GET /events, pushed as they are appended, over this port (for agents that cannot receive a webhook). Each event is one SSE message: `id` is its seq, `event` its type, `data` the event as GET /events returns it. A comment line is sent when nothing happened for SSE_HEARTBEAT_MS (15 s) so proxies keep the connection open. Reconnecting with Last-Event-ID (or ?since=) resumes right after the last event seen: nothing missed, nothing repeated. Needs the receive scope; a box-restricted key sees its boxes\' events. The SDK\'s streamEvents() is an async iterator over it that reconnects by itself.',
+  tags: ['events'],
+  security: [{ bearerAuth: [] }],
+  'x-boxes-stream': true,
+  parameters: [
+    { name: 'since', in: 'query', required: false, description: 'Start after this cursor (next_cursor of GET /events) or seq; default: the beginning of the stream.', schema: { type: 'string', example: '42' } },
+    { name: 'type', in: 'query', required: false, description: 'Only these event types (comma-separated), as on GET /events.', schema: { type: 'string', maxLength: 500, example: 'mail.received,mail.bounced' } },
+    { name: 'Last-Event-ID', in: 'header', required: false, description: 'What a reconnecting EventSource sends: the id (seq) of the last event seen; wins over since.', schema: { type: 'string', example: '42' } },
+  ],
+  responses: {
+    '200': {
+      description: 'An endless text/event-stream of the account\'s events (id: seq, event: type, data: the event JSON).',
+      content: { 'text/event-stream': { schema: { type: 'string', example: 'id: 43\nevent: mail.received\ndata: {"id":"evt_...","type":"mail.received","seq":43,...}\n\n' } } },
+    },
+    '400': {},
+  },
+});
+
 export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string }): OpenAPIObject {
   const doc = generateOpenApiDocument(appRouter, {
     title: 'Boxes API',
@@ -62,6 +85,9 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
   // The generator's own error schemas (error.BAD_REQUEST, ...) are replaced by Error everywhere below.
   const schemas = Object.fromEntries(Object.entries(doc.components?.schemas ?? {}).filter(([name]) => !name.startsWith('error.')));
   doc.components = { ...doc.components, schemas: { ...schemas, Error: errorSchema }, headers: structuredClone(HEADERS) };
+  // The event stream is served beside the router (apps/server/src/event-stream.ts: a response that never ends is
+  // no procedure), so it is described here by hand; x-boxes-stream marks it for tools that expect an answer.
+  doc.paths = { ...doc.paths, '/events/stream': { get: EVENT_STREAM_OPERATION() } } as typeof doc.paths;
   // Every operation needs a key unless it says otherwise (the two signup calls say security: []).
   doc.security = [{ bearerAuth: [] }];
   for (const item of Object.values(doc.paths ?? {})) {

@@ -6,14 +6,19 @@ import { keysRouter } from './routers/keys';
 import { appPasswordsRouter } from './routers/app-passwords';
 import { signupRouter } from './routers/signup';
 import { messagesRouter } from './routers/messages';
+import { bulkRouter } from './routers/bulk';
 import { suppressionRouter } from './routers/suppression';
 import { creditRouter } from './routers/credit';
 import { iotRouter, webhookRouter } from './routers/webhook';
 import { featuresRouter, supportRouter } from './routers/support';
+import { listsRouter } from './routers/lists';
 import { mcpRouter } from './routers/mcp';
 import { domainsRouter } from './routers/domains';
 import { dnsRouter } from './routers/dns';
 import { auditRouter } from './routers/audit';
+import { threadsRouter } from './routers/threads';
+import { sendingIpRouter } from './routers/sending-ip';
+import { forwardsRouter } from './routers/forwards';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 
@@ -27,6 +32,7 @@ export const appRouter = router({
   boxes: boxesRouter,
   events: eventsRouter,
   messages: messagesRouter,
+  bulk: bulkRouter,
   suppression: suppressionRouter,
   credit: creditRouter,
   webhook: webhookRouter,
@@ -35,6 +41,10 @@ export const appRouter = router({
   support: supportRouter,
   features: featuresRouter,
   audit: auditRouter,
+  threads: threadsRouter,
+  sendingIp: sendingIpRouter,
+  forwards: forwardsRouter,
+  lists: listsRouter,
 });
 
 registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);

@@ -7,7 +7,7 @@
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
-import { AppError, authenticateKey, ERROR_CODES, isServiceUnavailable, keyRateLimited, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
+import { AppError, authenticateKey, ERROR_CODES, isServiceUnavailable, keyRateLimited, serviceUnavailable, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
@@ -54,14 +54,7 @@ export function describeZodError(err: ZodError): { message: string; fields: { pa
   return { message: fields.map((f) => `${f.path}: ${f.message}`).join('; '), fields };
 }
 
-/** Seconds a client is told to wait when PostgreSQL or Redis is unreachable. */
-export const UNAVAILABLE_RETRY_SECONDS = 5;
-
-export function serviceUnavailable(): AppError {
-  return new AppError('service_unavailable', 'The service cannot reach its database or queue right now; nothing was changed. Try again shortly.', {
-    retry_after_seconds: UNAVAILABLE_RETRY_SECONDS,
-  });
-}
+export { serviceUnavailable, UNAVAILABLE_RETRY_SECONDS } from '@boxes/core';
 
 /**
  * The AppError behind any error thrown in a procedure (validation errors become validation_error; an
@@ -134,7 +127,18 @@ const inputGuard = t.middleware(async ({ path, getRawInput, next }) => {
   return next();
 });
 
-const base = t.procedure.use(appErrors);
+/**
+ * While the connection to Redis is lost, every call is 503 at once (no round trip, no wait): the rate limits and
+ * the queues live there, and the keyed calls' count would refuse anyway. Before the first connection is made
+ * ('connecting') calls go on, so a server starting beside a slow Redis is not refused for nothing.
+ */
+const REDIS_LOST = new Set(['reconnecting', 'close', 'end']);
+const dependencies = t.middleware(({ ctx, next }) => {
+  if (REDIS_LOST.has(ctx.svc.redis.status)) throw serviceUnavailable();
+  return next();
+});
+
+const base = t.procedure.use(appErrors).use(dependencies);
 
 export const publicProcedure = base.use(inputGuard);
 
@@ -148,7 +152,11 @@ export function gettingStarted(svc: Services) {
   };
 }
 
-const authenticate = t.middleware(async ({ ctx, meta, next }) => {
+/**
+ * The key check of every keyed call: the Bearer key, its rate limit, the scope and the box restriction. Also
+ * used by the faces served outside the router (GET /events/stream), so they authenticate the same way.
+ */
+export async function authenticateCall(ctx: Pick<Context, 'svc' | 'authorization' | 'responseHeaders' | 'rateCounted'>, meta: BoxesMeta | undefined) {
   const header = ctx.authorization?.trim() ?? '';
   const match = /^Bearer\s+(\S+)$/i.exec(header);
   if (!match) {
@@ -182,8 +190,10 @@ const authenticate = t.middleware(async ({ ctx, meta, next }) => {
     throw new AppError('box_restricted_key', 'This key is restricted to some boxes and cannot make account-wide changes; use an unrestricted key');
   }
   const { account, ...apiKey } = key;
-  return next({ ctx: { account: account as Account, key: apiKey as ApiKey, boxScope } });
-});
+  return { account: account as Account, key: apiKey as ApiKey, boxScope };
+}
+
+const authenticate = t.middleware(async ({ ctx, meta, next }) => next({ ctx: await authenticateCall(ctx, meta) }));
 
 /** Authenticated, then guarded: an unkeyed call is 401 before anything about its input is said. */
 export const keyProcedure = base.use(authenticate).use(inputGuard);

@@ -37,11 +37,14 @@ describe('loadConfig', () => {
         tlsCertFile: undefined,
         tlsKeyFile: undefined,
         relayUrl: undefined,
+        sendingIps: [],
+        sendingIpWarmupCaps: [5000, 10_000, 20_000, 40_000, 80_000, 160_000, 320_000],
         staticRoutes: undefined,
         deliveryPort: 25,
+        forwardConfirmationsPerDay: 20,
         socketTimeoutMs: 60_000,
       },
-      http: { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, idleTimeoutMs: 60_000 },
+      http: { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, idleTimeoutMs: 60_000, sseHeartbeatMs: 15_000, sseMaxStreamsPerKey: 10 },
       deliveryRetryScale: 1,
       mailClients: {
         imapHost: '127.0.0.1',
@@ -53,6 +56,7 @@ describe('loadConfig', () => {
         auth: { userMaxFailures: 10, addressMaxFailures: 30, windowSeconds: 900, freeFailures: 3, delayMs: 1000 },
       },
       deliveryConcurrency: 50,
+      bulk: { coolOffSeconds: 600, minCoolOffSeconds: 60, maxBounceRate: 0.02, maxComplaintRate: 0.005, concurrency: 64, connections: 16 },
       billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
       noticeFrom: 'noreply@boxes.localhost',
       webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
@@ -72,6 +76,7 @@ describe('loadConfig', () => {
         verifyIntervalMs: 60_000,
       },
       audit: { cycleMs: 3_600_000, deletionGraceDays: 30, exportLinkTtlDays: 7 },
+      trust: { rspamdUrl: undefined, rspamdTimeoutMs: 5000 },
     });
   });
 
@@ -100,6 +105,19 @@ describe('loadConfig', () => {
     });
     // The API base ends in /api/v1 exactly once.
     expect(loadConfig({ SITE_URL: 'https://x.example//' }).apiBaseUrl).toBe('https://x.example/api/v1');
+  });
+
+  it('bulk jobs: the default cool-off is never below the floor; rates and concurrency are read', () => {
+    expect(loadConfig({ BULK_COOL_OFF_SECONDS: '10', BULK_MIN_COOL_OFF_SECONDS: '60' }).bulk.coolOffSeconds).toBe(60);
+    expect(loadConfig({ BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BOUNCE_RATE: '0.01', BULK_CONCURRENCY: '8', BULK_SMTP_CONNECTIONS: '4' }).bulk).toEqual({
+      coolOffSeconds: 1,
+      minCoolOffSeconds: 0,
+      maxBounceRate: 0.01,
+      maxComplaintRate: 0.005,
+      concurrency: 8,
+      connections: 4,
+    });
+    expect(() => loadConfig({ BULK_MAX_BOUNCE_RATE: '2' })).toThrow(/BULK_MAX_BOUNCE_RATE/);
   });
 
   it('reads the other settings', () => {
@@ -147,6 +165,17 @@ describe('loadConfig', () => {
       if (saved === undefined) delete process.env.BASE_DOMAIN;
       else process.env.BASE_DOMAIN = saved;
     }
+  });
+
+  it('reads SENDING_IPS (ip=helo name pairs) and the warm-up caps; refuses malformed ones', () => {
+    const c = loadConfig({ SENDING_IPS: '127.0.0.2=Mail2.Example.net, ::1=mail6.example.net', SENDING_IP_WARMUP_CAPS: '5000,20000' });
+    expect(c.smtp.sendingIps).toEqual([
+      { ip: '127.0.0.2', heloName: 'mail2.example.net' },
+      { ip: '::1', heloName: 'mail6.example.net' },
+    ]);
+    expect(c.smtp.sendingIpWarmupCaps).toEqual([5000, 20_000]);
+    for (const bad of ['127.0.0.2', '999.1.1.1=mail.example.net', '127.0.0.2=bad name']) expect(configError({ SENDING_IPS: bad }).message).toMatch(/\bSENDING_IPS\b/);
+    for (const bad of ['0', '5000,x', '1.5']) expect(configError({ SENDING_IP_WARMUP_CAPS: bad }).message).toMatch(/\bSENDING_IP_WARMUP_CAPS\b/);
   });
 
   it('a bad value gives a ConfigError: one line naming the variable', () => {

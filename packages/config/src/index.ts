@@ -3,6 +3,7 @@
  * process with one line naming the variable, never a stack trace.
  */
 import { z } from 'zod';
+import { isIP } from 'node:net';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const bool = z
@@ -47,6 +48,10 @@ const envSchema = z.object({
   HTTP_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
   /** HTTP: a connection with no bytes either way for this long is closed (longer than the 25 s long polls). */
   HTTP_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
+  /** GET /events/stream: a comment line is sent after this long without events (kept below the idle timeout). */
+  SSE_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
+  /** Event streams (GET /events/stream) one API key may hold open at once on one server process. */
+  SSE_MAX_STREAMS_PER_KEY: z.coerce.number().int().min(1).max(1000).default(10),
   /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
   SMTP_TLS_CERT_FILE: z.string().optional(),
   SMTP_TLS_KEY_FILE: z.string().optional(),
@@ -75,9 +80,61 @@ const envSchema = z.object({
   SMTP_STATIC_ROUTES: z.string().optional(),
   /** Port used when delivering to MX hosts found in DNS. */
   SMTP_DELIVERY_PORT: port.default(25),
+  /**
+   * Spare addresses of this machine that accounts may take as dedicated sending IPs, each with the HELO name
+   * its connections announce: `ip=helo.name[,ip=helo.name...]` (IPv4 or IPv6). Empty: no live dedicated IPs.
+   */
+  SENDING_IPS: z
+    .string()
+    .default('')
+    .transform((spec, ctx) => {
+      const out: { ip: string; heloName: string }[] = [];
+      for (const part of spec.split(',').map((p) => p.trim()).filter(Boolean)) {
+        const m = /^([0-9a-fA-F.:]+)=([A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*)$/.exec(part);
+        if (!m || !isIP(m[1]!)) {
+          ctx.addIssue({ code: 'custom', message: `bad entry "${part}": expected ip=helo.name, e.g. 127.0.0.2=mail2.example.net` });
+          return z.NEVER;
+        }
+        out.push({ ip: m[1]!.toLowerCase(), heloName: m[2]!.toLowerCase() });
+      }
+      return out;
+    }),
+  /**
+   * The warm-up of a dedicated IP: its daily caps (messages per UTC day through the address), one per day from
+   * the day provisioning finished; after the last day it is active with no cap. Volume over a day's cap goes
+   * through the shared addresses.
+   */
+  /** Confirmation mails of new auto-forwards an account may cause per 24 hours (so forwards cannot spam). */
+  FORWARD_CONFIRMATIONS_PER_DAY: z.coerce.number().int().min(1).max(10_000).default(20),
+  SENDING_IP_WARMUP_CAPS: z
+    .string()
+    .default('5000,10000,20000,40000,80000,160000,320000')
+    .transform((spec, ctx) => {
+      const caps = spec.split(',').map((p) => p.trim()).filter(Boolean).map(Number);
+      if (!caps.length || caps.some((c) => !Number.isInteger(c) || c < 1)) {
+        ctx.addIssue({ code: 'custom', message: 'expected a comma-separated list of positive integers (daily caps)' });
+        return z.NEVER;
+      }
+      return caps;
+    }),
   /** Multiplies the delivery retry schedule (tests use a tiny factor). */
   DELIVERY_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
   DELIVERY_CONCURRENCY: z.coerce.number().int().min(1).max(500).default(50),
+  /** Bulk send jobs: the cool-off between batches when a job names none (seconds; SPEC: 10 minutes). */
+  BULK_COOL_OFF_SECONDS: z.coerce.number().int().min(0).max(86_400).default(600),
+  /** The shortest cool-off a job may ask for (seconds); the floor protects the sending reputation. */
+  BULK_MIN_COOL_OFF_SECONDS: z.coerce.number().int().min(0).max(86_400).default(60),
+  /** The circuit breaker: a job halts when its bounces pass this share of its attempted recipients. */
+  BULK_MAX_BOUNCE_RATE: z.coerce.number().min(0).max(1).default(0.02),
+  /** ... or its complaints pass this share. */
+  BULK_MAX_COMPLAINT_RATE: z.coerce.number().min(0).max(1).default(0.005),
+  /** SMTP transactions a bulk batch keeps in flight. */
+  BULK_CONCURRENCY: z.coerce.number().int().min(1).max(500).default(64),
+  /**
+   * SMTP connections a bulk worker keeps open to one destination (MX host or relay); 16 stays under Postfix's
+   * default_destination_concurrency_limit (20), what receiving MTAs are used to from one sender.
+   */
+  BULK_SMTP_CONNECTIONS: z.coerce.number().int().min(1).max(100).default(16),
   /** Allow callback URLs on private and loopback addresses (local development and tests only). */
   WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   /** Extra CA (PEM file) trusted for https callbacks, e.g. a development receiver's self-signed certificate. */
@@ -114,6 +171,10 @@ const envSchema = z.object({
   DNS_PORT: port.default(1053),
   /** Resolvers the domain verifier asks (ip or ip:port, comma-separated); default: the system's. */
   DNS_RESOLVERS: z.string().optional(),
+  /** rspamd's HTTP address (its normal worker, e.g. http://127.0.0.1:11333): every inbound message is scored before it is stored. Unset: no spam scoring. */
+  RSPAMD_URL: z.url({ protocol: /^https?$/ }).optional(),
+  /** How long the MX waits for rspamd before storing the message unscored. */
+  RSPAMD_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(5000),
   /** The SOA contact of served zones (a domain name: hostmaster.example.com); default hostmaster.<BASE_DOMAIN>. */
   DNS_HOSTMASTER: z.string().optional(),
   /** This instance's public addresses (comma-separated IPv4/IPv6): A/AAAA of MAIL_HOST and the nameservers in the base zone. */
@@ -158,12 +219,18 @@ export interface Config {
     tlsCertFile: string | undefined;
     tlsKeyFile: string | undefined;
     relayUrl: string | undefined;
+    /** SENDING_IPS: addresses accounts may take as dedicated sending IPs, with their HELO names. */
+    sendingIps: { ip: string; heloName: string }[];
+    /** SENDING_IP_WARMUP_CAPS: the daily caps of a dedicated IP's warm-up, day by day. */
+    sendingIpWarmupCaps: number[];
+    /** FORWARD_CONFIRMATIONS_PER_DAY: confirmation mails of new forwards per account and 24 hours. */
+    forwardConfirmationsPerDay: number;
     staticRoutes: string | undefined;
     deliveryPort: number;
     socketTimeoutMs: number;
   };
   /** Slow-client bounds of the HTTP server (ms). */
-  http: { headersTimeoutMs: number; requestTimeoutMs: number; idleTimeoutMs: number };
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; idleTimeoutMs: number; sseHeartbeatMs: number; sseMaxStreamsPerKey: number };
   deliveryRetryScale: number;
   /** Mail clients: IMAP and SMTP submission listeners (both implicit TLS, certificate as the MX's). */
   mailClients: {
@@ -178,6 +245,8 @@ export interface Config {
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
   mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
   deliveryConcurrency: number;
+  /** Bulk send jobs: default and floor of the cool-off (seconds), breaker rates, SMTP transactions in flight. */
+  bulk: { coolOffSeconds: number; minCoolOffSeconds: number; maxBounceRate: number; maxComplaintRate: number; concurrency: number; connections: number };
   billing: { introductoryPrice: boolean; cycleMs: number; paymentProvider: 'local' };
   noticeFrom: string;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -196,6 +265,8 @@ export interface Config {
     moveGraceDays: number;
     verifyIntervalMs: number;
   };
+  /** Inbound trust (packages/core/src/trust): spam scoring through rspamd when url is set. */
+  trust: { rspamdUrl: string | undefined; rspamdTimeoutMs: number };
   /** Audit job period; grace before a closed account's data is deleted; export link lifetime. */
   audit: { cycleMs: number; deletionGraceDays: number; exportLinkTtlDays: number };
 }
@@ -241,11 +312,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       tlsCertFile: e.SMTP_TLS_CERT_FILE,
       tlsKeyFile: e.SMTP_TLS_KEY_FILE,
       relayUrl: e.SMTP_RELAY_URL,
+      sendingIps: e.SENDING_IPS,
+      sendingIpWarmupCaps: e.SENDING_IP_WARMUP_CAPS,
+      forwardConfirmationsPerDay: e.FORWARD_CONFIRMATIONS_PER_DAY,
       staticRoutes: e.SMTP_STATIC_ROUTES,
       deliveryPort: e.SMTP_DELIVERY_PORT,
       socketTimeoutMs: e.SMTP_SOCKET_TIMEOUT_MS,
     },
-    http: { headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS, requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS },
+    http: { headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS, requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS, sseHeartbeatMs: e.SSE_HEARTBEAT_MS, sseMaxStreamsPerKey: e.SSE_MAX_STREAMS_PER_KEY },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
     mailClients: {
       imapHost: e.IMAP_HOST,
@@ -272,6 +346,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       brokerUrl: e.MQTT_BROKER_URL,
     },
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
+    bulk: {
+      coolOffSeconds: Math.max(e.BULK_COOL_OFF_SECONDS, e.BULK_MIN_COOL_OFF_SECONDS),
+      minCoolOffSeconds: e.BULK_MIN_COOL_OFF_SECONDS,
+      maxBounceRate: e.BULK_MAX_BOUNCE_RATE,
+      maxComplaintRate: e.BULK_MAX_COMPLAINT_RATE,
+      concurrency: e.BULK_CONCURRENCY,
+      connections: e.BULK_SMTP_CONNECTIONS,
+    },
     logLevel: e.LOG_LEVEL,
     trustProxy: e.TRUST_PROXY,
     signupRateLimitPerHour: e.SIGNUP_RATE_LIMIT_PER_HOUR,
@@ -290,6 +372,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       moveGraceDays: e.DOMAIN_MOVE_GRACE_DAYS,
       verifyIntervalMs: e.DOMAIN_VERIFY_INTERVAL_MS,
     },
+    trust: { rspamdUrl: e.RSPAMD_URL?.replace(/\/+$/, ''), rspamdTimeoutMs: e.RSPAMD_TIMEOUT_MS },
     audit: { cycleMs: e.AUDIT_CYCLE_MS, deletionGraceDays: e.ACCOUNT_DELETION_GRACE_DAYS, exportLinkTtlDays: e.EXPORT_LINK_TTL_DAYS },
     ...overrides,
     ...(overrides.siteUrl || overrides.port ? { siteUrl, apiBaseUrl: `${siteUrl}/api/v1` } : {}),

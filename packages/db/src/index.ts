@@ -6,4 +6,6 @@ export { closeDb, createDb, poolOf, type Db, type Tx, type DbClient } from './cl
 export { migrate, migrationsDir } from './migrate';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
-export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AuditSigningKey, AuditCheckpoint, AccountCloseRequest, AccountExport, AppPassword, MailFolder, MailFolderEntry, MessageFlags } from './generated/client';
+export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AuditSigningKey, AuditCheckpoint, AccountCloseRequest, AccountExport, AppPassword, MailFolder, MailFolderEntry, MessageFlags, BulkJob, BulkJobItem } from './generated/client';
+export type { SendingIp, BoxForward, ForwardRun } from './generated/client';
+export type { TrustListEntry } from './generated/client';

@@ -6,10 +6,17 @@ import { Queue, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 
-export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices' } as const;
+export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices', bulk: 'bulk' } as const;
 
 /** Billing queue jobs: the repeatable cycle (recurring debits, payment sweep) and one payment's due check. */
-export const BillingJob = z.object({ paymentId: z.string().optional(), exportId: z.string().optional() });
+export const BillingJob = z.object({
+  paymentId: z.string().optional(),
+  exportId: z.string().optional(),
+  /** sending-ip: finish provisioning a live dedicated sending IP. */
+  sendingIpId: z.string().optional(),
+  /** forward: send one auto-forwarded copy (a forward run). */
+  forwardRunId: z.string().optional(),
+});
 export type BillingJob = z.infer<typeof BillingJob>;
 export const NoticeJob = z.object({ noticeId: z.string() });
 export type NoticeJob = z.infer<typeof NoticeJob>;
@@ -20,6 +27,10 @@ export const DOMAIN_VERIFY_SCHEDULER_ID = 'domain-verification';
 export const AUDIT_SCHEDULER_ID = 'audit';
 /** Attempts of a notice (mail the service sends) before it is marked failed: about 2 days with exponential backoff. */
 export const NOTICE_ATTEMPTS = 12;
+
+/** One batch of a bulk send job (core/bulk): the job id with the batch's index. */
+export const BulkBatchJob = z.object({ bulkJobId: z.string(), batch: z.number().int().min(0) });
+export type BulkBatchJob = z.infer<typeof BulkBatchJob>;
 
 export const DeliveryJob = z.object({ deliveryId: z.string() });
 export type DeliveryJob = z.infer<typeof DeliveryJob>;
@@ -69,6 +80,7 @@ export class Jobs {
   readonly deliveries: Queue<DeliveryJob>;
   readonly billing: Queue<BillingJob>;
   readonly notices: Queue<NoticeJob>;
+  readonly bulk: Queue<BulkBatchJob>;
 
   constructor(
     readonly connection: Redis,
@@ -77,6 +89,19 @@ export class Jobs {
     this.deliveries = new Queue<DeliveryJob>(QUEUE.deliveries, { connection: connection as ConnectionOptions, prefix });
     this.billing = new Queue<BillingJob>(QUEUE.billing, { connection: connection as ConnectionOptions, prefix });
     this.notices = new Queue<NoticeJob>(QUEUE.notices, { connection: connection as ConnectionOptions, prefix });
+    this.bulk = new Queue<BulkBatchJob>(QUEUE.bulk, { connection: connection as ConnectionOptions, prefix });
+  }
+
+  /**
+   * Enqueues one batch of a bulk job, due after delayMs (the cool-off). The job id names the job and the batch,
+   * so enqueueing twice is harmless; the handler reads the job's state and does only what is left.
+   */
+  async enqueueBulkBatch(bulkJobId: string, batch: number, delayMs = 0): Promise<void> {
+    await this.bulk.add(
+      'batch',
+      { bulkJobId, batch },
+      { jobId: `${bulkJobId}-${batch}`, delay: Math.max(0, delayMs), attempts: 20, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } },
+    );
   }
 
   /** Checks a payment when something about it falls due (an MPP token after approval); id-deduplicated. */
@@ -139,6 +164,7 @@ export class Jobs {
     await this.deliveries.close();
     await this.billing.close();
     await this.notices.close();
+    await this.bulk.close();
   }
 }
 

@@ -13,6 +13,12 @@ export interface SmtpDestination {
   auth?: { user: string; pass: string } | undefined;
 }
 
+/** The local address an SMTP connection is made from, and the HELO name it announces (a dedicated sending IP). */
+export interface SmtpSource {
+  localAddress: string;
+  heloName: string;
+}
+
 export interface DeliveryOutcome {
   ok: boolean;
   /** temporary: try again later; permanent: bounce. */
@@ -82,21 +88,23 @@ export function parseRelayUrl(url: string): SmtpDestination {
 export class SmtpSender {
   private transports = new Map<string, Transporter>();
 
-  constructor(private readonly opts: { heloName: string; connectionTimeoutMs?: number }) {}
+  constructor(private readonly opts: { heloName: string; connectionTimeoutMs?: number; /** Pooled connections per destination (default 5). */ maxConnections?: number }) {}
 
-  private transport(dest: SmtpDestination): Transporter {
-    const key = `${dest.secure ? 's' : ''}${dest.host}:${dest.port}:${dest.auth?.user ?? ''}`;
+  private transport(dest: SmtpDestination, source?: SmtpSource): Transporter {
+    // One pool per destination and source address: connections bound to a dedicated IP are never shared.
+    const key = `${dest.secure ? 's' : ''}${dest.host}:${dest.port}:${dest.auth?.user ?? ''}:${source ? `${source.localAddress}=${source.heloName}` : ''}`;
     let t = this.transports.get(key);
     if (!t) {
       t = nodemailer.createTransport({
         pool: true,
-        maxConnections: 5,
+        maxConnections: this.opts.maxConnections ?? 5,
         maxMessages: 1000,
         host: dest.host,
         port: dest.port,
         secure: dest.secure ?? false,
         auth: dest.auth,
-        name: this.opts.heloName,
+        name: source?.heloName ?? this.opts.heloName,
+        ...(source ? { localAddress: source.localAddress } : {}),
         // Opportunistic STARTTLS: most MX hosts present certificates that do not name the MX host.
         tls: { rejectUnauthorized: false },
         connectionTimeout: this.opts.connectionTimeoutMs ?? 30_000,
@@ -108,10 +116,11 @@ export class SmtpSender {
     return t;
   }
 
-  async send(dest: SmtpDestination, envelope: { from: string; to: string }, raw: Buffer): Promise<DeliveryOutcome> {
+  /** source: bind the connection to that address and announce its HELO name (default: the shared address). */
+  async send(dest: SmtpDestination, envelope: { from: string; to: string }, raw: Buffer, source?: SmtpSource): Promise<DeliveryOutcome> {
     const mta = `${dest.host}:${dest.port}`;
     try {
-      const info = await this.transport(dest).sendMail({ envelope: { from: envelope.from, to: [envelope.to] }, raw });
+      const info = await this.transport(dest, source).sendMail({ envelope: { from: envelope.from, to: [envelope.to] }, raw });
       if (info.rejected?.length) {
         return { ok: false, kind: 'permanent', code: 550, response: String(info.response ?? 'rejected'), mta };
       }

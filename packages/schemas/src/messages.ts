@@ -2,6 +2,12 @@ import { z } from 'zod';
 import { Timestamp } from './common';
 import { Evidence } from './audit';
 import { text } from './strings';
+import { Authentication, SpamVerdict } from './trust';
+
+export const ThreadId = z.string().max(40).meta({
+  description: 'The conversation this message belongs to (GET /threads/{id}): a reply joins the thread of the message it answers (In-Reply-To, then References); any other message starts a thread',
+  example: 'thr_0a1b2c3d4e5f6g7h8j9k',
+});
 
 const AddressList = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(50)]);
 
@@ -11,6 +17,12 @@ export const MAX_REPLY_TO = 5;
 export const MAX_RECIPIENTS = 50;
 /** An attachment's base64 text can be no longer than the largest request body (30 MiB). */
 export const MAX_ATTACHMENT_B64 = 30 * 1024 * 1024;
+
+export const SendAt = Timestamp.optional().meta({
+  description:
+    'Schedule the send: an ISO 8601 time with a zone (Z or +hh:mm), in the future, at most 30 days ahead. The message is stored and its credit reserved now (status scheduled, event mail.scheduled); it goes at that time, once, and can be cancelled until then with POST /messages/{id}/cancel',
+  example: '2026-11-24T09:00:00Z',
+});
 
 export const SendAttachment = z.strictObject({
   filename: z.string().min(1).max(255).meta({ example: 'invoice.pdf' }),
@@ -61,13 +73,18 @@ export const SendInput = z
       .record(z.string().max(256), z.unknown())
       .optional()
       .meta({ description: 'Your own JSON object (at most 16 KB), returned on replies to this message', example: { ticket: 4211 } }),
+    send_at: SendAt,
   })
   .meta({ id: 'SendMessage' });
 
 export const SendOutput = z.object({
   message_id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
   rfc_message_id: z.string().meta({ description: 'The Message-ID header', example: '<msg_0a1b2c3d4e5f6g7h8j9k@brave-otter.boxes.localhost>' }),
-  status: z.enum(['queued', 'suppressed']).meta({ description: 'queued: durably queued for delivery; suppressed: every recipient is on the suppression list, nothing is sent' }),
+  thread_id: ThreadId,
+  status: z
+    .enum(['queued', 'scheduled', 'suppressed'])
+    .meta({ description: 'queued: durably queued for delivery; scheduled: waits for send_at (cancel with POST /messages/{id}/cancel); suppressed: every recipient is on the suppression list, nothing is sent' }),
+  send_at: Timestamp.optional().meta({ description: 'A scheduled send: when it goes' }),
   from: z.string(),
   recipients: z.array(z.string()).meta({ description: 'Addresses queued for delivery, each once' }),
   suppressed: z.array(z.string()).meta({ description: 'Recipients on your suppression list: not attempted, not charged' }),
@@ -94,7 +111,8 @@ export const MessageSummary = z
   .object({
     id: z.string(),
     direction: z.enum(['sent', 'received']),
-    status: z.string().meta({ description: 'sent: queued, delivered, partially_delivered, failed, bounced, suppressed; received: received' }),
+    status: z.string().meta({ description: 'sent: scheduled, cancelled, queued, delivered, partially_delivered, failed, bounced, suppressed; received: received' }),
+    send_at: Timestamp.nullable().meta({ description: 'A scheduled send: when it goes (or went); null otherwise' }),
     box_id: z.string().nullable(),
     from: z.string().nullable(),
     to: z.array(z.string()),
@@ -105,6 +123,7 @@ export const MessageSummary = z
     rfc_message_id: z.string(),
     provider_message_id: z.string(),
     in_reply_to: z.string().nullable(),
+    thread_id: ThreadId,
     context: z.record(z.string(), z.unknown()).nullable(),
     recorded_at: Timestamp,
     body_state: z.enum(['available', 'reclaimed']),
@@ -120,11 +139,17 @@ export const MessageSummary = z
           'Flags mail clients set over IMAP: \\Seen, \\Answered, \\Flagged, \\Draft and keywords such as $Forwarded (a sent message is \\Seen unless a client clears it). \\Deleted is kept per IMAP folder and not shown here.',
         example: ['\\Seen', '\\Flagged'],
       }),
+    authentication: Authentication.nullable(),
+    spam: SpamVerdict.nullable(),
   })
   .meta({ id: 'MessageSummary' });
 
 export const MessageBody = z.object({
   text: z.string().nullable(),
+  extracted_text: z
+    .string()
+    .nullable()
+    .meta({ description: 'Received messages: the new text of a reply, without the quoted history and signature blocks; null for sent messages or without a text body', example: 'Yes, Thursday works.' }),
   html: z.string().nullable(),
   headers: z.record(z.string(), z.string()),
   attachments: z.array(
@@ -211,4 +236,47 @@ export const ReputationOutput = z.object({
   bounce_rate_limit: z.number(),
   complaint_rate_limit: z.number(),
   state: z.enum(['ok', 'bounce_rate_high', 'complaint_rate_high', 'bounce_and_complaint_rate_high']),
+});
+
+export const MessageReplyInput = z
+  .strictObject({
+    id: z.string().max(40).meta({ description: 'The message to answer (received or sent)', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+    reply_all: z
+      .boolean()
+      .optional()
+      .meta({ description: 'Also to everyone in the original To and Cc (as Cc), except the sending box; default false', example: false }),
+    quote: z
+      .boolean()
+      .optional()
+      .meta({ description: 'Append the original text below yours, each line quoted with "> " (and as a blockquote in html); default false', example: true }),
+    text: SendInput.shape.text,
+    html: SendInput.shape.html,
+    from: z
+      .string()
+      .max(320)
+      .optional()
+      .meta({ description: 'A box of your account (default: the box that received or sent the original)', example: 'agent@brave-otter.boxes.localhost' }),
+    cc: SendInput.shape.cc.meta({ description: 'More Cc recipients, besides those reply_all adds' }),
+    bcc: SendInput.shape.bcc,
+    reply_to: SendInput.shape.reply_to,
+    headers: z
+      .record(z.string().min(1).max(100), z.string().max(2000))
+      .optional()
+      .meta({ description: `Custom headers (at most ${MAX_HEADERS - 2}); In-Reply-To and References are set by the reply`, example: { 'X-Ticket': '4211' } }),
+    attachments: SendInput.shape.attachments,
+    idempotency_key: SendInput.shape.idempotency_key,
+    send_at: SendAt,
+    context: z
+      .record(z.string().max(256), z.unknown())
+      .optional()
+      .meta({ description: 'Your own JSON object (at most 16 KB), returned on replies to this reply; default: the context of the original', example: { ticket: 4211 } }),
+  })
+  .meta({ id: 'ReplyMessage' });
+
+export const CancelMessageInput = z.strictObject({ id: z.string().max(40).meta({ description: 'A message sent with send_at', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }) });
+export const CancelMessageOutput = z.object({
+  id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+  status: z.literal('cancelled'),
+  send_at: Timestamp.nullable().meta({ description: 'When it would have gone' }),
+  released_messages: z.number().int().meta({ description: 'Recipients whose reserved credit was released', example: 1 }),
 });

@@ -116,3 +116,4 @@ export async function topUpWithMpp(
   opts.onChallenge?.(challenge);
   return waitForMppTopup(client, challenge.challenge_id, opts);
 }
+export { streamEvents, BoxesStreamError, type StreamEventsOptions } from './event-stream';

@@ -30,6 +30,8 @@ export class SelectedMailbox {
   private readonly cache = new Map<string, ParsedMessage | null>();
   private cacheBytes = 0;
   private lastSingle = -2;
+  /** Blocks below this one have had their read-ahead started (see readAhead). */
+  private aheadBlocks = 0;
   private readonly inflight = new Map<string, Promise<void>>();
 
   private constructor(
@@ -130,20 +132,40 @@ export class SelectedMailbox {
     let wanted = targets;
     if (targets.length === 1) {
       const i = targets[0]!;
-      if (i === this.lastSingle + 1) {
-        // Aligned blocks: the one holding i now, the next one in the background (each read in one query).
-        const block = Math.floor(i / READ_AHEAD) * READ_AHEAD;
-        wanted = range(block, Math.min(this.entries.length, block + READ_AHEAD));
-        for (let k = 1; k <= AHEAD_BLOCKS; k++) {
-          void this.load(svc, range(block + k * READ_AHEAD, Math.min(this.entries.length, block + (k + 1) * READ_AHEAD))).catch(() => undefined);
-        }
-      }
+      const sequential = i === this.lastSingle + 1;
       this.lastSingle = i;
+      if (this.cache.has(this.entries[i]!.messageId)) {
+        // Served from what was read ahead; a client moving on into the next block starts its reading.
+        if (sequential) this.readAhead(svc, Math.floor(i / READ_AHEAD) + 1);
+        return;
+      }
+      if (sequential) {
+        // Aligned blocks: the one holding i now, the next ones in the background (each read in one query).
+        const block = Math.floor(i / READ_AHEAD);
+        wanted = range(block * READ_AHEAD, Math.min(this.entries.length, (block + 1) * READ_AHEAD));
+        // A miss means what was read ahead is gone (a second pass, or the cache pushed it out): start afresh.
+        this.aheadBlocks = block + 1;
+        this.readAhead(svc, block + 1);
+      }
     }
     await this.load(svc, wanted);
     // What was read ahead may have pushed out a target in a large round: read those again.
     const missing = targets.filter((i) => !this.cache.has(this.entries[i]!.messageId));
     if (missing.length) await this.load(svc, missing);
+  }
+
+  /**
+   * Starts reading the AHEAD_BLOCKS blocks from this one in the background, each once: a client fetching
+   * message after message asks for every block only as it enters the one before, not on each message.
+   */
+  private readAhead(svc: Services, fromBlock: number): void {
+    const until = fromBlock + AHEAD_BLOCKS;
+    for (let b = Math.max(fromBlock, this.aheadBlocks); b < until; b++) {
+      const start = b * READ_AHEAD;
+      if (start >= this.entries.length) break;
+      void this.load(svc, range(start, Math.min(this.entries.length, start + READ_AHEAD))).catch(() => undefined);
+    }
+    this.aheadBlocks = Math.max(this.aheadBlocks, until);
   }
 
   private async load(svc: Services, indexes: number[]): Promise<void> {

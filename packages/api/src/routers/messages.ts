@@ -1,12 +1,15 @@
 /** Mail: send, list, read, delete. */
-import { deleteMessage, getMessage, listMessages, messageFlags, sendMessage } from '@boxes/core';
+import { cancelScheduled, deleteMessage, getMessage, listMessages, messageFlags, replyToMessage, sendMessage } from '@boxes/core';
 import {
+  CancelMessageInput,
+  CancelMessageOutput,
   DeleteMessageInput,
   DeleteMessageOutput,
   ListMessagesInput,
   ListMessagesOutput,
   MessageIdInput,
   MessageWithBody,
+  MessageReplyInput,
   SendInput,
   SendOutput,
 } from '@boxes/schemas';
@@ -34,6 +37,40 @@ export const messagesRouter = router({
       const out = await sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
       return checks ? withEvidence(ctx, out, { capability: 'messages.send', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) }) : out;
     }),
+  reply: keyProcedure
+    .meta({
+      scope: 'send',
+      openapi: {
+        method: 'POST',
+        path: '/messages/{id}/reply',
+        tags: ['messages'],
+        summary: 'Reply to a message',
+        description:
+          'Sends a reply with the rules, billing and answer of POST /messages/send. To: the Reply-To of the original, else its From (a sent original: its To); reply_all adds its To and Cc as Cc, without the sending box. Subject: "Re: " once (an existing Re:, RE:, Aw:, Sv: is kept). In-Reply-To: the original\'s Message-ID; References: its References plus its Message-ID (the first and the newest 19 when longer). From: the box that received the original. context: the original\'s unless given. The reply joins the original\'s thread (thread_id). A box-restricted key replies only to messages of its boxes.',
+      },
+    })
+    .input(MessageReplyInput)
+    .output(SendOutput)
+    .mutation(async ({ ctx, input }) => {
+      const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
+      const out = await replyToMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
+      return checks ? withEvidence(ctx, out, { capability: 'messages.reply', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) }) : out;
+    }),
+  cancel: keyProcedure
+    .meta({
+      scope: 'send',
+      openapi: {
+        method: 'POST',
+        path: '/messages/{id}/cancel',
+        tags: ['messages'],
+        summary: 'Cancel a scheduled send',
+        description:
+          'A message sent with send_at that has not gone yet: nothing is sent, the credit reserved for it is released, and mail.cancelled is recorded. 409 conflict once it has gone (or for a message that was not scheduled). A box-restricted key cancels only messages of its boxes.',
+      },
+    })
+    .input(CancelMessageInput)
+    .output(CancelMessageOutput)
+    .mutation(({ ctx, input }) => cancelScheduled(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, actorKeyId: ctx.key.id })),
   list: keyProcedure
     .meta({
       scope: 'receive',

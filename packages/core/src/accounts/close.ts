@@ -6,8 +6,8 @@
  * - With close protection on, a right confirm_domain creates a close request the owner approves from a
  *   single-use link (the owner pages, /owner/close/<id>); nothing closes before that.
  * - Closing, in one transaction: the account becomes closing, every key is revoked, every domain stops being
- *   live (the MX refuses its mail: 550) and its records are no longer served, queued and deferred deliveries
- *   are stopped (mail.failed, holds released), a registered domain is held for transfer (auth code mailed to
+ *   live (the MX refuses its mail: 550) and its records are no longer served, queued, deferred and scheduled
+ *   deliveries are stopped (mail.failed, holds released), a registered domain is held for transfer (auth code mailed to
  *   the owner), account.closing is appended and the owner is mailed; the worker then builds the data export
  *   and mails its link. After ACCOUNT_DELETION_GRACE_DAYS the audit job deletes everything.
  * Bulk jobs do not exist yet; when they do, their batches must check the account's status before sending.
@@ -22,6 +22,7 @@ import type { Services } from '../shared/context';
 import { seal, sha256Hex } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { stopBulkJobs } from '../bulk/cancel';
 
 export const CLOSE_REQUEST_TTL_MS = 24 * 60 * 60 * 1000;
 const REFUSAL_MAIL_EVERY_MS = 10 * 60 * 1000;
@@ -211,9 +212,10 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
   return result;
 }
 
-/** Queued and deferred deliveries fail now (holds released, mail.failed each); returns how many. */
+/** Bulk jobs are cancelled; queued, deferred and scheduled deliveries (and those waiting for a bulk batch) fail now (holds released, mail.failed each); returns how many. */
 async function stopDeliveries(tx: Tx, accountId: string): Promise<number> {
-  const open = await tx.delivery.findMany({ where: { accountId, status: { in: ['queued', 'deferred'] } }, select: { id: true, attempts: true } });
+  await stopBulkJobs(tx, accountId);
+  const open = await tx.delivery.findMany({ where: { accountId, status: { in: ['queued', 'deferred', 'bulk', 'scheduled'] } }, select: { id: true, attempts: true } });
   for (const d of open) await markFailed(tx, d.id, { error: 'stopped: the account is closing', attempts: d.attempts });
   return open.length;
 }

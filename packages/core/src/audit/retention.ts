@@ -28,9 +28,12 @@ export function bodyState(m: Pick<Message, 'bodyReclaimedAt'>): 'available' | { 
   return m.bodyReclaimedAt ? { reclaimed_at_utc: m.bodyReclaimedAt.toISOString() } : 'available';
 }
 
-/** When an available body is due to be reclaimed under the window; null once reclaimed. */
-export function bodyReclaimDueAt(m: Pick<Message, 'bodyReclaimedAt' | 'recordedAt'>, retentionDays: number): Date | null {
-  return m.bodyReclaimedAt ? null : new Date(m.recordedAt.getTime() + retentionDays * DAY_MS);
+/**
+ * When an available body is due to be reclaimed under the window; null once reclaimed. A scheduled send's window
+ * starts when it goes (send_at), not when it was accepted.
+ */
+export function bodyReclaimDueAt(m: Pick<Message, 'bodyReclaimedAt' | 'recordedAt'> & { sendAt?: Date | null }, retentionDays: number): Date | null {
+  return m.bodyReclaimedAt ? null : new Date((m.sendAt ?? m.recordedAt).getTime() + retentionDays * DAY_MS);
 }
 
 /** The SHA-256 of a message's raw bytes: kept on the row once computed, else taken from the sealed raw. */
@@ -46,7 +49,8 @@ export async function reclaimExpiredBodies(svc: Services, limit = 1000): Promise
     SELECT m.id FROM messages m JOIN accounts a ON a.id = m.account_id
     WHERE a.status = 'active' AND m.body_reclaimed_at IS NULL
       AND m.recorded_at < ${now}::timestamptz - make_interval(days => COALESCE(a.audit_retention_days, ${DEFAULT_AUDIT_RETENTION_DAYS}))
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id AND d.status IN ('queued', 'deferred'))
+      AND (m.send_at IS NULL OR m.send_at < ${now}::timestamptz - make_interval(days => COALESCE(a.audit_retention_days, ${DEFAULT_AUDIT_RETENTION_DAYS})))
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id AND d.status IN ('queued', 'deferred', 'bulk', 'scheduled'))
     ORDER BY m.recorded_at LIMIT ${limit}`;
   let done = 0;
   for (const { id } of due) {

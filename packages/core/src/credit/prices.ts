@@ -21,6 +21,8 @@ export const PRICES_MICROS = {
   dnsOveragePerMillion: 400_000,
   /** Per message sent without the trailer, until TRAILER_PAYOFF_MICROS has been paid. */
   trailerSurcharge: 1_000,
+  /** A live dedicated sending IP, per calendar month (the first month when it is taken). */
+  dedicatedIpPerMonth: 24_950_000,
 } as const;
 
 export const FREE_MESSAGES = 250;
@@ -42,6 +44,7 @@ export const LEDGER_TYPES = [
   'dns_overage',
   'trailer_surcharge',
   'trailer_buyout',
+  'dedicated_ip',
   'topup',
   'signup_credit',
 ] as const;
@@ -101,6 +104,7 @@ export function priceList(config: Pick<Config, 'billing'>) {
     dns_overage_per_million_usd: microsToUsd(BigInt(PRICES_MICROS.dnsOveragePerMillion)),
     trailer_opt_out_surcharge_per_message_usd: microsToUsd(BigInt(PRICES_MICROS.trailerSurcharge)),
     trailer_opt_out_total_usd: microsToUsd(TRAILER_PAYOFF_MICROS),
+    dedicated_ip_per_month_usd: microsToUsd(BigInt(PRICES_MICROS.dedicatedIpPerMonth)),
     boxes: 'unlimited, free',
   };
 }

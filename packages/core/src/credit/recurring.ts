@@ -1,6 +1,7 @@
 /**
  * Mandatory recurring debits, run by the worker's repeatable billing job: DNS hosting of delegated domains and
- * name service of registered ones (per calendar month, charged when the month starts), DNS query overage (per
+ * name service of registered ones and live dedicated sending IPs (per calendar month, charged when the month
+ * starts), DNS query overage (per
  * month, once it has ended) and storage of mail older than the free days (per UTC day, once it has ended).
  * They are never skipped: each period is charged once, under a ledger key naming it, and a run catches up
  * every period since the last one (a worker that was down for a week charges the week). They may take the
@@ -9,6 +10,7 @@
 import type { Services } from '../shared/context';
 import { postedKeys, postEntries, type Posting } from './ledger';
 import { centsToMicros, dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
+import { sendingIpPostings } from '../sending-ips/sending-ips';
 
 const DAY_MS = 86_400_000;
 /** At most this many days of storage are caught up per account and run (the next run continues). */
@@ -53,7 +55,7 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
       where: { id: { gt: cursor }, status: 'active' },
       orderBy: { id: 'asc' },
       take: 200,
-      select: { id: true, createdAt: true, storageBilledThrough: true, domains: { where: { status: { in: ['active', 'retiring'] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },
+      select: { id: true, createdAt: true, storageBilledThrough: true, sendingIp: { select: { id: true, ip: true, mode: true, createdAt: true } }, domains: { where: { status: { in: ['active', 'retiring'] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },
     });
     if (!accounts.length) break;
     cursor = accounts[accounts.length - 1]!.id;
@@ -70,10 +72,17 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
 
 async function billAccount(
   svc: Services,
-  a: { id: string; createdAt: Date; storageBilledThrough: Date | null; domains: { id: string; name: string; mode: string; verifiedAt: Date | null }[] },
+  a: {
+    id: string;
+    createdAt: Date;
+    storageBilledThrough: Date | null;
+    sendingIp: { id: string; ip: string; mode: string; createdAt: Date } | null;
+    domains: { id: string; name: string; mode: string; verifiedAt: Date | null }[];
+  },
   now: Date,
 ): Promise<number> {
-  const postings: Posting[] = [];
+  // A live dedicated sending IP: each calendar month it is held (the first was charged when it was taken).
+  const postings: Posting[] = sendingIpPostings(a.sendingIp, now);
   const thisMonth = monthKey(now);
   for (const d of a.domains) {
     const monthly = MONTHLY[d.mode];

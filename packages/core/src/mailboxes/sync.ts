@@ -78,11 +78,14 @@ async function addAll(tx: Tx, accountId: string, rows: StreamRow[]): Promise<voi
   const folders = await ensureBoxFolders(tx, accountId, [...new Set(rows.map((r) => r.box_id!))]);
   const byTarget = new Map<string, string[]>();
   const sent: string[] = [];
+  const folderOf = new Map(folders.map((f) => [`${f.boxId}/${f.role}`, f.id]));
   for (const r of rows) {
     const role = r.type === 'mail.received' ? 'inbox' : 'sent';
-    const folder = folders.find((f) => f.boxId === r.box_id && f.role === role);
-    if (!folder) continue; // the box is gone: its mail has no folders any more
-    byTarget.set(folder.id, [...(byTarget.get(folder.id) ?? []), r.message_id!]);
+    const folderId = folderOf.get(`${r.box_id}/${role}`);
+    if (!folderId) continue; // the box is gone: its mail has no folders any more
+    const ids = byTarget.get(folderId);
+    if (ids) ids.push(r.message_id!);
+    else byTarget.set(folderId, [r.message_id!]);
     if (role === 'sent') sent.push(r.message_id!);
   }
   if (sent.length) {

@@ -4,6 +4,7 @@
  * SMTP through the relay or the recipient domain's MX hosts. Idempotent: a delivery in a final state is left
  * alone, so a repeated job does nothing.
  */
+import { createPrivateKey, type KeyObject } from 'node:crypto';
 import type { Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
@@ -12,6 +13,10 @@ import { domainOf } from './addresses';
 import { openBody } from './body';
 import { markBounced, markDeferred, markDelivered, markFailed } from './outcomes';
 import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
+import { releaseScheduled } from './schedule';
+import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
+import { enqueueForwardRuns } from '../forwarding/run';
+import { checkLocalDelivery, countRefused } from '../trust/inbound';
 
 export interface DeliveryDeps {
   sender: SmtpSender;
@@ -23,24 +28,25 @@ export interface DeliveryDeps {
   maxAttempts: number;
 }
 
-const dkimKeys = new Map<string, string>();
+/** Parsed DKIM keys by their sealed form: parsed once, not on every signature. */
+const dkimKeys = new Map<string, KeyObject>();
 
 /** The sealed DKIM key of the sending domain, as loadDelivery reads it with the delivery. */
-interface SealedKey {
+export interface SealedKey {
   dkimSelector: string;
   dkimPrivateKeyEnc: string;
 }
 
-async function privateKeyFor(svc: Services, domainName: string, known?: SealedKey | null): Promise<{ selector: string; pem: string }> {
+async function privateKeyFor(svc: Services, domainName: string, known?: SealedKey | null): Promise<{ selector: string; key: KeyObject }> {
   // Only a live domain signs: a send from a pending claim is refused before it is queued.
   const d = known ?? (await svc.db.domain.findUniqueOrThrow({ where: { liveName: domainName }, select: { dkimSelector: true, dkimPrivateKeyEnc: true } }));
-  let pem = dkimKeys.get(d.dkimPrivateKeyEnc);
-  if (!pem) {
-    pem = open(svc.secretKey, d.dkimPrivateKeyEnc).toString('utf8');
+  let key = dkimKeys.get(d.dkimPrivateKeyEnc);
+  if (!key) {
+    key = createPrivateKey(open(svc.secretKey, d.dkimPrivateKeyEnc).toString('utf8'));
     if (dkimKeys.size > 1000) dkimKeys.clear();
-    dkimKeys.set(d.dkimPrivateKeyEnc, pem);
+    dkimKeys.set(d.dkimPrivateKeyEnc, key);
   }
-  return { selector: d.dkimSelector, pem };
+  return { selector: d.dkimSelector, key };
 }
 
 /** The signed RFC 5322 bytes of a sent message, composed on first use and stored sealed. */
@@ -48,6 +54,16 @@ export type ComposableMessage = Pick<Message, 'id' | 'rawEnc' | 'bodyEnc' | 'fro
 
 export async function ensureComposed(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
   if (message.rawEnc) return open(svc.secretKey, message.rawEnc);
+  const signed = await composeSigned(svc, message, key);
+  const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: seal(svc.secretKey, signed), sizeBytes: signed.length } });
+  if (stored.count === 1) return signed;
+  // Another attempt stored it first: deliver the same bytes to every recipient.
+  const again = await svc.db.message.findUniqueOrThrow({ where: { id: message.id }, select: { rawEnc: true } });
+  return open(svc.secretKey, again.rawEnc!);
+}
+
+/** The signed RFC 5322 bytes of a sent message, composed in memory (the caller stores them: bulk batches do it in bulk). */
+export async function composeSigned(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
   if (!message.bodyEnc || !message.fromAddress) throw new Error(`message ${message.id} has no body to compose`);
   const body = openBody(svc.secretKey, message.bodyEnc);
   const raw = await composeMessage({
@@ -70,12 +86,7 @@ export async function ensureComposed(svc: Services, message: ComposableMessage, 
   });
   const domain = domainOf(message.fromAddress);
   const k = await privateKeyFor(svc, domain, key);
-  const signed = await dkimSign(raw, { domainName: domain, keySelector: k.selector, privateKey: k.pem });
-  const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: seal(svc.secretKey, signed), sizeBytes: signed.length } });
-  if (stored.count === 1) return signed;
-  // Another attempt stored it first: deliver the same bytes to every recipient.
-  const again = await svc.db.message.findUniqueOrThrow({ where: { id: message.id }, select: { rawEnc: true } });
-  return open(svc.secretKey, again.rawEnc!);
+  return dkimSign(raw, { domainName: domain, keySelector: k.selector, privateKey: k.key });
 }
 
 /**
@@ -94,17 +105,23 @@ interface LoadedDelivery {
   recipient: string;
   message: ComposableMessage;
   key: SealedKey | null;
+  /** The remote MX's 250, when it was committed but the outcome not yet recorded. */
+  accepted: { mta: string | null; response: string } | null;
+  /** The account's dedicated sending IP, if it has one. */
+  sendingIp: DeliverySendingIp | null;
 }
 
 /** A delivery with what sending it needs (its message, the sending domain's DKIM key) in one round trip. */
 async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
   const rows = await svc.db.$queryRaw<
-    { id: string; status: string; route: string; recipient: string; message_id: string; raw_enc: string | null; body_enc: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; rfc_message_id: string; recorded_at: Date; dkim_selector: string | null; dkim_private_key_enc: string | null }[]
+    { id: string; status: string; route: string; recipient: string; message_id: string; raw_enc: string | null; body_enc: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; rfc_message_id: string; recorded_at: Date; dkim_selector: string | null; dkim_private_key_enc: string | null; accepted_at: Date | null; accepted_response: string | null; remote_mta: string | null; sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null }[]
   >`
-    SELECT d.id, d.status, d.route, d.recipient, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses,
-      m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc
+    SELECT d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses,
+      m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc,
+      CASE WHEN s.id IS NULL THEN NULL ELSE json_build_object('id', s.id, 'mode', s.mode, 'ip', s.ip, 'heloName', s.helo_name, 'warmupStartedAt', s.warmup_started_at) END AS sending_ip
     FROM deliveries d JOIN messages m ON m.id = d.message_id
       LEFT JOIN domains k ON k.live_name = split_part(m.from_address, '@', 2)
+      LEFT JOIN sending_ips s ON s.account_id = d.account_id
     WHERE d.id = ${deliveryId}`;
   const r = rows[0];
   if (!r) return null;
@@ -115,12 +132,25 @@ async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDe
     recipient: r.recipient,
     message: { id: r.message_id, rawEnc: r.raw_enc, bodyEnc: r.body_enc, fromAddress: r.from_address, toAddresses: r.to_addresses, ccAddresses: r.cc_addresses, subject: r.subject, rfcMessageId: r.rfc_message_id, recordedAt: r.recorded_at },
     key: r.dkim_selector && r.dkim_private_key_enc ? { dkimSelector: r.dkim_selector, dkimPrivateKeyEnc: r.dkim_private_key_enc } : null,
+    accepted: r.accepted_at ? { mta: r.remote_mta, response: r.accepted_response ?? '250 accepted' } : null,
+    sendingIp: r.sending_ip ? { ...r.sending_ip, warmupStartedAt: r.sending_ip.warmupStartedAt ? new Date(r.sending_ip.warmupStartedAt) : null } : null,
   };
 }
 
 export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number): Promise<AttemptResult> {
-  const delivery = await loadDelivery(svc, deliveryId);
-  if (!delivery || ['delivered', 'bounced', 'failed'].includes(delivery.status)) return { done: true };
+  let delivery = await loadDelivery(svc, deliveryId);
+  // A scheduled send's delayed job: release the message (unless it was cancelled first), then deliver.
+  if (delivery?.status === 'scheduled') {
+    await releaseScheduled(svc, delivery.message.id);
+    delivery = await loadDelivery(svc, deliveryId);
+  }
+  if (!delivery || ['delivered', 'bounced', 'failed', 'cancelled', 'scheduled'].includes(delivery.status)) return { done: true };
+  if (delivery.accepted) {
+    // The remote MX took it, then the run that sent it stopped before recording that: record it, send nothing.
+    const { mta, response } = delivery.accepted;
+    await svc.db.$transaction((tx) => markDelivered(svc, tx, deliveryId, { mta, response, attempts: Math.max(1, attemptsMade) }), RECORD_TX);
+    return { done: true };
+  }
   const raw = await ensureComposed(svc, delivery.message, delivery.key);
   const attempts = attemptsMade + 1;
 
@@ -130,17 +160,34 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
       await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts }), RECORD_TX);
       return { done: true };
     }
-    const parsed = await parseMessage(raw);
-    // The copy for the recipient and the delivery's state commit together: exactly once.
-    await svc.db.$transaction(
-      async (tx) => {
+    const mailFrom = bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!));
+    // The recipient's lists and policy apply as at the MX; the copy carries the verdict (core/trust).
+    const checked = await checkLocalDelivery(svc, { raw, box: target.box, mailFrom });
+    if (checked.refusal) {
+      const refusal = checked.refusal;
+      await svc.db.$transaction(async (tx) => {
         const fresh = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId }, select: { status: true } });
         if (['delivered', 'bounced', 'failed'].includes(fresh.status)) return;
-        await receiveMessage(svc, { raw, parsed, recipients: [target], mailFrom: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), via: 'local', tx });
+        await countRefused(tx, [target.box.id]);
+        await markBounced(tx, deliveryId, { code: refusal.code, response: refusal.message, source: 'local', attempts });
+      }, RECORD_TX);
+      return { done: true };
+    }
+    const parsed = await parseMessage(checked.raw);
+    // The copy for the recipient and the delivery's state commit together: exactly once.
+    const forwardRuns = await svc.db.$transaction(
+      async (tx) => {
+        // Locked: a second run of the same job (a stalled lock handed on while the first still runs) waits here
+        // and then sees the delivery done.
+        const [fresh] = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM deliveries WHERE id = ${deliveryId} FOR UPDATE`;
+        if (!fresh || ['delivered', 'bounced', 'failed'].includes(fresh.status)) return [];
+        const stored = await receiveMessage(svc, { raw: checked.raw, parsed, recipients: [target], mailFrom, via: 'local', tx, trust: checked.trust });
         await markDelivered(svc, tx, deliveryId, { mta: 'local', response: 'stored locally', attempts });
+        return stored.forwardRunIds ?? [];
       },
       { maxWait: 10_000, timeout: 30_000 },
     );
+    await enqueueForwardRuns(svc, forwardRuns);
     return { done: true };
   }
 
@@ -163,9 +210,14 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
     return { done: true };
   }
   const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
+  // The account's dedicated sending IP, while it is provisioned and under today's warm-up cap.
+  const source = destinations.length ? await sendingSource(svc, delivery.sendingIp) : null;
   for (const dest of destinations) {
-    const outcome = await deps.sender.send(dest, envelope, raw);
+    const outcome = await deps.sender.send(dest, envelope, raw, source ?? undefined);
     if (outcome.kind === 'delivered') {
+      // Committed at once (one statement, no account lock), so the window in which a crash makes the job send
+      // again is this round trip, not the wait for the account's chain in the outcome's transaction.
+      await svc.db.$executeRaw`UPDATE deliveries SET accepted_at = now(), accepted_response = ${outcome.response.slice(0, 500)}, remote_mta = ${outcome.mta} WHERE id = ${deliveryId}`;
       await svc.db.$transaction((tx) => markDelivered(svc, tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }), RECORD_TX);
       return { done: true };
     }

@@ -27,10 +27,10 @@ export async function checkSendLoop(svc: Services, accountId: string, singleReci
     return undefined; // Redis trouble must not block sending.
   }
   if (distinct <= LOOP_THRESHOLD) return undefined;
-  const message = `${distinct} single-recipient sends to different addresses in the last minute. Send one message to many recipients with POST /messages/send/bulk instead (see README "Bulk send").`;
+  const message = `${distinct} single-recipient sends to different addresses in the last minute. Put such messages in one bulk job instead: POST /messages/send/bulk takes up to 5,000 messages and sends them in batches with a cool-off and a bounce breaker (see README "Bulk send").`;
   const first = await svc.redis.set(`${svc.config.redisPrefix}:loop-event:${accountId}`, '1', 'EX', 600, 'NX').catch(() => null);
   if (first === 'OK') {
-    await appendEvent({ db: svc.db, accountId, type: 'send.loop_detected', data: { distinct_recipients_last_minute: distinct, advice: 'use POST /messages/send/bulk' } });
+    await appendEvent({ db: svc.db, accountId, type: 'send.loop_detected', data: { distinct_recipients_last_minute: distinct, advice: 'send these messages as one bulk job: POST /messages/send/bulk' } });
   }
   return { code: 'looping_single_sends', message };
 }

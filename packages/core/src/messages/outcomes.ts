@@ -10,20 +10,25 @@ import { isQuietCharge, leanChargeSql } from '../credit/lean';
 import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
+import { stopForwardOnBounce } from '../forwarding/forwards';
 
 const FINAL = ['delivered', 'bounced', 'failed'];
 
-/** Sets the message's status from its deliveries once every one of them is final (one statement). */
+/** Sets the messages' statuses from their deliveries, each once every one of its deliveries is final (one statement). */
+export async function refreshMessageStatuses(tx: Tx, messageIds: string[]): Promise<void> {
+  if (messageIds.length) await tx.$executeRaw(messageStatusUpdate(messageIds));
+}
+
 async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
-  await tx.$executeRaw(messageStatusUpdate(messageId));
+  await refreshMessageStatuses(tx, [messageId]);
 }
 
 /**
- * The message's status once every delivery is final: delivered, partially_delivered, bounced or failed. Also a
- * part of a larger statement that makes delivery `justFinal` delivered (a sibling CTE does not see that row's
- * new status, so it is counted as delivered here).
+ * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
+ * Also a part of a larger statement that makes delivery `justFinal` delivered (a sibling CTE does not see that
+ * row's new status, so it is counted as delivered here).
  */
-function messageStatusUpdate(messageId: string, justFinal = ''): Prisma.Sql {
+function messageStatusUpdate(messageIds: string[], justFinal = ''): Prisma.Sql {
   return Prisma.sql`
       UPDATE messages m SET status = CASE
           WHEN s.delivered = s.total THEN 'delivered'
@@ -31,13 +36,13 @@ function messageStatusUpdate(messageId: string, justFinal = ''): Prisma.Sql {
           WHEN s.bounced > 0 THEN 'bounced'
           ELSE 'failed' END
       FROM (
-        SELECT count(*) AS total,
+        SELECT message_id, count(*) AS total,
           count(*) FILTER (WHERE status = 'delivered' OR id = ${justFinal}) AS delivered,
           count(*) FILTER (WHERE status = 'bounced' AND id <> ${justFinal}) AS bounced,
           count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed') AND id <> ${justFinal}) AS open
-        FROM deliveries WHERE message_id = ${messageId}
+        FROM deliveries WHERE message_id = ANY(${messageIds}::text[]) GROUP BY message_id
       ) s
-      WHERE m.id = ${messageId} AND s.total > 0 AND s.open = 0`;
+      WHERE m.id = s.message_id AND s.open = 0`;
 }
 
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
@@ -101,7 +106,7 @@ export async function markDelivered(svc: Services, tx: Tx, deliveryId: string, i
     WITH settle AS (
       UPDATE deliveries SET settled_at = now() WHERE id = ${d.id} AND settled_at IS NULL
     ), ${lean.ctes}, msg AS (
-      ${messageStatusUpdate(d.message_id, d.id)}
+      ${messageStatusUpdate([d.message_id], d.id)}
     )
     ${lean.notify}`;
   return true;
@@ -123,6 +128,8 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
     data: { message_id: d.messageId, recipient: d.recipient, code: info.code, response: info.response.slice(0, 500), source: info.source },
   });
   await suppress(tx, { accountId: d.accountId, address: d.recipient, reason: 'bounce', detail: info.response.slice(0, 500), messageId: d.messageId });
+  // A bounced auto-forwarded copy stops its forward.
+  await stopForwardOnBounce(tx, { messageId: d.messageId, recipient: d.recipient, response: info.response });
   await evaluateReputation(tx, d.accountId);
   await refreshMessageStatus(tx, d.messageId);
 }

@@ -7,6 +7,9 @@ import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { openBody } from './body';
 import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
+import type { Authentication } from '../trust/authenticate';
+import type { SpamVerdict } from '../trust/spam';
+import { extractReplyText } from '../trust/extract';
 
 /** retentionDays: the account's audit retention window, to say when an available body is due to be reclaimed. */
 export function presentMessage(m: Message, retentionDays?: number) {
@@ -24,20 +27,25 @@ export function presentMessage(m: Message, retentionDays?: number) {
     rfc_message_id: m.rfcMessageId,
     provider_message_id: m.providerMessageId,
     in_reply_to: m.inReplyTo,
+    thread_id: m.threadId,
+    send_at: m.sendAt?.toISOString() ?? null,
     context: (m.context as Record<string, unknown> | null) ?? null,
     recorded_at: m.recordedAt.toISOString(),
     body_state: (m.bodyReclaimedAt ? 'reclaimed' : 'available') as 'available' | 'reclaimed',
     body_reclaimed_at_utc: m.bodyReclaimedAt?.toISOString() ?? null,
     body_reclaim_due_at_utc: retentionDays === undefined ? null : (bodyReclaimDueAt(m, retentionDays)?.toISOString() ?? null),
     purged: Boolean(m.purgedAt),
+    authentication: m.direction === 'received' ? ((m.authentication as unknown as Authentication | null) ?? null) : null,
+    spam: m.direction === 'received' ? ((m.spam as unknown as SpamVerdict | null) ?? null) : null,
   };
 }
 
-function presentBody(svc: Services, m: Message) {
+export function presentBody(svc: Services, m: Message) {
   if (!m.bodyEnc) return null;
   const b = openBody(svc.secretKey, m.bodyEnc);
   return {
     text: b.text,
+    extracted_text: m.direction === 'received' ? extractReplyText(b.text) : null,
     html: b.html,
     headers: b.headers,
     attachments: b.attachments.map((a) => ({
@@ -128,7 +136,7 @@ export async function listMessages(
   };
 }
 
-async function retentionDaysOf(svc: Services, accountId: string): Promise<number> {
+export async function retentionDaysOf(svc: Services, accountId: string): Promise<number> {
   const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { auditRetentionDays: true } });
   return retentionOf(a).audit_retention_days;
 }
@@ -157,6 +165,10 @@ export async function getMessage(svc: Services, input: { accountId: string; scop
 export async function deleteMessage(svc: Services, input: { accountId: string; scope: BoxScope; id: string; purge: boolean; actorKeyId: string }) {
   return svc.db.$transaction(async (tx) => {
     const m = await findVisible(tx, input.accountId, input.scope, input.id);
+    // The body of a scheduled send is what will be sent: it goes away only with the send.
+    if (m.status === 'scheduled') {
+      throw new AppError('conflict', `message ${m.id} is scheduled (send_at ${m.sendAt?.toISOString()}); cancel it first with POST /messages/${m.id}/cancel`, { status: m.status });
+    }
     const at = m.bodyReclaimedAt ?? new Date();
     await tx.message.update({
       where: { id: m.id },

@@ -15,6 +15,9 @@ import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
 import { applyReport } from './reports';
+import { parentIds, pickThread } from '../threads/parents';
+import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
+import { storedTrust, type InboundTrust } from '../trust/inbound';
 
 export type RecipientResolution =
   | { kind: 'box'; box: Box }
@@ -46,19 +49,31 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
   return { kind: 'unknown_box' };
 }
 
-async function findContext(tx: Tx, accountId: string, parsed: ParsedMessage) {
-  const ids = [parsed.inReplyTo, ...[...parsed.references].reverse()].filter((x): x is string => !!x).slice(0, 50);
-  if (!ids.length) return null;
-  const sent = await tx.message.findMany({
-    where: { accountId, direction: 'sent', rfcMessageId: { in: ids } },
-    select: { rfcMessageId: true, context: true },
-  });
-  // In-Reply-To first, then the newest reference.
-  for (const id of ids) {
-    const hit = sent.find((m) => m.rfcMessageId === id && m.context !== null);
-    if (hit) return hit.context as Record<string, unknown>;
+/**
+ * The messages of the account this one answers (or is another copy of), in one query: the context to echo
+ * (from a sent message, In-Reply-To first, then the newest reference) and the thread to join. own: also look
+ * for the message's own Message-ID (a local delivery: the sender may be this same account). No query at all
+ * for a message that answers nothing: it starts a thread.
+ */
+async function findParents(tx: Tx, accountId: string, parsed: ParsedMessage, own: boolean): Promise<{ context: Record<string, unknown> | null; threadId: string }> {
+  const ids = parentIds({ inReplyTo: parsed.inReplyTo, references: parsed.references, own: own ? parsed.messageId : null });
+  const found = ids.length
+    ? await tx.message.findMany({
+        where: { accountId, rfcMessageId: { in: ids } },
+        select: { rfcMessageId: true, context: true, direction: true, threadId: true },
+        orderBy: { recordedAt: 'asc' },
+      })
+    : [];
+  let context: Record<string, unknown> | null = null;
+  // Only what the message answers carries context, never another copy of itself.
+  for (const id of parentIds({ inReplyTo: parsed.inReplyTo, references: parsed.references })) {
+    const hit = found.find((m) => m.rfcMessageId === id && m.direction === 'sent' && m.context !== null);
+    if (hit) {
+      context = hit.context as Record<string, unknown>;
+      break;
+    }
   }
-  return null;
+  return { context, threadId: pickThread(ids, found) };
 }
 
 export interface InboundInput {
@@ -73,10 +88,14 @@ export interface InboundInput {
   free?: boolean;
   /** Run inside this transaction (local delivery marks its delivery in the same one). */
   tx?: Tx;
+  /** What the trust checks found (core/trust): stored as the message's authentication and spam. */
+  trust?: InboundTrust | null;
 }
 
 export interface StoredInbound {
   messageIds: string[];
+  /** Auto-forwards to send (forward runs), to enqueue once the transaction commits. */
+  forwardRunIds?: string[];
 }
 
 export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
@@ -103,8 +122,12 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
           rawEnc: seal(svc.secretKey, input.raw),
         },
   );
+  const trust = storedTrust(input.trust);
   const run = async (tx: Tx): Promise<StoredInbound> => {
     const messageIds: string[] = [];
+    // Copies of one message for several boxes of one account share a thread.
+    const threadOfAccount = new Map<string, string>();
+    const forwardRunIds: string[] = [];
     for (const [i, r] of input.recipients.entries()) {
       if (r.kind === 'bounce') {
         if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
@@ -113,7 +136,9 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
       if (r.kind !== 'box') continue;
       const box = r.box;
       const id = newId('msg');
-      const context = await findContext(tx, box.accountId, parsed);
+      const { context, threadId: found } = await findParents(tx, box.accountId, parsed, input.via === 'local');
+      const threadId = threadOfAccount.get(box.accountId) ?? found;
+      threadOfAccount.set(box.accountId, threadId);
       const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
       const eventData = {
         message: {
@@ -126,9 +151,11 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
           subject: parsed.subject,
           rfc_message_id: parsed.messageId,
           in_reply_to: parsed.inReplyTo,
+          thread_id: threadId,
           size_bytes: input.raw.length,
           attachments: parsed.attachments.length,
           via: input.via,
+          ...trust,
         },
         context,
       };
@@ -141,10 +168,12 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
         await tx.$queryRaw`
           WITH msg AS (
             INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-              from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at)
+              from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
+              authentication, spam, thread_id)
             VALUES (${id}, ${box.accountId}, ${box.id}, 'received', 'received', ${rfcMessageId}, ${id}, ${parsed.inReplyTo}, ${parsed.references}::text[],
               ${parsed.from}, ${parsed.to}::text[], ${parsed.cc}::text[], '{}'::text[], ${parsed.subject}, ${input.raw.length},
-              ${sealed[i]!.bodyEnc}, ${sealed[i]!.rawEnc}, ${context === null ? null : JSON.stringify(context)}::jsonb, now())
+              ${sealed[i]!.bodyEnc}, ${sealed[i]!.rawEnc}, ${context === null ? null : JSON.stringify(context)}::jsonb, now(),
+              ${trust.authentication === null ? null : JSON.stringify(trust.authentication)}::jsonb, ${trust.spam === null ? null : JSON.stringify(trust.spam)}::jsonb, ${threadId})
           ), ${lean.ctes}
           ${lean.notify}`;
       } else {
@@ -168,6 +197,9 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
             bodyEnc: sealed[i]!.bodyEnc,
             rawEnc: sealed[i]!.rawEnc,
             context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
+            authentication: (trust.authentication ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
+            spam: (trust.spam ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
+            threadId,
           },
         });
         await postEntries(svc, tx, box.accountId, postings, { locked: a });
@@ -175,9 +207,13 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
       }
       if (report) await applyReport(tx, { report, accountId: box.accountId });
       messageIds.push(id);
+      // Auto-forwarding: only boxes with an active forward look their forwards up (box.forwarding).
+      if (box.forwarding && !report) forwardRunIds.push(...(await queueForwardRuns(tx, { box, messageId: id, parsed })));
     }
-    return { messageIds };
+    return { messageIds, forwardRunIds };
   };
   if (input.tx) return run(input.tx);
-  return svc.db.$transaction(run, { maxWait: 10_000, timeout: 30_000 });
+  const stored = await svc.db.$transaction(run, { maxWait: 10_000, timeout: 30_000 });
+  await enqueueForwardRuns(svc, stored.forwardRunIds ?? []);
+  return stored;
 }

@@ -22,13 +22,18 @@ import { validateHeaders } from './headers';
 import { sealBody, type StoredBody } from './body';
 import { checkSendLoop } from './loop';
 import { passed, type PolicyCheck } from '../audit/evidence';
+import { headerValue, parentIds, pickThread, splitReferences } from '../threads/parents';
+import { scheduledTime } from './schedule';
+import { CONFIGURATION_SET_HEADER, configurationSetName } from '../sending-ips/sending-ips';
+import { assertRecipientsAllowed, candidatesOf, type ListedRow } from '../trust/lists';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
 
 export interface SendCaller {
   account: Account;
-  key: ApiKey;
+  /** The key that sends; none for sends the service makes on the account's behalf (auto-forwarding). */
+  key?: ApiKey;
   boxScope: BoxScope;
   /** Filled with the checks that ran and passed (the evidence envelope); omitted when nobody asks. */
   checks?: PolicyCheck[];
@@ -39,7 +44,7 @@ export function trailerText(siteUrl: string): string {
   return `--\nSent by an AI agent with Boxes: ${siteUrl}`;
 }
 
-function appendTrailer(body: { text?: string | undefined; html?: string | undefined }, siteUrl: string) {
+export function appendTrailer(body: { text?: string | undefined; html?: string | undefined }, siteUrl: string) {
   const href = siteUrl.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   return {
     text: body.text !== undefined || body.html === undefined ? `${body.text ?? ''}\n\n${trailerText(siteUrl)}` : undefined,
@@ -47,7 +52,7 @@ function appendTrailer(body: { text?: string | undefined; html?: string | undefi
   };
 }
 
-function appendSignature(body: { text?: string | undefined; html?: string | undefined }, signature: string | null) {
+export function appendSignature(body: { text?: string | undefined; html?: string | undefined }, signature: string | null) {
   if (!signature) return body;
   const escaped = signature.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`).replace(/\r?\n/g, '<br>');
   return {
@@ -63,15 +68,21 @@ interface SendContext {
   suppressed: Set<string>;
   /** Recipient domains live on this instance (local delivery). */
   hosted: Set<string>;
+  /** Stored messages of the account named by In-Reply-To or References (threading). */
+  parents: { rfcMessageId: string; threadId: string }[];
+  /** The account has a dedicated sending IP (its sends carry its configuration set). */
+  dedicated: boolean;
+  /** Send-side list entries (core/trust/lists) naming a recipient or its domain. */
+  listed: ListedRow[];
 }
 
 /**
  * Everything a send reads before its transaction, in one round trip (typed SQL on the hot path): the account's
  * domains, the sending box, which recipients are suppressed and which recipient domains are hosted here.
  */
-async function loadSendContext(svc: Services, accountId: string, fromAddress: string, recipients: string[]): Promise<SendContext> {
+async function loadSendContext(svc: Services, accountId: string, fromAddress: string, recipients: string[], parents: string[]): Promise<SendContext> {
   const domainsOfRecipients = [...new Set(recipients.map(domainOf))];
-  const rows = await svc.db.$queryRaw<{ domains: SendContext['domains'] | null; box: SendContext['box']; suppressed: string[] | null; hosted: string[] | null }[]>`
+  const rows = await svc.db.$queryRaw<{ domains: SendContext['domains'] | null; box: SendContext['box']; suppressed: string[] | null; hosted: string[] | null; dedicated: boolean; listed: ListedRow[] | null; parents: SendContext['parents'] | null }[]>`
     SELECT
       (SELECT json_agg(json_build_object('id', id, 'name', name, 'status', status, 'mode', mode, 'checks', checks,
           'claimExpiresAt', claim_expires_at, 'dkimSelector', dkim_selector, 'dkimPublicKey', dkim_public_key))
@@ -79,13 +90,22 @@ async function loadSendContext(svc: Services, accountId: string, fromAddress: st
       (SELECT json_build_object('id', id, 'address', address, 'signature', signature)
         FROM boxes WHERE account_id = ${accountId} AND address = ${fromAddress} LIMIT 1) AS box,
       (SELECT array_agg(address) FROM suppressions WHERE account_id = ${accountId} AND address = ANY(${recipients}::text[])) AS suppressed,
-      (SELECT array_agg(live_name) FROM domains WHERE live_name = ANY(${domainsOfRecipients}::text[])) AS hosted`;
+      (SELECT array_agg(live_name) FROM domains WHERE live_name = ANY(${domainsOfRecipients}::text[])) AS hosted,
+      EXISTS (SELECT 1 FROM sending_ips WHERE account_id = ${accountId}) AS dedicated,
+      (SELECT json_agg(json_build_object('box_id', box_id, 'list', list, 'direction', direction, 'value', value, 'kind', kind))
+        FROM trust_list_entries WHERE account_id = ${accountId} AND direction IN ('send', 'both')
+          AND value = ANY(${[...new Set(recipients.flatMap(candidatesOf))]}::text[])) AS listed,
+      (SELECT json_agg(json_build_object('rfcMessageId', rfc_message_id, 'threadId', thread_id) ORDER BY recorded_at)
+        FROM messages WHERE account_id = ${accountId} AND rfc_message_id = ANY(${parents}::text[])) AS parents`;
   const r = rows[0]!;
   return {
     domains: (r.domains ?? []).map((d) => ({ ...d, claimExpiresAt: d.claimExpiresAt ? new Date(d.claimExpiresAt) : null })),
     box: r.box,
     suppressed: new Set(r.suppressed ?? []),
     hosted: new Set(r.hosted ?? []),
+    dedicated: r.dedicated,
+    listed: r.listed ?? [],
+    parents: r.parents ?? [],
   };
 }
 
@@ -142,8 +162,9 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   const unique = new Map<string, Mailbox>();
   for (const m of [...to, ...cc, ...bcc]) if (!unique.has(m.address)) unique.set(m.address, m);
   if (unique.size > MAX_RECIPIENTS) {
-    throw new AppError('validation_error', `at most ${MAX_RECIPIENTS} recipients per message (got ${unique.size}); use bulk send for more`, {
+    throw new AppError('validation_error', `at most ${MAX_RECIPIENTS} recipients per message (got ${unique.size}). For more, send one message per recipient in a bulk job: POST /messages/send/bulk (up to 5,000 messages a job, sent in batches; see README "Bulk send")`, {
       fields: [{ path: 'to', message: 'too many recipients' }],
+      bulk: { method: 'POST', url: `${svc.config.apiBaseUrl}/messages/send/bulk`, max_messages: 5000 },
     });
   }
   const attachments = (input.attachments ?? []).map((a, i) => {
@@ -165,8 +186,13 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   }
 
   const from = input.from ? parseMailbox(input.from, 'from') : { name: undefined, address: caller.account.primaryAddress };
-  const ctx = await loadSendContext(svc, accountId, from.address, [...unique.keys()]);
+  const references = splitReferences(headerValue(headers, 'References'));
+  const inReplyTo = headerValue(headers, 'In-Reply-To')?.trim() || null;
+  const parents = parentIds({ inReplyTo, references });
+  const ctx = await loadSendContext(svc, accountId, from.address, [...unique.keys()], parents);
+  const threadId = pickThread(parents, ctx.parents);
   const box = resolveSender(ctx, caller, from, svc.config);
+  assertRecipientsAllowed(ctx.listed, box.id, [...unique.keys()]);
   const suppressed = ctx.suppressed;
   const recipients = [...unique.keys()].filter((a) => !suppressed.has(a));
   if (checks) {
@@ -177,11 +203,15 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   }
   // Local delivery only to live domains; mail to a pending claim's name goes out like any other domain's.
   const hosted = ctx.hosted;
+  // SPEC: while the account has a dedicated IP (provisioning, warming or active) its sends carry its own configuration set.
+  if (ctx.dedicated) headers[CONFIGURATION_SET_HEADER] = configurationSetName(accountId);
 
   const messageId = newId('msg');
   const domain = domainOf(from.address);
   const rfcMessageId = `<${messageId}@${domain}>`;
   const date = new Date();
+  // A scheduled send (send_at) is stored and reserved now; its deliveries wait (messages/schedule.ts).
+  const sendAt = scheduledTime(input.send_at, date);
   // The trailer follows the account's setting when the send is accepted; a message that carries it pays no
   // opt-out surcharge.
   const withTrailer = caller.account.trailerOptedOutAt === null;
@@ -197,7 +227,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     to_display: to.map(formatMailbox),
     cc_display: cc.map(formatMailbox),
     date: date.toISOString(),
-    in_reply_to: headers['In-Reply-To'] ?? null,
+    in_reply_to: inReplyTo,
   };
   const attachmentBytes = attachments.reduce((n, a) => n + Buffer.byteLength(a.content_b64, 'base64'), 0);
   const sizeBytes = Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + attachmentBytes;
@@ -213,7 +243,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
         // Round trip 1: lock the account row (credit and the event chain's head).
         const a = await lockAccountCredit(tx, accountId);
         const reservation = recipients.length ? planReservation(svc, a, recipients.length, { attachmentBytes, trailer: withTrailer }) : null;
-        const status = recipients.length ? 'queued' : 'suppressed';
+        const status = recipients.length ? (sendAt ? 'scheduled' : 'queued') : 'suppressed';
         const deliveries = recipients.map((r, i) => ({
           id: newId('dlv'),
           recipient: r,
@@ -228,7 +258,9 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
         const out: Output = {
           message_id: messageId,
           rfc_message_id: rfcMessageId,
+          thread_id: threadId,
           status,
+          ...(sendAt ? { send_at: sendAt.toISOString() } : {}),
           from: from.address,
           recipients,
           suppressed: [...unique.keys()].filter((r) => suppressed.has(r)),
@@ -243,12 +275,14 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
           },
           ...(warning ? { warning } : {}),
         };
+        const eventType = sendAt ? 'mail.scheduled' : 'mail.sent';
         const event = chainEvent(a, {
           accountId,
-          type: 'mail.sent',
+          type: eventType,
           data: {
             message_id: messageId,
             rfc_message_id: rfcMessageId,
+            thread_id: threadId,
             from: from.address,
             to: to.map((m) => m.address),
             cc: cc.map((m) => m.address),
@@ -256,6 +290,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
             suppressed: out.suppressed,
             subject: input.subject,
             status,
+            ...(sendAt ? { send_at: sendAt.toISOString() } : {}),
             context: input.context ?? null,
           },
         });
@@ -268,20 +303,20 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
           ), msg AS (
             INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
               from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, idempotency_key, request_hash,
-              response, recorded_at)
+              response, recorded_at, thread_id, send_at)
             VALUES (${messageId}, ${accountId}, ${box.id}, 'sent', ${status}, ${rfcMessageId}, ${messageId}, ${body.in_reply_to},
-              ${headers.References ? headers.References.split(/\s+/).filter(Boolean) : []}::text[], ${from.address},
+              ${references}::text[], ${from.address},
               ${to.map((m) => m.address)}::text[], ${cc.map((m) => m.address)}::text[], ${bcc.map((m) => m.address)}::text[],
               ${input.subject ?? null}, ${sizeBytes}, ${bodyEnc}, ${input.context === undefined ? null : JSON.stringify(input.context)}::jsonb,
-              ${idemKey ?? null}, ${requestHash}, ${JSON.stringify(out)}::jsonb, ${date})
+              ${idemKey ?? null}, ${requestHash}, ${JSON.stringify(out)}::jsonb, ${date}, ${threadId}, ${sendAt})
           ), dlv AS (
             INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
-            SELECT d.id, ${messageId}, ${accountId}, d.recipient, 'queued', d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
+            SELECT d.id, ${messageId}, ${accountId}, d.recipient, ${sendAt ? 'scheduled' : 'queued'}, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
             FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
               AS d(id text, recipient text, route text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
           ), ev AS (
             INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-            VALUES (${event.id}, ${accountId}, ${event.seq}, 'mail.sent', ${box.id}, ${event.json}::jsonb, ${event.createdAt}, ${event.prevHash}, ${event.hash})
+            VALUES (${event.id}, ${accountId}, ${event.seq}, ${eventType}, ${box.id}, ${event.json}::jsonb, ${event.createdAt}, ${event.prevHash}, ${event.hash})
           )
           SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`;
         deliveryIds = deliveries.map((d) => d.id);
@@ -301,7 +336,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     checks.push(passed('credit', `${response.billing.messages} message(s) reserved under the account lock: ${response.billing.free_messages_used} free, ${response.billing.reserved_usd} USD held`));
   }
   try {
-    await svc.jobs.enqueueDeliveries(deliveryIds);
+    await svc.jobs.enqueueDeliveries(deliveryIds, sendAt ? Math.max(0, sendAt.getTime() - Date.now()) : 0);
   } catch {
     // Committed but not enqueued (Redis down): the worker's sweeper enqueues queued deliveries it finds.
   }

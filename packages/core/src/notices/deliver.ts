@@ -7,6 +7,7 @@ import { composeMessage, type MxResolver, type SmtpDestination, type SmtpSender 
 import type { Services } from '../shared/context';
 import { domainOf } from '../messages/addresses';
 import { receiveMessage, resolveRecipient } from '../messages/receive';
+import { enqueueForwardRuns } from '../forwarding/run';
 
 export interface NoticeDeps {
   sender: SmtpSender;
@@ -37,10 +38,12 @@ export async function deliverNotice(svc: Services, deps: NoticeDeps, id: string,
   };
   const target = await resolveRecipient(svc, n.to);
   if (target.kind === 'box') {
-    await svc.db.$transaction(async (tx) => {
+    const forwardRuns = await svc.db.$transaction(async (tx) => {
       const claimed = await tx.notice.updateMany({ where: { id, status: 'pending' }, data: { status: 'sent', sentAt: new Date(), attempts: { increment: 1 } } });
-      if (claimed.count === 1) await receiveMessage(svc, { raw, recipients: [target], mailFrom: svc.config.noticeFrom, via: 'local', free: true, tx });
+      if (claimed.count !== 1) return [];
+      return (await receiveMessage(svc, { raw, recipients: [target], mailFrom: svc.config.noticeFrom, via: 'local', free: true, tx })).forwardRunIds ?? [];
     });
+    await enqueueForwardRuns(svc, forwardRuns);
     return { done: true };
   }
   if (target.kind !== 'not_hosted') return fail(`${n.to}: no such box on this instance`, true);

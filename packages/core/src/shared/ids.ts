@@ -3,7 +3,13 @@ import { randomBytes } from 'node:crypto';
 
 const ALPHABET = '0123456789abcdefghjkmnpqrstvwxyz';
 
-export type IdPrefix = 'int' | 'acct' | 'key' | 'box' | 'evt' | 'dom' | 'req' | 'msg' | 'dlv' | 'led' | 'whd' | 'iot' | 'sq' | 'sm' | 'fr' | 'fb' | 'pi' | 'mpp' | 'spr' | 'wal' | 'card' | 'ol' | 'os' | 'ntc' | 'zone' | 'rr' | 'reg' | 'ask' | 'ckp' | 'clr' | 'exp' | 'apw' | 'fld';
+export type IdPrefix = 'int' | 'acct' | 'key' | 'box' | 'evt' | 'dom' | 'req' | 'msg' | 'dlv' | 'led' | 'whd' | 'iot' | 'sq' | 'sm' | 'fr' | 'fb' | 'pi' | 'mpp' | 'spr' | 'wal' | 'card' | 'ol' | 'os' | 'ntc' | 'zone' | 'rr' | 'reg' | 'ask' | 'ckp' | 'clr' | 'exp' | 'apw' | 'fld' | 'sip' | 'fwd' | 'fwr'
+  // allow and block list entries
+  | 'tle'
+  // bulk send jobs
+  | 'bulk'
+  // conversations
+  | 'thr';
 
 export function newId(prefix: IdPrefix): string {
   const bytes = randomBytes(20);

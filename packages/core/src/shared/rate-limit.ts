@@ -5,6 +5,7 @@
  */
 import type { Services } from './context';
 import { AppError } from './errors';
+import { serviceUnavailable } from './unavailable';
 
 /** Where a counter stands after a request (what the RateLimit response fields report). */
 export interface RateWindow {
@@ -69,25 +70,26 @@ export async function rateLimit(svc: Pick<Services, 'redis' | 'config'>, input: 
   }
 }
 
-/** How long a key's count may take before the call goes on uncounted: Redis being away must not stop reads. */
+/** How long a key's count may take before the call is refused as unavailable (Redis hung rather than gone). */
 const KEY_COUNT_TIMEOUT_MS = 500;
 
 /**
- * Counts a keyed call (cost 0: only looks) against the key's window of KEY_RATE_LIMIT_PER_MINUTE. Null when the
- * limit is off, or when Redis does not answer in time or fails: the limit protects the service, and the calls
- * that need Redis for their own work fail on their own then.
+ * Counts a keyed call (cost 0: only looks) against the key's window of KEY_RATE_LIMIT_PER_MINUTE; null when the
+ * limit is off. When Redis fails or does not answer in time the call is refused with 503 service_unavailable
+ * (Retry-After) rather than served uncounted: the limit is what keeps one key from taking the service from
+ * everyone, so it fails closed, as the signup limit does; the client retries once Redis is back.
  */
 export async function takeKeyRate(svc: Pick<Services, 'redis' | 'config'>, keyId: string, cost = 1): Promise<RateWindow | null> {
   const { quota, windowSeconds } = svc.config.keyRateLimit;
   if (quota <= 0) return null;
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<null>((resolve) => {
-    timer = setTimeout(() => resolve(null), KEY_COUNT_TIMEOUT_MS);
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('command timed out: the key rate count')), KEY_COUNT_TIMEOUT_MS);
   });
   try {
     return await Promise.race([takeFromWindow(svc, { bucket: 'key', key: keyId, limit: quota, windowSeconds, cost }), late]);
   } catch {
-    return null;
+    throw serviceUnavailable();
   } finally {
     clearTimeout(timer);
   }

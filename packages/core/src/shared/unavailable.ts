@@ -3,6 +3,17 @@
  * or a bad request. The edges answer these with 503 service_unavailable (HTTP), 451 (the MX) or a pause (the
  * workers), and everything carries on once the dependency is back.
  */
+import { AppError } from './errors';
+
+/** Seconds a client is told to wait when PostgreSQL or Redis is unreachable. */
+export const UNAVAILABLE_RETRY_SECONDS = 5;
+
+/** The error every face answers while a dependency is away (503 service_unavailable with Retry-After). */
+export function serviceUnavailable(): AppError {
+  return new AppError('service_unavailable', 'The service cannot reach its database or queue right now; nothing was changed. Try again shortly.', {
+    retry_after_seconds: UNAVAILABLE_RETRY_SECONDS,
+  });
+}
 
 /** PostgreSQL SQLSTATEs of a connection that failed or is being shut down. */
 const PG_CODES = new Set([

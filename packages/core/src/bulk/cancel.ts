@@ -1,0 +1,47 @@
+/** POST /messages/send/bulk/{id}/cancel: no further batch starts; a batch in flight stops at its next flush. */
+import type { Tx } from '@boxes/db';
+import type { BoxScope } from '../boxes/boxes';
+import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
+import { AppError } from '../shared/errors';
+import { releaseUnsent } from './run';
+import { bulkJobView, type BulkJobView } from './view';
+
+export async function cancelBulkJob(svc: Services, input: { accountId: string; id: string; scope: BoxScope; keyId: string }): Promise<BulkJobView> {
+  const before = await bulkJobView(svc, { accountId: input.accountId, id: input.id, scope: input.scope });
+  if (before.status === 'cancelled') return before;
+  if (before.status === 'completed' || before.status === 'halted') {
+    throw new AppError('conflict', `This bulk job is ${before.status}; there is nothing left to cancel.`, { bulk_job_id: input.id, status: before.status });
+  }
+  const wasSending = await svc.db.$transaction(async (tx) => {
+    const rows = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM bulk_jobs WHERE id = ${input.id} FOR UPDATE`;
+    const status = rows[0]?.status;
+    if (!status || !['queued', 'sending', 'cooling_off'].includes(status)) return null;
+    await tx.$executeRaw`UPDATE bulk_jobs SET status = 'cancelled', finished_at = now(), next_batch_at = NULL, updated_at = now() WHERE id = ${input.id}`;
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'bulk.cancelled',
+      data: { bulk_job_id: input.id, batches_completed: before.batches_completed, batches_total: before.batches_total, cancelled_by_key: input.keyId },
+    });
+    return status === 'sending';
+  });
+  // A batch in flight releases what it did not send itself (it may be handing a message over right now).
+  if (wasSending === false) await releaseUnsent(svc, input.id, 'not sent: the bulk job was cancelled');
+  return bulkJobView(svc, { accountId: input.accountId, id: input.id, scope: input.scope });
+}
+
+/**
+ * The account is closing: its unfinished bulk jobs are cancelled, each with bulk.cancelled (the caller fails the
+ * deliveries still waiting for a batch, holds released).
+ */
+export async function stopBulkJobs(tx: Tx, accountId: string): Promise<number> {
+  const jobs = await tx.$queryRaw<{ id: string; batches_done: number; batch_count: number }[]>`
+    UPDATE bulk_jobs SET status = 'cancelled', finished_at = now(), next_batch_at = NULL, updated_at = now()
+    WHERE account_id = ${accountId} AND status IN ('queued', 'sending', 'cooling_off')
+    RETURNING id, batches_done, batch_count`;
+  for (const j of jobs) {
+    await appendEvent({ db: tx, accountId, type: 'bulk.cancelled', data: { bulk_job_id: j.id, batches_completed: j.batches_done, batches_total: j.batch_count, reason: 'the account is closing' } });
+  }
+  return jobs.length;
+}

@@ -1,0 +1,611 @@
+/**
+ * One batch of a bulk job, run by apps/worker (queue `bulk`). Typed SQL on this hot path (see DESIGN "Hot paths"):
+ *
+ * 1. Start: under the account's row lock, reserve the batch's credit (402 rules per message; short credit halts
+ *    the job), write its messages and one delivery per recipient not on the suppression list, in one statement.
+ *    Remote deliveries get status `bulk` (owned by this batch: the delivery sweeper leaves them alone); local ones
+ *    are `queued` and go through the ordinary delivery jobs.
+ * 2. Send: each message is composed and DKIM-signed once in memory and handed to the recipient's MX over pooled
+ *    SMTP connections, BULK_CONCURRENCY transactions in flight.
+ * 3. Record: outcomes are written in groups (FLUSH_SIZE, or every FLUSH_MS): delivered ones charged from their
+ *    holds in one claim statement and one ledger write, bounces through the shared outcome path (suppression,
+ *    mail.bounced), 4xx handed to the ordinary retry schedule. Each flush reads the job's status (a cancel stops
+ *    the batch) and the breaker's figures (the job's own bounces and complaints).
+ * 4. Finish: bulk.batch_completed; the next batch after the cool-off, or bulk.completed.
+ *
+ * Idempotent: a delivery is sent only while its status is `bulk`, and leaves that status in the flush that
+ * records it. A batch run again (a worker restart, BullMQ's at-least-once) sends exactly the deliveries not yet
+ * recorded. A worker that is stopped finishes the SMTP transactions in flight, records them and hands the batch
+ * back, so a restart sends nothing twice and skips nothing. A process killed outright can leave the outcomes of
+ * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
+ * single sends).
+ */
+import type { Tx } from '@boxes/db';
+import type { SmtpDestination } from '@boxes/mail';
+import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
+import { appendEvent } from '../events/append';
+import { domainOf } from '../messages/addresses';
+import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
+import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
+import { bounceAddress } from '../messages/receive';
+import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
+import type { Services } from '../shared/context';
+import { open, seal } from '../shared/crypto';
+import { AppError } from '../shared/errors';
+import { newId } from '../shared/ids';
+import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
+
+export interface BulkDeps extends DeliveryDeps {
+  /** SMTP transactions in flight. */
+  concurrency: number;
+}
+
+/** done: nothing more for this queue job. later: hand the batch back, due after delayMs (a worker stopping). */
+export type BatchResult = { kind: 'done' } | { kind: 'later'; delayMs: number };
+
+const FLUSH_SIZE = 250;
+const FLUSH_MS = 200;
+/** The breaker looks at a batch in flight once this many of the job's recipients were attempted. */
+export const BREAKER_MIN_SAMPLE = 100;
+const TX = { maxWait: 10_000, timeout: 60_000 };
+
+interface JobRow {
+  id: string;
+  account_id: string;
+  status: string;
+  batch_size: number;
+  batch_count: number;
+  batches_done: number;
+  cool_off_seconds: number;
+  max_bounce_rate: number;
+  max_complaint_rate: number;
+  trailer: boolean;
+  next_batch_at: Date | null;
+}
+
+async function loadJob(db: Services['db'] | Tx, id: string, lock = false): Promise<JobRow | null> {
+  const rows = lock
+    ? await db.$queryRaw<JobRow[]>`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id} FOR UPDATE`
+    : await db.$queryRaw<JobRow[]>`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id}`;
+  return rows[0] ?? null;
+}
+
+type Trip = { reason: 'bounce_rate' | 'complaint_rate'; message: string; figures: Record<string, number> };
+
+/** The circuit breaker: the job's own bounces or complaints over its limits (strictly above). */
+export function breaker(job: Pick<JobRow, 'max_bounce_rate' | 'max_complaint_rate'>, o: BulkOutcomes): Trip | null {
+  if (o.attempted === 0) return null;
+  const figures = { attempted: o.attempted, bounced: o.bounced, complaints: o.complaints, bounce_rate: rate(o.bounced, o.attempted), complaint_rate: rate(o.complaints, o.attempted) };
+  if (o.bounced / o.attempted > job.max_bounce_rate) {
+    return {
+      reason: 'bounce_rate',
+      message: `Halted: ${o.bounced} of ${o.attempted} attempted recipients bounced (${(figures.bounce_rate * 100).toFixed(2)}%), above this job's limit of ${(job.max_bounce_rate * 100).toFixed(2)}%. Clean the list (bounced addresses are on the suppression list now) and send the rest as a new job.`,
+      figures: { ...figures, max_bounce_rate: job.max_bounce_rate },
+    };
+  }
+  if (o.complaints / o.attempted > job.max_complaint_rate) {
+    return {
+      reason: 'complaint_rate',
+      message: `Halted: ${o.complaints} of ${o.attempted} attempted recipients complained (${(figures.complaint_rate * 100).toFixed(2)}%), above this job's limit of ${(job.max_complaint_rate * 100).toFixed(2)}%. Send only to people who asked for this mail.`,
+      figures: { ...figures, max_complaint_rate: job.max_complaint_rate },
+    };
+  }
+  return null;
+}
+
+/** Halts the job (once) and appends bulk.halted; the caller releases what was not sent. */
+async function halt(tx: Tx, job: Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>, reason: string, message: string, figures: Record<string, unknown>): Promise<boolean> {
+  const at = new Date().toISOString();
+  const n = await tx.$executeRaw`
+    UPDATE bulk_jobs SET status = 'halted', halt_reason = ${reason}, halt_detail = ${JSON.stringify({ message, at, ...figures })}::jsonb,
+      finished_at = now(), next_batch_at = NULL, updated_at = now()
+    WHERE id = ${job.id} AND status NOT IN ('halted', 'completed', 'cancelled')`;
+  if (n !== 1) return false;
+  await appendEvent({
+    db: tx,
+    accountId: job.account_id,
+    type: 'bulk.halted',
+    data: { bulk_job_id: job.id, reason, message, batches_completed: job.batches_done, batches_total: job.batch_count, ...figures },
+  });
+  return true;
+}
+
+/**
+ * Deliveries of the job still waiting for its sender (the job was cancelled or halted mid-batch): failed, holds
+ * released, in one transaction. Idempotent.
+ */
+export async function releaseUnsent(svc: Services, jobId: string, why: string): Promise<number> {
+  return svc.db.$transaction(async (tx) => {
+    const rows = await tx.$queryRaw<{ account_id: string | null; held: bigint | null; free: bigint; messages: string[] | null; n: bigint }[]>`
+      WITH rel AS (
+        UPDATE deliveries d SET status = 'failed', last_error = ${why}, settled_at = now(), next_attempt_at = NULL, updated_at = now()
+        FROM bulk_job_items i
+        WHERE i.job_id = ${jobId} AND d.message_id = i.message_id AND d.status = 'bulk' AND d.settled_at IS NULL
+        RETURNING d.account_id, d.held_micros, d.used_free, d.message_id
+      )
+      SELECT min(account_id) AS account_id, sum(held_micros)::bigint AS held, count(*) FILTER (WHERE used_free) AS free,
+        array_agg(DISTINCT message_id) AS messages, count(*) AS n FROM rel`;
+    const r = rows[0]!;
+    if (!r.account_id || Number(r.n) === 0) return 0;
+    await lockAccountCredit(tx, r.account_id);
+    await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${r.held ?? 0n}, held_free_messages = held_free_messages - ${Number(r.free)} WHERE id = ${r.account_id}`;
+    await refreshMessageStatuses(tx, r.messages ?? []);
+    return Number(r.n);
+  }, TX);
+}
+
+/**
+ * Starts the batch: reserves its credit and writes its messages and deliveries (only for messages not started yet,
+ * so a repeated start does nothing). Returns the local deliveries to enqueue, or null when the job stopped.
+ */
+async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[] } | null> {
+  return svc.db.$transaction(async (tx) => {
+    const job = await loadJob(tx, jobId, true);
+    if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
+    const a = await lockAccountCredit(tx, job.account_id);
+    const items = await tx.$queryRaw<{ index: number; message_id: string; recipients: string[]; attachment_bytes: number }[]>`
+      SELECT index, message_id, recipients, attachment_bytes FROM bulk_job_items
+      WHERE job_id = ${jobId} AND batch = ${batch} AND started_at IS NULL ORDER BY index`;
+    if (!items.length) {
+      await tx.$executeRaw`UPDATE bulk_jobs SET status = 'sending', updated_at = now() WHERE id = ${jobId} AND status <> 'sending'`;
+      return { local: [] };
+    }
+    const all = [...new Set(items.flatMap((i) => i.recipients))];
+    const domains = [...new Set(all.map(domainOf))];
+    const [ctx] = await tx.$queryRaw<{ suppressed: string[] | null; hosted: string[] | null }[]>`
+      SELECT (SELECT array_agg(address) FROM suppressions WHERE account_id = ${job.account_id} AND address = ANY(${all}::text[])) AS suppressed,
+        (SELECT array_agg(live_name) FROM domains WHERE live_name = ANY(${domains}::text[])) AS hosted`;
+    const suppressed = new Set(ctx?.suppressed ?? []);
+    const hosted = new Set(ctx?.hosted ?? []);
+
+    let sim: LockedAccount = { ...a };
+    let held = 0n;
+    let free = 0;
+    const deliveries: { id: string; message_id: string; recipient: string; route: string; status: string; held_micros: string; used_free: boolean; attachment_micros: string; surcharge_micros: string }[] = [];
+    const marks: { index: number; suppressed: number; status: string }[] = [];
+    for (const item of items) {
+      const recipients = item.recipients.filter((r) => !suppressed.has(r));
+      marks.push({ index: item.index, suppressed: item.recipients.length - recipients.length, status: recipients.length ? 'queued' : 'suppressed' });
+      if (!recipients.length) continue;
+      let r;
+      try {
+        r = planReservation(svc, sim, recipients.length, { attachmentBytes: item.attachment_bytes, trailer: job.trailer });
+      } catch (err) {
+        if (!(err instanceof AppError) || err.code !== 'payment_required') throw err;
+        // The credit was checked for the whole job when it was accepted; it was spent elsewhere since.
+        await halt(tx, job, 'insufficient_credit', `Halted before batch ${batch}: ${err.message.replace(/ Nothing was sent\.$/, '')}. Top up, then send the remaining messages as a new job.`, {
+          top_up: err.details.top_up,
+          required_usd: err.details.required_usd,
+          available_usd: err.details.available_usd,
+        });
+        return null;
+      }
+      sim = { ...sim, held_micros: sim.held_micros + r.heldMicros, held_free_messages: sim.held_free_messages + r.freeUsed };
+      held += r.heldMicros;
+      free += r.freeUsed;
+      recipients.forEach((recipient, k) => {
+        const hold = r.perRecipient[k]!;
+        const local = hosted.has(domainOf(recipient));
+        deliveries.push({
+          id: newId('dlv'),
+          message_id: item.message_id,
+          recipient,
+          route: local ? 'local' : 'remote',
+          status: local ? 'queued' : 'bulk',
+          held_micros: String(hold.micros),
+          used_free: hold.free,
+          attachment_micros: String(hold.attachmentMicros),
+          surcharge_micros: String(hold.surchargeMicros),
+        });
+      });
+    }
+    // One statement: the holds, the messages (their sealed bodies move from the items), the deliveries, the items
+    // marked started and the job sending. Every CTE reads the rows as they were before the statement.
+    await tx.$executeRaw`
+      WITH acc AS (
+        UPDATE accounts SET held_micros = held_micros + ${held}, held_free_messages = held_free_messages + ${free} WHERE id = ${job.account_id}
+      ), x AS (
+        SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text)
+      ), msg AS (
+        INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, recorded_at)
+        SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', x.status, '<' || i.message_id || '@' || split_part(i.from_address, '@', 2) || '>',
+          i.message_id, i.in_reply_to, i."references", i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.subject, i.size_bytes,
+          i.body_enc, i.context, now()
+        FROM bulk_job_items i JOIN x ON x.index = i.index WHERE i.job_id = ${jobId}
+      ), dlv AS (
+        INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
+        SELECT d.id, d.message_id, ${job.account_id}, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
+        FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
+          AS d(id text, message_id text, recipient text, route text, status text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
+      ), itm AS (
+        UPDATE bulk_job_items i SET started_at = now(), suppressed = x.suppressed, body_enc = NULL FROM x WHERE i.job_id = ${jobId} AND i.index = x.index
+      )
+      UPDATE bulk_jobs SET status = 'sending', next_batch_at = CASE WHEN status = 'sending' THEN next_batch_at ELSE now() END, updated_at = now()
+      WHERE id = ${jobId}`;
+    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id) };
+  }, TX);
+}
+
+interface Pending {
+  id: string;
+  recipient: string;
+  attempts: number;
+  message_id: string;
+  raw_enc: string | null;
+  body_enc: string | null;
+  from_address: string | null;
+  to_addresses: string[];
+  cc_addresses: string[];
+  subject: string | null;
+  rfc_message_id: string;
+  recorded_at: Date;
+  dkim_selector: string | null;
+  dkim_private_key_enc: string | null;
+}
+
+type Outcome =
+  | { kind: 'delivered'; d: Pending; mta: string }
+  | { kind: 'bounced'; d: Pending; code: number | null; response: string }
+  | { kind: 'deferred'; d: Pending; error: string }
+  | { kind: 'failed'; d: Pending; error: string };
+
+export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJobId: string; batch: number }, signal?: AbortSignal): Promise<BatchResult> {
+  const { bulkJobId: jobId, batch } = input;
+  const job = await loadJob(svc.db, jobId);
+  if (!job) return { kind: 'done' };
+  if (FINISHED_BULK.includes(job.status)) {
+    await releaseUnsent(svc, jobId, `not sent: the bulk job was ${job.status}`);
+    return { kind: 'done' };
+  }
+  if (job.batches_done !== batch) return { kind: 'done' };
+  if (job.status === 'cooling_off' && job.next_batch_at && job.next_batch_at.getTime() > Date.now() + 50) {
+    return { kind: 'later', delayMs: job.next_batch_at.getTime() - Date.now() };
+  }
+  // Bounces and complaints reported after the last batch (DSNs, feedback reports) count before this one starts.
+  if (job.status !== 'sending') {
+    const trip = breaker(job, await bulkOutcomes(svc.db, jobId));
+    if (trip) {
+      await svc.db.$transaction((tx) => halt(tx, job, trip.reason, trip.message, trip.figures), TX);
+      return { kind: 'done' };
+    }
+  }
+  const started = await startBatch(svc, jobId, batch);
+  if (!started) {
+    await releaseUnsent(svc, jobId, 'not sent: the bulk job stopped');
+    return { kind: 'done' };
+  }
+  if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
+
+  const pending = await svc.db.$queryRaw<Pending[]>`
+    SELECT d.id, d.recipient, d.attempts, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject,
+      m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc
+    FROM bulk_job_items i JOIN deliveries d ON d.message_id = i.message_id JOIN messages m ON m.id = i.message_id
+      LEFT JOIN domains k ON k.live_name = split_part(m.from_address, '@', 2)
+    WHERE i.job_id = ${jobId} AND i.batch = ${batch} AND d.status = 'bulk'
+    ORDER BY i.index, d.id`;
+
+  const sender = new BatchSender(svc, deps, job, signal);
+  const stop = await sender.run(pending);
+  if (stop === 'interrupted') return { kind: 'later', delayMs: 0 };
+  if (stop === 'stopped') {
+    await releaseUnsent(svc, jobId, 'not sent: the bulk job was cancelled or halted');
+    return { kind: 'done' };
+  }
+  return finishBatch(svc, jobId, batch);
+}
+
+/** Sends the batch's deliveries and records their outcomes in groups. */
+class BatchSender {
+  private readonly composed = new Map<string, Promise<Buffer>>();
+  /** Signed bytes composed since the last flush, stored with it. */
+  private newRaw = new Map<string, Buffer>();
+  private readonly destinations = new Map<string, Promise<SmtpDestination[]>>();
+  private buffer: Outcome[] = [];
+  private flushing: Promise<void> = Promise.resolve();
+  private queuedFlushes = 0;
+  private stop: null | 'interrupted' | 'stopped' = null;
+  private error: unknown = null;
+  /** Deliveries not handed to the MX yet; once none are left the breaker waits for the end of the batch. */
+  private unsent = 0;
+  /** The account's dedicated sending IP (read once per batch), as single sends use it. */
+  private sendingIp: Promise<DeliverySendingIp | null> | null = null;
+
+  constructor(
+    private readonly svc: Services,
+    private readonly deps: BulkDeps,
+    private readonly job: JobRow,
+    private readonly signal: AbortSignal | undefined,
+  ) {}
+
+  async run(pending: Pending[]): Promise<null | 'interrupted' | 'stopped'> {
+    let next = 0;
+    this.unsent = pending.length;
+    const timer = setInterval(() => void this.flush(), FLUSH_MS);
+    try {
+      await Promise.all(
+        Array.from({ length: Math.min(this.deps.concurrency, pending.length) }, async () => {
+          while (!this.stop && !this.error && next < pending.length) {
+            if (this.signal?.aborted) {
+              this.stop = 'interrupted';
+              break;
+            }
+            // Recording keeps up with sending: with one flush running and another waiting, wait for them (so a
+            // stop, a cancel or the breaker takes effect within moments, and little is unrecorded at any time).
+            if (this.queuedFlushes > 1) {
+              await this.flushing;
+              continue;
+            }
+            const d = pending[next++]!;
+            this.unsent--;
+            // Not this.buffer.push(await ...): that would push into the array a flush took meanwhile.
+            const outcome = await this.sendOne(d);
+            this.buffer.push(outcome);
+            if (this.buffer.length >= FLUSH_SIZE) void this.flush();
+          }
+        }),
+      );
+    } finally {
+      clearInterval(timer);
+    }
+    await this.flush();
+    if (this.error) throw this.error;
+    return this.stop;
+  }
+
+  private flush(): Promise<void> {
+    if (!this.buffer.length && !this.newRaw.size) return this.flushing;
+    const outcomes = this.buffer;
+    const raws = this.newRaw;
+    this.buffer = [];
+    this.newRaw = new Map();
+    this.queuedFlushes++;
+    this.flushing = this.flushing.then(async () => {
+      try {
+        if (!this.error) await this.record(outcomes, raws);
+      } catch (err) {
+        this.error = err;
+      } finally {
+        this.queuedFlushes--;
+      }
+    });
+    return this.flushing;
+  }
+
+  private compose(d: Pending): Promise<Buffer> {
+    let p = this.composed.get(d.message_id);
+    if (!p) {
+      if (d.raw_enc) p = Promise.resolve(open(this.svc.secretKey, d.raw_enc));
+      else {
+        const message: ComposableMessage = {
+          id: d.message_id,
+          rawEnc: null,
+          bodyEnc: d.body_enc,
+          fromAddress: d.from_address,
+          toAddresses: d.to_addresses,
+          ccAddresses: d.cc_addresses,
+          subject: d.subject,
+          rfcMessageId: d.rfc_message_id,
+          recordedAt: d.recorded_at,
+        };
+        const key = d.dkim_selector && d.dkim_private_key_enc ? { dkimSelector: d.dkim_selector, dkimPrivateKeyEnc: d.dkim_private_key_enc } : null;
+        p = composeSigned(this.svc, message, key).then((raw) => {
+          this.newRaw.set(d.message_id, raw);
+          return raw;
+        });
+      }
+      this.composed.set(d.message_id, p);
+    }
+    return p;
+  }
+
+  private resolve(domain: string): Promise<SmtpDestination[]> {
+    if (this.deps.relay) return Promise.resolve([this.deps.relay]);
+    let p = this.destinations.get(domain);
+    if (!p) {
+      p = this.deps.resolver.resolve(domain);
+      this.destinations.set(domain, p);
+      // A failed lookup is not cached: the next recipient of that domain asks again.
+      p.catch(() => this.destinations.delete(domain));
+    }
+    return p;
+  }
+
+  private async sendOne(d: Pending): Promise<Outcome> {
+    let raw: Buffer;
+    try {
+      raw = await this.compose(d);
+    } catch (err) {
+      return { kind: 'failed', d, error: `could not compose the message: ${(err as Error).message}` };
+    }
+    const domain = domainOf(d.recipient);
+    let destinations: SmtpDestination[];
+    try {
+      destinations = await this.resolve(domain);
+    } catch (err) {
+      if ((err as { code?: string }).code === 'ENOTFOUND') return { kind: 'bounced', d, code: null, response: `5.1.2 domain ${domain} does not exist` };
+      return { kind: 'deferred', d, error: `DNS lookup for ${domain} failed: ${(err as Error).message}` };
+    }
+    if (destinations.length === 0) return { kind: 'bounced', d, code: null, response: `5.1.10 ${domain} accepts no mail (null MX)` };
+    const envelope = { from: bounceAddress(d.id, domainOf(d.from_address!)), to: d.recipient };
+    // Bound to the account's dedicated IP while it is provisioned and under today's warm-up cap, as single sends.
+    this.sendingIp ??= this.svc.db.$queryRaw<(Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: Date | null })[]>`
+      SELECT id, mode, ip, helo_name AS "heloName", warmup_started_at AS "warmupStartedAt" FROM sending_ips WHERE account_id = ${this.job.account_id}`.then((r) => r[0] ?? null);
+    const source = await sendingSource(this.svc, await this.sendingIp);
+    let lastError = '';
+    for (const dest of destinations) {
+      const outcome = await this.deps.sender.send(dest, envelope, raw, source ?? undefined);
+      if (outcome.kind === 'delivered') return { kind: 'delivered', d, mta: outcome.mta };
+      if (outcome.kind === 'permanent') return { kind: 'bounced', d, code: outcome.code, response: outcome.response };
+      lastError = `${outcome.mta}: ${outcome.response}`;
+    }
+    return { kind: 'deferred', d, error: lastError };
+  }
+
+  /** One flush: stored bytes, charges, bounces, deferrals, message statuses, then the job's status and breaker. */
+  private async record(outcomes: Outcome[], raws: Map<string, Buffer>): Promise<void> {
+    const svc = this.svc;
+    const accountId = this.job.account_id;
+    const deferred: { id: string; delayMs: number }[] = [];
+    const status = await svc.db.$transaction(async (tx) => {
+      if (raws.size) {
+        const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: seal(svc.secretKey, raw), size: raw.length }));
+        await tx.$executeRaw`
+          UPDATE messages m SET raw_enc = r.raw_enc, size_bytes = r.size
+          FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
+          WHERE m.id = r.id AND m.raw_enc IS NULL`;
+      }
+      const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
+      const touched = new Set<string>();
+      if (delivered.length) {
+        const claimed = await tx.$queryRaw<{ id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[]>`
+          UPDATE deliveries d SET status = 'delivered', delivered_at = now(), remote_mta = x.mta, last_error = NULL, next_attempt_at = NULL,
+            attempts = d.attempts + 1, settled_at = now(), updated_at = now()
+          FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
+          WHERE d.id = x.id AND d.status NOT IN ('delivered', 'bounced', 'failed') AND d.settled_at IS NULL
+          RETURNING d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros`;
+        if (claimed.length) {
+          const a = await lockAccountCredit(tx, accountId);
+          let paid = a.trailer_paid_micros;
+          let held = 0n;
+          let free = 0;
+          let surcharge = 0n;
+          const postings: Posting[] = [];
+          for (const d of claimed) {
+            const c = deliveryCharge({ trailer_paid_micros: paid }, d);
+            paid += c.surcharge;
+            surcharge += c.surcharge;
+            held += d.held_micros;
+            free += c.free;
+            postings.push(...c.postings);
+            touched.add(d.message_id);
+          }
+          await postEntries(svc, tx, accountId, postings, { locked: a, releaseHeld: { micros: held, freeMessages: free }, trailerPaidMicros: surcharge });
+        }
+      }
+      for (const o of outcomes) {
+        const attempts = o.d.attempts + 1;
+        if (o.kind === 'bounced') await markBounced(tx, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts });
+        else if (o.kind === 'failed') await markFailed(tx, o.d.id, { error: o.error, attempts });
+        else if (o.kind === 'deferred') {
+          const delayMs = this.deps.retryDelayMs(attempts);
+          await markDeferred(tx, o.d.id, { error: o.error, attempts, nextAttemptAt: new Date(Date.now() + delayMs) });
+          deferred.push({ id: o.d.id, delayMs });
+        }
+      }
+      await refreshMessageStatuses(tx, [...touched]);
+      const [j] = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM bulk_jobs WHERE id = ${this.job.id}`;
+      return j?.status ?? 'cancelled';
+    }, TX);
+    // 4xx: the ordinary delivery jobs retry them on the delivery schedule (the sweeper re-drives a lost enqueue).
+    for (const d of deferred) await svc.jobs.enqueueDeliveries([d.id], d.delayMs).catch(() => undefined);
+    if (status !== 'sending') {
+      this.stop = 'stopped';
+      return;
+    }
+    if (this.unsent === 0) return;
+    const o = await bulkOutcomes(svc.db, this.job.id);
+    if (o.attempted >= BREAKER_MIN_SAMPLE) {
+      const trip = breaker(this.job, o);
+      if (trip) {
+        await svc.db.$transaction((tx) => halt(tx, this.job, trip.reason, trip.message, trip.figures), TX);
+        this.stop = 'stopped';
+      }
+    }
+  }
+}
+
+/** The batch is out: bulk.batch_completed, then the cool-off and the next batch, or bulk.completed (or the breaker). */
+async function finishBatch(svc: Services, jobId: string, batch: number): Promise<BatchResult> {
+  const next = await svc.db.$transaction(async (tx) => {
+    const job = await loadJob(tx, jobId, true);
+    if (!job || job.status !== 'sending' || job.batches_done !== batch) return null;
+    const o = await bulkOutcomes(tx, jobId);
+    const [b] = await tx.$queryRaw<{ messages: bigint; delivered: bigint; bounced: bigint; deferred: bigint; failed: bigint; pending: bigint; suppressed: bigint | null }[]>`
+      WITH msgs AS (SELECT message_id, suppressed FROM bulk_job_items WHERE job_id = ${jobId} AND batch = ${batch}),
+      d AS (SELECT d.status FROM deliveries d JOIN msgs ON d.message_id = msgs.message_id)
+      SELECT (SELECT count(*) FROM msgs) AS messages,
+        (SELECT count(*) FROM d WHERE status = 'delivered') AS delivered, (SELECT count(*) FROM d WHERE status = 'bounced') AS bounced,
+        (SELECT count(*) FROM d WHERE status = 'deferred') AS deferred, (SELECT count(*) FROM d WHERE status = 'failed') AS failed,
+        (SELECT count(*) FROM d WHERE status IN ('bulk', 'queued')) AS pending, (SELECT sum(suppressed) FROM msgs) AS suppressed`;
+    const n = (x: bigint | null | undefined) => Number(x ?? 0n);
+    const last = batch + 1 >= job.batch_count;
+    const trip = last ? null : breaker(job, o);
+    const now = new Date();
+    const nextAt = last ? null : new Date(now.getTime() + job.cool_off_seconds * 1000);
+    const entry = { index: batch, started_at: job.next_batch_at?.toISOString() ?? null, completed_at: now.toISOString() };
+    await tx.$executeRaw`
+      UPDATE bulk_jobs SET batches_done = ${batch + 1}, batch_log = batch_log || ${JSON.stringify([entry])}::jsonb,
+        status = ${last ? 'completed' : 'cooling_off'}, next_batch_at = ${nextAt}, finished_at = ${last ? now : null}, updated_at = now()
+      WHERE id = ${jobId}`;
+    const { attempted: _a, lastStartedBatch: _l, ...totals } = o;
+    await appendEvent({
+      db: tx,
+      accountId: job.account_id,
+      type: 'bulk.batch_completed',
+      data: {
+        bulk_job_id: jobId,
+        batch,
+        batches_total: job.batch_count,
+        counts: { messages: n(b?.messages), delivered: n(b?.delivered), bounced: n(b?.bounced), deferred: n(b?.deferred), failed: n(b?.failed), pending: n(b?.pending), suppressed: n(b?.suppressed) },
+        totals,
+        next_batch_at: trip ? null : (nextAt?.toISOString() ?? null),
+      },
+    });
+    if (trip) {
+      await halt(tx, { ...job, batches_done: batch + 1 }, trip.reason, trip.message, trip.figures);
+      return null;
+    }
+    if (last) {
+      await appendEvent({
+        db: tx,
+        accountId: job.account_id,
+        type: 'bulk.completed',
+        data: { bulk_job_id: jobId, batches: job.batch_count, counts: totals, bounce_rate: rate(o.bounced, o.attempted), complaint_rate: rate(o.complaints, o.attempted) },
+      });
+      return null;
+    }
+    return { batch: batch + 1, delayMs: job.cool_off_seconds * 1000 };
+  }, TX);
+  if (next) {
+    try {
+      await svc.jobs.enqueueBulkBatch(jobId, next.batch, next.delayMs);
+    } catch {
+      // Redis away: the bulk sweep enqueues due batches it finds.
+    }
+  }
+  return { kind: 'done' };
+}
+
+/**
+ * A batch whose queue job failed for good (every retry used up, e.g. an error that keeps coming back): the job
+ * halts with reason batch_failed (bulk.halted) and what its batches did not send is released, so it does not stay
+ * `sending` with its credit held (the sweeper cannot enqueue a batch whose failed queue job is still kept).
+ */
+export async function haltFailedBatch(svc: Services, input: { bulkJobId: string; batch: number }, error: string): Promise<boolean> {
+  const halted = await svc.db.$transaction(async (tx) => {
+    const [job] = await tx.$queryRaw<Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>[]>`
+      SELECT id, account_id, batches_done, batch_count FROM bulk_jobs WHERE id = ${input.bulkJobId} FOR UPDATE`;
+    if (!job) return false;
+    return halt(tx, job, 'batch_failed', `Batch ${input.batch + 1} failed after every retry: ${error.slice(0, 300)}. What was not sent is released (not charged).`, { batch: input.batch });
+  });
+  if (halted) await releaseUnsent(svc, input.bulkJobId, 'not sent: the bulk job halted (a batch failed after every retry)');
+  return halted;
+}
+
+/**
+ * Bulk jobs whose next batch is due (or overdue) by graceMs: their batch jobs, enqueued again (harmless if queued);
+ * and deliveries still waiting for the batch of a job that stopped, released.
+ */
+export async function sweepBulkJobs(svc: Services, graceMs: number): Promise<number> {
+  const due = await svc.db.$queryRaw<{ id: string; batches_done: number; next_batch_at: Date | null }[]>`
+    SELECT id, batches_done, next_batch_at FROM bulk_jobs
+    WHERE status IN ('queued', 'sending', 'cooling_off') AND next_batch_at < ${new Date(Date.now() - graceMs)} LIMIT 1000`;
+  for (const j of due) await svc.jobs.enqueueBulkBatch(j.id, j.batches_done);
+  // A job cancelled or halted while no worker ran its batch (and whose queue job was lost): release what waits.
+  const stopped = await svc.db.$queryRaw<{ id: string; status: string }[]>`
+    SELECT DISTINCT j.id, j.status FROM bulk_jobs j JOIN bulk_job_items i ON i.job_id = j.id JOIN deliveries d ON d.message_id = i.message_id
+    WHERE j.status IN ('halted', 'completed', 'cancelled') AND j.updated_at < ${new Date(Date.now() - graceMs)} AND d.status = 'bulk' LIMIT 100`;
+  for (const j of stopped) await releaseUnsent(svc, j.id, `not sent: the bulk job was ${j.status}`);
+  return due.length + stopped.length;
+}

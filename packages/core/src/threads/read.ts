@@ -1,0 +1,132 @@
+/**
+ * GET /threads and GET /threads/{id}: conversations as the calling key sees them. A thread is the set of the
+ * account's messages sharing a thread_id; a box-restricted key (or the box filter) sees only the messages of
+ * those boxes, so a thread's counts and participants are of what the caller may read.
+ */
+import type { Message } from '@boxes/db';
+import { Prisma } from '@boxes/db';
+import type { BoxScope } from '../boxes/boxes';
+import type { Services } from '../shared/context';
+import { AppError, notFound } from '../shared/errors';
+import { presentBody, presentMessage, retentionDaysOf } from '../messages/read';
+
+interface ThreadRow {
+  thread_id: string;
+  subject: string | null;
+  messages: number;
+  received: number;
+  sent: number;
+  participants: string[] | null;
+  box_ids: string[] | null;
+  started_at: Date;
+  last_activity_at: Date;
+  last_message_id: string;
+}
+
+function presentThread(r: ThreadRow) {
+  return {
+    id: r.thread_id,
+    subject: r.subject,
+    message_count: r.messages,
+    received_count: r.received,
+    sent_count: r.sent,
+    participants: r.participants ?? [],
+    box_ids: r.box_ids ?? [],
+    started_at: r.started_at.toISOString(),
+    last_activity_at: r.last_activity_at.toISOString(),
+    last_message_id: r.last_message_id,
+  };
+}
+
+function encodeCursor(at: Date, id: string): string {
+  return Buffer.from(JSON.stringify([at.toISOString(), id])).toString('base64url');
+}
+
+function decodeCursor(cursor: string, route: string): { at: Date; id: string } {
+  try {
+    const [at, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [unknown, unknown];
+    const date = new Date(String(at));
+    if (Number.isNaN(date.getTime()) || typeof id !== 'string') throw new Error('bad');
+    return { at: date, id };
+  } catch {
+    throw new AppError('invalid_cursor', `cursor must be a next_cursor returned by ${route}`, { field: 'cursor' });
+  }
+}
+
+/** The boxes whose messages the caller sees: the key's restriction, narrowed by a box filter (id or address). */
+async function visibleBoxes(svc: Services, accountId: string, scope: BoxScope, box: string | undefined): Promise<string[] | null> {
+  if (!box) return scope;
+  const b = await svc.db.box.findFirst({ where: { accountId, OR: [{ id: box }, { address: box.toLowerCase() }] }, select: { id: true } });
+  if (!b || (scope && !scope.includes(b.id))) throw notFound('box', box);
+  return [b.id];
+}
+
+/**
+ * One aggregate per thread over the visible messages, newest activity first with (last_activity_at, thread_id)
+ * as the cursor; participants are gathered for the page's threads only.
+ */
+async function threadRows(svc: Services, q: { accountId: string; boxes: string[] | null; threadId?: string; after?: { at: Date; id: string }; limit: number }): Promise<ThreadRow[]> {
+  const inBoxes = (alias: string) => (q.boxes ? Prisma.sql`AND ${Prisma.raw(alias)}.box_id = ANY(${q.boxes}::text[])` : Prisma.empty);
+  return svc.db.$queryRaw<ThreadRow[]>`
+    WITH t AS (
+      SELECT m.thread_id,
+        (array_agg(m.subject ORDER BY m.recorded_at, m.id))[1] AS subject,
+        count(*)::int AS messages,
+        (count(*) FILTER (WHERE m.direction = 'received'))::int AS received,
+        (count(*) FILTER (WHERE m.direction = 'sent'))::int AS sent,
+        array_remove(array_agg(DISTINCT m.box_id), NULL) AS box_ids,
+        min(m.recorded_at) AS started_at,
+        max(m.recorded_at) AS last_activity_at,
+        (array_agg(m.id ORDER BY m.recorded_at DESC, m.id DESC))[1] AS last_message_id
+      FROM messages m
+      WHERE m.account_id = ${q.accountId} ${inBoxes('m')} ${q.threadId ? Prisma.sql`AND m.thread_id = ${q.threadId}` : Prisma.empty}
+      GROUP BY m.thread_id
+      ${q.after ? Prisma.sql`HAVING (max(m.recorded_at), m.thread_id) < (${q.after.at}::timestamptz, ${q.after.id}::text)` : Prisma.empty}
+      ORDER BY last_activity_at DESC, m.thread_id DESC
+      LIMIT ${q.limit}
+    )
+    SELECT t.*,
+      (SELECT array_agg(DISTINCT lower(p) ORDER BY lower(p))
+         FROM messages x, unnest(ARRAY[x.from_address] || x.to_addresses || x.cc_addresses) AS p
+        WHERE x.account_id = ${q.accountId} AND x.thread_id = t.thread_id AND p IS NOT NULL ${inBoxes('x')}) AS participants
+    FROM t ORDER BY t.last_activity_at DESC, t.thread_id DESC`;
+}
+
+export async function listThreads(svc: Services, input: { accountId: string; scope: BoxScope; box?: string | undefined; limit: number; cursor?: string | undefined }) {
+  const boxes = await visibleBoxes(svc, input.accountId, input.scope, input.box);
+  const after = input.cursor ? decodeCursor(input.cursor, 'GET /threads') : undefined;
+  const rows = await threadRows(svc, { accountId: input.accountId, boxes, limit: input.limit + 1, ...(after ? { after } : {}) });
+  const page = rows.slice(0, input.limit);
+  const last = page[page.length - 1];
+  return {
+    threads: page.map(presentThread),
+    next_cursor: rows.length > input.limit && last ? encodeCursor(last.last_activity_at, last.thread_id) : null,
+  };
+}
+
+const THREAD_ID = /^thr_[0-9a-z]{20}$/;
+
+/** One thread with its messages, oldest first (paged with cursor for a long conversation). */
+export async function getThread(svc: Services, input: { accountId: string; scope: BoxScope; id: string; include?: 'body' | undefined; limit: number; cursor?: string | undefined }) {
+  if (!THREAD_ID.test(input.id)) throw notFound('thread', input.id.slice(0, 40));
+  const [row] = await threadRows(svc, { accountId: input.accountId, boxes: input.scope, threadId: input.id, limit: 1 });
+  if (!row) throw notFound('thread', input.id);
+  const after = input.cursor ? decodeCursor(input.cursor, 'GET /threads/{id}') : undefined;
+  const where: Prisma.MessageWhereInput = {
+    accountId: input.accountId,
+    threadId: input.id,
+    ...(input.scope ? { boxId: { in: input.scope } } : {}),
+    ...(after ? { OR: [{ recordedAt: { gt: after.at } }, { recordedAt: after.at, id: { gt: after.id } }] } : {}),
+  };
+  const [messages, days]: [Message[], number] = await Promise.all([
+    svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'asc' }, { id: 'asc' }], take: input.limit + 1 }),
+    retentionDaysOf(svc, input.accountId),
+  ]);
+  const page = messages.slice(0, input.limit);
+  const last = page[page.length - 1];
+  return {
+    ...presentThread(row),
+    messages: page.map((m) => ({ ...presentMessage(m, days), ...(input.include === 'body' ? { body: presentBody(svc, m) } : {}) })),
+    next_cursor: messages.length > input.limit && last ? encodeCursor(last.recordedAt, last.id) : null,
+  };
+}
