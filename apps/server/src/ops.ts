@@ -7,7 +7,7 @@
  */
 import type { Hono, MiddlewareHandler } from 'hono';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Services } from '@boxes/core';
+import { groupCommitStats, type Services } from '@boxes/core';
 import { poolOf } from '@boxes/db';
 
 const READY_TIMEOUT_MS = 2000;
@@ -69,9 +69,17 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
   const deliveries = new Gauge({ name: 'boxes_deliveries', help: 'Deliveries by status (all time)', labelNames: ['status'], registers: [registry] });
   const inbound = new Gauge({ name: 'boxes_messages_received', help: 'Messages received (all time)', registers: [registry] });
   const pushLag = new Gauge({ name: 'boxes_push_lag_events', help: 'Events not yet pushed, summed over accounts, per channel', labelNames: ['channel'], registers: [registry] });
+  const groupBatches = new Gauge({ name: 'boxes_group_commit_batches', help: 'Group commits flushed by this process (one transaction each), by kind', labelNames: ['kind'], registers: [registry] });
+  const groupItems = new Gauge({ name: 'boxes_group_commit_items', help: 'Items recorded by those group commits, by kind (items / batches = mean batch)', labelNames: ['kind'], registers: [registry] });
+  const groupLargest = new Gauge({ name: 'boxes_group_commit_largest_batch', help: 'The largest group commit so far, by kind', labelNames: ['kind'], registers: [registry] });
   const pool = new Gauge({ name: 'boxes_db_pool_clients', help: 'Database pool clients by state', labelNames: ['state'], registers: [registry] });
 
   async function collect(): Promise<void> {
+    for (const g of groupCommitStats()) {
+      groupBatches.set({ kind: g.name }, g.batches);
+      groupItems.set({ kind: g.name }, g.items);
+      groupLargest.set({ kind: g.name }, g.largest);
+    }
     const p = poolOf(svc.db);
     if (p) {
       pool.set({ state: 'total' }, p.totalCount);

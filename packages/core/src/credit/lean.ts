@@ -32,38 +32,80 @@ export function isQuietCharge(a: LockedAccount, postings: Posting[]): boolean {
  * The caller checked isQuietCharge.
  */
 export function leanChargeSql(c: LeanCharge): { ctes: Prisma.Sql; notify: Prisma.Sql; eventId: string } {
-  const a = c.locked;
-  let running = a.balance_micros;
-  let free = 0;
-  const entries = c.postings.map((p) => {
-    running += p.amountMicros;
-    free += p.freeMessages ?? 0;
-    return {
-      id: newId('led'),
-      type: p.type,
-      amount_micros: String(p.amountMicros),
-      free_messages: p.freeMessages ?? 0,
-      balance_after: String(running),
-      message_id: p.messageId ?? null,
-      delivery_id: p.deliveryId ?? null,
-      quantity: p.quantity === undefined || p.quantity === null ? null : String(p.quantity),
-    };
-  });
-  const held = c.releaseHeld ?? { micros: 0n, freeMessages: 0 };
-  const ev = chainEvent(a, { accountId: c.accountId, type: c.event.type, data: c.event.data });
+  const many = leanChargesSql([c]);
+  return { ctes: many.ctes, notify: many.notify, eventId: many.eventIds[0]! };
+}
+
+/**
+ * The same for many charges of one or several accounts in one statement (group commit of delivery outcomes):
+ * the charges of one account apply in the order given, each on the state the one before it left (balance,
+ * chain head), all starting from the same locked row. The caller checked that every one of them is quiet on
+ * that running state (see quietRun).
+ */
+export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notify: Prisma.Sql; eventIds: string[] } {
+  const accounts = new Map<string, { balance: bigint; free: number; heldMicros: bigint; heldFree: number; trailer: bigint; head: { chain_seq: number; chain_hash: string } }>();
+  const entries: Record<string, unknown>[] = [];
+  const events: Record<string, unknown>[] = [];
+  for (const c of charges) {
+    let s = accounts.get(c.accountId);
+    if (!s) {
+      s = { balance: c.locked.balance_micros, free: 0, heldMicros: 0n, heldFree: 0, trailer: 0n, head: { chain_seq: c.locked.chain_seq, chain_hash: c.locked.chain_hash } };
+      accounts.set(c.accountId, s);
+    }
+    for (const p of c.postings) {
+      s.balance += p.amountMicros;
+      s.free += p.freeMessages ?? 0;
+      entries.push({
+        id: newId('led'),
+        account_id: c.accountId,
+        type: p.type,
+        amount_micros: String(p.amountMicros),
+        free_messages: p.freeMessages ?? 0,
+        balance_after: String(s.balance),
+        message_id: p.messageId ?? null,
+        delivery_id: p.deliveryId ?? null,
+        quantity: p.quantity === undefined || p.quantity === null ? null : String(p.quantity),
+      });
+    }
+    s.heldMicros += c.releaseHeld?.micros ?? 0n;
+    s.heldFree += c.releaseHeld?.freeMessages ?? 0;
+    s.trailer += c.trailerPaidMicros ?? 0n;
+    const ev = chainEvent(s.head, { accountId: c.accountId, type: c.event.type, data: c.event.data });
+    s.head = { chain_seq: ev.seq, chain_hash: ev.hash };
+    events.push({ id: ev.id, account_id: c.accountId, seq: ev.seq, type: c.event.type, box_id: c.event.boxId ?? null, data: ev.data, created_at: ev.createdAt.toISOString(), prev_hash: ev.prevHash, hash: ev.hash });
+  }
+  const rows = [...accounts].map(([id, s]) => ({
+    id,
+    balance: String(s.balance),
+    free: s.free,
+    held: String(s.heldMicros),
+    held_free: s.heldFree,
+    trailer: String(s.trailer),
+    seq: s.head.chain_seq,
+    hash: s.head.chain_hash,
+  }));
   const ctes = Prisma.sql`acc AS (
-      UPDATE accounts SET balance_micros = ${running}, free_messages_left = free_messages_left - ${free},
-        held_micros = held_micros - ${held.micros}, held_free_messages = held_free_messages - ${held.freeMessages},
-        trailer_paid_micros = trailer_paid_micros + ${c.trailerPaidMicros ?? 0n}, chain_seq = ${ev.seq}, chain_hash = ${ev.hash}
-      WHERE id = ${c.accountId}
+      UPDATE accounts a SET balance_micros = x.balance, free_messages_left = a.free_messages_left - x.free,
+        held_micros = a.held_micros - x.held, held_free_messages = a.held_free_messages - x.held_free,
+        trailer_paid_micros = a.trailer_paid_micros + x.trailer, chain_seq = x.seq, chain_hash = x.hash
+      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+        AS x(id text, balance bigint, free int, held bigint, held_free int, trailer bigint, seq int, hash text)
+      WHERE a.id = x.id
     ), led AS (
       INSERT INTO ledger_entries (id, account_id, type, amount_micros, free_messages, balance_after, message_id, delivery_id, quantity, created_at)
-      SELECT e.id, ${c.accountId}, e.type, e.amount_micros, e.free_messages, e.balance_after, e.message_id, e.delivery_id, e.quantity, now()
+      SELECT e.id, e.account_id, e.type, e.amount_micros, e.free_messages, e.balance_after, e.message_id, e.delivery_id, e.quantity, now()
       FROM jsonb_to_recordset(${JSON.stringify(entries)}::jsonb)
-        AS e(id text, type text, amount_micros bigint, free_messages int, balance_after bigint, message_id text, delivery_id text, quantity bigint)
+        AS e(id text, account_id text, type text, amount_micros bigint, free_messages int, balance_after bigint, message_id text, delivery_id text, quantity bigint)
     ), ev AS (
       INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-      VALUES (${ev.id}, ${c.accountId}, ${ev.seq}, ${c.event.type}, ${c.event.boxId ?? null}, ${ev.json}::jsonb, ${ev.createdAt}, ${ev.prevHash}, ${ev.hash})
+      SELECT e.id, e.account_id, e.seq, e.type, e.box_id, e.data, e.created_at, e.prev_hash, e.hash
+      FROM jsonb_to_recordset(${JSON.stringify(events)}::jsonb)
+        AS e(id text, account_id text, seq int, type text, box_id text, data jsonb, created_at timestamptz, prev_hash text, hash text)
     )`;
-  return { ctes, notify: Prisma.sql`SELECT pg_notify(${EVENTS_CHANNEL}, ${c.accountId})::text AS notified`, eventId: ev.id };
+  const ids = [...accounts.keys()];
+  return {
+    ctes,
+    notify: Prisma.sql`SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${ids}::text[]) AS n(id)`,
+    eventIds: events.map((e) => e.id as string),
+  };
 }

@@ -51,6 +51,15 @@ export async function lockAccountCredit(tx: Tx, accountId: string): Promise<Lock
   return rows[0];
 }
 
+/** Several account rows locked at once, in id order (two callers locking overlapping sets never deadlock). */
+export async function lockAccountsCredit(tx: Tx, accountIds: string[]): Promise<LockedAccount[]> {
+  if (accountIds.length === 1) return [await lockAccountCredit(tx, accountIds[0]!)];
+  return tx.$queryRaw<LockedAccount[]>`
+    SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
+      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash
+    FROM accounts WHERE id = ANY(${accountIds}::text[]) ORDER BY id FOR NO KEY UPDATE`;
+}
+
 export function messagePrice(svc: Pick<Services, 'config'>): bigint {
   return messagePriceMicros(svc.config);
 }

@@ -35,7 +35,7 @@ export function chainEvent(head: { chain_seq: number; chain_hash: string }, inpu
   const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
   const createdAt = new Date();
   const body: ChainBody = { id: newId('evt'), seq: head.chain_seq + 1, type: input.type, account_id: input.accountId, created_at: createdAt.toISOString(), data };
-  return { id: body.id, seq: body.seq, createdAt, prevHash: head.chain_hash, hash: chainHash(head.chain_hash, body), json: JSON.stringify(data) };
+  return { id: body.id, seq: body.seq, createdAt, prevHash: head.chain_hash, hash: chainHash(head.chain_hash, body), data, json: JSON.stringify(data) };
 }
 
 /**

@@ -11,7 +11,8 @@ import type { Services } from '../shared/context';
 import { open, seal } from '../shared/crypto';
 import { domainOf } from './addresses';
 import { openBody } from './body';
-import { markBounced, markDeferred, markDelivered, markFailed } from './outcomes';
+import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, type DeliveredOutcome } from './outcomes';
+import { GroupCommit } from '../shared/group-commit';
 import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
 import { releaseScheduled } from './schedule';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
@@ -95,6 +96,41 @@ export async function composeSigned(svc: Services, message: ComposableMessage, k
  * send the message again.
  */
 const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
+
+/**
+ * The remote 250s of this process, recorded by group commit (shared/group-commit.ts): first the acceptances
+ * of the whole batch in one statement committed on its own (no account lock), so the window in which a crash
+ * makes a job send again is that round trip, not the wait for the accounts' chains; then the outcomes in one
+ * transaction (markDeliveredMany). A job's promise settles once its delivery is recorded.
+ */
+const recorders = new WeakMap<Services, GroupCommit<DeliveredOutcome, boolean>>();
+
+function recorderOf(svc: Services): GroupCommit<DeliveredOutcome, boolean> {
+  let r = recorders.get(svc);
+  if (!r) {
+    r = new GroupCommit<DeliveredOutcome, boolean>(
+      'delivery_outcomes',
+      async (items) => {
+        await acceptAll(svc, items);
+        const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
+        return items.map((o) => done.has(o.deliveryId));
+      },
+      async (o) => {
+        await acceptAll(svc, [o]);
+        return svc.db.$transaction((tx) => markDelivered(svc, tx, o.deliveryId, o), RECORD_TX);
+      },
+    );
+    recorders.set(svc, r);
+  }
+  return r;
+}
+
+async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
+  const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
+  await svc.db.$executeRaw`
+    UPDATE deliveries d SET accepted_at = now(), accepted_response = x.response, remote_mta = x.mta
+    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text) WHERE d.id = x.id`;
+}
 
 export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
 
@@ -215,10 +251,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   for (const dest of destinations) {
     const outcome = await deps.sender.send(dest, envelope, raw, source ?? undefined);
     if (outcome.kind === 'delivered') {
-      // Committed at once (one statement, no account lock), so the window in which a crash makes the job send
-      // again is this round trip, not the wait for the account's chain in the outcome's transaction.
-      await svc.db.$executeRaw`UPDATE deliveries SET accepted_at = now(), accepted_response = ${outcome.response.slice(0, 500)}, remote_mta = ${outcome.mta} WHERE id = ${deliveryId}`;
-      await svc.db.$transaction((tx) => markDelivered(svc, tx, deliveryId, { mta: outcome.mta, response: outcome.response, attempts }), RECORD_TX);
+      await recorderOf(svc).add({ deliveryId, mta: outcome.mta, response: outcome.response, attempts });
       return { done: true };
     }
     if (outcome.kind === 'permanent') {

@@ -4,9 +4,9 @@
  * final transition happens once; the message's status follows its deliveries.
  */
 import { Prisma, type Tx } from '@boxes/db';
-import { chargeDelivery, deliveryCharge, lockAccountCredit, releaseDelivery } from '../credit/ledger';
+import { chargeDelivery, deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
-import { isQuietCharge, leanChargeSql } from '../credit/lean';
+import { isQuietCharge, leanChargesSql, type LeanCharge } from '../credit/lean';
 import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
@@ -25,10 +25,9 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
 
 /**
  * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
- * Also a part of a larger statement that makes delivery `justFinal` delivered (a sibling CTE does not see that
- * row's new status, so it is counted as delivered here).
+ * Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
-function messageStatusUpdate(messageIds: string[], justFinal = ''): Prisma.Sql {
+function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
   return Prisma.sql`
       UPDATE messages m SET status = CASE
           WHEN s.delivered = s.total THEN 'delivered'
@@ -37,9 +36,9 @@ function messageStatusUpdate(messageIds: string[], justFinal = ''): Prisma.Sql {
           ELSE 'failed' END
       FROM (
         SELECT message_id, count(*) AS total,
-          count(*) FILTER (WHERE status = 'delivered' OR id = ${justFinal}) AS delivered,
-          count(*) FILTER (WHERE status = 'bounced' AND id <> ${justFinal}) AS bounced,
-          count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed') AND id <> ${justFinal}) AS open
+          count(*) FILTER (WHERE status = 'delivered') AS delivered,
+          count(*) FILTER (WHERE status = 'bounced') AS bounced,
+          count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed')) AS open
         FROM deliveries WHERE message_id = ANY(${messageIds}::text[]) GROUP BY message_id
       ) s
       WHERE m.id = s.message_id AND s.open = 0`;
@@ -67,49 +66,96 @@ interface ClaimedDelivery {
   settled_at: Date | null;
 }
 
+export interface DeliveredOutcome {
+  deliveryId: string;
+  mta: string | null;
+  response: string;
+  attempts: number;
+}
+
 /**
  * A delivery the remote (or local) MX accepted: charged from its hold, announced as mail.delivered, and the
- * message's status follows. The hot path takes three round trips in the caller's transaction (typed SQL, not
- * Prisma: see the module header of events/append.ts): claim the delivery, lock the account row, then one
- * statement that settles the hold, writes the ledger entries, appends the event and refreshes the message.
- * When the charge moves the balance across an alert threshold or into deficit, the general ledger path runs
- * instead, so its announcements happen exactly as elsewhere.
+ * message's status follows. False if it had already reached a final state (a duplicate job or report).
  */
 export async function markDelivered(svc: Services, tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
-  const claimed = await tx.$queryRaw<ClaimedDelivery[]>`
-    UPDATE deliveries SET status = 'delivered', delivered_at = now(), remote_mta = ${info.mta}, last_error = NULL, next_attempt_at = NULL,
-      attempts = ${info.attempts}, updated_at = now()
-    WHERE id = ${deliveryId} AND status NOT IN ('delivered', 'bounced', 'failed')
-    RETURNING id, account_id, message_id, recipient, route, held_micros, used_free, attachment_micros, surcharge_micros, settled_at`;
-  const d = claimed[0];
-  if (!d) return false;
-  const a = await lockAccountCredit(tx, d.account_id);
-  const data = { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: info.mta, response: info.response.slice(0, 500) };
-  const charge = d.settled_at ? null : deliveryCharge(a, d);
-  const postings = charge?.postings ?? [];
-  if (!isQuietCharge(a, postings)) {
+  return (await markDeliveredMany(svc, tx, [{ deliveryId, ...info }])).has(deliveryId);
+}
+
+/**
+ * Many deliveries accepted by their MX, recorded together (group commit: the worker gathers the outcomes that
+ * arrive while a record is being written). Three round trips in the caller's transaction whatever their number
+ * (typed SQL, not Prisma: see README "Hot paths"): claim the deliveries, lock their accounts (in id order, so two
+ * such batches never deadlock), then one statement that settles the holds, writes the ledger entries, appends
+ * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages.
+ * An account whose charges cross an alert threshold or go into deficit takes the general ledger path instead,
+ * delivery by delivery, so its announcements happen exactly as elsewhere. Returns the ids it recorded.
+ */
+export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
+  const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
+  if (!byId.size) return new Set();
+  const claimedRows = await tx.$queryRaw<ClaimedDelivery[]>`
+    UPDATE deliveries d SET status = 'delivered', delivered_at = now(), remote_mta = x.mta, last_error = NULL, next_attempt_at = NULL,
+      attempts = x.attempts, updated_at = now()
+    FROM jsonb_to_recordset(${JSON.stringify([...byId.values()].map((o) => ({ id: o.deliveryId, mta: o.mta, attempts: o.attempts })))}::jsonb) AS x(id text, mta text, attempts int)
+    WHERE d.id = x.id AND d.status NOT IN ('delivered', 'bounced', 'failed')
+    RETURNING d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at`;
+  if (!claimedRows.length) return new Set();
+  // In the order they were given: an account's events follow the order its outcomes arrived.
+  const order = new Map([...byId.keys()].map((id, i) => [id, i]));
+  const claimed = claimedRows.sort((x, y) => order.get(x.id)! - order.get(y.id)!);
+  const accountIds = [...new Set(claimed.map((d) => d.account_id))].sort();
+  const locked = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
+  const eventData = (d: ClaimedDelivery) => {
+    const o = byId.get(d.id)!;
+    return { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: o.mta, response: o.response.slice(0, 500) };
+  };
+  const lean: LeanCharge[] = [];
+  const general: ClaimedDelivery[] = [];
+  for (const accountId of accountIds) {
+    const start = locked.get(accountId)!;
+    const mine = claimed.filter((d) => d.account_id === accountId);
+    // The account's running state as each charge applies: all quiet, or the whole account goes the general way.
+    const state = { ...start };
+    const planned: LeanCharge[] = [];
+    for (const d of mine) {
+      const charge = d.settled_at ? null : deliveryCharge(state, d);
+      const postings = charge?.postings ?? [];
+      if (!isQuietCharge(state, postings)) break;
+      planned.push({
+        accountId,
+        locked: start,
+        postings,
+        releaseHeld: charge ? { micros: d.held_micros, freeMessages: charge.free } : undefined,
+        trailerPaidMicros: charge?.surcharge,
+        event: { type: 'mail.delivered', data: eventData(d) },
+      });
+      state.balance_micros += postings.reduce((n, p) => n + p.amountMicros, 0n);
+      state.trailer_paid_micros += charge?.surcharge ?? 0n;
+    }
+    if (planned.length === mine.length) lean.push(...planned);
+    else general.push(...mine);
+  }
+  if (lean.length) {
+    const slow = new Set(general);
+    const quick = claimed.filter((d) => !slow.has(d));
+    const leanIds = quick.map((d) => d.id);
+    const messageIds = [...new Set(quick.map((d) => d.message_id))];
+    const sql = leanChargesSql(lean);
+    await tx.$queryRaw`
+      WITH settle AS (
+        UPDATE deliveries SET settled_at = now() WHERE id = ANY(${leanIds}::text[]) AND settled_at IS NULL
+      ), ${sql.ctes}, msg AS (
+        ${messageStatusUpdate(messageIds)}
+      )
+      ${sql.notify}`;
+  }
+  for (const d of general) {
     // The general path: its announcements (low_balance, billing.deficit) run as for every other charge.
     await chargeDelivery(svc, tx, { id: d.id, accountId: d.account_id, messageId: d.message_id, heldMicros: d.held_micros, usedFree: d.used_free, attachmentMicros: d.attachment_micros, surchargeMicros: d.surcharge_micros });
-    await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data });
+    await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data: eventData(d) });
     await refreshMessageStatus(tx, d.message_id);
-    return true;
   }
-  const lean = leanChargeSql({
-    accountId: d.account_id,
-    locked: a,
-    postings,
-    releaseHeld: charge ? { micros: d.held_micros, freeMessages: charge.free } : undefined,
-    trailerPaidMicros: charge?.surcharge,
-    event: { type: 'mail.delivered', data },
-  });
-  await tx.$queryRaw`
-    WITH settle AS (
-      UPDATE deliveries SET settled_at = now() WHERE id = ${d.id} AND settled_at IS NULL
-    ), ${lean.ctes}, msg AS (
-      ${messageStatusUpdate([d.message_id], d.id)}
-    )
-    ${lean.notify}`;
-  return true;
+  return new Set(claimed.map((d) => d.id));
 }
 
 /** attempts: the attempts made when our own attempt bounced; omitted for a bounce reported later (DSN). */

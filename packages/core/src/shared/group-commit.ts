@@ -1,0 +1,78 @@
+/**
+ * Group commit: callers add items and wait for their own result; whenever no flush is running, everything
+ * added so far is flushed as one batch (one transaction for many items). Nothing waits on a timer: at low load
+ * a batch is the one item that came, under load the items that arrive while a flush runs share the next one.
+ * A batch that fails is retried item by item (flushOne), so one bad item fails only its own caller.
+ */
+export interface GroupCommitStats {
+  name: string;
+  /** Flushes so far, items in them, and the largest batch. */
+  batches: number;
+  items: number;
+  largest: number;
+}
+
+const all = new Set<GroupCommitStats>();
+
+/** This process's group commits, for /metrics (items / batches is the mean batch size). */
+export function groupCommitStats(): GroupCommitStats[] {
+  const byName = new Map<string, GroupCommitStats>();
+  for (const s of all) {
+    const t = byName.get(s.name) ?? { name: s.name, batches: 0, items: 0, largest: 0 };
+    byName.set(s.name, { name: s.name, batches: t.batches + s.batches, items: t.items + s.items, largest: Math.max(t.largest, s.largest) });
+  }
+  return [...byName.values()];
+}
+
+export class GroupCommit<T, R> {
+  private queue: { item: T; resolve: (r: R) => void; reject: (err: unknown) => void }[] = [];
+  private running = false;
+  readonly stats: GroupCommitStats;
+
+  constructor(
+    name: string,
+    private readonly flush: (items: T[]) => Promise<R[]>,
+    private readonly flushOne: (item: T) => Promise<R>,
+    private readonly maxBatch = 200,
+  ) {
+    this.stats = { name, batches: 0, items: 0, largest: 0 };
+    all.add(this.stats);
+  }
+
+  add(item: T): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      // Started on the next turn of the event loop: items that arrive in the same turn share the first batch.
+      if (!this.running) {
+        this.running = true;
+        setImmediate(() => void this.drain());
+      }
+    });
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (this.queue.length) {
+        const batch = this.queue.splice(0, this.maxBatch);
+        this.stats.batches += 1;
+        this.stats.items += batch.length;
+        this.stats.largest = Math.max(this.stats.largest, batch.length);
+        let results: R[] | null = null;
+        if (batch.length > 1) {
+          try {
+            results = await this.flush(batch.map((b) => b.item));
+          } catch {
+            results = null; // retried one by one below
+          }
+        }
+        if (results) {
+          batch.forEach((b, i) => b.resolve(results![i]!));
+          continue;
+        }
+        await Promise.all(batch.map((b) => this.flushOne(b.item).then(b.resolve, b.reject)));
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+}
