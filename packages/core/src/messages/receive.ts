@@ -6,8 +6,9 @@
 import type { Box, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
-import { lockAccountCredit, postEntries, receivedCharge } from '../credit/ledger';
-import { isQuietCharge, leanChargeSql } from '../credit/lean';
+import { lockAccountCredit, lockAccountsCredit, postEntries, receivedCharge } from '../credit/ledger';
+import { isQuietCharge, leanChargeSql, leanChargesSql, type LeanCharge } from '../credit/lean';
+import { GroupCommit } from '../shared/group-commit';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { seal } from '../shared/crypto';
@@ -98,12 +99,19 @@ export interface StoredInbound {
   forwardRunIds?: string[];
 }
 
-export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
+interface Prepared {
+  input: InboundInput;
+  parsed: ParsedMessage;
+  report: ReturnType<typeof parseReport>;
+  attachmentBytes: number;
+  /** One sealed copy per recipient (null for bounce addresses). */
+  sealed: ({ bodyEnc: string; rawEnc: string } | null)[];
+  trust: ReturnType<typeof storedTrust>;
+}
+
+/** Parsing and sealing, before any transaction: encrypting a large message must not keep a connection busy in one. */
+async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
   const parsed = input.parsed ?? (await parseMessage(input.raw));
-  const report = parseReport(parsed.mail);
-  const attachmentBytes = parsed.attachments.reduce((n, a) => n + a.content.length, 0);
-  // One sealed copy per box, made before the transaction: encrypting a large message must not keep a
-  // connection busy in a transaction.
   const sealed = input.recipients.map((r) =>
     r.kind !== 'box'
       ? null
@@ -122,98 +130,267 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
           rawEnc: seal(svc.secretKey, input.raw),
         },
   );
-  const trust = storedTrust(input.trust);
-  const run = async (tx: Tx): Promise<StoredInbound> => {
+  return {
+    input,
+    parsed,
+    report: parseReport(parsed.mail),
+    attachmentBytes: parsed.attachments.reduce((n, a) => n + a.content.length, 0),
+    sealed,
+    trust: storedTrust(input.trust),
+  };
+}
+
+function receivedEventData(p: Prepared, box: Box, id: string, threadId: string, context: Record<string, unknown> | null) {
+  const { parsed, input } = p;
+  return {
+    message: {
+      id,
+      box_id: box.id,
+      to_box: box.address,
+      from: parsed.from,
+      to: parsed.to,
+      cc: parsed.cc,
+      subject: parsed.subject,
+      rfc_message_id: parsed.messageId,
+      in_reply_to: parsed.inReplyTo,
+      thread_id: threadId,
+      size_bytes: input.raw.length,
+      attachments: parsed.attachments.length,
+      via: input.via,
+      ...p.trust,
+    },
+    context,
+  };
+}
+
+export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
+  const p = await prepare(svc, input);
+  if (input.tx) return storeInbound(svc, input.tx, p);
+  // The common case (mail for boxes: no report, no forward, charged) is stored by group commit.
+  if (groupable(p)) return inboundOf(svc).add(p);
+  const stored = await svc.db.$transaction((tx) => storeInbound(svc, tx, p), INBOUND_TX);
+  await enqueueForwardRuns(svc, stored.forwardRunIds ?? []);
+  return stored;
+}
+
+const INBOUND_TX = { maxWait: 10_000, timeout: 30_000 };
+
+const groupable = (p: Prepared): boolean =>
+  p.input.via === 'smtp' && !p.input.free && p.report === null && p.input.recipients.every((r) => r.kind === 'box' && !r.box.forwarding);
+
+const inbounds = new WeakMap<Services, GroupCommit<Prepared, StoredInbound>>();
+
+/**
+ * This process's inbound group commit: the messages that arrive (from every SMTP connection) while one batch
+ * is being stored share the next transaction (storeInboundBatch); a batch that fails is stored one by one.
+ */
+function inboundOf(svc: Services): GroupCommit<Prepared, StoredInbound> {
+  let g = inbounds.get(svc);
+  if (!g) {
+    g = new GroupCommit<Prepared, StoredInbound>(
+      'inbound_messages',
+      (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX),
+      (item) => svc.db.$transaction((tx) => storeInbound(svc, tx, item), INBOUND_TX),
+    );
+    inbounds.set(svc, g);
+  }
+  return g;
+}
+
+/**
+ * Many groupable messages in one transaction (README "Hot paths"): the accounts locked once, in id order (two
+ * batches never deadlock); the messages, their charges and their mail.received events written in one
+ * statement per run of quiet charges. A message that answers another (its parents are looked up) or a charge
+ * with something to announce first writes what is pending, then goes as in storeInbound.
+ */
+async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Promise<StoredInbound[]> {
+  const accountIds = [...new Set(items.flatMap((p) => p.input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : []))))].sort();
+  const base = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
+  const running = new Map([...base].map(([id, a]) => [id, { ...a }]));
+  let rows: Record<string, unknown>[] = [];
+  let bodies: string[] = [];
+  let raws: string[] = [];
+  let charges: LeanCharge[] = [];
+  const write = async (last = false) => {
+    if (!rows.length) return;
+    const sql = leanChargesSql(charges);
+    await tx.$queryRaw`
+      WITH msg AS (
+        INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
+          authentication, spam, thread_id)
+        SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
+          r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, b.raw_enc, r.context, now(),
+          r.authentication, r.spam, r.thread_id
+        FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
+          refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
+        JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_enc, i) ON b.i = r.i
+      ), ${sql.ctes}
+      ${sql.notify}`;
+    // The written accounts' rows as they are now (the chain heads moved): the next run starts from them.
+    const touched = last ? [] : [...new Set(charges.map((c) => c.accountId))].sort();
+    for (const a of touched.length ? await lockAccountsCredit(tx, touched) : []) {
+      base.set(a.id, a);
+      running.set(a.id, { ...a });
+    }
+    rows = [];
+    bodies = [];
+    raws = [];
+    charges = [];
+  };
+  const out: StoredInbound[] = [];
+  for (const p of items) {
+    const { parsed, input } = p;
     const messageIds: string[] = [];
     // Copies of one message for several boxes of one account share a thread.
     const threadOfAccount = new Map<string, string>();
-    const forwardRunIds: string[] = [];
+    const answers = parentIds({ inReplyTo: parsed.inReplyTo, references: parsed.references }).length > 0;
     for (const [i, r] of input.recipients.entries()) {
-      if (r.kind === 'bounce') {
-        if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
-        continue;
-      }
       if (r.kind !== 'box') continue;
       const box = r.box;
       const id = newId('msg');
-      const { context, threadId: found } = await findParents(tx, box.accountId, parsed, input.via === 'local');
-      const threadId = threadOfAccount.get(box.accountId) ?? found;
+      let context: Record<string, unknown> | null = null;
+      let found: string | null = null;
+      if (answers) {
+        // Its parents may be among the messages not yet written.
+        await write();
+        const parents = await findParents(tx, box.accountId, parsed, false);
+        context = parents.context;
+        found = parents.threadId;
+      }
+      const threadId: string = threadOfAccount.get(box.accountId) ?? found ?? newId('thr');
       threadOfAccount.set(box.accountId, threadId);
       const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
-      const eventData = {
-        message: {
-          id,
-          box_id: box.id,
-          to_box: box.address,
-          from: parsed.from,
-          to: parsed.to,
-          cc: parsed.cc,
-          subject: parsed.subject,
-          rfc_message_id: parsed.messageId,
-          in_reply_to: parsed.inReplyTo,
-          thread_id: threadId,
-          size_bytes: input.raw.length,
-          attachments: parsed.attachments.length,
-          via: input.via,
-          ...trust,
-        },
-        context,
-      };
-      // The hot path (typed SQL, README "Hot paths"): lock the account row, then the message, its charge and
-      // mail.received in one statement, unless the charge has something to announce.
-      const a = await lockAccountCredit(tx, box.accountId);
-      const postings = input.free ? [] : receivedCharge(svc, a, id, attachmentBytes);
-      if (isQuietCharge(a, postings)) {
-        const lean = leanChargeSql({ accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
-        await tx.$queryRaw`
-          WITH msg AS (
-            INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-              from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
-              authentication, spam, thread_id)
-            VALUES (${id}, ${box.accountId}, ${box.id}, 'received', 'received', ${rfcMessageId}, ${id}, ${parsed.inReplyTo}, ${parsed.references}::text[],
-              ${parsed.from}, ${parsed.to}::text[], ${parsed.cc}::text[], '{}'::text[], ${parsed.subject}, ${input.raw.length},
-              ${sealed[i]!.bodyEnc}, ${sealed[i]!.rawEnc}, ${context === null ? null : JSON.stringify(context)}::jsonb, now(),
-              ${trust.authentication === null ? null : JSON.stringify(trust.authentication)}::jsonb, ${trust.spam === null ? null : JSON.stringify(trust.spam)}::jsonb, ${threadId})
-          ), ${lean.ctes}
-          ${lean.notify}`;
-      } else {
-        await tx.message.create({
-          data: {
-            id,
-            accountId: box.accountId,
-            boxId: box.id,
-            direction: 'received',
-            status: 'received',
-            rfcMessageId,
-            providerMessageId: id,
-            inReplyTo: parsed.inReplyTo,
-            references: { set: parsed.references },
-            fromAddress: parsed.from,
-            toAddresses: { set: parsed.to },
-            ccAddresses: { set: parsed.cc },
-            bccAddresses: { set: [] },
-            subject: parsed.subject,
-            sizeBytes: input.raw.length,
-            bodyEnc: sealed[i]!.bodyEnc,
-            rawEnc: sealed[i]!.rawEnc,
-            context: (context ?? Prisma.DbNull) as Prisma.InputJsonValue,
-            authentication: (trust.authentication ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
-            spam: (trust.spam ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
-            threadId,
-          },
-        });
-        await postEntries(svc, tx, box.accountId, postings, { locked: a });
-        await appendEvent({ db: tx, accountId: box.accountId, type: 'mail.received', boxId: box.id, data: eventData });
+      const eventData = receivedEventData(p, box, id, threadId, context);
+      const a = running.get(box.accountId)!;
+      const postings = receivedCharge(svc, a, id, p.attachmentBytes);
+      if (!isQuietCharge(a, postings)) {
+        await write();
+        await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
+        const [now] = await lockAccountsCredit(tx, [box.accountId]);
+        base.set(now!.id, now!);
+        running.set(now!.id, { ...now! });
+        messageIds.push(id);
+        continue;
       }
-      if (report) await applyReport(tx, { report, accountId: box.accountId });
+      rows.push({
+        i: rows.length + 1,
+        id,
+        account_id: box.accountId,
+        box_id: box.id,
+        rfc_message_id: rfcMessageId,
+        in_reply_to: parsed.inReplyTo,
+        refs: parsed.references,
+        from_address: parsed.from,
+        to_addresses: parsed.to,
+        cc_addresses: parsed.cc,
+        subject: parsed.subject,
+        size_bytes: input.raw.length,
+        context,
+        authentication: p.trust.authentication,
+        spam: p.trust.spam,
+        thread_id: threadId,
+      });
+      bodies.push(p.sealed[i]!.bodyEnc);
+      raws.push(p.sealed[i]!.rawEnc);
+      charges.push({ accountId: box.accountId, locked: base.get(box.accountId)!, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
+      a.balance_micros += postings.reduce((n, x) => n + x.amountMicros, 0n);
+      a.free_messages_left -= postings.reduce((n, x) => n + (x.freeMessages ?? 0), 0);
       messageIds.push(id);
-      // Auto-forwarding: only boxes with an active forward look their forwards up (box.forwarding).
-      if (box.forwarding && !report) forwardRunIds.push(...(await queueForwardRuns(tx, { box, messageId: id, parsed })));
     }
-    return { messageIds, forwardRunIds };
-  };
-  if (input.tx) return run(input.tx);
-  const stored = await svc.db.$transaction(run, { maxWait: 10_000, timeout: 30_000 });
-  await enqueueForwardRuns(svc, stored.forwardRunIds ?? []);
-  return stored;
+    out.push({ messageIds, forwardRunIds: [] });
+  }
+  await write(true);
+  return out;
+}
+
+interface NewInbound {
+  id: string;
+  context: Record<string, unknown> | null;
+  threadId: string;
+  rfcMessageId: string;
+  eventData: ReturnType<typeof receivedEventData>;
+}
+
+/** One received message through Prisma and the general ledger path (a charge with something to announce). */
+async function storeOne(svc: Services, tx: Tx, p: Prepared, i: number, box: Box, m: NewInbound): Promise<void> {
+  const { parsed, input } = p;
+  const a = await lockAccountCredit(tx, box.accountId);
+  const postings = input.free ? [] : receivedCharge(svc, a, m.id, p.attachmentBytes);
+  await tx.message.create({
+    data: {
+      id: m.id,
+      accountId: box.accountId,
+      boxId: box.id,
+      direction: 'received',
+      status: 'received',
+      rfcMessageId: m.rfcMessageId,
+      providerMessageId: m.id,
+      inReplyTo: parsed.inReplyTo,
+      references: { set: parsed.references },
+      fromAddress: parsed.from,
+      toAddresses: { set: parsed.to },
+      ccAddresses: { set: parsed.cc },
+      bccAddresses: { set: [] },
+      subject: parsed.subject,
+      sizeBytes: input.raw.length,
+      bodyEnc: p.sealed[i]!.bodyEnc,
+      rawEnc: p.sealed[i]!.rawEnc,
+      context: (m.context ?? Prisma.DbNull) as Prisma.InputJsonValue,
+      authentication: (p.trust.authentication ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
+      spam: (p.trust.spam ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
+      threadId: m.threadId,
+    },
+  });
+  await postEntries(svc, tx, box.accountId, postings, { locked: a });
+  await appendEvent({ db: tx, accountId: box.accountId, type: 'mail.received', boxId: box.id, data: m.eventData });
+}
+
+/** One message in the caller's transaction: every kind of recipient, reports, forwards, free notices. */
+async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredInbound> {
+  const { parsed, input, report } = p;
+  const messageIds: string[] = [];
+  // Copies of one message for several boxes of one account share a thread.
+  const threadOfAccount = new Map<string, string>();
+  const forwardRunIds: string[] = [];
+  for (const [i, r] of input.recipients.entries()) {
+    if (r.kind === 'bounce') {
+      if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
+      continue;
+    }
+    if (r.kind !== 'box') continue;
+    const box = r.box;
+    const id = newId('msg');
+    const { context, threadId: found } = await findParents(tx, box.accountId, parsed, input.via === 'local');
+    const threadId = threadOfAccount.get(box.accountId) ?? found;
+    threadOfAccount.set(box.accountId, threadId);
+    const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
+    const eventData = receivedEventData(p, box, id, threadId, context);
+    // The hot path (typed SQL, README "Hot paths"): lock the account row, then the message, its charge and
+    // mail.received in one statement, unless the charge has something to announce.
+    const a = await lockAccountCredit(tx, box.accountId);
+    const postings = input.free ? [] : receivedCharge(svc, a, id, p.attachmentBytes);
+    if (isQuietCharge(a, postings)) {
+      const lean = leanChargeSql({ accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
+      const trust = p.trust;
+      await tx.$queryRaw`
+        WITH msg AS (
+          INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+            from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
+            authentication, spam, thread_id)
+          VALUES (${id}, ${box.accountId}, ${box.id}, 'received', 'received', ${rfcMessageId}, ${id}, ${parsed.inReplyTo}, ${parsed.references}::text[],
+            ${parsed.from}, ${parsed.to}::text[], ${parsed.cc}::text[], '{}'::text[], ${parsed.subject}, ${input.raw.length},
+            ${p.sealed[i]!.bodyEnc}, ${p.sealed[i]!.rawEnc}, ${context === null ? null : JSON.stringify(context)}::jsonb, now(),
+            ${trust.authentication === null ? null : JSON.stringify(trust.authentication)}::jsonb, ${trust.spam === null ? null : JSON.stringify(trust.spam)}::jsonb, ${threadId})
+        ), ${lean.ctes}
+        ${lean.notify}`;
+    } else {
+      await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
+    }
+    if (report) await applyReport(tx, { report, accountId: box.accountId });
+    messageIds.push(id);
+    // Auto-forwarding: only boxes with an active forward look their forwards up (box.forwarding).
+    if (box.forwarding && !report) forwardRunIds.push(...(await queueForwardRuns(tx, { box, messageId: id, parsed })));
+  }
+  return { messageIds, forwardRunIds };
 }

@@ -1,14 +1,17 @@
 /**
- * Group commit of delivery outcomes: the remote 250s that arrive together are recorded in one transaction
+ * Group commit. Delivery outcomes: the remote 250s that arrive together are recorded in one transaction
  * (markDeliveredMany). Several accounts in one batch, an account whose charge takes the general ledger path
  * (an alert threshold) beside quiet ones, the order of each account's events, the ledger's running balance,
  * a repeated record that changes nothing; then a burst through the real worker and SMTP, seen on /metrics.
+ * Inbound: messages arriving on many SMTP connections at once share transactions, each stored once, charged
+ * from the free allowance and then the credit in order, an alerted account beside quiet ones.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { start as startWorker } from '@boxes/worker';
 import { markDeliveredMany, messagePrice } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { events, MailSink, send, unique, waitFor } from './mail-send-helpers';
+import { rawMessage, sendRaw } from './mail-receive-helpers';
 
 let t: TestServer;
 let sink: MailSink;
@@ -17,7 +20,7 @@ beforeAll(async () => {
   sink = new MailSink();
   await sink.start();
   // No worker: the deliveries wait in the queue until a test records them or starts one.
-  t = await startTestServer({ worker: false, resolver: sink.resolver() });
+  t = await startTestServer({ worker: false, mail: true, resolver: sink.resolver() });
 });
 afterAll(async () => {
   await t?.stop();
@@ -36,6 +39,12 @@ async function queuedSends(a: TestAccount, n: number): Promise<{ messageId: stri
 }
 
 const verify = async (key: string) => (await rest(t, 'GET', '/events/verify', { key })).body;
+
+async function groupMetrics(kind: string) {
+  const metrics = await (await fetch(`${t.url}/metrics`)).text();
+  const read = (name: string) => Number(new RegExp(`^boxes_group_commit_${name}\\{kind="${kind}"\\} (\\d+)$`, 'm').exec(metrics)?.[1]);
+  return { batches: read('batches'), items: read('items'), largest: read('largest_batch') };
+}
 
 describe('markDeliveredMany', () => {
   it('records outcomes of three accounts in one transaction: charges, events in order, statuses, alerts on the general path', async () => {
@@ -105,12 +114,60 @@ describe('markDeliveredMany', () => {
       expect(await events(t, a.apiKey, 'mail.delivered')).toHaveLength(40);
       expect(await verify(a.apiKey)).toMatchObject({ ok: true });
     }
-    const metrics = await (await fetch(`${t.url}/metrics`)).text();
-    const largest = Number(/^boxes_group_commit_largest_batch\{kind="delivery_outcomes"\} (\d+)$/m.exec(metrics)?.[1]);
-    const batches = Number(/^boxes_group_commit_batches\{kind="delivery_outcomes"\} (\d+)$/m.exec(metrics)?.[1]);
-    const items = Number(/^boxes_group_commit_items\{kind="delivery_outcomes"\} (\d+)$/m.exec(metrics)?.[1]);
+    const { batches, items, largest } = await groupMetrics('delivery_outcomes');
     expect(items).toBe(120);
     expect(largest).toBeGreaterThan(1);
     expect(batches).toBeLessThan(items);
   }, 90_000);
+});
+
+describe('inbound group commit', () => {
+  it('40 messages over 20 SMTP connections at once: each stored once, free allowance then credit in order, alerts on the general path', async () => {
+    const price = messagePrice(t.svc);
+    const [a, b, c] = [await signupAccount(t), await signupAccount(t), await signupAccount(t)];
+    // a: two free messages left, then credit; b: credit only; c: credit with an alert threshold crossed on the way.
+    await t.db.account.update({ where: { id: a.accountId }, data: { freeMessagesLeft: 2, balanceMicros: 1_000_000n } });
+    await t.db.account.update({ where: { id: b.accountId }, data: { freeMessagesLeft: 0, balanceMicros: 1_000_000n } });
+    await t.db.account.update({ where: { id: c.accountId }, data: { freeMessagesLeft: 0, balanceMicros: 1_000_000n, alertFirstMicros: 1_000_000n - 5n * price - price / 2n } });
+    const before = await groupMetrics('inbound_messages');
+    const targets = [a, b, c];
+    const subjects = targets.map(() => [] as string[]);
+    const jobs = Array.from({ length: 39 }, (_, i) => {
+      const k = i % 3;
+      const subject = `inbound ${i} ${unique()}`;
+      subjects[k]!.push(subject);
+      return () => sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [targets[k]!.primaryAddress] }, rawMessage({ From: 'x@outside.test', To: targets[k]!.primaryAddress, Subject: subject }, 'hello'));
+    });
+    // And one message for two accounts at once.
+    const both = `to a and b ${unique()}`;
+    jobs.push(() => sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [a.primaryAddress, b.primaryAddress] }, rawMessage({ From: 'x@outside.test', To: `${a.primaryAddress}, ${b.primaryAddress}`, Subject: both }, 'hello')));
+    subjects[0]!.push(both);
+    subjects[1]!.push(both);
+    const queue = [...jobs];
+    await Promise.all(Array.from({ length: 20 }, async () => {
+      for (let job = queue.shift(); job; job = queue.shift()) expect((await job()).accepted.length).toBeGreaterThan(0);
+    }));
+
+    for (const [k, acct] of targets.entries()) {
+      const received = await events(t, acct.apiKey, 'mail.received');
+      expect(received.map((e) => e.data.message.subject).sort()).toEqual([...subjects[k]!].sort());
+      expect(await t.db.message.count({ where: { accountId: acct.accountId, direction: 'received' } })).toBe(subjects[k]!.length);
+      expect(await verify(acct.apiKey)).toMatchObject({ ok: true });
+      // The ledger runs in the order the events were appended.
+      const ledger = await t.db.ledgerEntry.findMany({ where: { accountId: acct.accountId, type: 'message_received' } });
+      const order = new Map(received.map((e, i) => [e.data.message.id, i]));
+      ledger.sort((x, y) => order.get(x.messageId!)! - order.get(y.messageId!)!);
+      const freeFirst = acct === a ? 2 : 0;
+      expect(ledger.map((l) => l.freeMessages)).toEqual(ledger.map((_, i) => (i < freeFirst ? 1 : 0)));
+      expect(ledger.map((l) => l.balanceAfter)).toEqual(ledger.map((_, i) => 1_000_000n - BigInt(Math.max(0, i + 1 - freeFirst)) * price));
+      const row = await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } });
+      expect(row.balanceMicros).toBe(1_000_000n - BigInt(subjects[k]!.length - freeFirst) * price);
+    }
+    expect((await events(t, c.apiKey, 'low_balance')).map((e) => e.data.alert)).toEqual(['first']);
+    expect(await events(t, a.apiKey, 'low_balance')).toEqual([]);
+
+    const after = await groupMetrics('inbound_messages');
+    expect(after.items - (before.items || 0)).toBe(40);
+    expect(after.largest).toBeGreaterThan(1);
+  }, 60_000);
 });
