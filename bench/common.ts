@@ -125,7 +125,7 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGTERM');
-    await Promise.race([exited, sleep(15_000)]);
+    await waitAtMost(exited, 15_000);
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     child.stdout!.destroy();
     child.stderr!.destroy();
@@ -334,6 +334,13 @@ export function percentile(sorted: number[], p: number): number {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Waits for p, at most ms; the timer is cleared, so it does not keep the process alive afterwards. */
+export async function waitAtMost(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
+}
 
 export const rate = (count: number, ms: number): number => (ms > 0 ? Math.round((count / ms) * 1000) : 0);
 

@@ -19,7 +19,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
-import { createBenchDatabase, envInt, freePort, loadNote, main, mb, processTree, rssBytes, sleep } from './common';
+import { createBenchDatabase, envInt, freePort, loadNote, main, mb, processTree, rssBytes, sleep, waitAtMost } from './common';
 
 const SETTLE_MS = envInt('BENCH_RSS_SETTLE_S', 5, 0, 600) * 1000;
 const SAMPLE_MS = envInt('BENCH_RSS_SAMPLE_S', 3, 0, 600) * 1000;
@@ -72,7 +72,7 @@ async function measure(cmd: string[], env: Record<string, string>): Promise<Meas
     if (child.exitCode === null) {
       const exited = new Promise((r) => child.once('exit', r));
       child.kill('SIGTERM');
-      await Promise.race([exited, sleep(15_000)]);
+      await waitAtMost(exited, 15_000);
     }
     for (const pid of tree) {
       try {
