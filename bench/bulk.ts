@@ -13,14 +13,15 @@
  *    recipient the sink saw.
  * For each: CPU milliseconds per message of the server process's main thread (HTTP and worker), PostgreSQL
  * (this database's backends and the shared processes) and Redis. The aim: bulk delivery at least 5 times the
- * single-send rate.
+ * single-send rate. Memory: the RSS of this process (all apps and the load client thread), idle after start and
+ * the peak over both phases.
  *
  *   BENCH_SENDS=2000 BENCH_BULK=5000 BENCH_BATCH=1000 BENCH_CONCURRENCY=64 BENCH_ACCOUNTS=20 BENCH_TIMEOUT_S=300
  *   BULK_CONCURRENCY, BULK_SMTP_CONNECTIONS (SMTP transactions in flight per batch, connections; default: the config's)
  */
 import http from 'node:http';
 import { staticResolver } from '@boxes/mail';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, rate, request, signupAccounts, startBenchRuntime } from './common';
+import { CpuMeter, createBenchDatabase, envInt, loadNote, main, rate, request, runtimeRss, signupAccounts, startBenchRuntime } from './common';
 import { LoadClient, now } from './load';
 
 const SENDS = envInt('BENCH_SENDS', 2000);
@@ -52,6 +53,7 @@ await main('bench:bulk', async (onCleanup) => {
     },
   });
   onCleanup(() => rt.stop());
+  const rss = runtimeRss(rt);
 
   const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);
@@ -59,6 +61,7 @@ await main('bench:bulk', async (onCleanup) => {
   console.log(`bench:bulk: ${SENDS} single sends (${CONCURRENCY} in flight, ${ACCOUNTS} accounts), then one bulk job of ${BULK} messages in batches of ${BATCH}, no cool-off; ${loadNote()}`);
 
   // 1. Single sends.
+  rss.start();
   const cpuSingle = new CpuMeter(db.name);
   const run = await load.call({ op: 'httpSends', apiBase: rt.apiBase, accounts, concurrency: CONCURRENCY, deadline, sinkDomain: SINK_DOMAIN, count: SENDS, startSeq: 0 });
   if (run.ok !== SENDS) throw new Error(`single sends: ${run.ok}/${SENDS} answered 200; first failure: ${run.firstError}`);
@@ -102,12 +105,14 @@ await main('bench:bulk', async (onCleanup) => {
   }
   agent.destroy();
   setupAgent.destroy();
+  rss.stop();
 
   // A PostgreSQL backend that exits during a phase takes its CPU time with it: a negative difference is unknown.
   const ms = (x: number) => (x < 0 ? 'n/a' : x.toFixed(2));
   console.log(`  single sends: ${SENDS} delivered in ${(singleMs / 1000).toFixed(2)} s; ${singleReport}`);
   console.log(`  bulk job: accepted in ${(acceptedMs / 1000).toFixed(2)} s, ${BULK} delivered in ${(bulkMs / 1000).toFixed(2)} s; job ${job?.status}, counts ${JSON.stringify(job?.counts)}; ${bulkReport}`);
   console.log(`  recipients the sink saw more than once: ${bulk.duplicates}`);
+  for (const line of rss.lines('over both phases')) console.log(line);
   console.log(
     `bulk: delivered ${bulkRate}/s, worker CPU ${ms(bulkCpu.serverMs)} ms/message (PostgreSQL ${ms(bulkCpu.postgresMs)}, Redis ${ms(bulkCpu.redisMs)}) | ` +
       `single send: delivered ${singleRate}/s, server+worker CPU ${ms(singleCpu.serverMs)} ms/message (PostgreSQL ${ms(singleCpu.postgresMs)}, Redis ${ms(singleCpu.redisMs)}) | ` +

@@ -65,49 +65,103 @@ export async function createBenchDatabase(): Promise<BenchDatabase> {
   };
 }
 
-export interface BenchRuntime {
-  runtime: Runtime;
-  config: Config;
-  apiBase: string;
-  smtpPort: number | null;
-  /** The worker's own process (opts.workerProcess), else null: its CPU is measured apart. */
-  workerPid: number | null;
-  /** Deletes this run's Redis keys and stops every app. */
+/** The apps `boxes start <app...>` runs (apps/server/src/main.ts). */
+export type AppName = 'server' | 'worker' | 'mx' | 'push' | 'dns';
+
+/** Apps running as their own OS process (`boxes start <app...>`), as production and `pnpm start` run them. */
+export interface AppProcess {
+  /** The apps it runs, joined with '+': 'worker', 'mx', 'push'. */
+  name: string;
+  pid: number;
+  child: ChildProcess;
+  /** The listeners it was given (free ports of 127.0.0.1): smtp, imap, submission (mx), mqtt (push), http (server). */
+  ports: Partial<Record<'http' | 'smtp' | 'imap' | 'submission' | 'mqtt', number>>;
+  /** SIGTERM (graceful: in-flight jobs and SMTP transactions finish), then waits for the exit. */
   stop(): Promise<void>;
 }
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
- * The delivery worker as its own OS process (`boxes start worker`), as production and `pnpm start` run it, on
- * the same database, Redis prefix and secret key; mail that leaves goes to relay. Resolves once it is running.
+ * What a process the bench starts inherits from the bench's own environment: only what Node and the shell need,
+ * so its configuration is exactly the env given (no relay, static route or listener from the caller's shell).
  */
-async function startWorkerProcess(config: Config, secretKey: Buffer, relay: string, env: Record<string, string> = {}): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts'), 'start', 'worker'], {
+function baseEnv(): Record<string, string> {
+  const keep = ['PATH', 'HOME', 'TMPDIR', 'LANG', 'TZ', 'NODE_OPTIONS', 'NODE_PATH'];
+  return Object.fromEntries(keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : [])));
+}
+
+/**
+ * Starts apps as their own OS process (`node --import tsx apps/server/src/cli.ts start <apps...>`) with the given
+ * environment (the same DATABASE_URL, REDIS_URL, REDIS_PREFIX, BOXES_SECRET_KEY and settings as the rest of the
+ * bench), each listener of those apps on a free port of 127.0.0.1 (the DNS server on an ephemeral one). Resolves
+ * once the process says it is running and its TCP listeners accept connections.
+ */
+export async function startAppProcess(apps: AppName[], env: Record<string, string>, timeoutMs = 120_000): Promise<AppProcess> {
+  const ports: AppProcess['ports'] = {};
+  if (apps.includes('server')) ports.http = await freePort();
+  if (apps.includes('mx')) {
+    ports.smtp = await freePort();
+    ports.imap = await freePort();
+    ports.submission = await freePort();
+  }
+  if (apps.includes('push')) ports.mqtt = await freePort();
+  const listeners: Record<string, string> = {
+    ...(ports.http ? { PORT: String(ports.http) } : {}),
+    ...(ports.smtp ? { SMTP_PORT: String(ports.smtp), IMAP_PORT: String(ports.imap), SUBMISSION_PORT: String(ports.submission) } : {}),
+    ...(ports.mqtt ? { MQTT_PORT: String(ports.mqtt) } : {}),
+    ...(apps.includes('dns') ? { DNS_PORT: '0' } : {}),
+  };
+  const name = apps.join('+');
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts'), 'start', ...apps], {
     cwd: repoRoot,
-    env: {
-      ...process.env,
-      ...env,
-      DATABASE_URL: config.databaseUrl,
-      REDIS_URL: config.redisUrl,
-      REDIS_PREFIX: config.redisPrefix,
-      BOXES_SECRET_KEY: secretKey.toString('hex'),
-      LOG_LEVEL: config.logLevel,
-      SMTP_RELAY_URL: relay,
-      DELIVERY_CONCURRENCY: String(config.deliveryConcurrency),
-    },
+    env: { ...baseEnv(), ...env, ...listeners },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const end = Date.now() + 120_000;
-  while (!/boxes: running worker/.test(out)) {
-    if (child.exitCode !== null) throw new Error(`the worker process exited ${child.exitCode}: ${out.slice(-2000)}`);
-    if (Date.now() > end) throw new Error(`the worker process did not start: ${out.slice(-2000)}`);
-    await sleep(50);
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    await waitAtMost(exited, 15_000);
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    child.stdout!.destroy();
+    child.stderr!.destroy();
+  };
+  try {
+    const end = Date.now() + timeoutMs;
+    while (!/boxes: running /.test(out)) {
+      if (child.exitCode !== null) throw new Error(`the ${name} process exited ${child.exitCode}: ${out.slice(-2000)}`);
+      if (Date.now() > end) throw new Error(`the ${name} process did not start within ${timeoutMs / 1000} s: ${out.slice(-2000)}`);
+      await sleep(50);
+    }
+    for (const port of Object.values(ports)) await waitForPort(port, Math.max(1000, end - Date.now()));
+  } catch (err) {
+    await stop();
+    throw err;
   }
-  return child;
+  return { name, pid: child.pid!, child, ports, stop };
+}
+
+export interface BenchRuntime {
+  runtime: Runtime;
+  config: Config;
+  /** The settings the runtime was loaded from (what an app process of this run is given too). */
+  env: Record<string, string>;
+  secretKey: Buffer;
+  apiBase: string;
+  /** The MX's port: in this process, or the MX process's. */
+  smtpPort: number | null;
+  /** The MQTT broker's port: in this process, or the push process's. */
+  mqttPort: number | null;
+  /** Apps running as their own processes (opts.processes), in start order; empty when all run here. */
+  procs: AppProcess[];
+  /** name -> pid of each app process, for CpuMeter and RssMeter. */
+  pids: Record<string, number>;
+  /** Deletes this run's Redis keys and stops every app. */
+  stop(): Promise<void>;
 }
 
 export async function startBenchRuntime(
@@ -115,15 +169,22 @@ export async function startBenchRuntime(
   opts: {
     worker: boolean;
     mail: boolean;
+    /** The MQTT broker (default: in this process only when all apps run here). */
+    push?: boolean;
     resolver?: MxResolver;
     env?: Record<string, string>;
-    /** Run the worker as its own process, relaying to this SMTP URL. */
-    workerProcess?: { relay: string };
+    /**
+     * Run the worker, the MX and the MQTT broker (those of them asked for) as their own processes (`boxes start
+     * <app>`), the HTTP server alone in this process; env is given to those processes only (a resolver cannot
+     * cross a process: SMTP_RELAY_URL or SMTP_STATIC_ROUTES route their mail). The worker publishes MQTT through
+     * the push process when there is one.
+     */
+    processes?: { env?: Record<string, string> };
   },
 ): Promise<BenchRuntime> {
   const redisUrl = localUrl('REDIS_URL', 'redis://127.0.0.1:6379');
   // Only what the benchmark decides: no relay, static route or listener from the caller's environment.
-  const config = loadConfig({
+  const env: Record<string, string> = {
     HOST: '127.0.0.1',
     PORT: '0',
     SMTP_HOST: '127.0.0.1',
@@ -134,6 +195,9 @@ export async function startBenchRuntime(
     IMAP_PORT: '0',
     SUBMISSION_HOST: '127.0.0.1',
     SUBMISSION_PORT: '0',
+    // Another benchmark or instance may hold the default 1053.
+    DNS_HOST: '127.0.0.1',
+    DNS_PORT: '0',
     DATABASE_URL: db.url,
     REDIS_URL: redisUrl.toString(),
     REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
@@ -143,32 +207,54 @@ export async function startBenchRuntime(
     KEY_RATE_LIMIT_PER_MINUTE: '0',
     ...(process.env.DELIVERY_CONCURRENCY ? { DELIVERY_CONCURRENCY: process.env.DELIVERY_CONCURRENCY } : {}),
     ...opts.env,
-  });
+  };
+  const config = loadConfig(env);
   const poolSize = process.env.BENCH_DB_POOL ? envInt('BENCH_DB_POOL', 20, 1, 90) : undefined;
   const secretKey = randomBytes(32);
+  const separate = opts.processes;
   const runtime = await startRuntime(config, {
     secretKey,
-    worker: opts.worker && !opts.workerProcess,
-    mail: opts.mail,
+    worker: opts.worker && !separate,
+    mail: opts.mail && !separate,
+    push: !separate && opts.push !== false,
+    dns: !separate,
     ...(opts.resolver ? { resolver: opts.resolver } : {}),
     ...(poolSize ? { dbPoolSize: poolSize } : {}),
     log: createLogger(config.logLevel),
     onListening: publicUrlFollowsPort(config),
   });
-  const worker = opts.worker && opts.workerProcess ? await startWorkerProcess(config, secretKey, opts.workerProcess.relay, opts.env) : null;
+  const procs: AppProcess[] = [];
+  const stopProcs = async () => {
+    // The worker first (it publishes through the broker), then the rest.
+    for (const p of [...procs].reverse()) await p.stop();
+  };
+  if (separate) {
+    try {
+      const childEnv = { ...env, BOXES_SECRET_KEY: secretKey.toString('hex'), DELIVERY_CONCURRENCY: String(config.deliveryConcurrency), ...separate.env };
+      if (opts.push) procs.push(await startAppProcess(['push'], childEnv));
+      const broker = procs.find((p) => p.name === 'push');
+      if (opts.mail) procs.push(await startAppProcess(['mx'], childEnv));
+      if (opts.worker) procs.push(await startAppProcess(['worker'], { ...childEnv, ...(broker ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${broker.ports.mqtt}` } : {}) }));
+    } catch (err) {
+      await stopProcs();
+      await runtime.stop();
+      throw err;
+    }
+  }
+  const byName = (n: string) => procs.find((p) => p.name === n);
   return {
     runtime,
     config,
+    env,
+    secretKey,
     apiBase: `${runtime.server!.url}/api/v1`,
-    smtpPort: runtime.mail?.port ?? null,
-    workerPid: worker?.pid ?? null,
+    smtpPort: runtime.mail?.port ?? byName('mx')?.ports.smtp ?? null,
+    mqttPort: runtime.push?.port ?? byName('push')?.ports.mqtt ?? null,
+    procs,
+    pids: Object.fromEntries(procs.map((p) => [p.name, p.pid])),
     async stop() {
       try {
-        if (worker && worker.exitCode === null) {
-          const exited = new Promise((r) => worker.once('exit', r));
-          worker.kill('SIGTERM');
-          await exited;
-        }
+        await stopProcs();
         await runtime.stop();
       } finally {
         await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
@@ -248,6 +334,13 @@ export function percentile(sorted: number[], p: number): number {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Waits for p, at most ms; the timer is cleared, so it does not keep the process alive afterwards. */
+export async function waitAtMost(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
+}
 
 export const rate = (count: number, ms: number): number => (ms > 0 ? Math.round((count / ms) * 1000) : 0);
 
@@ -402,7 +495,7 @@ export class CpuMeter {
     };
   }
 
-  report(items: number): string {
+  report(items: number, unit = 'message'): string {
     const wallMs = performance.now() - this.started;
     const p = process.cpuUsage(this.proc);
     const procMs = (p.user + p.system) / 1000;
@@ -425,7 +518,7 @@ export class CpuMeter {
     const per = (ms: number) => (ms / Math.max(1, items)).toFixed(2);
     return (
       `CPU cores: server thread ${c(mainMs)}, other threads (load client, GC) ${c(otherMs)}${kids.map((k) => `, ${k.name} process ${c(k.ms)}`).join('')}, PostgreSQL ${c(pgMs)}, Redis ${c(redisMs)}${rest}\n` +
-      `    CPU ms per message: server thread ${per(mainMs)}, other threads ${per(otherMs)}${kids.map((k) => `, ${k.name} process ${per(k.ms)}`).join('')}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}`
+      `    CPU ms per ${unit}: server thread ${per(mainMs)}, other threads ${per(otherMs)}${kids.map((k) => `, ${k.name} process ${per(k.ms)}`).join('')}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}`
     );
   }
 }
@@ -462,4 +555,91 @@ export async function waitForPort(port: number, ms: number): Promise<void> {
     if (Date.now() > end) throw new Error(`nothing listens on 127.0.0.1:${port}`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** A process and its live descendants (a supervisor's children, a launcher's real process), depth-first. */
+export function processTree(pid: number, depth = 0): number[] {
+  let children: string[] = [];
+  try {
+    children = depth < 4 ? readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean) : [];
+  } catch {
+    return [];
+  }
+  return [pid, ...children.flatMap((c) => processTree(Number(c), depth + 1))];
+}
+
+/** Resident memory of one process now (VmRSS of /proc/<pid>/status), in bytes; NaN once it is gone. */
+export function rssBytes(pid: number): number {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+/** Resident memory of a process and its descendants, in bytes (0 once gone). */
+export function treeRssBytes(pid: number): number {
+  return processTree(pid).reduce((sum, p) => sum + (rssBytes(p) || 0), 0);
+}
+
+export const mb = (bytes: number): string => (Number.isFinite(bytes) ? `${Math.round(bytes / 1024 / 1024)} MB` : 'n/a');
+
+/**
+ * Resident memory (RSS, MiB printed as MB) of named processes: idle (taken at construction: after start, before
+ * load) and the peak while the load runs (sampled every intervalMs between start() and stop()). Another process
+ * counts with its descendants; the bench's own process alone (its children are the app processes, measured
+ * apart), and its figure also holds the load generator's worker thread.
+ */
+export class RssMeter {
+  private readonly idle: Map<string, number>;
+  private readonly peak = new Map<string, number>();
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly procs: Record<string, number | null>,
+    private readonly intervalMs = 200,
+  ) {
+    this.idle = new Map(Object.entries(procs).flatMap(([name, pid]) => (pid ? [[name, this.rss(pid)]] : [])));
+  }
+
+  private rss(pid: number): number {
+    return pid === process.pid ? rssBytes(pid) : treeRssBytes(pid);
+  }
+
+  private sample(): void {
+    for (const [name, pid] of Object.entries(this.procs)) {
+      if (!pid) continue;
+      const now = this.rss(pid);
+      if (now > (this.peak.get(name) ?? 0)) this.peak.set(name, now);
+    }
+  }
+
+  /** Starts sampling (the load begins). */
+  start(): this {
+    this.sample();
+    this.timer = setInterval(() => this.sample(), this.intervalMs);
+    this.timer.unref();
+    return this;
+  }
+
+  /** Stops sampling (the load is over), with one last sample. */
+  stop(): this {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    this.sample();
+    return this;
+  }
+
+  /** One line per process: `  RSS <name>: idle N MB, peak under load M MB`. */
+  lines(label = 'under load'): string[] {
+    return [...this.idle].map(([name, idle]) => `  RSS ${name}: idle ${mb(idle)}, peak ${label} ${mb(this.peak.get(name) ?? NaN)} (sampled every ${this.intervalMs} ms)`);
+  }
+}
+
+/** An RssMeter over the bench's own process (the apps that run in it, and the load generator) and each app process. */
+export function runtimeRss(rt: BenchRuntime, load = 'the load client thread'): RssMeter {
+  const r = rt.runtime;
+  const here = [r.server && 'server', r.worker && 'worker', r.mail && 'MX', r.push && 'MQTT broker', r.dns && 'DNS'].filter(Boolean).join(', ');
+  return new RssMeter({ [`bench process (${here}; ${load})`]: process.pid, ...Object.fromEntries(rt.procs.map((p) => [`${p.name} process`, p.pid])) });
 }

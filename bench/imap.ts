@@ -12,6 +12,9 @@
  * a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
  * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync.
  *
+ * Memory: the RSS of this process (the server and the MX with IMAP; it also holds the generated messages) and of
+ * Dovecot (its master and children), idle after start and the peak over the syncs.
+ *
  *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -24,7 +27,7 @@ import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { promisify } from 'node:util';
 import { receiveMessage } from '@boxes/core';
-import { createBenchDatabase, envInt, freePort, loadNote, main, request, signupAccounts, startBenchRuntime, waitForPort } from './common';
+import { createBenchDatabase, envInt, freePort, loadNote, main, request, RssMeter, runtimeRss, signupAccounts, startBenchRuntime, waitForPort } from './common';
 
 const N = envInt('BENCH_IMAP', 10_000);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 900) * 1000;
@@ -270,6 +273,7 @@ await main('bench:imap', async (onCleanup) => {
   onCleanup(() => db.drop());
   const rt = await startBenchRuntime(db, { worker: false, mail: true });
   onCleanup(() => rt.stop());
+  const rss = runtimeRss(rt, 'the generated messages');
   const svc = rt.runtime.svc;
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
@@ -303,11 +307,14 @@ await main('bench:imap', async (onCleanup) => {
   const pems = await import('selfsigned').then((m) => m.generate([{ name: 'commonName', value: '127.0.0.1' }], { keySize: 2048, algorithm: 'sha256' }));
   const dovecot = await startDovecot(root, messages, { key: pems.private, cert: pems.cert });
   onCleanup(() => stopProcess(dovecot.proc));
+  const dovecotRss = new RssMeter({ 'Dovecot (master and children)': dovecot.proc.pid ?? null });
   const dovecotServer = { port: dovecot.port, user: dovecot.user, pass: dovecot.pass, cert: await peerCertificate(dovecot.port) };
 
   // Each round: Boxes cold (its folders dropped, so the first login folds the stream again) and warm, then Dovecot
   // cold (its index removed) and warm. The best of the rounds is what the machine can do when others let it.
   const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
+  rss.start();
+  dovecotRss.start();
   for (let round = 1; round <= RUNS; round++) {
     await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
     await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
@@ -328,6 +335,8 @@ await main('bench:imap', async (onCleanup) => {
       times[name].warm.push(warm.ms);
     }
   }
+  rss.stop();
+  dovecotRss.stop();
   const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
   const best = (xs: number[]) => Math.min(...xs);
   const all = (xs: number[]) => xs.map((x) => (x / 1000).toFixed(2)).join(', ');
@@ -337,4 +346,5 @@ await main('bench:imap', async (onCleanup) => {
   console.log(`    boxes:   cold ${s(best(b.cold))} (first login folds the event stream into the folder; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
   console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
+  for (const line of [...rss.lines('over the syncs'), ...dovecotRss.lines('over the syncs')]) console.log(line);
 });

@@ -1,7 +1,9 @@
 /**
  * pnpm bench:mx — inbound mail through the MX, accepted and stored per second.
  *
- * A fresh database and the runtime with the MX (no worker: nothing goes out), on this process's main thread.
+ * A fresh database and the runtime with the MX (no worker: nothing goes out), on this process's main thread;
+ * with BENCH_PROCESSES=1 the MX runs as its own process (`boxes start mx`, on the same database, Redis prefix,
+ * secret key and settings, its listeners on free ports) and the load connects to it, the HTTP server alone here.
  * A few accounts, each with a few boxes, are signed up over REST; then BENCH_MX messages (default 5000) are
  * sent to those boxes from a worker thread (bench/load.ts) over BENCH_MX_CONNECTIONS reused SMTP connections
  * (default 8; nodemailer's pooled transport with maxMessages Infinity, so smtp-server's 100 ms early-talker
@@ -10,7 +12,10 @@
  * Everything listens on 127.0.0.1; the database and the Redis keys are removed at the end.
  *
  *   BENCH_MX=5000 BENCH_MX_CONNECTIONS=8 BENCH_MX_ACCOUNTS=4 BENCH_MX_BOXES=3 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
- *   BENCH_DB_POOL (default: the runtime's)
+ *   BENCH_DB_POOL (default: the runtime's) BENCH_PROCESSES=1 (the MX as its own process; its CPU is measured apart)
+ *
+ * Memory: the RSS of this process (the apps in it and the load client thread) and of the MX process, idle (after
+ * start, before any load) and the peak during the measured messages; Haraka's beside it.
  *
  * The anchors, measured in the same run: a bare smtp-server on this thread that accepts and discards (the same
  * connections, the same STARTTLS, the same messages), the ceiling of the protocol library Boxes builds on; and
@@ -27,7 +32,7 @@ import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { generate } from 'selfsigned';
 import { SMTPServer } from 'smtp-server';
-import { CpuMeter, createBenchDatabase, envInt, freePort, loadNote, main, percentile, rate, request, signupAccounts, sleep, startBenchRuntime, waitForPort } from './common';
+import { CpuMeter, createBenchDatabase, envInt, freePort, loadNote, main, percentile, rate, request, RssMeter, runtimeRss, signupAccounts, sleep, startBenchRuntime, waitForPort } from './common';
 import { LoadClient, now } from './load';
 
 const M = envInt('BENCH_MX', 5000);
@@ -38,6 +43,7 @@ const WARMUP = envInt('BENCH_WARMUP', 200, 0);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const TLS = process.env.BENCH_MX_TLS !== '0';
 const HARAKA_VERSION = '3.3.4';
+const PROCESSES = process.env.BENCH_PROCESSES === '1';
 
 await main('bench:mx', async (onCleanup) => {
   const deadline = Date.now() + TIMEOUT_MS;
@@ -45,8 +51,9 @@ await main('bench:mx', async (onCleanup) => {
   onCleanup(() => load.close());
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
-  const rt = await startBenchRuntime(db, { worker: false, mail: true });
+  const rt = await startBenchRuntime(db, { worker: false, mail: true, ...(PROCESSES ? { processes: {} } : {}) });
   onCleanup(() => rt.stop());
+  const rss = runtimeRss(rt);
   // Clients first: the MX waits for open SMTP connections when it stops.
   onCleanup(() => load.close());
 
@@ -73,11 +80,13 @@ await main('bench:mx', async (onCleanup) => {
 
   console.log(
     `bench:mx: ${M} messages to ${boxes.length} boxes of ${ACCOUNTS} accounts over ${CONNECTIONS} SMTP connections${TLS ? ' (STARTTLS)' : ''}, ` +
-      `after ${WARMUP} warm-up messages; ${loadNote()}`,
+      `after ${WARMUP} warm-up messages, ${PROCESSES ? 'the MX as its own process' : 'all apps in this process'}; ${loadNote()}`,
   );
-  const cpu = new CpuMeter(db.name);
+  const cpu = new CpuMeter(db.name, rt.pids);
+  rss.start();
   const elu0 = performance.eventLoopUtilization();
   const run = await load.call({ op: 'smtpSends', ...smtp, count: M, startSeq: WARMUP });
+  rss.stop();
   const acceptedMs = run.t1 - run.t0;
   const elu = performance.eventLoopUtilization(elu0).utilization;
   const cpuReport = cpu.report(run.ok);
@@ -93,6 +102,7 @@ await main('bench:mx', async (onCleanup) => {
   console.log(`  per-message latency (MAIL FROM to 250, ${CONNECTIONS * 2} queued on ${CONNECTIONS} connections): p50 ${p(50)} ms, p99 ${p(99)} ms`);
   console.log(`  stored: ${stored} received messages in the database`);
   console.log(`  server event loop ${(elu * 100).toFixed(0)}% busy; ${cpuReport}`);
+  for (const line of rss.lines()) console.log(line);
   console.log(`mx: accepted ${rate(run.ok, acceptedMs)}/s, stored ${rate(stored, storedMs)}/s (N=${M}, connections=${CONNECTIONS})`);
   if (stored !== M || run.ok !== M) throw new Error(`incomplete run: ${run.ok}/${M} accepted, ${stored}/${M} stored`);
 
@@ -114,12 +124,16 @@ await main('bench:mx', async (onCleanup) => {
     return;
   }
   onCleanup(() => haraka.close());
+  const harakaRss = new RssMeter({ 'Haraka process': haraka.pid });
   const h = { ...smtp, port: haraka.port };
   if (WARMUP) await load.call({ op: 'smtpSends', ...h, count: WARMUP, startSeq: 0 });
   const cpuHaraka = new CpuMeter(db.name, { haraka: haraka.pid });
+  harakaRss.start();
   const hr = await load.call({ op: 'smtpSends', ...h, count: M, startSeq: WARMUP });
+  harakaRss.stop();
   const harakaRate = rate(hr.ok, hr.t1 - hr.t0);
   console.log(`  anchor: Haraka ${haraka.version} (tls, accept every recipient, queue/discard; its own process): ${hr.ok}/${M} accepted; ${cpuHaraka.report(hr.ok)}`);
+  for (const line of harakaRss.lines()) console.log(line);
   console.log(`mx anchor: Haraka ${harakaRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, harakaRate)).toFixed(0)}% of it`);
 });
 
@@ -169,6 +183,7 @@ async function startHaraka(): Promise<{ port: number; pid: number; version: stri
         await Promise.race([exited, sleep(5000)]);
         if (child.exitCode === null) child.kill('SIGKILL');
       }
+      child.stderr!.destroy();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -11,24 +11,31 @@
  * process just before the insert, so both clocks are the same. Everything listens on 127.0.0.1; the database and
  * the Redis keys are removed at the end.
  *
- *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10
+ * With BENCH_PROCESSES=1 the apps on the push path run as their own processes, as `pnpm start` and production
+ * run them: the MQTT broker (`boxes start push`) and the worker (`boxes start worker`: it wakes on the appends'
+ * NOTIFY, drains each account's webhook and MQTT streams and publishes into the broker process through
+ * MQTT_BROKER_URL); the HTTP server stays in this process (signups, webhooks, certificates), and the subscribers
+ * connect to the broker process. Their CPU is measured apart.
+ *
+ * Memory: the RSS of this process (the apps in it, the appends, and the receiver and subscribers' thread) and of
+ * each app process, idle (after start, before any load) and the peak from the first append until every event
+ * arrived.
+ *
+ *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1
  */
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import { generate } from 'selfsigned';
-import { loadConfig } from '@boxes/config';
 import { appendEvent } from '@boxes/core';
-import { deleteKeysWithPrefix } from '@boxes/jobs';
-import { createLogger, publicUrlFollowsPort, startRuntime } from '@boxes/server';
-import { createBenchDatabase, envInt, main, percentile, request, signupAccounts, sleep } from './common';
+import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, request, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
 
 const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
 const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
 const ACCOUNTS = envInt('BENCH_PUSH_ACCOUNTS', 10, 1, 200);
+const PROCESSES = process.env.BENCH_PROCESSES === '1';
 
 const summary = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -63,33 +70,17 @@ await main('bench:push', async (onCleanup) => {
 
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
-  const config = loadConfig({
-    HOST: '127.0.0.1',
-    PORT: '0',
-    MQTT_HOST: '127.0.0.1',
-    MQTT_PORT: '0',
-    DATABASE_URL: db.url,
-    REDIS_URL: process.env.REDIS_URL || 'redis://127.0.0.1:6379',
-    REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
-    WEBHOOK_ALLOW_PRIVATE: 'true',
-    WEBHOOK_CA_FILE: path.join(dir, 'ca.pem'),
-    LOG_LEVEL: process.env.BENCH_LOG_LEVEL || 'error',
-    // The benchmark's calls are not to be throttled.
-    KEY_RATE_LIMIT_PER_MINUTE: '0',
-  });
-  const runtime = await startRuntime(config, {
-    secretKey: randomBytes(32),
+  const rt = await startBenchRuntime(db, {
     worker: true,
     mail: false,
     push: true,
-    log: createLogger(config.logLevel),
-    onListening: publicUrlFollowsPort(config),
+    env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: path.join(dir, 'ca.pem') },
+    ...(PROCESSES ? { processes: {} } : {}),
   });
-  onCleanup(async () => {
-    await runtime.stop();
-    await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
-  });
-  const apiBase = `${runtime.server!.url}/api/v1`;
+  onCleanup(() => rt.stop());
+  const rss = runtimeRss(rt, 'the appends, the receiver and subscribers thread');
+  const runtime = rt.runtime;
+  const apiBase = rt.apiBase;
   const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
   onCleanup(async () => agent.destroy());
 
@@ -102,11 +93,15 @@ await main('bench:push', async (onCleanup) => {
     if (prov.status !== 200) throw new Error(`provisioning failed: ${prov.status} ${JSON.stringify(prov.body)}`);
     subscribers.push({ clientId: prov.body.client_id, key: prov.body.private_key, cert: prov.body.certificate, ca: prov.body.ca_certificate, topic: prov.body.topic });
   }
-  peer.postMessage({ op: 'subscribe', mqttPort: runtime.push!.port, subscribers });
+  peer.postMessage({ op: 'subscribe', mqttPort: rt.mqttPort!, subscribers });
   await nextReply();
   await sleep(500); // let the setup events drain
 
   const total = RATE * SECONDS;
+  const layout = PROCESSES ? 'the worker and the MQTT broker as their own processes' : 'all apps in this process';
+  console.log(`bench:push: ${total} events at ${RATE}/s over ${SECONDS} s across ${ACCOUNTS} accounts, ${layout}; ${loadNote()}`);
+  const cpu = new CpuMeter(db.name, rt.pids);
+  rss.start();
   const started = Date.now();
   let appended = 0;
   const inflight = new Set<Promise<unknown>>();
@@ -134,10 +129,12 @@ await main('bench:push', async (onCleanup) => {
     if ((webhookLatency.length >= total && mqttLatency.length >= total) || Date.now() > deadline) break;
     await sleep(100);
   }
+  rss.stop();
+  const cpuReport = cpu.report(total, 'event');
   const seenWebhook = { size: webhookLatency.length };
   const seenMqtt = { size: mqttLatency.length };
 
-  console.log(`bench:push: ${total} events appended over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s) across ${ACCOUNTS} accounts`);
+  console.log(`  appended: ${total} events over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s)`);
   console.log(`  webhook: ${summary(webhookLatency)}${seenWebhook.size < total ? `  MISSING ${total - seenWebhook.size}` : ''}`);
   console.log(`  mqtt:    ${summary(mqttLatency)}${seenMqtt.size < total ? `  MISSING ${total - seenMqtt.size}` : ''}`);
   const attempts = await runtime.svc.db.$queryRaw<{ n: bigint; avg: number; p99: number; failed: bigint }[]>`
@@ -146,6 +143,8 @@ await main('bench:push', async (onCleanup) => {
     FROM webhook_deliveries WHERE event_type = 'bench.tick'`;
   const w = attempts[0]!;
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
+  console.log(`  until every event arrived: ${cpuReport}`);
+  for (const line of rss.lines('until every event arrived')) console.log(line);
   console.log(`push: webhook p99 ${percentile([...webhookLatency].sort((x, y) => x - y), 99).toFixed(1)} ms, mqtt p99 ${percentile([...mqttLatency].sort((x, y) => x - y), 99).toFixed(1)} ms at ${RATE} events/s (machine: ${os.cpus().length} cores)`);
   if (seenWebhook.size < total || seenMqtt.size < total) throw new Error('some events did not arrive within 60 s');
 });

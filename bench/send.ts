@@ -12,7 +12,10 @@
  *   BENCH_DB_POOL (default: the runtime's) DELIVERY_CONCURRENCY (default: the config's)
  *   BENCH_DELIVER=0 runs the API alone (no worker; the deliveries stay queued)
  *   BENCH_PROCESSES=1 runs the worker as its own process (`boxes start worker`, relaying to the sink), as
- *   `pnpm start` and production do; its CPU is measured apart
+ *   `pnpm start` and production do, the HTTP server alone in this process; its CPU is measured apart
+ *
+ * Memory: the RSS of this process (the apps in it and the load client thread) and of the worker process, idle
+ * (after start, before any load) and the peak from the measured sends until they are delivered.
  *
  * The anchor, measured in the same run on the same database: the raw ceiling of the event log, one
  * hash-chained append per message done with plain SQL over pg (the statement appendEvent runs, no HTTP, no
@@ -23,7 +26,7 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { canonicalAround, EVENTS_CHANNEL, newId } from '@boxes/core';
 import { staticResolver } from '@boxes/mail';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, signupAccounts, sleep, startBenchRuntime } from './common';
+import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
 import { LoadClient, now } from './load';
 
 const N = envInt('BENCH_SENDS', 5000);
@@ -47,8 +50,9 @@ await main('bench:send', async (onCleanup) => {
     worker: DELIVER,
     mail: false,
     resolver: staticResolver({ [SINK_DOMAIN]: { host: '127.0.0.1', port: sinkPort } }),
-    ...(PROCESSES ? { workerProcess: { relay: `smtp://127.0.0.1:${sinkPort}` } } : {}),
+    ...(PROCESSES ? { processes: { env: { SMTP_RELAY_URL: `smtp://127.0.0.1:${sinkPort}` } } } : {}),
   });
+  const rss = runtimeRss(rt);
   // Runs before the load worker closes (cleanup runs in reverse): the sink waits for the worker's pooled
   // SMTP connections when it stops.
   onCleanup(() => rt.stop());
@@ -69,7 +73,8 @@ await main('bench:send', async (onCleanup) => {
   console.log(
     `bench:send: ${N} sends from ${ACCOUNTS} accounts, ${CONCURRENCY} in flight, after ${WARMUP} warm-up sends${DELIVER ? (PROCESSES ? ', the worker as its own process' : ', all apps in this process') : ', no delivery worker'}; ${loadNote()}`,
   );
-  const cpu = new CpuMeter(db.name, { worker: rt.workerPid });
+  const cpu = new CpuMeter(db.name, rt.pids);
+  rss.start();
   const elu0 = performance.eventLoopUtilization();
   const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
   const acceptedMs = run.t1 - run.t0;
@@ -98,10 +103,12 @@ await main('bench:send', async (onCleanup) => {
       }
       await sleep(20);
     }
+    rss.stop();
     outcomes = await rt.runtime.svc.db.$queryRaw<{ status: string; n: bigint; retried: bigint }[]>`
       SELECT status, count(*) AS n, count(*) FILTER (WHERE attempts > 1) AS retried FROM deliveries GROUP BY status ORDER BY status`;
   }
 
+  if (!DELIVER) rss.stop();
   const lat = [...run.latencies].sort((a, b) => a - b);
   const p = (q: number) => percentile(lat, q).toFixed(1);
   console.log(`  API: ${run.ok}/${run.started} sends answered 200 in ${(acceptedMs / 1000).toFixed(2)} s; statuses ${JSON.stringify(run.statuses)}`);
@@ -117,6 +124,7 @@ await main('bench:send', async (onCleanup) => {
   }
   console.log(`  while accepting${DELIVER ? ' (deliveries run meanwhile)' : ''}: server event loop ${(eluAccept * 100).toFixed(0)}% busy; ${cpuAccept}`);
   if (DELIVER) console.log(`  until delivered: server event loop ${(eluAll * 100).toFixed(0)}% busy; ${cpuAll}`);
+  for (const line of rss.lines(DELIVER ? 'until delivered' : 'while accepting')) console.log(line);
   const delivered = !DELIVER ? 'n/a (BENCH_DELIVER=0)' : deliveredMs === null ? `timed out (${sink.count} of ${run.ok})` : `${rate(sink.count, deliveredMs)}/s`;
   console.log(`send: accepted ${rate(run.ok, acceptedMs)}/s, delivered ${delivered}, p50 ${p(50)} ms, p99 ${p(99)} ms (N=${N}, concurrency=${CONCURRENCY})`);
   if (run.ok !== N || (DELIVER && deliveredMs === null)) throw new Error(`incomplete run: ${run.ok}/${N} accepted, ${sink.count} delivered`);
