@@ -1,7 +1,7 @@
 /**
  * The production start runs compiled JavaScript: `pnpm build` bundles the service, and the bundle runs apps on
  * their own with plain node (no tsx): here the HTTP server alone on a fresh database, then the worker alone,
- * each stopped gracefully by SIGTERM.
+ * then every app as `pnpm start` runs them, each stopped gracefully by SIGTERM.
  */
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -46,6 +46,13 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
     await waitFor('the worker to start', () => /running worker/.test(worker.out()), 60_000);
     worker.child.kill('SIGTERM');
     expect(await worker.exited).toBe(0);
+
+    // `start` naming no app runs them all, as `pnpm start` does (two supervised processes on two cores or more).
+    const all = startBundle(['start'], { ...env, SMTP_PORT: '0', IMAP_PORT: '0', SUBMISSION_PORT: '0', MQTT_PORT: '0', DNS_PORT: '0' });
+    const front = await waitFor('every app to start', () => /Boxes is running \((?:two|one) process/.test(all.out()) && /Listening on\s+(\S+)/.exec(all.out())?.[1], 90_000);
+    expect((await fetch(`${front}/readyz`)).status).toBe(200);
+    all.child.kill('SIGTERM');
+    expect(await all.exited).toBe(0);
   } finally {
     await db.drop();
   }

@@ -152,7 +152,8 @@ function supervise(name: string, apps: AppName[], env: Record<string, string>, o
   return new Promise((resolveFirst, rejectFirst) => {
     let first = true;
     const launch = () => {
-      child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, ...env, BOXES_CHILD: '1', BOXES_APPS: apps.join(',') }, execArgv: process.execArgv });
+      // 'start': the compiled CLI bundles this module, and runs the apps only when told to start them.
+      child = fork(fileURLToPath(import.meta.url), ['start'], { env: { ...process.env, ...env, BOXES_CHILD: '1', BOXES_APPS: apps.join(',') }, execArgv: process.execArgv });
       child.on('message', (m: { ready?: Ready }) => {
         if (m.ready && first) {
           first = false;
