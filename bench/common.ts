@@ -391,11 +391,12 @@ export async function main(name: string, body: (cleanup: (fn: () => Promise<void
 }
 
 /**
- * Jiffies (1/100 s) used so far by Redis and by PostgreSQL: its shared processes (WAL writer, checkpointer, ...)
- * and the backends of `database`, not those of other databases (tests of other jobs may share the server).
+ * Jiffies (1/100 s) used so far by each process of Redis and of PostgreSQL: its shared processes (WAL writer,
+ * checkpointer, ...) and the backends of `database`, not those of other databases (tests of other jobs may share
+ * the server). By pid, so a meter can keep what a backend used after it exits (see CpuMeter).
  */
-function serviceTicks(database: string): { postgres: number; redis: number } {
-  const out = { postgres: 0, redis: 0 };
+function serviceTicks(database: string): Map<number, { which: 'postgres' | 'redis'; ticks: number }> {
+  const out = new Map<number, { which: 'postgres' | 'redis'; ticks: number }>();
   let pids: string[] = [];
   try {
     pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
@@ -420,9 +421,44 @@ function serviceTicks(database: string): { postgres: number; redis: number } {
     if (which === 'postgres' && backend && backend[1] !== database) continue;
     const f = stat.slice(close + 2).split(' ');
     // utime and stime (fields 14 and 15 of stat) are 11 and 12 after the state field.
-    out[which] += Number(f[11]) + Number(f[12]);
+    out.set(Number(pid), { which, ticks: Number(f[11]) + Number(f[12]) });
   }
   return out;
+}
+
+/**
+ * PostgreSQL's and Redis's CPU since construction. Sampled every 250 ms and kept per pid at its last reading,
+ * so a backend that exits during the measurement still counts (up to its last 250 ms): summing only the live
+ * processes at the end used to lose them, and PostgreSQL's figure could go negative.
+ */
+class ServiceMeter {
+  private readonly start: Map<number, number>;
+  private readonly last = new Map<number, { which: 'postgres' | 'redis'; ticks: number }>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(private readonly database: string) {
+    const now = serviceTicks(database);
+    this.start = new Map([...now].map(([pid, v]) => [pid, v.ticks]));
+    this.sample(now);
+    this.timer = setInterval(() => this.sample(), 250);
+    this.timer.unref();
+  }
+
+  private sample(now = serviceTicks(this.database)): void {
+    for (const [pid, v] of now) this.last.set(pid, v);
+  }
+
+  /** Milliseconds used so far. */
+  read(): { postgres: number; redis: number } {
+    this.sample();
+    const out = { postgres: 0, redis: 0 };
+    for (const [pid, v] of this.last) out[v.which] += (v.ticks - (this.start.get(pid) ?? 0)) * 10;
+    return out;
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
 }
 
 function machineTicks(): { busy: number; total: number } | null {
@@ -471,7 +507,7 @@ export class CpuMeter {
   private proc = process.cpuUsage();
   private main = mainThreadTicks();
   private machine = machineTicks();
-  private services: { postgres: number; redis: number };
+  private services: ServiceMeter;
   private started = performance.now();
   private children: Map<string, { pid: number; ticks: number }>;
 
@@ -480,18 +516,18 @@ export class CpuMeter {
     private readonly database: string,
     children: Record<string, number | null> = {},
   ) {
-    this.services = serviceTicks(database);
+    this.services = new ServiceMeter(database);
     this.children = new Map(Object.entries(children).flatMap(([name, pid]) => (pid ? [[name, { pid, ticks: processTicks(pid) }]] : [])));
   }
 
   /** CPU milliseconds per item so far: this process's main thread (the server and the worker), PostgreSQL, Redis. */
   perItem(items: number): { serverMs: number; postgresMs: number; redisMs: number } {
-    const svc = serviceTicks(this.database);
+    const svc = this.services.read();
     const n = Math.max(1, items);
     return {
       serverMs: ((mainThreadTicks() - this.main) * 10) / n,
-      postgresMs: ((svc.postgres - this.services.postgres) * 10) / n,
-      redisMs: ((svc.redis - this.services.redis) * 10) / n,
+      postgresMs: svc.postgres / n,
+      redisMs: svc.redis / n,
     };
   }
 
@@ -501,9 +537,10 @@ export class CpuMeter {
     const procMs = (p.user + p.system) / 1000;
     const mainMs = (mainThreadTicks() - this.main) * 10;
     const otherMs = Math.max(0, procMs - mainMs);
-    const svc = serviceTicks(this.database);
-    const pgMs = (svc.postgres - this.services.postgres) * 10;
-    const redisMs = (svc.redis - this.services.redis) * 10;
+    const svc = this.services.read();
+    this.services.stop();
+    const pgMs = svc.postgres;
+    const redisMs = svc.redis;
     const kids = [...this.children].map(([name, c]) => ({ name, ms: (processTicks(c.pid) - c.ticks) * 10 }));
     const kidsMs = kids.reduce((a, k) => a + k.ms, 0);
     const now = machineTicks();
