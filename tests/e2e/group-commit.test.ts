@@ -4,7 +4,9 @@
  * (an alert threshold) beside quiet ones, the order of each account's events, the ledger's running balance,
  * a repeated record that changes nothing; then a burst through the real worker and SMTP, seen on /metrics.
  * Inbound: messages arriving on many SMTP connections at once share transactions, each stored once, charged
- * from the free allowance and then the credit in order, an alerted account beside quiet ones.
+ * from the free allowance and then the credit in order, an alerted account beside quiet ones. Sends: requests
+ * that arrive together share transactions; a send the credit refuses gets its 402 alone, two requests with one
+ * idempotency_key make one message.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { start as startWorker } from '@boxes/worker';
@@ -168,6 +170,46 @@ describe('inbound group commit', () => {
 
     const after = await groupMetrics('inbound_messages');
     expect(after.items - (before.items || 0)).toBe(40);
+    expect(after.largest).toBeGreaterThan(1);
+  }, 60_000);
+});
+
+describe('send group commit', () => {
+  it('concurrent sends of several accounts: credit for exactly five of eight, one idempotency_key raced, chains verify', async () => {
+    const price = messagePrice(t.svc);
+    const [poor, rich, other] = [await signupAccount(t), await signupAccount(t), await signupAccount(t)];
+    await t.db.account.update({ where: { id: poor.accountId }, data: { freeMessagesLeft: 0, balanceMicros: 5n * price } });
+    const before = await groupMetrics('sends');
+    const key = `race-${unique()}`;
+    const calls = [
+      ...Array.from({ length: 8 }, (_, i) => () => send(t, poor.apiKey, { to: `p${i}-${unique()}@remote.test`, subject: `poor ${i}`, text: 'x' })),
+      ...Array.from({ length: 30 }, (_, i) => () => send(t, rich.apiKey, { to: `r${i}-${unique()}@remote.test`, subject: `rich ${i}`, text: 'x' })),
+      ...Array.from({ length: 4 }, () => () => send(t, other.apiKey, { to: 'same@remote.test', subject: 'once', text: 'x', idempotency_key: key })),
+    ];
+    const answers = await Promise.all(calls.map((f) => f()));
+    const poorAnswers = answers.slice(0, 8);
+    expect(poorAnswers.filter((r) => r.status === 200)).toHaveLength(5);
+    expect(poorAnswers.filter((r) => r.status === 402).map((r) => r.body.error.code)).toEqual(['payment_required', 'payment_required', 'payment_required']);
+    expect(answers.slice(8, 38).every((r) => r.status === 200)).toBe(true);
+    const raced = answers.slice(38);
+    expect(raced.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    expect(new Set(raced.map((r) => r.body.message_id)).size).toBe(1);
+
+    const poorRow = await t.db.account.findUniqueOrThrow({ where: { id: poor.accountId } });
+    expect(poorRow.heldMicros).toBe(5n * price);
+    expect(await t.db.message.count({ where: { accountId: poor.accountId, direction: 'sent' } })).toBe(5);
+    expect(await t.db.message.count({ where: { accountId: rich.accountId, direction: 'sent' } })).toBe(30);
+    expect(await t.db.message.count({ where: { accountId: other.accountId, direction: 'sent' } })).toBe(1);
+    for (const [a, n] of [[poor, 5], [rich, 30], [other, 1]] as const) {
+      const sent = await events(t, a.apiKey, 'mail.sent');
+      expect(sent).toHaveLength(n);
+      expect(await verify(a.apiKey)).toMatchObject({ ok: true });
+      // Each answer's message is the one its event announces.
+      const ids = new Set(sent.map((e) => e.data.message_id));
+      expect(await t.db.delivery.count({ where: { accountId: a.accountId, messageId: { in: [...ids] } } })).toBe(n);
+    }
+    const after = await groupMetrics('sends');
+    expect(after.items - (before.items || 0)).toBeGreaterThanOrEqual(38);
     expect(after.largest).toBeGreaterThan(1);
   }, 60_000);
 });

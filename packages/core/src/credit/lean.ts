@@ -97,10 +97,7 @@ export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notif
       FROM jsonb_to_recordset(${JSON.stringify(entries)}::jsonb)
         AS e(id text, account_id text, type text, amount_micros bigint, free_messages int, balance_after bigint, message_id text, delivery_id text, quantity bigint)
     ), ev AS (
-      INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-      SELECT e.id, e.account_id, e.seq, e.type, e.box_id, e.data, e.created_at, e.prev_hash, e.hash
-      FROM jsonb_to_recordset(${JSON.stringify(events)}::jsonb)
-        AS e(id text, account_id text, seq int, type text, box_id text, data jsonb, created_at timestamptz, prev_hash text, hash text)
+      ${eventsInsert(events)}
     )`;
   const ids = [...accounts.keys()];
   return {
@@ -108,4 +105,12 @@ export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notif
     notify: Prisma.sql`SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${ids}::text[]) AS n(id)`,
     eventIds: events.map((e) => e.id as string),
   };
+}
+
+/** The INSERT of chained events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash) for a CTE. */
+export function eventsInsert(events: Record<string, unknown>[]): Prisma.Sql {
+  return Prisma.sql`INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
+      SELECT e.id, e.account_id, e.seq, e.type, e.box_id, e.data, e.created_at, e.prev_hash, e.hash
+      FROM jsonb_to_recordset(${JSON.stringify(events)}::jsonb)
+        AS e(id text, account_id text, seq int, type text, box_id text, data jsonb, created_at timestamptz, prev_hash text, hash text)`;
 }

@@ -4,12 +4,14 @@
  * message is durably queued; if enqueueing fails after commit, the sweeper (apps/worker) picks it up.
  */
 import canonicalize from 'canonicalize';
-import type { Account, ApiKey, Box, Message } from '@boxes/db';
+import type { Account, ApiKey, Box, Message, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
-import { lockAccountCredit, messagePrice, planReservation } from '../credit/ledger';
+import { lockAccountCredit, lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
+import { eventsInsert } from '../credit/lean';
+import { GroupCommit } from '../shared/group-commit';
 import { chainEvent, EVENTS_CHANNEL } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
 import { seal, sha256Hex } from '../shared/crypto';
@@ -235,95 +237,40 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   // Sealed before the transaction: encrypting a large body must not happen under the account's row lock.
   const bodyEnc = sealBody(svc.secretKey, body);
 
+  const plan: SendPlan = {
+    accountId,
+    boxId: box.id,
+    recipients,
+    routes: recipients.map((r) => (hosted.has(domainOf(r)) ? 'local' : 'remote')),
+    suppressed: [...unique.keys()].filter((r) => suppressed.has(r)),
+    attachmentBytes,
+    withTrailer,
+    sendAt,
+    messageId,
+    rfcMessageId,
+    threadId,
+    from: from.address,
+    to: to.map((m) => m.address),
+    cc: cc.map((m) => m.address),
+    bcc: bcc.map((m) => m.address),
+    inReplyTo: body.in_reply_to ?? null,
+    references,
+    subject: input.subject ?? null,
+    context: input.context,
+    idemKey: idemKey ?? null,
+    requestHash,
+    sizeBytes,
+    bodyEnc,
+    date,
+    warning,
+  };
   let response: Output;
   let deliveryIds: string[] = [];
   try {
-    response = await svc.db.$transaction(
-      async (tx) => {
-        // Round trip 1: lock the account row (credit and the event chain's head).
-        const a = await lockAccountCredit(tx, accountId);
-        const reservation = recipients.length ? planReservation(svc, a, recipients.length, { attachmentBytes, trailer: withTrailer }) : null;
-        const status = recipients.length ? (sendAt ? 'scheduled' : 'queued') : 'suppressed';
-        const deliveries = recipients.map((r, i) => ({
-          id: newId('dlv'),
-          recipient: r,
-          route: hosted.has(domainOf(r)) ? 'local' : 'remote',
-          held_micros: Number(reservation!.perRecipient[i]!.micros),
-          used_free: reservation!.perRecipient[i]!.free,
-          attachment_micros: Number(reservation!.perRecipient[i]!.attachmentMicros),
-          surcharge_micros: Number(reservation!.perRecipient[i]!.surchargeMicros),
-        }));
-        const freeUsed = reservation?.freeUsed ?? 0;
-        const heldMicros = reservation?.heldMicros ?? 0n;
-        const out: Output = {
-          message_id: messageId,
-          rfc_message_id: rfcMessageId,
-          thread_id: threadId,
-          status,
-          ...(sendAt ? { send_at: sendAt.toISOString() } : {}),
-          from: from.address,
-          recipients,
-          suppressed: [...unique.keys()].filter((r) => suppressed.has(r)),
-          billing: {
-            messages: recipients.length,
-            free_messages_used: freeUsed,
-            paid_messages: recipients.length - freeUsed,
-            price_per_message_usd: microsToUsd(messagePrice(svc)),
-            reserved_usd: microsToUsd(heldMicros),
-            free_messages_left: Math.max(0, a.free_messages_left - a.held_free_messages - freeUsed),
-            credit_balance_cents: microsToCents(a.balance_micros),
-          },
-          ...(warning ? { warning } : {}),
-        };
-        const eventType = sendAt ? 'mail.scheduled' : 'mail.sent';
-        const event = chainEvent(a, {
-          accountId,
-          type: eventType,
-          data: {
-            message_id: messageId,
-            rfc_message_id: rfcMessageId,
-            thread_id: threadId,
-            from: from.address,
-            to: to.map((m) => m.address),
-            cc: cc.map((m) => m.address),
-            recipients: recipients.length,
-            suppressed: out.suppressed,
-            subject: input.subject,
-            status,
-            ...(sendAt ? { send_at: sendAt.toISOString() } : {}),
-            context: input.context ?? null,
-          },
-        });
-        // Round trip 2: the holds, the message, its deliveries and mail.sent, in one statement.
-        await tx.$queryRaw`
-          WITH acc AS (
-            UPDATE accounts SET held_micros = held_micros + ${heldMicros}, held_free_messages = held_free_messages + ${freeUsed},
-              chain_seq = ${event.seq}, chain_hash = ${event.hash}
-            WHERE id = ${accountId}
-          ), msg AS (
-            INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-              from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, idempotency_key, request_hash,
-              response, recorded_at, thread_id, send_at)
-            VALUES (${messageId}, ${accountId}, ${box.id}, 'sent', ${status}, ${rfcMessageId}, ${messageId}, ${body.in_reply_to},
-              ${references}::text[], ${from.address},
-              ${to.map((m) => m.address)}::text[], ${cc.map((m) => m.address)}::text[], ${bcc.map((m) => m.address)}::text[],
-              ${input.subject ?? null}, ${sizeBytes}, ${bodyEnc}, ${input.context === undefined ? null : JSON.stringify(input.context)}::jsonb,
-              ${idemKey ?? null}, ${requestHash}, ${JSON.stringify(out)}::jsonb, ${date}, ${threadId}, ${sendAt})
-          ), dlv AS (
-            INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
-            SELECT d.id, ${messageId}, ${accountId}, d.recipient, ${sendAt ? 'scheduled' : 'queued'}, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
-            FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
-              AS d(id text, recipient text, route text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
-          ), ev AS (
-            INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-            VALUES (${event.id}, ${accountId}, ${event.seq}, ${eventType}, ${box.id}, ${event.json}::jsonb, ${event.createdAt}, ${event.prevHash}, ${event.hash})
-          )
-          SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`;
-        deliveryIds = deliveries.map((d) => d.id);
-        return out;
-      },
-      { maxWait: 10_000, timeout: 20_000 },
-    );
+    const result = await sendersOf(svc).add(plan);
+    if ('error' in result) throw result.error;
+    response = result.out;
+    deliveryIds = result.deliveryIds;
   } catch (err) {
     // Two sends with the same idempotency_key at once: the loser replays (or is rejected) like a later repeat.
     if (idemKey && isUniqueViolation(err)) {
@@ -350,4 +297,235 @@ function replay(prior: Message, requestHash: string): Output {
     });
   }
   return { ...(prior.response as unknown as Output), idempotent_replay: true };
+}
+
+/** Everything a send writes, decided before the transaction; only the credit and the chain head wait for the lock. */
+interface SendPlan {
+  accountId: string;
+  boxId: string;
+  recipients: string[];
+  routes: ('local' | 'remote')[];
+  suppressed: string[];
+  attachmentBytes: number;
+  withTrailer: boolean;
+  sendAt: Date | null;
+  messageId: string;
+  rfcMessageId: string;
+  threadId: string;
+  from: string;
+  to: string[];
+  cc: string[];
+  bcc: string[];
+  inReplyTo: string | null;
+  references: string[];
+  subject: string | null;
+  context: Input['context'];
+  idemKey: string | null;
+  requestHash: string;
+  sizeBytes: number;
+  bodyEnc: string;
+  date: Date;
+  warning: Output['warning'] | null;
+}
+
+interface StagedSend {
+  plan: SendPlan;
+  out: Output;
+  deliveries: { id: string; recipient: string; route: string; held_micros: number; used_free: boolean; attachment_micros: number; surcharge_micros: number }[];
+  event: ReturnType<typeof chainEvent> & { type: string };
+  heldMicros: bigint;
+  freeUsed: number;
+}
+
+type SendResult = { out: Output; deliveryIds: string[] } | { error: unknown };
+
+/**
+ * A send on the locked account row as it stands (credit, holds, the chain head): the reservation (402 when the
+ * credit is short), the answer, the deliveries and mail.sent (or mail.scheduled). Moves the row's holds and
+ * head in memory, so the next send of the same account in a batch stages on top of it.
+ */
+function stageSend(svc: Services, a: LockedAccount, p: SendPlan): StagedSend {
+  const reservation = p.recipients.length ? planReservation(svc, a, p.recipients.length, { attachmentBytes: p.attachmentBytes, trailer: p.withTrailer }) : null;
+  const status = p.recipients.length ? (p.sendAt ? 'scheduled' : 'queued') : 'suppressed';
+  const deliveries = p.recipients.map((r, i) => ({
+    id: newId('dlv'),
+    recipient: r,
+    route: p.routes[i]!,
+    held_micros: Number(reservation!.perRecipient[i]!.micros),
+    used_free: reservation!.perRecipient[i]!.free,
+    attachment_micros: Number(reservation!.perRecipient[i]!.attachmentMicros),
+    surcharge_micros: Number(reservation!.perRecipient[i]!.surchargeMicros),
+  }));
+  const freeUsed = reservation?.freeUsed ?? 0;
+  const heldMicros = reservation?.heldMicros ?? 0n;
+  const out: Output = {
+    message_id: p.messageId,
+    rfc_message_id: p.rfcMessageId,
+    thread_id: p.threadId,
+    status,
+    ...(p.sendAt ? { send_at: p.sendAt.toISOString() } : {}),
+    from: p.from,
+    recipients: p.recipients,
+    suppressed: p.suppressed,
+    billing: {
+      messages: p.recipients.length,
+      free_messages_used: freeUsed,
+      paid_messages: p.recipients.length - freeUsed,
+      price_per_message_usd: microsToUsd(messagePrice(svc)),
+      reserved_usd: microsToUsd(heldMicros),
+      free_messages_left: Math.max(0, a.free_messages_left - a.held_free_messages - freeUsed),
+      credit_balance_cents: microsToCents(a.balance_micros),
+    },
+    ...(p.warning ? { warning: p.warning } : {}),
+  };
+  const type = p.sendAt ? 'mail.scheduled' : 'mail.sent';
+  const event = chainEvent(a, {
+    accountId: p.accountId,
+    type,
+    data: {
+      message_id: p.messageId,
+      rfc_message_id: p.rfcMessageId,
+      thread_id: p.threadId,
+      from: p.from,
+      to: p.to,
+      cc: p.cc,
+      recipients: p.recipients.length,
+      suppressed: p.suppressed,
+      subject: p.subject ?? undefined,
+      status,
+      ...(p.sendAt ? { send_at: p.sendAt.toISOString() } : {}),
+      context: p.context ?? null,
+    },
+  });
+  a.held_micros += heldMicros;
+  a.held_free_messages += freeUsed;
+  a.chain_seq = event.seq;
+  a.chain_hash = event.hash;
+  return { plan: p, out, deliveries, event: { ...event, type }, heldMicros, freeUsed };
+}
+
+/**
+ * The staged sends in one statement: each account's holds and chain head, the messages (sealed bodies passed
+ * as an array, not inside JSON), their deliveries and events, and a NOTIFY per account.
+ */
+async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
+  const accounts = new Map<string, { id: string; held: string; free: number; seq: number; hash: string }>();
+  for (const s of staged) {
+    const prev = accounts.get(s.plan.accountId);
+    accounts.set(s.plan.accountId, {
+      id: s.plan.accountId,
+      held: String((prev ? BigInt(prev.held) : 0n) + s.heldMicros),
+      free: (prev?.free ?? 0) + s.freeUsed,
+      seq: s.event.seq,
+      hash: s.event.hash,
+    });
+  }
+  const messages = staged.map((s, i) => {
+    const p = s.plan;
+    return {
+      i: i + 1,
+      id: p.messageId,
+      account_id: p.accountId,
+      box_id: p.boxId,
+      status: s.out.status,
+      rfc_message_id: p.rfcMessageId,
+      in_reply_to: p.inReplyTo,
+      refs: p.references,
+      from_address: p.from,
+      to_addresses: p.to,
+      cc_addresses: p.cc,
+      bcc_addresses: p.bcc,
+      subject: p.subject,
+      size_bytes: p.sizeBytes,
+      context: p.context === undefined ? null : p.context,
+      idempotency_key: p.idemKey,
+      request_hash: p.requestHash,
+      response: s.out,
+      recorded_at: p.date.toISOString(),
+      thread_id: p.threadId,
+      send_at: p.sendAt?.toISOString() ?? null,
+    };
+  });
+  const deliveries = staged.flatMap((s) => s.deliveries.map((d) => ({ ...d, message_id: s.plan.messageId, account_id: s.plan.accountId, status: s.plan.sendAt ? 'scheduled' : 'queued' })));
+  const events = staged.map((s) => ({
+    id: s.event.id,
+    account_id: s.plan.accountId,
+    seq: s.event.seq,
+    type: s.event.type,
+    box_id: s.plan.boxId,
+    data: s.event.data,
+    created_at: s.event.createdAt.toISOString(),
+    prev_hash: s.event.prevHash,
+    hash: s.event.hash,
+  }));
+  await tx.$queryRaw`
+    WITH acc AS (
+      UPDATE accounts a SET held_micros = a.held_micros + x.held, held_free_messages = a.held_free_messages + x.free, chain_seq = x.seq, chain_hash = x.hash
+      FROM jsonb_to_recordset(${JSON.stringify([...accounts.values()])}::jsonb) AS x(id text, held bigint, free int, seq int, hash text)
+      WHERE a.id = x.id
+    ), msg AS (
+      INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+        from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, idempotency_key, request_hash,
+        response, recorded_at, thread_id, send_at)
+      SELECT m.id, m.account_id, m.box_id, 'sent', m.status, m.rfc_message_id, m.id, m.in_reply_to, m.refs,
+        m.from_address, m.to_addresses, m.cc_addresses, m.bcc_addresses, m.subject, m.size_bytes, b.body_enc, m.context, m.idempotency_key, m.request_hash,
+        m.response, m.recorded_at, m.thread_id, m.send_at
+      FROM jsonb_to_recordset(${JSON.stringify(messages)}::jsonb) AS m(i int, id text, account_id text, box_id text, status text, rfc_message_id text,
+        in_reply_to text, refs text[], from_address text, to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text, size_bytes int,
+        context jsonb, idempotency_key text, request_hash text, response jsonb, recorded_at timestamptz, thread_id text, send_at timestamptz)
+      JOIN unnest(${staged.map((s) => s.plan.bodyEnc)}::text[]) WITH ORDINALITY AS b(body_enc, i) ON b.i = m.i
+    ), dlv AS (
+      INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
+      SELECT d.id, d.message_id, d.account_id, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
+      FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
+        AS d(id text, message_id text, account_id text, recipient text, status text, route text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
+    ), ev AS (
+      ${eventsInsert(events)}
+    )
+    SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${[...accounts.keys()]}::text[]) AS n(id)`;
+}
+
+const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
+
+const senders = new WeakMap<Services, GroupCommit<SendPlan, SendResult>>();
+
+/**
+ * This process's sends by group commit (README "Hot paths"): the sends that arrive while one batch is being
+ * written share the next transaction: their accounts locked once, in id order (two batches never deadlock),
+ * each staged in arrival order on its account's running state, all written in one statement. A send the
+ * credit refuses (402) gets its own error and the others go on; a batch that fails as a whole (an
+ * idempotency_key raced by two requests) is retried send by send.
+ */
+function sendersOf(svc: Services): GroupCommit<SendPlan, SendResult> {
+  let g = senders.get(svc);
+  if (!g) {
+    g = new GroupCommit<SendPlan, SendResult>(
+      'sends',
+      (plans) =>
+        svc.db.$transaction(async (tx) => {
+          const ids = [...new Set(plans.map((p) => p.accountId))].sort();
+          const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
+          const staged: StagedSend[] = [];
+          const results: SendResult[] = plans.map((p) => {
+            try {
+              const s = stageSend(svc, rows.get(p.accountId)!, p);
+              staged.push(s);
+              return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+            } catch (error) {
+              return { error };
+            }
+          });
+          if (staged.length) await writeSends(tx, staged);
+          return results;
+        }, SEND_TX),
+      (p) =>
+        svc.db.$transaction(async (tx) => {
+          const s = stageSend(svc, await lockAccountCredit(tx, p.accountId), p);
+          await writeSends(tx, [s]);
+          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+        }, SEND_TX),
+    );
+    senders.set(svc, g);
+  }
+  return g;
 }
