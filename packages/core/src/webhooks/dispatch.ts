@@ -20,8 +20,12 @@ import { guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
 
 export interface WebhookDeps {
   lookup: ReturnType<typeof guardedLookup>;
-  /** Trusted CAs: the system roots plus an extra one (WEBHOOK_CA_FILE), or undefined for the system roots. */
-  ca?: string[] | undefined;
+  /**
+   * Trusted CAs: the system roots plus an extra one (WEBHOOK_CA_FILE), built once into a TLS context, or undefined
+   * for the system roots. A context, not a `ca` list: the https agent keys its connection pool by a string built
+   * from the request's options, `ca` included (180 KB joined on every request).
+   */
+  secureContext?: tls.SecureContext | undefined;
   /** Keep-alive connections, reused across deliveries to the same endpoint (new ones go through lookup). */
   agent?: https.Agent | undefined;
   timeoutMs: number;
@@ -42,7 +46,7 @@ export interface PostResult {
 }
 
 /** One POST, 2xx within the timeout counts; redirects are not followed; non-public addresses are refused. */
-export function postWebhook(url: string, headers: Record<string, string>, body: string, deps: Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs' | 'agent'>): Promise<PostResult> {
+export function postWebhook(url: string, headers: Record<string, string>, body: string, deps: Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>): Promise<PostResult> {
   const started = performance.now();
   return new Promise((resolve) => {
     let settled = false;
@@ -72,7 +76,8 @@ export function postWebhook(url: string, headers: Record<string, string>, body: 
           method: 'POST',
           headers: { 'content-type': 'application/json', 'user-agent': 'Boxes-Webhooks/1', 'content-length': Buffer.byteLength(body), ...headers },
           lookup: deps.lookup as never,
-          ca: deps.ca,
+          // Handed on to tls.connect (https.RequestOptions does not list it).
+          ...({ secureContext: deps.secureContext } as object),
           timeout: deps.timeoutMs,
           agent: deps.agent ?? false,
         },
@@ -192,7 +197,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
 }
 
 /** A manual redelivery of one event (outside the ordered stream), recorded like any attempt. */
-export async function redeliver(svc: Services, deps: Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs' | 'agent'>, accountId: string, deliveryId: string) {
+export async function redeliver(svc: Services, deps: Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>, accountId: string, deliveryId: string) {
   const d = await svc.db.webhookDelivery.findFirst({ where: { id: deliveryId, accountId } });
   if (!d) return null;
   const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { callbackWebhook: true } });
@@ -219,15 +224,15 @@ export async function redeliver(svc: Services, deps: Pick<WebhookDeps, 'lookup' 
   return { delivery: row, reason: null };
 }
 
-const httpDepsCache = new WeakMap<object, Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs' | 'agent'>>();
+const httpDepsCache = new WeakMap<object, Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>>();
 
 /** The HTTP side of webhook delivery as configured (URL guard, extra CA, timeout). */
-export function webhookHttpDeps(config: Services['config']): Pick<WebhookDeps, 'lookup' | 'ca' | 'timeoutMs' | 'agent'> {
+export function webhookHttpDeps(config: Services['config']): Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'> {
   let deps = httpDepsCache.get(config);
   if (!deps) {
     deps = {
       lookup: guardedLookupImpl({ allowPrivate: config.webhook.allowPrivate }),
-      ca: config.webhook.caFile ? [...tls.rootCertificates, readFileSync(config.webhook.caFile, 'utf8')] : undefined,
+      secureContext: config.webhook.caFile ? tls.createSecureContext({ ca: [...tls.rootCertificates, readFileSync(config.webhook.caFile, 'utf8')] }) : undefined,
       timeoutMs: config.webhook.timeoutMs,
       // A TLS handshake per event would cap each account's ordered stream at a few dozen events a second.
       agent: new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000, maxSockets: 256, maxFreeSockets: 64, timeout: 30_000, scheduling: 'lifo' }),
