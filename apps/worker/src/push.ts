@@ -52,7 +52,6 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
   type Channel = {
     name: 'webhook' | 'mqtt';
     drain: (accountId: string) => Promise<void>;
-    due: (accountId: string) => Promise<boolean>;
     running: Set<string>;
     dirty: Set<string>;
   };
@@ -60,13 +59,6 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     {
       name: 'webhook',
       drain: (id) => drainWebhook(svc, webhookDeps, id),
-      due: async (id) => {
-        const rows = await svc.db.$queryRaw<{ due: boolean }[]>`
-          SELECT (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
-                  AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now())) AS due
-          FROM accounts a WHERE a.id = ${id}`;
-        return Boolean(rows[0]?.due);
-      },
       running: new Set(),
       dirty: new Set(),
     },
@@ -75,12 +67,6 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
           {
             name: 'mqtt' as const,
             drain: (id: string) => drainMqtt(svc, deps.publish!, id),
-            due: async (id: string) => {
-              const rows = await svc.db.$queryRaw<{ due: boolean }[]>`
-                SELECT (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL)) AS due
-                FROM accounts a WHERE a.id = ${id}`;
-              return Boolean(rows[0]?.due);
-            },
             running: new Set<string>(),
             dirty: new Set<string>(),
           },
@@ -112,10 +98,11 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
   async function run(ch: Channel, accountId: string): Promise<void> {
     ch.running.add(accountId);
     try {
-      // After releasing the lock, look again: an event committed while another drainer held it is ours now.
+      // After releasing the lock, go again if an event was announced meanwhile (every process hears every
+      // NOTIFY, so the holder of the lock sees the events committed while it held it; the sweeper backs this up).
       for (let i = 0; i < 100 && !stopped; i++) {
         const drained = await drainOnce(ch, accountId);
-        if (!drained || !(ch.dirty.has(accountId) || (await ch.due(accountId)))) break;
+        if (!drained || !ch.dirty.has(accountId)) break;
       }
     } catch (err) {
       log.error({ err, accountId, channel: ch.name }, 'push drain failed');

@@ -1,6 +1,6 @@
 /** Publishing an account's events to its MQTT topic, in order, from the account's MQTT cursor. */
 import type { Services } from '../shared/context';
-import { eventPayload } from '../webhooks/dispatch';
+import { eventPayload, readPushDue } from '../webhooks/dispatch';
 import { mqttTopic } from './certificates';
 
 export type PublishFn = (topic: string, payload: string) => Promise<void>;
@@ -9,21 +9,20 @@ const BATCH = 200;
 
 /** Publishes what is due for one account; only accounts with a live credential have subscribers. */
 export async function drainMqtt(svc: Services, publish: PublishFn, accountId: string): Promise<void> {
-  const live = await svc.db.iotCredential.findFirst({ where: { accountId, revokedAt: null }, select: { id: true } });
-  if (!live) return;
   for (;;) {
-    const a = await svc.db.account.findUnique({ where: { id: accountId }, select: { mqttCursor: true, chainSeq: true } });
-    if (!a || a.mqttCursor >= a.chainSeq) return;
-    const events = await svc.db.event.findMany({ where: { accountId, seq: { gt: a.mqttCursor } }, orderBy: { seq: 'asc' }, take: BATCH });
-    if (!events.length) return;
-    let last = a.mqttCursor;
+    // The credential check, the cursor, the head and the events in one query (readPushDue).
+    const a = await readPushDue(svc, accountId, 'mqtt', BATCH);
+    if (!a?.mqtt_live || a.cursor >= a.chain_seq || !a.events.length) return;
+    let last = a.cursor;
     try {
-      for (const e of events) {
+      for (const e of a.events) {
         await publish(mqttTopic(accountId), await eventPayload(svc, e, false));
         last = e.seq;
       }
     } finally {
-      if (last > a.mqttCursor) await svc.db.account.updateMany({ where: { id: accountId, mqttCursor: a.mqttCursor }, data: { mqttCursor: last } });
+      if (last > a.cursor) await svc.db.$executeRaw`UPDATE accounts SET mqtt_cursor = ${last} WHERE id = ${accountId} AND mqtt_cursor = ${a.cursor}`;
     }
+    // Caught up with the head read in the same query: a later event wakes the drainer again.
+    if (last >= a.chain_seq) return;
   }
 }

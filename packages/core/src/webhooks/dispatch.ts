@@ -8,13 +8,13 @@ import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 import { WEBHOOK_GIVE_UP_SECONDS, WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
-import type { Prisma } from '@boxes/db';
+import { Prisma, type Event } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { toApiEvent } from '../events/read';
 import type { Services } from '../shared/context';
 import { open } from '../shared/crypto';
 import { newId } from '../shared/ids';
-import { signatureHeaders, signingSecrets } from './secret';
+import { secretsOf, signatureHeaders, signingSecrets } from './secret';
 import { readFileSync } from 'node:fs';
 import { guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
 
@@ -113,35 +113,75 @@ const DRAIN_BATCH = 100;
 /** Successful deliveries recorded together. */
 const FLUSH_EVERY = 20;
 
+/**
+ * What a drain needs of an account, in one query (the push hot path, README "Hot paths"): its push state and
+ * chain head, the sealed webhook secrets, and the first `limit` events after the channel's cursor.
+ */
+export async function readPushDue(svc: Services, accountId: string, channel: 'webhook' | 'mqtt', limit: number) {
+  const cursorColumn = channel === 'webhook' ? Prisma.raw('a.webhook_cursor') : Prisma.raw('a.mqtt_cursor');
+  const rows = await svc.db.$queryRaw<
+    {
+      callback_webhook: string | null;
+      cursor: number;
+      webhook_attempts: number;
+      webhook_next_attempt_at: Date | null;
+      chain_seq: number;
+      webhook_secret_enc: string | null;
+      webhook_secret_prev_enc: string | null;
+      webhook_secret_prev_until: Date | null;
+      mqtt_live: boolean;
+      events: { id: string; account_id: string; seq: number; type: string; box_id: string | null; data: Prisma.JsonValue; created_at: string; prev_hash: string; hash: string }[];
+    }[]
+  >`
+    SELECT a.callback_webhook, ${cursorColumn} AS cursor, a.webhook_attempts, a.webhook_next_attempt_at, a.chain_seq,
+      a.webhook_secret_enc, a.webhook_secret_prev_enc, a.webhook_secret_prev_until,
+      EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL) AS mqtt_live,
+      COALESCE((SELECT json_agg(e ORDER BY e.seq) FROM (
+        SELECT id, account_id, seq, type, box_id, data, created_at, prev_hash, hash FROM events
+        WHERE account_id = a.id AND seq > ${cursorColumn} ORDER BY seq LIMIT ${limit}) e), '[]'::json) AS events
+    FROM accounts a WHERE a.id = ${accountId}`;
+  const r = rows[0];
+  if (!r) return null;
+  const events: Event[] = r.events.map((e) => ({ id: e.id, accountId: e.account_id, seq: e.seq, type: e.type, boxId: e.box_id, data: e.data, createdAt: new Date(e.created_at), prevHash: e.prev_hash, hash: e.hash }) as Event);
+  return { ...r, events };
+}
+
 /** Delivers what is due for one account, in order, until caught up or a failure asks for a retry. */
 export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: string): Promise<void> {
   for (let guard = 0; guard < 1_000; guard++) {
     if (deps.stopping?.()) return;
-    const a = await svc.db.account.findUnique({
-      where: { id: accountId },
-      select: { callbackWebhook: true, webhookCursor: true, webhookAttempts: true, webhookNextAttemptAt: true, chainSeq: true },
-    });
-    if (!a?.callbackWebhook || a.webhookCursor >= a.chainSeq) return;
-    if (a.webhookNextAttemptAt && a.webhookNextAttemptAt.getTime() > Date.now()) return; // a retry is scheduled
-    const url = a.callbackWebhook;
+    const a = await readPushDue(svc, accountId, 'webhook', DRAIN_BATCH);
+    if (!a?.callback_webhook || a.cursor >= a.chain_seq) return;
+    if (a.webhook_next_attempt_at && a.webhook_next_attempt_at.getTime() > Date.now()) return; // a retry is scheduled
+    const url = a.callback_webhook;
     // A batch of what is due, with the account state and the secrets read once for all of it.
-    const events = await svc.db.event.findMany({ where: { accountId, seq: { gt: a.webhookCursor } }, orderBy: { seq: 'asc' }, take: DRAIN_BATCH });
-    if (!events.length || events[0]!.seq !== a.webhookCursor + 1) return;
-    const secrets = await signingSecrets(svc, accountId);
-    let cursor = a.webhookCursor;
-    let failedBefore = a.webhookAttempts;
+    const events = a.events;
+    if (!events.length || events[0]!.seq !== a.cursor + 1) return;
+    const secrets = a.webhook_secret_enc
+      ? secretsOf(svc, { webhookSecretEnc: a.webhook_secret_enc, webhookSecretPrevEnc: a.webhook_secret_prev_enc, webhookSecretPrevUntil: a.webhook_secret_prev_until })
+      : await signingSecrets(svc, accountId);
+    let cursor = a.cursor;
+    let failedBefore = a.webhook_attempts;
     // Successes are recorded (cursor and delivery log) once per run of them, not per event: a crash re-sends at
-    // most that run, which at-least-once delivery allows; every failure path records first.
-    let stored = a.webhookCursor;
-    let pending: Prisma.WebhookDeliveryCreateManyInput[] = [];
+    // most that run, which at-least-once delivery allows; every failure path records first. One statement.
+    let stored = a.cursor;
+    let pending: Omit<Prisma.WebhookDeliveryCreateManyInput, 'accountId'>[] = [];
     let clearKey = false;
     const flush = async () => {
       if (cursor === stored) return;
-      await svc.db.$transaction([
-        svc.db.account.updateMany({ where: { id: accountId, webhookCursor: stored }, data: { webhookCursor: cursor, webhookAttempts: 0, webhookNextAttemptAt: null } }),
-        svc.db.webhookDelivery.createMany({ data: pending }),
-        ...(clearKey ? [svc.db.signupIntent.updateMany({ where: { accountId }, data: { apiKeyForCallbackEnc: null } })] : []),
-      ]);
+      const rows = pending.map((d) => ({ id: d.id, event_id: d.eventId, seq: d.seq, event_type: d.eventType, url: d.url, attempt: d.attempt, status: d.status, status_code: d.statusCode ?? null, error: d.error ?? null, latency_ms: d.latencyMs ?? null }));
+      await svc.db.$queryRaw`
+        WITH acc AS (
+          UPDATE accounts SET webhook_cursor = ${cursor}, webhook_attempts = 0, webhook_next_attempt_at = NULL WHERE id = ${accountId} AND webhook_cursor = ${stored}
+        ), log AS (
+          INSERT INTO webhook_deliveries (id, account_id, event_id, seq, event_type, url, attempt, status, status_code, error, latency_ms, created_at)
+          SELECT d.id, ${accountId}, d.event_id, d.seq, d.event_type, d.url, d.attempt, d.status, d.status_code, d.error, d.latency_ms, now()
+          FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+            AS d(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
+        ), intent AS (
+          UPDATE signup_intents SET api_key_for_callback_enc = NULL WHERE account_id = ${accountId} AND ${clearKey}
+        )
+        SELECT 1 AS done`;
       stored = cursor;
       pending = [];
       clearKey = false;
@@ -193,6 +233,8 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
       return;
     }
     await flush();
+    // Caught up with the head read in the same query: nothing to read again (a later event wakes the drainer).
+    if (cursor >= a.chain_seq) return;
   }
 }
 

@@ -33,6 +33,11 @@ export async function signingSecrets(svc: Services, accountId: string): Promise<
     await svc.db.account.updateMany({ where: { id: accountId, webhookSecretEnc: null }, data: { webhookSecretEnc: seal(svc.secretKey, generateWebhookSecret()) } });
     a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { webhookSecretEnc: true, webhookSecretPrevEnc: true, webhookSecretPrevUntil: true } });
   }
+  return secretsOf(svc, a);
+}
+
+/** The secrets from an account row's sealed columns (the current one set). */
+export function secretsOf(svc: Services, a: { webhookSecretEnc: string | null; webhookSecretPrevEnc: string | null; webhookSecretPrevUntil: Date | null }): SigningSecrets {
   const live = a.webhookSecretPrevUntil && a.webhookSecretPrevUntil.getTime() > Date.now();
   return {
     current: open(svc.secretKey, a.webhookSecretEnc!).toString('utf8'),
