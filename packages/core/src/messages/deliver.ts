@@ -12,7 +12,7 @@ import { open, seal } from '../shared/crypto';
 import { domainOf } from './addresses';
 import { openBody } from './body';
 import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, type DeliveredOutcome } from './outcomes';
-import { GroupCommit } from '../shared/group-commit';
+import { groupCommitOf } from '../shared/group-commit';
 import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
 import { releaseScheduled } from './schedule';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
@@ -103,27 +103,20 @@ const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
  * makes a job send again is that round trip, not the wait for the accounts' chains; then the outcomes in one
  * transaction (markDeliveredMany). A job's promise settles once its delivery is recorded.
  */
-const recorders = new WeakMap<Services, GroupCommit<DeliveredOutcome, boolean>>();
-
-function recorderOf(svc: Services): GroupCommit<DeliveredOutcome, boolean> {
-  let r = recorders.get(svc);
-  if (!r) {
-    r = new GroupCommit<DeliveredOutcome, boolean>(
-      'delivery_outcomes',
-      async (items) => {
-        await acceptAll(svc, items);
-        const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
-        return items.map((o) => done.has(o.deliveryId));
-      },
-      async (o) => {
-        await acceptAll(svc, [o]);
-        return svc.db.$transaction((tx) => markDelivered(svc, tx, o.deliveryId, o), RECORD_TX);
-      },
-    );
-    recorders.set(svc, r);
-  }
-  return r;
-}
+const recorderOf = (svc: Services) =>
+  groupCommitOf<DeliveredOutcome, boolean>(
+    svc,
+    'delivery_outcomes',
+    async (items) => {
+      await acceptAll(svc, items);
+      const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
+      return items.map((o) => done.has(o.deliveryId));
+    },
+    async (o) => {
+      await acceptAll(svc, [o]);
+      return svc.db.$transaction((tx) => markDelivered(svc, tx, o.deliveryId, o), RECORD_TX);
+    },
+  );
 
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));

@@ -8,7 +8,7 @@ import { Prisma } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountCredit, lockAccountsCredit, postEntries, receivedCharge } from '../credit/ledger';
 import { isQuietCharge, leanChargeSql, leanChargesSql, type LeanCharge } from '../credit/lean';
-import { GroupCommit } from '../shared/group-commit';
+import { groupCommitOf } from '../shared/group-commit';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { seal } from '../shared/crypto';
@@ -178,24 +178,17 @@ const INBOUND_TX = { maxWait: 10_000, timeout: 30_000 };
 const groupable = (p: Prepared): boolean =>
   p.input.via === 'smtp' && !p.input.free && p.report === null && p.input.recipients.every((r) => r.kind === 'box' && !r.box.forwarding);
 
-const inbounds = new WeakMap<Services, GroupCommit<Prepared, StoredInbound>>();
-
 /**
  * This process's inbound group commit: the messages that arrive (from every SMTP connection) while one batch
  * is being stored share the next transaction (storeInboundBatch); a batch that fails is stored one by one.
  */
-function inboundOf(svc: Services): GroupCommit<Prepared, StoredInbound> {
-  let g = inbounds.get(svc);
-  if (!g) {
-    g = new GroupCommit<Prepared, StoredInbound>(
-      'inbound_messages',
-      (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX),
-      (item) => svc.db.$transaction((tx) => storeInbound(svc, tx, item), INBOUND_TX),
-    );
-    inbounds.set(svc, g);
-  }
-  return g;
-}
+const inboundOf = (svc: Services) =>
+  groupCommitOf<Prepared, StoredInbound>(
+    svc,
+    'inbound_messages',
+    (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX),
+    (item) => svc.db.$transaction((tx) => storeInbound(svc, tx, item), INBOUND_TX),
+  );
 
 /**
  * Many groupable messages in one transaction (README "Hot paths"): the accounts locked once, in id order (two

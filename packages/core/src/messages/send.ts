@@ -11,7 +11,7 @@ import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
 import { lockAccountCredit, lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
 import { eventsInsert } from '../credit/lean';
-import { GroupCommit } from '../shared/group-commit';
+import { groupCommitOf } from '../shared/group-commit';
 import { chainEvent, EVENTS_CHANNEL } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
 import { seal, sha256Hex } from '../shared/crypto';
@@ -487,8 +487,6 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
 
 const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
 
-const senders = new WeakMap<Services, GroupCommit<SendPlan, SendResult>>();
-
 /**
  * This process's sends by group commit (README "Hot paths"): the sends that arrive while one batch is being
  * written share the next transaction: their accounts locked once, in id order (two batches never deadlock),
@@ -496,36 +494,31 @@ const senders = new WeakMap<Services, GroupCommit<SendPlan, SendResult>>();
  * credit refuses (402) gets its own error and the others go on; a batch that fails as a whole (an
  * idempotency_key raced by two requests) is retried send by send.
  */
-function sendersOf(svc: Services): GroupCommit<SendPlan, SendResult> {
-  let g = senders.get(svc);
-  if (!g) {
-    g = new GroupCommit<SendPlan, SendResult>(
-      'sends',
-      (plans) =>
-        svc.db.$transaction(async (tx) => {
-          const ids = [...new Set(plans.map((p) => p.accountId))].sort();
-          const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
-          const staged: StagedSend[] = [];
-          const results: SendResult[] = plans.map((p) => {
-            try {
-              const s = stageSend(svc, rows.get(p.accountId)!, p);
-              staged.push(s);
-              return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
-            } catch (error) {
-              return { error };
-            }
-          });
-          if (staged.length) await writeSends(tx, staged);
-          return results;
-        }, SEND_TX),
-      (p) =>
-        svc.db.$transaction(async (tx) => {
-          const s = stageSend(svc, await lockAccountCredit(tx, p.accountId), p);
-          await writeSends(tx, [s]);
-          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
-        }, SEND_TX),
-    );
-    senders.set(svc, g);
-  }
-  return g;
-}
+const sendersOf = (svc: Services) =>
+  groupCommitOf<SendPlan, SendResult>(
+    svc,
+    'sends',
+    (plans) =>
+      svc.db.$transaction(async (tx) => {
+        const ids = [...new Set(plans.map((p) => p.accountId))].sort();
+        const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
+        const staged: StagedSend[] = [];
+        const results: SendResult[] = plans.map((p) => {
+          try {
+            const s = stageSend(svc, rows.get(p.accountId)!, p);
+            staged.push(s);
+            return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+          } catch (error) {
+            return { error };
+          }
+        });
+        if (staged.length) await writeSends(tx, staged);
+        return results;
+      }, SEND_TX),
+    (p) =>
+      svc.db.$transaction(async (tx) => {
+        const s = stageSend(svc, await lockAccountCredit(tx, p.accountId), p);
+        await writeSends(tx, [s]);
+        return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+      }, SEND_TX),
+  );

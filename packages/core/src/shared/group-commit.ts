@@ -76,3 +76,17 @@ export class GroupCommit<T, R> {
     }
   }
 }
+
+const owned = new WeakMap<object, Map<string, GroupCommit<unknown, unknown>>>();
+
+/** The group commit `name` of `owner` (a process's Services): one per process, made on first use. */
+export function groupCommitOf<T, R>(owner: object, name: string, flush: (items: T[]) => Promise<R[]>, flushOne: (item: T) => Promise<R>): GroupCommit<T, R> {
+  let byName = owned.get(owner);
+  if (!byName) owned.set(owner, (byName = new Map()));
+  let g = byName.get(name) as GroupCommit<T, R> | undefined;
+  if (!g) {
+    g = new GroupCommit<T, R>(name, flush, flushOne);
+    byName.set(name, g as GroupCommit<unknown, unknown>);
+  }
+  return g;
+}
