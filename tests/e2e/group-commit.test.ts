@@ -213,3 +213,27 @@ describe('send group commit', () => {
     expect(after.largest).toBeGreaterThan(1);
   }, 60_000);
 });
+
+describe('accounts locked in one order', () => {
+  it('two accounts mailing each other while sends and outcomes are batched: every local delivery done at once, no deadlock', async () => {
+    const [a, b] = [await signupAccount(t), await signupAccount(t)];
+    const w = await startWorker(t.config, { svc: t.svc, log: t.runtime.log, publish: null, resolver: sink.resolver() });
+    try {
+      // Local deliveries lock the recipient's account (the copy) and the sender's (the outcome) while send
+      // batches lock both senders: one order for all, or a cycle stalls a delivery until its retry.
+      const sends = Array.from({ length: 60 }, (_, i) => (i % 2 ? [a, b] : [b, a]) as [TestAccount, TestAccount]).map(([from, to], i) =>
+        send(t, from.apiKey, { to: to.primaryAddress, subject: `both ways ${i}`, text: 'x' }),
+      );
+      const answers = await Promise.all(sends);
+      expect(answers.filter((r) => r.status !== 200)).toEqual([]);
+      const ids = answers.map((r) => r.body.message_id as string);
+      await waitFor(async () => (await t.db.message.count({ where: { id: { in: ids }, status: 'delivered' } })) === 60, 'all 60 delivered', 20_000);
+      for (const acct of [a, b]) {
+        expect(await events(t, acct.apiKey, 'mail.received')).toHaveLength(30);
+        expect(await verify(acct.apiKey)).toMatchObject({ ok: true });
+      }
+    } finally {
+      await w.stop();
+    }
+  }, 60_000);
+});

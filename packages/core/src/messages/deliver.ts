@@ -9,6 +9,7 @@ import type { Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { open, seal } from '../shared/crypto';
+import { lockAccountsCredit } from '../credit/ledger';
 import { domainOf } from './addresses';
 import { openBody } from './body';
 import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, type DeliveredOutcome } from './outcomes';
@@ -208,8 +209,12 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
       async (tx) => {
         // Locked: a second run of the same job (a stalled lock handed on while the first still runs) waits here
         // and then sees the delivery done.
-        const [fresh] = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM deliveries WHERE id = ${deliveryId} FOR UPDATE`;
+        const [fresh] = await tx.$queryRaw<{ status: string; account_id: string }[]>`SELECT status, account_id FROM deliveries WHERE id = ${deliveryId} FOR UPDATE`;
         if (!fresh || ['delivered', 'bounced', 'failed'].includes(fresh.status)) return [];
+        // Both accounts (the recipient's for the copy, the sender's for the outcome) locked now, in id order, as
+        // every transaction that locks several accounts does (group commits): taken one after the other, the
+        // recipient's first, they could deadlock with a batch holding the sender's.
+        await lockAccountsCredit(tx, [...new Set([target.box.accountId, fresh.account_id])].sort());
         const stored = await receiveMessage(svc, { raw: checked.raw, parsed, recipients: [target], mailFrom, via: 'local', tx, trust: checked.trust });
         await markDelivered(svc, tx, deliveryId, { mta: 'local', response: 'stored locally', attempts });
         return stored.forwardRunIds ?? [];
