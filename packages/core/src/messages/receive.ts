@@ -346,6 +346,10 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
   // Copies of one message for several boxes of one account share a thread.
   const threadOfAccount = new Map<string, string>();
   const forwardRunIds: string[] = [];
+  // Several accounts (boxes of two accounts, a report for a sender): locked now, in id order, as every
+  // transaction that locks several accounts does, so none of them waits in a cycle with a batch.
+  const accounts = [...new Set(input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : r.kind === 'bounce' ? [r.accountId] : [])))].sort();
+  if (accounts.length > 1) await lockAccountsCredit(tx, accounts);
   for (const [i, r] of input.recipients.entries()) {
     if (r.kind === 'bounce') {
       if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
