@@ -10,7 +10,9 @@
  * into a fresh Maildir: cold (the first login: Boxes folds the event stream into a new folder, Dovecot builds a
  * new index) and warm. Printed: the best time of each kind per server (other jobs on the machine only ever make
  * a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
- * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync.
+ * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync. The server's
+ * CPU time (this process, while mbsync runs) per Boxes sync is printed too: on a shared machine it varies less
+ * than wall time.
  *
  *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
  */
@@ -137,8 +139,12 @@ async function ensureTool(cmd: string, pkg: string): Promise<void> {
   await run('sh', ['-c', `(apt-get install -y -qq ${pkg} || (apt-get update -qq && apt-get install -y -qq ${pkg})) >/dev/null`], { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, timeout: 600_000 });
 }
 
-/** mbsync pulling INBOX into an empty Maildir; returns the wall time in ms and the messages stored. */
-async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number }> {
+/**
+ * mbsync pulling INBOX into an empty Maildir; returns the wall time in ms, the messages stored and the CPU time
+ * of this process meanwhile (the Boxes server's, when it is the one synced). BENCH_IMAP_TRACE=<dir> writes each
+ * sync's IMAP dialogue (mbsync -Dn) there, for looking at what the client asks with a small box.
+ */
+async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
@@ -172,11 +178,15 @@ Sync Pull
 SyncState *
 `,
   );
+  const trace = process.env.BENCH_IMAP_TRACE;
+  const cpuStart = process.cpuUsage();
   const started = performance.now();
-  await run('mbsync', ['-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 64 * 1024 * 1024 });
+  const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
+  const cpu = process.cpuUsage(cpuStart);
+  if (trace) fs.writeFileSync(path.join(trace, `${name}.log`), out.stdout + out.stderr);
   const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
-  return { ms, files };
+  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000 };
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
@@ -308,6 +318,8 @@ await main('bench:imap', async (onCleanup) => {
   // Each round: Boxes cold (its folders dropped, so the first login folds the stream again) and warm, then Dovecot
   // cold (its index removed) and warm. The best of the rounds is what the machine can do when others let it.
   const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
+  // CPU of this process (the Boxes server; the bench itself only waits during a sync), per Boxes sync.
+  const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   for (let round = 1; round <= RUNS; round++) {
     await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
     await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
@@ -326,6 +338,10 @@ await main('bench:imap', async (onCleanup) => {
       for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
       times[name].cold.push(cold.ms);
       times[name].warm.push(warm.ms);
+      if (name === 'boxes') {
+        cpu.cold.push(cold.cpuMs);
+        cpu.warm.push(warm.cpuMs);
+      }
     }
   }
   const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
@@ -336,5 +352,6 @@ await main('bench:imap', async (onCleanup) => {
   console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS, best of ${RUNS} (all runs in s):`);
   console.log(`    boxes:   cold ${s(best(b.cold))} (first login folds the event stream into the folder; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
+  console.log(`    boxes server CPU (user + system) per sync: cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
   console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
 });
