@@ -134,6 +134,9 @@ export async function startBenchRuntime(
     IMAP_PORT: '0',
     SUBMISSION_HOST: '127.0.0.1',
     SUBMISSION_PORT: '0',
+    // An ephemeral port like the others: a second bench or a running instance holds 1053.
+    DNS_HOST: '127.0.0.1',
+    DNS_PORT: '0',
     DATABASE_URL: db.url,
     REDIS_URL: redisUrl.toString(),
     REDIS_PREFIX: `boxes-bench-${randomBytes(5).toString('hex')}`,
