@@ -6,7 +6,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Config } from '@boxes/config';
-import { appPasswordActive, type MailLogin, type RawQuery, type Services } from '@boxes/core';
+import { appPasswordActive, type MailLogin, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { COMMANDS, type State } from './command-table';
 import type { Chunk } from './encode';
@@ -41,8 +41,8 @@ export interface Hub {
   unregister(session: Session): void;
   /** Folds the account's event stream into its folders (shared by the sessions of this process). */
   sync(accountId: string): Promise<void>;
-  /** Reads of message bytes, outside Prisma (see RawQuery in core). */
-  rawQuery?: RawQuery;
+  /** Reads of message bytes, outside Prisma (see RawCopy in core). */
+  rawCopy?: RawCopy;
 }
 
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };

@@ -10,7 +10,7 @@ import { lockAccountCredit, postEntries, receivedCharge } from '../credit/ledger
 import { isQuietCharge, leanChargeSql } from '../credit/lean';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
-import { seal } from '../shared/crypto';
+import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
@@ -119,7 +119,7 @@ export async function receiveMessage(svc: Services, input: InboundInput): Promis
               content_b64: a.content.toString('base64'),
             })),
           }),
-          rawEnc: seal(svc.secretKey, input.raw),
+          rawEnc: sealBytes(svc.secretKey, input.raw),
         },
   );
   const trust = storedTrust(input.trust);
