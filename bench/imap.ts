@@ -140,11 +140,27 @@ async function ensureTool(cmd: string, pkg: string): Promise<void> {
 }
 
 /**
- * mbsync pulling INBOX into an empty Maildir; returns the wall time in ms, the messages stored and the CPU time
- * of this process meanwhile (the Boxes server's, when it is the one synced). BENCH_IMAP_TRACE=<dir> writes each
- * sync's IMAP dialogue (mbsync -Dn) there, for looking at what the client asks with a small box.
+ * CPU time in ms (user + system, 10 ms steps) of a process's children that have exited and been waited for
+ * (/proc/<pid>/stat cutime and cstime): mbsync's for this process, the imap and imap-login processes' for the
+ * Dovecot master. Null where /proc cannot tell.
  */
-async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number }> {
+function childrenCpuMs(pid: number | 'self'): number | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Fields 16 and 17 of stat (cutime, cstime), counted from the state field (3).
+    return ((Number(fields[13]) + Number(fields[14])) * 1000) / 100;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * mbsync pulling INBOX into an empty Maildir; returns the wall time in ms, the messages stored, the CPU time of
+ * this process meanwhile (the Boxes server's, when it is the one synced) and mbsync's own. BENCH_IMAP_TRACE=<dir>
+ * writes each sync's IMAP dialogue (mbsync -Dn) there, for looking at what the client asks with a small box.
+ */
+async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
@@ -180,13 +196,15 @@ SyncState *
   );
   const trace = process.env.BENCH_IMAP_TRACE;
   const cpuStart = process.cpuUsage();
+  const clientStart = childrenCpuMs('self');
   const started = performance.now();
   const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpuStart);
+  const clientEnd = childrenCpuMs('self');
   if (trace) fs.writeFileSync(path.join(trace, `${name}.log`), out.stdout + out.stderr);
   const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
-  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000 };
+  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart };
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
@@ -320,6 +338,14 @@ await main('bench:imap', async (onCleanup) => {
   const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
   // CPU of this process (the Boxes server; the bench itself only waits during a sync), per Boxes sync.
   const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
+  const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
+  const dovecotChildren = async (): Promise<number | null> => {
+    // Let the master reap the processes of the connection just closed.
+    await new Promise((r) => setTimeout(r, 300));
+    return childrenCpuMs(dovecot.proc.pid!);
+  };
   for (let round = 1; round <= RUNS; round++) {
     await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
     await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
@@ -330,10 +356,13 @@ await main('bench:imap', async (onCleanup) => {
       ['dovecot', dovecotServer],
     ] as const) {
       const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile() : null;
+      const d0 = name === 'dovecot' ? await dovecotChildren() : null;
       const cold = await mbsync(root, `${name}-cold`, server);
+      const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
       const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
       const warm = await mbsync(root, `${name}-warm`, server);
+      const d2 = name === 'dovecot' ? await dovecotChildren() : null;
       if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
       for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
       times[name].cold.push(cold.ms);
@@ -341,7 +370,11 @@ await main('bench:imap', async (onCleanup) => {
       if (name === 'boxes') {
         cpu.cold.push(cold.cpuMs);
         cpu.warm.push(warm.cpuMs);
+      } else if (d0 !== null && d1 !== null && d2 !== null) {
+        dovecotCpu.cold.push(d1 - d0);
+        dovecotCpu.warm.push(d2 - d1);
       }
+      for (const r of [cold, warm]) if (r.clientCpuMs !== null) clientCpu[name].push(r.clientCpuMs);
     }
   }
   const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
@@ -352,6 +385,8 @@ await main('bench:imap', async (onCleanup) => {
   console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS, best of ${RUNS} (all runs in s):`);
   console.log(`    boxes:   cold ${s(best(b.cold))} (first login folds the event stream into the folder; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
-  console.log(`    boxes server CPU (user + system) per sync: cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
+  console.log(`    server CPU (user + system) per sync, best: boxes cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
+  if (dovecotCpu.cold.length) console.log(`                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`);
+  if (clientCpu.boxes.length && clientCpu.dovecot.length) console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))} (PostgreSQL's is in neither)`);
   console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
 });
