@@ -23,7 +23,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
-import { performance } from 'node:perf_hooks';
+import { constants as perfConstants, performance, PerformanceObserver } from 'node:perf_hooks';
 import { promisify } from 'node:util';
 import { receiveMessage } from '@boxes/core';
 import { createBenchDatabase, envInt, freePort, loadNote, main, request, signupAccounts, startBenchRuntime, waitForPort } from './common';
@@ -155,12 +155,23 @@ function childrenCpuMs(pid: number | 'self'): number | null {
   }
 }
 
+/** Garbage collections of this process (the Boxes server's heap) so far, as perf_hooks reports them. */
+const gcSeen = { full: 0, young: 0, ms: 0 };
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    const kind = (e as unknown as { detail?: { kind?: number } }).detail?.kind;
+    if (kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR) gcSeen.full++;
+    else if (kind === perfConstants.NODE_PERFORMANCE_GC_MINOR) gcSeen.young++;
+    gcSeen.ms += e.duration;
+  }
+}).observe({ entryTypes: ['gc'] });
+
 /**
  * mbsync pulling INBOX into an empty Maildir; returns the wall time in ms, the messages stored, the CPU time of
  * this process meanwhile (the Boxes server's, when it is the one synced) and mbsync's own. BENCH_IMAP_TRACE=<dir>
  * writes each sync's IMAP dialogue (mbsync -Dn) there, for looking at what the client asks with a small box.
  */
-async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null }> {
+async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
@@ -197,14 +208,18 @@ SyncState *
   const trace = process.env.BENCH_IMAP_TRACE;
   const cpuStart = process.cpuUsage();
   const clientStart = childrenCpuMs('self');
+  const gcStart = { ...gcSeen };
   const started = performance.now();
   const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpuStart);
   const clientEnd = childrenCpuMs('self');
+  // GC entries arrive after the collection, on a later turn of the event loop.
+  await new Promise((r) => setTimeout(r, 20));
+  const gc = `${gcSeen.full - gcStart.full} full + ${gcSeen.young - gcStart.young} young, ${(gcSeen.ms - gcStart.ms).toFixed(0)} ms`;
   if (trace) fs.writeFileSync(path.join(trace, `${name}.log`), out.stdout + out.stderr);
   const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
-  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart };
+  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart, gc };
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
@@ -309,15 +324,15 @@ await main('bench:imap', async (onCleanup) => {
   const box = await svc.db.box.findFirstOrThrow({ where: { accountId: account!.accountId, isPrimary: true } });
 
   console.log(`bench:imap: ${N} messages to ${box.address} (${loadNote()})`);
-  const messages = makeMessages(N, box.address);
+  let messages: Buffer[] | null = makeMessages(N, box.address);
   const bytes = messages.reduce((n, m) => n + m.length, 0);
   let stored = 0;
   const storeStarted = performance.now();
   const lanes = 4;
   await Promise.all(
     Array.from({ length: lanes }, async (_, lane) => {
-      for (let i = lane; i < messages.length; i += lanes) {
-        await receiveMessage(svc, { raw: messages[i]!, recipients: [{ kind: 'box', box }], mailFrom: 'sender@outside.test', via: 'smtp' });
+      for (let i = lane; i < N; i += lanes) {
+        await receiveMessage(svc, { raw: messages![i]!, recipients: [{ kind: 'box', box }], mailFrom: 'sender@outside.test', via: 'smtp' });
         stored++;
       }
     }),
@@ -330,6 +345,9 @@ await main('bench:imap', async (onCleanup) => {
 
   const pems = await import('selfsigned').then((m) => m.generate([{ name: 'commonName', value: '127.0.0.1' }], { keySize: 2048, algorithm: 'sha256' }));
   const dovecot = await startDovecot(root, messages, { key: pems.private, cert: pems.cert });
+  // The server runs in this process: the bench's own copy of the messages is let go before the syncs, so the
+  // server's garbage collector does not carry it.
+  messages = null;
   onCleanup(() => stopProcess(dovecot.proc));
   const dovecotServer = { port: dovecot.port, user: dovecot.user, pass: dovecot.pass, cert: await peerCertificate(dovecot.port) };
 
@@ -341,6 +359,7 @@ await main('bench:imap', async (onCleanup) => {
   // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
   const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
+  const gcLast = { cold: '', warm: '' };
   const dovecotChildren = async (): Promise<number | null> => {
     // Let the master reap the processes of the connection just closed.
     await new Promise((r) => setTimeout(r, 300));
@@ -370,6 +389,8 @@ await main('bench:imap', async (onCleanup) => {
       if (name === 'boxes') {
         cpu.cold.push(cold.cpuMs);
         cpu.warm.push(warm.cpuMs);
+        gcLast.cold = cold.gc;
+        gcLast.warm = warm.gc;
       } else if (d0 !== null && d1 !== null && d2 !== null) {
         dovecotCpu.cold.push(d1 - d0);
         dovecotCpu.warm.push(d2 - d1);
@@ -387,6 +408,7 @@ await main('bench:imap', async (onCleanup) => {
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
   console.log(`    server CPU (user + system) per sync, best: boxes cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
   if (dovecotCpu.cold.length) console.log(`                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`);
+  console.log(`    boxes server garbage collections in the last round: cold ${gcLast.cold}; warm ${gcLast.warm}`);
   if (clientCpu.boxes.length && clientCpu.dovecot.length) console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))} (PostgreSQL's is in neither)`);
   console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
 });
