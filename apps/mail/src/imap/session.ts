@@ -235,6 +235,10 @@ export class Session {
     this.state = 'authenticated';
     this.socket.setTimeout(this.hub.config.mailClients.imapAutologoutMs);
     this.hub.register(this);
+    // A client's next steps (LIST, SELECT) need the folders made current with the event stream: that starts now,
+    // while the login answer and whatever comes before LIST travel (a first login of a large account folds
+    // thousands of events). Errors surface at the command that waits for it.
+    void this.hub.sync(login.accountId).catch(() => undefined);
   }
 
   /** A failed login: after MAX_FAILED_LOGINS the connection ends once the answer is out. */
