@@ -360,6 +360,24 @@ await main('bench:imap', async (onCleanup) => {
   const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
   const gcLast = { cold: '', warm: '' };
+  // PostgreSQL's part of a Boxes sync: CPU of the backends serving this bench's database (its pools, the fold,
+  // autovacuum), from /proc, as a map of pid to ms; a backend that appears during a sync counts from zero.
+  const pgBackends = async (): Promise<Map<number, number>> => {
+    const out = new Map<number, number>();
+    const rows = await svc.db.$queryRaw<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`;
+    for (const { pid } of rows) {
+      try {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        out.set(pid, ((Number(f[11]) + Number(f[12])) * 1000) / 100);
+      } catch {
+        // Gone already, or PostgreSQL runs elsewhere.
+      }
+    }
+    return out;
+  };
+  const pgDelta = (a: Map<number, number>, b: Map<number, number>) => [...b].reduce((n, [pid, ms]) => n + ms - (a.get(pid) ?? 0), 0);
+  const pgCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   const dovecotChildren = async (): Promise<number | null> => {
     // Let the master reap the processes of the connection just closed.
     await new Promise((r) => setTimeout(r, 300));
@@ -376,11 +394,14 @@ await main('bench:imap', async (onCleanup) => {
     ] as const) {
       const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile() : null;
       const d0 = name === 'dovecot' ? await dovecotChildren() : null;
+      const p0 = name === 'boxes' ? await pgBackends() : null;
       const cold = await mbsync(root, `${name}-cold`, server);
+      const p1 = name === 'boxes' ? await pgBackends() : null;
       const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
       const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
       const warm = await mbsync(root, `${name}-warm`, server);
+      const p2 = name === 'boxes' ? await pgBackends() : null;
       const d2 = name === 'dovecot' ? await dovecotChildren() : null;
       if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
       for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
@@ -391,6 +412,10 @@ await main('bench:imap', async (onCleanup) => {
         cpu.warm.push(warm.cpuMs);
         gcLast.cold = cold.gc;
         gcLast.warm = warm.gc;
+        if (p0 && p1 && p2 && p2.size) {
+          pgCpu.cold.push(pgDelta(p0, p1));
+          pgCpu.warm.push(pgDelta(p1, p2));
+        }
       } else if (d0 !== null && d1 !== null && d2 !== null) {
         dovecotCpu.cold.push(d1 - d0);
         dovecotCpu.warm.push(d2 - d1);
@@ -408,7 +433,8 @@ await main('bench:imap', async (onCleanup) => {
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
   console.log(`    server CPU (user + system) per sync, best: boxes cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
   if (dovecotCpu.cold.length) console.log(`                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`);
+  if (pgCpu.cold.length) console.log(`    PostgreSQL CPU per Boxes sync (its backends for this database), best: cold ${s(best(pgCpu.cold))} (${all(pgCpu.cold)}), warm ${s(best(pgCpu.warm))} (${all(pgCpu.warm)})`);
   console.log(`    boxes server garbage collections in the last round: cold ${gcLast.cold}; warm ${gcLast.warm}`);
-  if (clientCpu.boxes.length && clientCpu.dovecot.length) console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))} (PostgreSQL's is in neither)`);
+  if (clientCpu.boxes.length && clientCpu.dovecot.length) console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))}`);
   console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
 });
