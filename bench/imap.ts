@@ -10,7 +10,9 @@
  * into a fresh Maildir: cold (the first login: Boxes folds the event stream into a new folder, Dovecot builds a
  * new index) and warm. Printed: the best time of each kind per server (other jobs on the machine only ever make
  * a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
- * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync.
+ * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync. The server's
+ * CPU time (this process, while mbsync runs) per Boxes sync is printed too: on a shared machine it varies less
+ * than wall time.
  *
  * Memory: the RSS of this process (the server and the MX with IMAP; it also holds the generated messages) and of
  * Dovecot (its master and children), idle after start and the peak over the syncs.
@@ -24,7 +26,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
-import { performance } from 'node:perf_hooks';
+import { constants as perfConstants, performance, PerformanceObserver } from 'node:perf_hooks';
 import { promisify } from 'node:util';
 import { receiveMessage } from '@boxes/core';
 import { createBenchDatabase, envInt, freePort, loadNote, main, request, RssMeter, runtimeRss, signupAccounts, startBenchRuntime, waitForPort } from './common';
@@ -140,8 +142,39 @@ async function ensureTool(cmd: string, pkg: string): Promise<void> {
   await run('sh', ['-c', `(apt-get install -y -qq ${pkg} || (apt-get update -qq && apt-get install -y -qq ${pkg})) >/dev/null`], { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, timeout: 600_000 });
 }
 
-/** mbsync pulling INBOX into an empty Maildir; returns the wall time in ms and the messages stored. */
-async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number }> {
+/**
+ * CPU time in ms (user + system, 10 ms steps) of a process's children that have exited and been waited for
+ * (/proc/<pid>/stat cutime and cstime): mbsync's for this process, the imap and imap-login processes' for the
+ * Dovecot master. Null where /proc cannot tell.
+ */
+function childrenCpuMs(pid: number | 'self'): number | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Fields 16 and 17 of stat (cutime, cstime), counted from the state field (3).
+    return ((Number(fields[13]) + Number(fields[14])) * 1000) / 100;
+  } catch {
+    return null;
+  }
+}
+
+/** Garbage collections of this process (the Boxes server's heap) so far, as perf_hooks reports them. */
+const gcSeen = { full: 0, young: 0, ms: 0 };
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    const kind = (e as unknown as { detail?: { kind?: number } }).detail?.kind;
+    if (kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR) gcSeen.full++;
+    else if (kind === perfConstants.NODE_PERFORMANCE_GC_MINOR) gcSeen.young++;
+    gcSeen.ms += e.duration;
+  }
+}).observe({ entryTypes: ['gc'] });
+
+/**
+ * mbsync pulling INBOX into an empty Maildir; returns the wall time in ms, the messages stored, the CPU time of
+ * this process meanwhile (the Boxes server's, when it is the one synced) and mbsync's own. BENCH_IMAP_TRACE=<dir>
+ * writes each sync's IMAP dialogue (mbsync -Dn) there, for looking at what the client asks with a small box.
+ */
+async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
@@ -175,11 +208,21 @@ Sync Pull
 SyncState *
 `,
   );
+  const trace = process.env.BENCH_IMAP_TRACE;
+  const cpuStart = process.cpuUsage();
+  const clientStart = childrenCpuMs('self');
+  const gcStart = { ...gcSeen };
   const started = performance.now();
-  await run('mbsync', ['-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 64 * 1024 * 1024 });
+  const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
+  const cpu = process.cpuUsage(cpuStart);
+  const clientEnd = childrenCpuMs('self');
+  // GC entries arrive after the collection, on a later turn of the event loop.
+  await new Promise((r) => setTimeout(r, 20));
+  const gc = `${gcSeen.full - gcStart.full} full + ${gcSeen.young - gcStart.young} young, ${(gcSeen.ms - gcStart.ms).toFixed(0)} ms`;
+  if (trace) fs.writeFileSync(path.join(trace, `${name}.log`), out.stdout + out.stderr);
   const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
-  return { ms, files };
+  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart, gc };
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
@@ -285,15 +328,15 @@ await main('bench:imap', async (onCleanup) => {
   const box = await svc.db.box.findFirstOrThrow({ where: { accountId: account!.accountId, isPrimary: true } });
 
   console.log(`bench:imap: ${N} messages to ${box.address} (${loadNote()})`);
-  const messages = makeMessages(N, box.address);
+  let messages: Buffer[] | null = makeMessages(N, box.address);
   const bytes = messages.reduce((n, m) => n + m.length, 0);
   let stored = 0;
   const storeStarted = performance.now();
   const lanes = 4;
   await Promise.all(
     Array.from({ length: lanes }, async (_, lane) => {
-      for (let i = lane; i < messages.length; i += lanes) {
-        await receiveMessage(svc, { raw: messages[i]!, recipients: [{ kind: 'box', box }], mailFrom: 'sender@outside.test', via: 'smtp' });
+      for (let i = lane; i < N; i += lanes) {
+        await receiveMessage(svc, { raw: messages![i]!, recipients: [{ kind: 'box', box }], mailFrom: 'sender@outside.test', via: 'smtp' });
         stored++;
       }
     }),
@@ -306,6 +349,9 @@ await main('bench:imap', async (onCleanup) => {
 
   const pems = await import('selfsigned').then((m) => m.generate([{ name: 'commonName', value: '127.0.0.1' }], { keySize: 2048, algorithm: 'sha256' }));
   const dovecot = await startDovecot(root, messages, { key: pems.private, cert: pems.cert });
+  // The server runs in this process: the bench's own copy of the messages is let go before the syncs, so the
+  // server's garbage collector does not carry it.
+  messages = null;
   onCleanup(() => stopProcess(dovecot.proc));
   const dovecotRss = new RssMeter({ 'Dovecot (master and children)': dovecot.proc.pid ?? null });
   const dovecotServer = { port: dovecot.port, user: dovecot.user, pass: dovecot.pass, cert: await peerCertificate(dovecot.port) };
@@ -315,6 +361,35 @@ await main('bench:imap', async (onCleanup) => {
   const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
   rss.start();
   dovecotRss.start();
+  // CPU of this process (the Boxes server; the bench itself only waits during a sync), per Boxes sync.
+  const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
+  const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
+  const gcLast = { cold: '', warm: '' };
+  // PostgreSQL's part of a Boxes sync: CPU of the backends serving this bench's database (its pools, the fold,
+  // autovacuum), from /proc, as a map of pid to ms; a backend that appears during a sync counts from zero.
+  const pgBackends = async (): Promise<Map<number, number>> => {
+    const out = new Map<number, number>();
+    const rows = await svc.db.$queryRaw<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`;
+    for (const { pid } of rows) {
+      try {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        out.set(pid, ((Number(f[11]) + Number(f[12])) * 1000) / 100);
+      } catch {
+        // Gone already, or PostgreSQL runs elsewhere.
+      }
+    }
+    return out;
+  };
+  const pgDelta = (a: Map<number, number>, b: Map<number, number>) => [...b].reduce((n, [pid, ms]) => n + ms - (a.get(pid) ?? 0), 0);
+  const pgCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  const dovecotChildren = async (): Promise<number | null> => {
+    // Let the master reap the processes of the connection just closed.
+    await new Promise((r) => setTimeout(r, 300));
+    return childrenCpuMs(dovecot.proc.pid!);
+  };
   for (let round = 1; round <= RUNS; round++) {
     await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
     await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
@@ -325,14 +400,34 @@ await main('bench:imap', async (onCleanup) => {
       ['dovecot', dovecotServer],
     ] as const) {
       const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile() : null;
+      const d0 = name === 'dovecot' ? await dovecotChildren() : null;
+      const p0 = name === 'boxes' ? await pgBackends() : null;
       const cold = await mbsync(root, `${name}-cold`, server);
+      const p1 = name === 'boxes' ? await pgBackends() : null;
+      const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
       const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
       const warm = await mbsync(root, `${name}-warm`, server);
+      const p2 = name === 'boxes' ? await pgBackends() : null;
+      const d2 = name === 'dovecot' ? await dovecotChildren() : null;
       if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
       for (const r of [cold, warm]) if (r.files !== N) throw new Error(`${name}: mbsync stored ${r.files} of ${N} messages`);
       times[name].cold.push(cold.ms);
       times[name].warm.push(warm.ms);
+      if (name === 'boxes') {
+        cpu.cold.push(cold.cpuMs);
+        cpu.warm.push(warm.cpuMs);
+        gcLast.cold = cold.gc;
+        gcLast.warm = warm.gc;
+        if (p0 && p1 && p2 && p2.size) {
+          pgCpu.cold.push(pgDelta(p0, p1));
+          pgCpu.warm.push(pgDelta(p1, p2));
+        }
+      } else if (d0 !== null && d1 !== null && d2 !== null) {
+        dovecotCpu.cold.push(d1 - d0);
+        dovecotCpu.warm.push(d2 - d1);
+      }
+      for (const r of [cold, warm]) if (r.clientCpuMs !== null) clientCpu[name].push(r.clientCpuMs);
     }
   }
   rss.stop();
@@ -345,6 +440,11 @@ await main('bench:imap', async (onCleanup) => {
   console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS, best of ${RUNS} (all runs in s):`);
   console.log(`    boxes:   cold ${s(best(b.cold))} (first login folds the event stream into the folder; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
+  console.log(`    server CPU (user + system) per sync, best: boxes cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
+  if (dovecotCpu.cold.length) console.log(`                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`);
+  if (pgCpu.cold.length) console.log(`    PostgreSQL CPU per Boxes sync (its backends for this database), best: cold ${s(best(pgCpu.cold))} (${all(pgCpu.cold)}), warm ${s(best(pgCpu.warm))} (${all(pgCpu.warm)})`);
+  console.log(`    boxes server garbage collections in the last round: cold ${gcLast.cold}; warm ${gcLast.warm}`);
+  if (clientCpu.boxes.length && clientCpu.dovecot.length) console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))}`);
   console.log(`    ratio boxes / dovecot: cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
   for (const line of [...rss.lines('over the syncs'), ...dovecotRss.lines('over the syncs')]) console.log(line);
 });

@@ -4,6 +4,7 @@
  * (which reclaims like DELETE /messages/{id}), the Sent folder, IDLE within a second of mail.received, and
  * UIDVALIDITY and UIDs across sessions.
  */
+import { randomBytes } from 'node:crypto';
 import type { ImapFlow } from 'imapflow';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
@@ -90,6 +91,29 @@ describe('imapflow', () => {
       // BODY.PEEK did not mark it read.
       const again = await c.fetchOne(String(msg.uid), { flags: true }, { uid: true });
       expect(again && [...(again.flags ?? [])]).toEqual([]);
+    });
+  });
+
+  it('messages larger than the output buffer, alone and many in one FETCH, come back byte for byte', async () => {
+    const subject = `large ${tag()}`;
+    // About 330 KB of text lines: several of the server's 64 KB output buffers for one literal.
+    const big = Array.from({ length: 5000 }, (_, i) => `line ${i} ${randomBytes(24).toString('hex')}`).join('\n');
+    const raws = [0, 1, 2].map((i) => multipartMessage({ from: 'big@outside.test', to: a.primaryAddress, subject: `${subject} ${i}`, text: `part ${i}`, attachment: i === 1 ? 'small' : big }));
+    for (const [i, raw] of raws.entries()) {
+      await deliver(t, [a.primaryAddress], raw);
+      await receivedId(`${subject} ${i}`);
+    }
+    await withImap(t, a.primaryAddress, password, async (c) => {
+      await c.mailboxOpen('INBOX');
+      const got = new Map<string, string>();
+      for await (const msg of c.fetch('1:*', { envelope: true, source: true, size: true })) {
+        if (msg.envelope?.subject?.startsWith(subject)) got.set(msg.envelope.subject, msg.source!.toString());
+        expect(msg.size).toBe(msg.source!.length);
+      }
+      expect(got.size).toBe(3);
+      raws.forEach((raw, i) => expect(got.get(`${subject} ${i}`)!.endsWith(raw)).toBe(true));
+      const one = await c.fetchOne('*', { source: true });
+      expect(one && one.source!.toString().endsWith(raws[2]!)).toBe(true);
     });
   });
 

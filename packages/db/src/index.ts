@@ -4,6 +4,7 @@
  */
 export { closeDb, createDb, poolOf, type Db, type Tx, type DbClient } from './client';
 export { migrate, migrationsDir } from './migrate';
+export { copyOutBinary, type CopyRow } from './copy-out';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
 export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AuditSigningKey, AuditCheckpoint, AccountCloseRequest, AccountExport, AppPassword, MailFolder, MailFolderEntry, MessageFlags, BulkJob, BulkJobItem } from './generated/client';

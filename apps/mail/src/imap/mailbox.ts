@@ -5,7 +5,7 @@
  * stay stable between. Message bytes are read in batches and kept in a small cache, with read-ahead for clients
  * that fetch one message after another.
  */
-import { flagNames, folderHead, loadFolderEntries, loadRawMessages, type FolderEntry, type RawQuery, type Services } from '@boxes/core';
+import { flagNames, folderHead, loadFolderEntries, loadRawMessages, type FolderEntry, type RawCopy, type Services } from '@boxes/core';
 import { paren, type Chunk } from './encode';
 import type { ImapFolder } from './folders';
 import { ParsedMessage } from './mime';
@@ -37,18 +37,18 @@ export class SelectedMailbox {
   private constructor(
     readonly folder: ImapFolder & { folderId: string },
     readonly readOnly: boolean,
-    private readonly rawQuery: RawQuery | undefined,
+    private readonly rawCopy: RawCopy | undefined,
     public entries: FolderEntry[],
     public uidValidity: number,
     public uidNext: number,
     public highestModseq: bigint,
   ) {}
 
-  static async open(svc: Services, folder: ImapFolder & { folderId: string }, readOnly: boolean, rawQuery?: RawQuery): Promise<SelectedMailbox | null> {
+  static async open(svc: Services, folder: ImapFolder & { folderId: string }, readOnly: boolean, rawCopy?: RawCopy): Promise<SelectedMailbox | null> {
     const head = await folderHead(svc.db, folder.folderId);
     if (!head) return null;
     const entries = await loadFolderEntries(svc, folder.folderId);
-    return new SelectedMailbox(folder, readOnly, rawQuery, entries, head.uidValidity, head.uidNext, head.highestModseq);
+    return new SelectedMailbox(folder, readOnly, rawCopy, entries, head.uidValidity, head.uidNext, head.highestModseq);
   }
 
   uids(): number[] {
@@ -180,7 +180,7 @@ export class SelectedMailbox {
     }
     for (let k = 0; k < todo.length; k += BATCH) {
       const batch = todo.slice(k, k + BATCH);
-      const p = loadRawMessages(svc, batch.map((e) => e.messageId), this.rawQuery).then((raws) => {
+      const p = loadRawMessages(svc, batch.map((e) => e.messageId), this.rawCopy).then((raws) => {
         for (const e of batch) {
           const raw = raws.get(e.messageId);
           this.put(e.messageId, raw ? new ParsedMessage(raw) : null);

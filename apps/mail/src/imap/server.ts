@@ -9,7 +9,8 @@ import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
-import { EVENTS_CHANNEL, syncMailboxes, type RawQuery, type Services } from '@boxes/core';
+import { copyOutBinary } from '@boxes/db';
+import { EVENTS_CHANNEL, syncMailboxes, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import type { TlsMaterial } from '../tls';
 import { Session, type Hub } from './session';
@@ -25,7 +26,7 @@ export interface ImapHandle {
 const SWEEP_MS = 15_000;
 
 class SessionHub implements Hub {
-  rawQuery?: RawQuery;
+  rawCopy?: RawCopy;
   private readonly byAccount = new Map<string, Set<Session>>();
   private readonly syncing = new Map<string, { run: Promise<void>; again: boolean }>();
   readonly all = new Set<Session>();
@@ -93,10 +94,22 @@ class SessionHub implements Hub {
 
 export async function startImap(config: Config, deps: { svc: Services; log: Logger; tls: TlsMaterial }): Promise<ImapHandle> {
   const hub = new SessionHub(deps.svc, config, deps.log);
-  // Message bytes are read through a small pool of its own (see RawQuery in core).
+  // Message bytes are read through a small pool of its own, as binary COPY (see RawCopy in core).
   const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
   pool.on('error', (err) => deps.log.error({ err: err.message }, 'imap read pool error'));
-  hub.rawQuery = (text, params) => pool.query(text, params);
+  hub.rawCopy = async (query, onRow) => {
+    const client = await pool.connect();
+    let failed: Error | undefined;
+    try {
+      await copyOutBinary(client, query, onRow);
+    } catch (err) {
+      failed = err as Error;
+      throw err;
+    } finally {
+      // A client whose COPY failed may still be answering it: it is closed, not reused.
+      client.release(failed);
+    }
+  };
   let nextId = 1;
   // A client that opens a connection and never completes TLS is closed as one that never logs in.
   const server = tls.createServer({ key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2', handshakeTimeout: config.mailClients.imapLoginTimeoutMs }, (socket) => {

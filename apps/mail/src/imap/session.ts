@@ -6,7 +6,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Config } from '@boxes/config';
-import { appPasswordActive, type MailLogin, type RawQuery, type Services } from '@boxes/core';
+import { appPasswordActive, type MailLogin, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { COMMANDS, type State } from './command-table';
 import type { Chunk } from './encode';
@@ -41,8 +41,8 @@ export interface Hub {
   unregister(session: Session): void;
   /** Folds the account's event stream into its folders (shared by the sessions of this process). */
   sync(accountId: string): Promise<void>;
-  /** Reads of message bytes, outside Prisma (see RawQuery in core). */
-  rawQuery?: RawQuery;
+  /** Reads of message bytes, outside Prisma (see RawCopy in core). */
+  rawCopy?: RawCopy;
 }
 
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
@@ -52,6 +52,8 @@ const MAX_FAILED_LOGINS = 3;
 /** Output gathered before it is sent, and how much may wait in the socket before a large FETCH pauses. */
 const OUTPUT_FLUSH = 64 * 1024;
 const OUTPUT_BACKLOG = 1024 * 1024;
+/** Output buffers kept for reuse while commands run (OUTPUT_FLUSH bytes each). */
+const OUTPUT_SPARES = 4;
 /** How often an IDLE client hears that the server is still there. */
 const IDLE_KEEPALIVE_MS = 4 * 60_000;
 
@@ -71,8 +73,10 @@ export class Session {
   private checking = false;
   private failedLogins = 0;
   private closeAfterCommand = false;
-  private output: Buffer[] = [];
-  private outputBytes = 0;
+  private out: Buffer | null = null;
+  private outLen = 0;
+  /** Output buffers the socket is done with (kept only while commands run; an idle session holds none). */
+  private spare: Buffer[] = [];
 
   constructor(
     private readonly socket: Socket,
@@ -105,29 +109,54 @@ export class Session {
   /**
    * Writes chunks. While commands are running, output is gathered and sent in pieces of OUTPUT_FLUSH bytes or
    * when no further command is waiting, so a client fetching message after message gets few, full TLS records
-   * instead of many small ones.
+   * instead of many small ones. Chunks are copied straight into an output buffer (text written as latin1, message
+   * bytes copied once), and a buffer the socket has finished with is used again: a large download allocates no
+   * new memory per response.
    */
   write(chunks: Chunk[]): void {
     if (this.closed) return;
     for (const c of chunks) {
-      const b = typeof c === 'string' ? Buffer.from(c, 'latin1') : c;
-      this.output.push(b);
-      this.outputBytes += b.length;
+      if (typeof c === 'string') {
+        if (c.length <= OUTPUT_FLUSH - this.outLen) {
+          this.outLen += this.outBuf().write(c, this.outLen, 'latin1');
+          continue;
+        }
+        this.copyOut(Buffer.from(c, 'latin1'));
+      } else this.copyOut(c);
     }
-    if (!this.running || this.outputBytes >= OUTPUT_FLUSH) this.flush();
+    if (!this.running || this.outLen >= OUTPUT_FLUSH) this.flush();
+  }
+
+  /** The buffer output is gathered in (a spare one the socket is done with, or a new one). */
+  private outBuf(): Buffer {
+    this.out ??= this.spare.pop() ?? Buffer.allocUnsafeSlow(OUTPUT_FLUSH);
+    return this.out;
+  }
+
+  private copyOut(b: Buffer): void {
+    let at = 0;
+    while (at < b.length) {
+      const n = b.copy(this.outBuf(), this.outLen, at, Math.min(b.length, at + OUTPUT_FLUSH - this.outLen));
+      this.outLen += n;
+      at += n;
+      if (this.outLen >= OUTPUT_FLUSH) this.flush();
+    }
   }
 
   /** Sends what write() gathered. */
   flush(): void {
-    if (!this.outputBytes || this.closed) {
-      this.output = [];
-      this.outputBytes = 0;
+    const buf = this.out;
+    if (!buf || !this.outLen || this.closed) {
+      this.outLen = 0;
       return;
     }
-    const data = this.output.length === 1 ? this.output[0]! : Buffer.concat(this.output, this.outputBytes);
-    this.output = [];
-    this.outputBytes = 0;
-    this.socket.write(data);
+    const len = this.outLen;
+    this.out = null;
+    this.outLen = 0;
+    // The socket holds on to the bytes until they are written; then the buffer may carry the next ones.
+    this.socket.write(buf.subarray(0, len), () => {
+      if (this.running && this.spare.length < OUTPUT_SPARES) this.spare.push(buf);
+    });
   }
 
   /** One untagged response line (chunks without the CRLF). */
@@ -206,6 +235,10 @@ export class Session {
     this.state = 'authenticated';
     this.socket.setTimeout(this.hub.config.mailClients.imapAutologoutMs);
     this.hub.register(this);
+    // A client's next steps (LIST, SELECT) need the folders made current with the event stream: that starts now,
+    // while the login answer and whatever comes before LIST travel (a first login of a large account folds
+    // thousands of events). Errors surface at the command that waits for it.
+    void this.hub.sync(login.accountId).catch(() => undefined);
   }
 
   /** A failed login: after MAX_FAILED_LOGINS the connection ends once the answer is out. */
@@ -304,6 +337,7 @@ export class Session {
     } finally {
       this.running = false;
       this.flush();
+      this.spare = [];
     }
   }
 

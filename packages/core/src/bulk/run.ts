@@ -30,7 +30,7 @@ import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '.
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
-import { open, seal } from '../shared/crypto';
+import { open, sealBytes } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
@@ -232,7 +232,7 @@ interface Pending {
   recipient: string;
   attempts: number;
   message_id: string;
-  raw_enc: string | null;
+  raw_enc: Uint8Array | null;
   body_enc: string | null;
   from_address: string | null;
   to_addresses: string[];
@@ -449,9 +449,10 @@ class BatchSender {
     const deferred: { id: string; delayMs: number }[] = [];
     const status = await svc.db.$transaction(async (tx) => {
       if (raws.size) {
-        const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: seal(svc.secretKey, raw), size: raw.length }));
+        // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
+        const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
         await tx.$executeRaw`
-          UPDATE messages m SET raw_enc = r.raw_enc, size_bytes = r.size
+          UPDATE messages m SET raw_enc = decode(r.raw_enc, 'base64'), size_bytes = r.size
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
           WHERE m.id = r.id AND m.raw_enc IS NULL`;
       }

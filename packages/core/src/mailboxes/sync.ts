@@ -95,19 +95,30 @@ async function addAll(tx: Tx, accountId: string, rows: StreamRow[]): Promise<voi
       SELECT m.id, ${accountId}, 1, '{}', now() FROM messages m WHERE m.id = ANY(${sent}::text[])
       ON CONFLICT (message_id) DO NOTHING`;
   }
-  for (const [folderId, messageIds] of byTarget) await appendToFolder(tx, folderId, messageIds);
+  // A first fold of a large account adds thousands at once: nothing is read back.
+  for (const [folderId, messageIds] of byTarget) await appendToFolder(tx, folderId, messageIds, { returning: false });
 }
 
 /**
  * Puts messages into a folder under new UIDs, in the given order (messages that no longer exist, or whose body
- * was reclaimed, are skipped; their UIDs are simply not used). Returns the UIDs given, in order.
+ * was reclaimed, are skipped; their UIDs are simply not used). Returns the UIDs given, in order (nothing with
+ * returning: false).
  */
-export async function appendToFolder(tx: Tx, folderId: string, messageIds: string[]): Promise<{ messageId: string; uid: number }[]> {
+export async function appendToFolder(tx: Tx, folderId: string, messageIds: string[], opts: { returning?: boolean } = {}): Promise<{ messageId: string; uid: number }[]> {
   if (!messageIds.length) return [];
   const [folder] = await tx.$queryRaw<{ first: number; modseq: bigint }[]>`
     UPDATE mail_folders SET uid_next = uid_next + ${messageIds.length}, highest_modseq = highest_modseq + 1
     WHERE id = ${folderId} RETURNING uid_next - ${messageIds.length} AS first, highest_modseq AS modseq`;
   if (!folder) return [];
+  if (opts.returning === false) {
+    await tx.$executeRaw`
+      INSERT INTO mail_folder_entries (folder_id, uid, message_id, deleted, modseq)
+      SELECT ${folderId}, ${folder.first}::int + (x.ord::int - 1), x.id, false, ${folder.modseq}
+      FROM unnest(${messageIds}::text[]) WITH ORDINALITY AS x(id, ord)
+      JOIN messages m ON m.id = x.id AND m.body_reclaimed_at IS NULL
+      ON CONFLICT (folder_id, message_id) DO NOTHING`;
+    return [];
+  }
   const rows = await tx.$queryRaw<{ uid: number; message_id: string }[]>`
     INSERT INTO mail_folder_entries (folder_id, uid, message_id, deleted, modseq)
     SELECT ${folderId}, ${folder.first}::int + (x.ord::int - 1), x.id, false, ${folder.modseq}

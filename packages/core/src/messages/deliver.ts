@@ -8,7 +8,7 @@ import { createPrivateKey, type KeyObject } from 'node:crypto';
 import type { Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
-import { open, seal } from '../shared/crypto';
+import { open, sealBytes } from '../shared/crypto';
 import { lockAccountsCredit } from '../credit/ledger';
 import { domainOf } from './addresses';
 import { openBody } from './body';
@@ -57,7 +57,7 @@ export type ComposableMessage = Pick<Message, 'id' | 'rawEnc' | 'bodyEnc' | 'fro
 export async function ensureComposed(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
   if (message.rawEnc) return open(svc.secretKey, message.rawEnc);
   const signed = await composeSigned(svc, message, key);
-  const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: seal(svc.secretKey, signed), sizeBytes: signed.length } });
+  const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: sealBytes(svc.secretKey, signed), sizeBytes: signed.length } });
   if (stored.count === 1) return signed;
   // Another attempt stored it first: deliver the same bytes to every recipient.
   const again = await svc.db.message.findUniqueOrThrow({ where: { id: message.id }, select: { rawEnc: true } });
@@ -144,7 +144,7 @@ interface LoadedDelivery {
 /** A delivery with what sending it needs (its message, the sending domain's DKIM key) in one round trip. */
 async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
   const rows = await svc.db.$queryRaw<
-    { id: string; status: string; route: string; recipient: string; message_id: string; raw_enc: string | null; body_enc: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; rfc_message_id: string; recorded_at: Date; dkim_selector: string | null; dkim_private_key_enc: string | null; accepted_at: Date | null; accepted_response: string | null; remote_mta: string | null; sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null }[]
+    { id: string; status: string; route: string; recipient: string; message_id: string; raw_enc: Uint8Array<ArrayBuffer> | null; body_enc: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; rfc_message_id: string; recorded_at: Date; dkim_selector: string | null; dkim_private_key_enc: string | null; accepted_at: Date | null; accepted_response: string | null; remote_mta: string | null; sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null }[]
   >`
     SELECT d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses,
       m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc,

@@ -11,7 +11,7 @@ import { isQuietCharge, leanChargeSql, leanChargesSql, type LeanCharge } from '.
 import { groupCommitOf } from '../shared/group-commit';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
-import { seal } from '../shared/crypto';
+import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
@@ -105,7 +105,7 @@ interface Prepared {
   report: ReturnType<typeof parseReport>;
   attachmentBytes: number;
   /** One sealed copy per recipient (null for bounce addresses). */
-  sealed: ({ bodyEnc: string; rawEnc: string } | null)[];
+  sealed: ({ bodyEnc: string; rawEnc: Uint8Array<ArrayBuffer> } | null)[];
   trust: ReturnType<typeof storedTrust>;
 }
 
@@ -127,7 +127,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
               content_b64: a.content.toString('base64'),
             })),
           }),
-          rawEnc: seal(svc.secretKey, input.raw),
+          rawEnc: sealBytes(svc.secretKey, input.raw),
         },
   );
   return {
@@ -213,11 +213,11 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
           from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
           authentication, spam, thread_id)
         SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
-          r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, b.raw_enc, r.context, now(),
+          r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, decode(b.raw_b64, 'base64'), r.context, now(),
           r.authentication, r.spam, r.thread_id
         FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
           refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
-        JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_enc, i) ON b.i = r.i
+        JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = r.i
       ), ${sql.ctes}
       ${sql.notify}`;
     // The written accounts' rows as they are now (the chain heads moved): the next run starts from them.
@@ -285,7 +285,8 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
         thread_id: threadId,
       });
       bodies.push(p.sealed[i]!.bodyEnc);
-      raws.push(p.sealed[i]!.rawEnc);
+      // bytea in an array parameter: as base64 text, decoded in the statement.
+      raws.push(Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'));
       charges.push({ accountId: box.accountId, locked: base.get(box.accountId)!, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
       a.balance_micros += postings.reduce((n, x) => n + x.amountMicros, 0n);
       a.free_messages_left -= postings.reduce((n, x) => n + (x.freeMessages ?? 0), 0);

@@ -32,10 +32,43 @@ function keyObject(key: Buffer): KeyObject {
   return k;
 }
 
-export function open(key: Buffer, sealed: string): Buffer {
-  const [v, iv, tag, ct] = sealed.split('.');
-  if (v !== 'v1' || !iv || !tag || ct === undefined) throw new Error('not a sealed value');
-  const decipher = createDecipheriv('aes-256-gcm', keyObject(key), Buffer.from(iv, 'base64url'));
-  decipher.setAuthTag(Buffer.from(tag, 'base64url'));
-  return Buffer.concat([decipher.update(Buffer.from(ct, 'base64url')), decipher.final()]);
+/**
+ * Sealed bytes, for bytea columns (messages.raw_enc): 0x01, the 12-byte IV, the 16-byte tag, then the ciphertext.
+ * The same AES-256-GCM as seal(), a quarter smaller than its text, and read back without decoding any text.
+ */
+export function sealBytes(key: Buffer, plaintext: string | Buffer): Buffer<ArrayBuffer> {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', keyObject(key), iv);
+  const ct = cipher.update(plaintext);
+  const rest = cipher.final();
+  return Buffer.concat([BYTES_V1, iv, cipher.getAuthTag(), ct, rest]);
+}
+
+const BYTES_V1 = Buffer.from([1]);
+const BYTES_HEADER = 1 + 12 + 16;
+
+/** Opens what seal() (text) or sealBytes() (bytes) made; throws when the key or the bytes are wrong. */
+export function open(key: Buffer, sealed: string | Uint8Array): Buffer {
+  let iv: Buffer;
+  let tag: Buffer;
+  let ct: Buffer;
+  if (typeof sealed === 'string') {
+    const [v, ivText, tagText, ctText] = sealed.split('.');
+    if (v !== 'v1' || !ivText || !tagText || ctText === undefined) throw new Error('not a sealed value');
+    iv = Buffer.from(ivText, 'base64url');
+    tag = Buffer.from(tagText, 'base64url');
+    ct = Buffer.from(ctText, 'base64url');
+  } else {
+    const b = Buffer.isBuffer(sealed) ? sealed : Buffer.from(sealed.buffer, sealed.byteOffset, sealed.byteLength);
+    if (b.length < BYTES_HEADER || b[0] !== BYTES_V1[0]) throw new Error('not a sealed value');
+    iv = b.subarray(1, 13);
+    tag = b.subarray(13, BYTES_HEADER);
+    ct = b.subarray(BYTES_HEADER);
+  }
+  const decipher = createDecipheriv('aes-256-gcm', keyObject(key), iv);
+  decipher.setAuthTag(tag);
+  const out = decipher.update(ct);
+  // GCM gives everything from update(); final() only checks the tag (a copy of a large body saved).
+  const rest = decipher.final();
+  return rest.length ? Buffer.concat([out, rest]) : out;
 }

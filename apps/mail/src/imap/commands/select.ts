@@ -19,7 +19,7 @@ async function open(s: Session, cmd: Command, readOnly: boolean) {
   const folder = findFolder(await s.folders(), name);
   if (!folder) throw new ImapNo('NONEXISTENT', 'No such mailbox');
   if (!folder.folderId) throw new ImapNo('CANNOT', 'That name only groups folders; it holds no messages');
-  const mailbox = await SelectedMailbox.open(s.svc, { ...folder, folderId: folder.folderId }, readOnly, s.hub.rawQuery);
+  const mailbox = await SelectedMailbox.open(s.svc, { ...folder, folderId: folder.folderId }, readOnly, s.hub.rawCopy);
   if (!mailbox) throw new ImapNo('NONEXISTENT', 'No such mailbox');
   const keywords = [...new Set(mailbox.entries.flatMap((e) => e.keywords))];
   const flags = [FLAGS, ...keywords].join(' ');
