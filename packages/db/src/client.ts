@@ -21,6 +21,7 @@ export function createDb(databaseUrl: string, options: { max?: number } = {}): D
   // emits 'error' on the pool; without a listener that is an uncaught exception. The pool drops the client and
   // the next query opens a new connection or reports the failure itself.
   pool.on('error', () => undefined);
+  quietWhileCheckedOut(pool);
   const db = new PrismaClient({ adapter: new PrismaPg(pool) });
   pools.set(db, pool);
   return db;
@@ -36,4 +37,15 @@ export async function closeDb(db: Db): Promise<void> {
   await db.$disconnect();
   const pool = pools.get(db);
   if (pool && !pool.ended) await pool.end();
+}
+
+/**
+ * The pool listens for errors only on idle clients. A client checked out between two statements (an open
+ * transaction), or one whose query has just finished when the server's FATAL arrives in the same packet
+ * (PostgreSQL shutting down), would emit 'error' with nobody listening: an uncaught exception. Every client of
+ * the pool gets a listener of its own; the query in flight, or the next one, still fails, and the pool drops
+ * the broken client when it is released.
+ */
+export function quietWhileCheckedOut(pool: pg.Pool): void {
+  pool.on('connect', (client) => client.on('error', () => undefined));
 }

@@ -2,7 +2,7 @@
  * Database access: the Prisma 7 client factory (driver adapter over pg), the migration runner used at start
  * and in tests, and the helpers that create a database and explain a missing server in one line.
  */
-export { closeDb, createDb, poolOf, type Db, type Tx, type DbClient } from './client';
+export { closeDb, createDb, poolOf, quietWhileCheckedOut, type Db, type Tx, type DbClient } from './client';
 export { migrate, migrationsDir } from './migrate';
 export { copyOutBinary, type CopyRow } from './copy-out';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';

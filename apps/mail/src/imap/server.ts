@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
-import { copyOutBinary } from '@boxes/db';
+import { copyOutBinary, quietWhileCheckedOut } from '@boxes/db';
 import { EVENTS_CHANNEL, syncMailboxes, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import type { TlsMaterial } from '../tls';
@@ -97,6 +97,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   // Message bytes are read through a small pool of its own, as binary COPY (see RawCopy in core).
   const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
   pool.on('error', (err) => deps.log.error({ err: err.message }, 'imap read pool error'));
+  quietWhileCheckedOut(pool);
   hub.rawCopy = async (query, onRow) => {
     const client = await pool.connect();
     let failed: Error | undefined;
