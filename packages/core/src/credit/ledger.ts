@@ -43,17 +43,13 @@ export interface LockedAccount {
 
 /** Locks the account row (the same lock the event log takes) and reads its credit. */
 export async function lockAccountCredit(tx: Tx, accountId: string): Promise<LockedAccount> {
-  const rows = await tx.$queryRaw<LockedAccount[]>`
-    SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
-      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash
-    FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`;
-  if (!rows[0]) throw new AppError('not_found', `account ${accountId} not found`);
-  return rows[0];
+  const [row] = await lockAccountsCredit(tx, [accountId]);
+  if (!row) throw new AppError('not_found', `account ${accountId} not found`);
+  return row;
 }
 
 /** Several account rows locked at once, in id order (two callers locking overlapping sets never deadlock). */
 export async function lockAccountsCredit(tx: Tx, accountIds: string[]): Promise<LockedAccount[]> {
-  if (accountIds.length === 1) return [await lockAccountCredit(tx, accountIds[0]!)];
   return tx.$queryRaw<LockedAccount[]>`
     SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
       alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash
