@@ -28,19 +28,10 @@ export function isQuietCharge(a: LockedAccount, postings: Posting[]): boolean {
 }
 
 /**
- * CTEs `acc`, `led` and `ev` for the caller's statement, and the final SELECT that notifies the push workers.
- * The caller checked isQuietCharge.
- */
-export function leanChargeSql(c: LeanCharge): { ctes: Prisma.Sql; notify: Prisma.Sql; eventId: string } {
-  const many = leanChargesSql([c]);
-  return { ctes: many.ctes, notify: many.notify, eventId: many.eventIds[0]! };
-}
-
-/**
- * The same for many charges of one or several accounts in one statement (group commit of delivery outcomes):
- * the charges of one account apply in the order given, each on the state the one before it left (balance,
- * chain head), all starting from the same locked row. The caller checked that every one of them is quiet on
- * that running state (see quietRun).
+ * CTEs `acc`, `led` and `ev` for the caller's statement, and the final SELECT that notifies the push workers,
+ * for one charge or many, of one account or several (group commits): the charges of one account apply in the
+ * order given, each on the state the one before it left (balance, chain head), all starting from the locked row
+ * its first one carries. The caller checked with isQuietCharge that each is quiet on that running state.
  */
 export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notify: Prisma.Sql; eventIds: string[] } {
   const accounts = new Map<string, { balance: bigint; free: number; heldMicros: bigint; heldFree: number; trailer: bigint; head: { chain_seq: number; chain_hash: string } }>();

@@ -7,7 +7,7 @@ import type { Box, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountCredit, lockAccountsCredit, postEntries, receivedCharge } from '../credit/ledger';
-import { isQuietCharge, leanChargeSql, leanChargesSql, type LeanCharge } from '../credit/lean';
+import { isQuietCharge, leanChargesSql, type LeanCharge } from '../credit/lean';
 import { groupCommitOf } from '../shared/group-commit';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
@@ -200,36 +200,17 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
   const accountIds = [...new Set(items.flatMap((p) => p.input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : []))))].sort();
   const base = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
   const running = new Map([...base].map(([id, a]) => [id, { ...a }]));
-  let rows: Record<string, unknown>[] = [];
-  let bodies: string[] = [];
-  let raws: string[] = [];
-  let charges: LeanCharge[] = [];
+  let pending: ReceivedRow[] = [];
   const write = async (last = false) => {
-    if (!rows.length) return;
-    const sql = leanChargesSql(charges);
-    await tx.$queryRaw`
-      WITH msg AS (
-        INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
-          authentication, spam, thread_id)
-        SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
-          r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, decode(b.raw_b64, 'base64'), r.context, now(),
-          r.authentication, r.spam, r.thread_id
-        FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
-          refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
-        JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = r.i
-      ), ${sql.ctes}
-      ${sql.notify}`;
+    if (!pending.length) return;
+    await writeReceived(tx, pending);
     // The written accounts' rows as they are now (the chain heads moved): the next run starts from them.
-    const touched = last ? [] : [...new Set(charges.map((c) => c.accountId))].sort();
+    const touched = last ? [] : [...new Set(pending.map((r) => r.charge.accountId))].sort();
     for (const a of touched.length ? await lockAccountsCredit(tx, touched) : []) {
       base.set(a.id, a);
       running.set(a.id, { ...a });
     }
-    rows = [];
-    bodies = [];
-    raws = [];
-    charges = [];
+    pending = [];
   };
   const out: StoredInbound[] = [];
   for (const p of items) {
@@ -266,28 +247,13 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
         messageIds.push(id);
         continue;
       }
-      rows.push({
-        i: rows.length + 1,
-        id,
-        account_id: box.accountId,
-        box_id: box.id,
-        rfc_message_id: rfcMessageId,
-        in_reply_to: parsed.inReplyTo,
-        refs: parsed.references,
-        from_address: parsed.from,
-        to_addresses: parsed.to,
-        cc_addresses: parsed.cc,
-        subject: parsed.subject,
-        size_bytes: input.raw.length,
-        context,
-        authentication: p.trust.authentication,
-        spam: p.trust.spam,
-        thread_id: threadId,
+      pending.push({
+        p,
+        i,
+        box,
+        m: { id, context, threadId, rfcMessageId, eventData },
+        charge: { accountId: box.accountId, locked: base.get(box.accountId)!, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } },
       });
-      bodies.push(p.sealed[i]!.bodyEnc);
-      // bytea in an array parameter: as base64 text, decoded in the statement.
-      raws.push(Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'));
-      charges.push({ accountId: box.accountId, locked: base.get(box.accountId)!, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
       a.balance_micros += postings.reduce((n, x) => n + x.amountMicros, 0n);
       a.free_messages_left -= postings.reduce((n, x) => n + (x.freeMessages ?? 0), 0);
       messageIds.push(id);
@@ -304,6 +270,57 @@ interface NewInbound {
   threadId: string;
   rfcMessageId: string;
   eventData: ReturnType<typeof receivedEventData>;
+}
+
+/** A received message for one box, ready to write: its recipient index in p, its row's values and its quiet charge. */
+interface ReceivedRow {
+  p: Prepared;
+  i: number;
+  box: Box;
+  m: NewInbound;
+  charge: LeanCharge;
+}
+
+/**
+ * The hot path's one statement (typed SQL, README "Hot paths"): the messages, their charges and their
+ * mail.received events, each account's charges applied in the order given on the row its first one locked.
+ * Sealed bodies go as arrays beside the JSON of the other columns (raw bytes as base64, decoded here).
+ */
+async function writeReceived(tx: Tx, list: ReceivedRow[]): Promise<void> {
+  const rows = list.map(({ p, box, m }, n) => ({
+    i: n + 1,
+    id: m.id,
+    account_id: box.accountId,
+    box_id: box.id,
+    rfc_message_id: m.rfcMessageId,
+    in_reply_to: p.parsed.inReplyTo,
+    refs: p.parsed.references,
+    from_address: p.parsed.from,
+    to_addresses: p.parsed.to,
+    cc_addresses: p.parsed.cc,
+    subject: p.parsed.subject,
+    size_bytes: p.input.raw.length,
+    context: m.context,
+    authentication: p.trust.authentication,
+    spam: p.trust.spam,
+    thread_id: m.threadId,
+  }));
+  const bodies = list.map(({ p, i }) => p.sealed[i]!.bodyEnc);
+  const raws = list.map(({ p, i }) => Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'));
+  const sql = leanChargesSql(list.map((r) => r.charge));
+  await tx.$queryRaw`
+    WITH msg AS (
+      INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
+        from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
+        authentication, spam, thread_id)
+      SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
+        r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, decode(b.raw_b64, 'base64'), r.context, now(),
+        r.authentication, r.spam, r.thread_id
+      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
+        refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
+      JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = r.i
+    ), ${sql.ctes}
+    ${sql.notify}`;
 }
 
 /** One received message through Prisma and the general ledger path (a charge with something to announce). */
@@ -369,19 +386,8 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
     const a = await lockAccountCredit(tx, box.accountId);
     const postings = input.free ? [] : receivedCharge(svc, a, id, p.attachmentBytes);
     if (isQuietCharge(a, postings)) {
-      const lean = leanChargeSql({ accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } });
-      const trust = p.trust;
-      await tx.$queryRaw`
-        WITH msg AS (
-          INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-            from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
-            authentication, spam, thread_id)
-          VALUES (${id}, ${box.accountId}, ${box.id}, 'received', 'received', ${rfcMessageId}, ${id}, ${parsed.inReplyTo}, ${parsed.references}::text[],
-            ${parsed.from}, ${parsed.to}::text[], ${parsed.cc}::text[], '{}'::text[], ${parsed.subject}, ${input.raw.length},
-            ${p.sealed[i]!.bodyEnc}, ${p.sealed[i]!.rawEnc}, ${context === null ? null : JSON.stringify(context)}::jsonb, now(),
-            ${trust.authentication === null ? null : JSON.stringify(trust.authentication)}::jsonb, ${trust.spam === null ? null : JSON.stringify(trust.spam)}::jsonb, ${threadId})
-        ), ${lean.ctes}
-        ${lean.notify}`;
+      const m = { id, context, threadId, rfcMessageId, eventData };
+      await writeReceived(tx, [{ p, i, box, m, charge: { accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } } }]);
     } else {
       await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
     }
