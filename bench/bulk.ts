@@ -44,9 +44,7 @@ await main('bench:bulk', async (onCleanup) => {
     worker: true,
     mail: false,
     resolver: staticResolver({ [SINK_DOMAIN]: { host: '127.0.0.1', port: sinkPort } }),
-    // DNS on an ephemeral port: another benchmark or instance may hold 1053.
     env: {
-      DNS_PORT: '0',
       BULK_COOL_OFF_SECONDS: '0',
       BULK_MIN_COOL_OFF_SECONDS: '0',
       ...Object.fromEntries(['BULK_CONCURRENCY', 'BULK_SMTP_CONNECTIONS'].filter((k) => process.env[k]).map((k) => [k, process.env[k]!])),
