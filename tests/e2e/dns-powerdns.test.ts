@@ -12,27 +12,17 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { txtContent } from '@boxes/core';
-import { rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
+import { freePort, rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 import { addRecords, dig, liveDelegatedZone, rdata, type DigResult } from './dns-helpers';
 
 const PDNS = ['/usr/sbin/pdns_server', '/usr/bin/pdns_server'].find((p) => fs.existsSync(p));
 const CONF = path.resolve(import.meta.dirname, '../../deploy/powerdns/pdns.conf');
 
 if (!PDNS) console.warn('dns-powerdns.test.ts skipped: pdns_server is not installed (bash scripts/start-services.sh installs pdns-server and pdns-backend-pgsql)');
-
-/** A port free for TCP on 127.0.0.1 (PowerDNS fails to start if UDP has it: then another one is tried). */
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 interface PowerDns {
   port: number;
@@ -49,6 +39,7 @@ async function startPowerDns(databaseUrl: string, attempt = 1): Promise<PowerDns
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-pdns-'));
   fs.copyFileSync(CONF, path.join(dir, 'pdns.conf'));
   const db = new URL(databaseUrl);
+  // Free for TCP; PowerDNS fails to start if UDP has it, and then another one is tried.
   const port = await freePort();
   let output = '';
   const child: ChildProcess = spawn(

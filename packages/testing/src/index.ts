@@ -3,7 +3,6 @@
  * run by global-setup.ts), the real HTTP server on an ephemeral port, and helpers to sign up over REST.
  */
 import { randomBytes } from 'node:crypto';
-import net from 'node:net';
 import pg from 'pg';
 import { loadConfig, type Config } from '@boxes/config';
 import type { Db } from '@boxes/db';
@@ -243,16 +242,5 @@ export async function mintKey(
   return r.body;
 }
 export * from './dns';
-
-/** A TCP port on 127.0.0.1 that was free a moment ago (for servers a test starts as separate processes). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
-}
 
 export * from './services';

@@ -10,8 +10,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
-/** A free TCP port on 127.0.0.1 (bound and released: good enough for a test's own servers). */
-async function pickPort(): Promise<number> {
+/** A TCP port on 127.0.0.1 that was free a moment ago (bound and released: for the servers a test starts). */
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
     s.once('error', reject);
@@ -78,7 +78,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   if (isRoot()) execFileSync('chown', ['postgres:postgres', dir]);
   fs.chmodSync(dir, 0o700);
   asOwner(path.join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync', '--no-instructions']);
-  const port = await pickPort();
+  const port = await freePort();
   const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200`;
   const pgCtl = (args: string[]) => asOwner(path.join(bin, 'pg_ctl'), ['-D', data, ...args]);
   const handle: PrivatePostgres = {
@@ -123,7 +123,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
   const bin = redisServerPath();
   if (!bin) throw new Error('redis-server not found on the PATH (apt-get install redis-server)');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-redis-'));
-  const port = await pickPort();
+  const port = await freePort();
   let child: ChildProcess | null = null;
   const handle: PrivateRedis = {
     port,
