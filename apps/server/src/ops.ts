@@ -75,7 +75,7 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
   const pool = new Gauge({ name: 'boxes_db_pool_clients', help: 'Database pool clients by state', labelNames: ['state'], registers: [registry] });
 
   async function collect(): Promise<void> {
-    for (const g of groupCommitStats()) {
+    for (const g of groupCommitStats(svc)) {
       groupBatches.set({ kind: g.name }, g.batches);
       groupItems.set({ kind: g.name }, g.items);
       groupLargest.set({ kind: g.name }, g.largest);

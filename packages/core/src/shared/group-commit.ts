@@ -12,18 +12,6 @@ export interface GroupCommitStats {
   largest: number;
 }
 
-const all = new Set<GroupCommitStats>();
-
-/** This process's group commits, for /metrics (items / batches is the mean batch size). */
-export function groupCommitStats(): GroupCommitStats[] {
-  const byName = new Map<string, GroupCommitStats>();
-  for (const s of all) {
-    const t = byName.get(s.name) ?? { name: s.name, batches: 0, items: 0, largest: 0 };
-    byName.set(s.name, { name: s.name, batches: t.batches + s.batches, items: t.items + s.items, largest: Math.max(t.largest, s.largest) });
-  }
-  return [...byName.values()];
-}
-
 export class GroupCommit<T, R> {
   private queue: { item: T; resolve: (r: R) => void; reject: (err: unknown) => void }[] = [];
   private running = false;
@@ -36,7 +24,6 @@ export class GroupCommit<T, R> {
     private readonly maxBatch = 200,
   ) {
     this.stats = { name, batches: 0, items: 0, largest: 0 };
-    all.add(this.stats);
   }
 
   add(item: T): Promise<R> {
@@ -78,6 +65,11 @@ export class GroupCommit<T, R> {
 }
 
 const owned = new WeakMap<object, Map<string, GroupCommit<unknown, unknown>>>();
+
+/** The group commits of `owner` (a process's Services) so far, for /metrics (items / batches is the mean batch size). */
+export function groupCommitStats(owner: object): GroupCommitStats[] {
+  return [...(owned.get(owner)?.values() ?? [])].map((g) => ({ ...g.stats }));
+}
 
 /** The group commit `name` of `owner` (a process's Services): one per process, made on first use. */
 export function groupCommitOf<T, R>(owner: object, name: string, flush: (items: T[]) => Promise<R[]>, flushOne: (item: T) => Promise<R>): GroupCommit<T, R> {
