@@ -113,10 +113,6 @@ const recorderOf = (svc: Services) =>
       const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
       return items.map((o) => done.has(o.deliveryId));
     },
-    async (o) => {
-      await acceptAll(svc, [o]);
-      return svc.db.$transaction((tx) => markDelivered(svc, tx, o.deliveryId, o), RECORD_TX);
-    },
   );
 
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {

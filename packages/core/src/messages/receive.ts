@@ -180,14 +180,13 @@ const groupable = (p: Prepared): boolean =>
 
 /**
  * This process's inbound group commit: the messages that arrive (from every SMTP connection) while one batch
- * is being stored share the next transaction (storeInboundBatch); a batch that fails is stored one by one.
+ * is being stored share the next transaction (storeInboundBatch); a batch that fails is retried one by one.
  */
 const inboundOf = (svc: Services) =>
   groupCommitOf<Prepared, StoredInbound>(
     svc,
     'inbound_messages',
     (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX),
-    (item) => svc.db.$transaction((tx) => storeInbound(svc, tx, item), INBOUND_TX),
   );
 
 /**

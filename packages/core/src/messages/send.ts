@@ -9,7 +9,7 @@ import { Prisma } from '@boxes/db';
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
-import { lockAccountCredit, lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
+import { lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
 import { eventsInsert } from '../credit/lean';
 import { groupCommitOf } from '../shared/group-commit';
 import { chainEvent, EVENTS_CHANNEL } from '../events/append';
@@ -514,11 +514,5 @@ const sendersOf = (svc: Services) =>
         });
         if (staged.length) await writeSends(tx, staged);
         return results;
-      }, SEND_TX),
-    (p) =>
-      svc.db.$transaction(async (tx) => {
-        const s = stageSend(svc, await lockAccountCredit(tx, p.accountId), p);
-        await writeSends(tx, [s]);
-        return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
       }, SEND_TX),
   );

@@ -2,7 +2,7 @@
  * Group commit: callers add items and wait for their own result; whenever no flush is running, everything
  * added so far is flushed as one batch (one transaction for many items). Nothing waits on a timer: at low load
  * a batch is the one item that came, under load the items that arrive while a flush runs share the next one.
- * A batch that fails is retried item by item (flushOne), so one bad item fails only its own caller.
+ * A batch that fails is retried item by item (a batch of one each), so one bad item fails only its own caller.
  */
 export interface GroupCommitStats {
   name: string;
@@ -20,7 +20,6 @@ export class GroupCommit<T, R> {
   constructor(
     name: string,
     private readonly flush: (items: T[]) => Promise<R[]>,
-    private readonly flushOne: (item: T) => Promise<R>,
     private readonly maxBatch = 200,
   ) {
     this.stats = { name, batches: 0, items: 0, largest: 0 };
@@ -44,19 +43,19 @@ export class GroupCommit<T, R> {
         this.stats.batches += 1;
         this.stats.items += batch.length;
         this.stats.largest = Math.max(this.stats.largest, batch.length);
-        let results: R[] | null = null;
-        if (batch.length > 1) {
-          try {
-            results = await this.flush(batch.map((b) => b.item));
-          } catch {
-            results = null; // retried one by one below
+        let results: R[];
+        try {
+          results = await this.flush(batch.map((b) => b.item));
+        } catch (err) {
+          if (batch.length === 1) {
+            batch[0]!.reject(err);
+            continue;
           }
-        }
-        if (results) {
-          batch.forEach((b, i) => b.resolve(results![i]!));
+          // Retried one by one: only the items that fail on their own fail.
+          await Promise.all(batch.map((b) => this.flush([b.item]).then((r) => b.resolve(r[0]!), b.reject)));
           continue;
         }
-        await Promise.all(batch.map((b) => this.flushOne(b.item).then(b.resolve, b.reject)));
+        batch.forEach((b, i) => b.resolve(results[i]!));
       }
     } finally {
       this.running = false;
@@ -72,12 +71,12 @@ export function groupCommitStats(owner: object): GroupCommitStats[] {
 }
 
 /** The group commit `name` of `owner` (a process's Services): one per process, made on first use. */
-export function groupCommitOf<T, R>(owner: object, name: string, flush: (items: T[]) => Promise<R[]>, flushOne: (item: T) => Promise<R>): GroupCommit<T, R> {
+export function groupCommitOf<T, R>(owner: object, name: string, flush: (items: T[]) => Promise<R[]>): GroupCommit<T, R> {
   let byName = owned.get(owner);
   if (!byName) owned.set(owner, (byName = new Map()));
   let g = byName.get(name) as GroupCommit<T, R> | undefined;
   if (!g) {
-    g = new GroupCommit<T, R>(name, flush, flushOne);
+    g = new GroupCommit<T, R>(name, flush);
     byName.set(name, g as GroupCommit<unknown, unknown>);
   }
   return g;
