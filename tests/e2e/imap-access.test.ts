@@ -106,6 +106,23 @@ describe('what each login sees', () => {
     expect((await loginError(a.primaryAddress, pwB)).authenticationFailed).toBe(true);
     expect((await loginError(sales.address, pwB)).authenticationFailed).toBe(true);
   });
+
+  it('deleting a box takes its folders and what they held with it; the other boxes keep theirs', async () => {
+    const pw = (await appPassword(t, a)).password;
+    await withImap(t, `owner-${mark}@example.com`, pw, async (c) => {
+      expect(await subjects(c, 'Boxes/sales/INBOX')).toEqual([`for sales ${mark}`]);
+    });
+    const entries = (boxId: string) =>
+      t.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM mail_folder_entries e WHERE e.folder_id IN (SELECT id FROM mail_folders WHERE box_id = ${boxId})`.then((r) => Number(r[0]!.n));
+    const folderIds = (await t.db.$queryRaw<{ id: string }[]>`SELECT id FROM mail_folders WHERE box_id = ${sales.id}`).map((f) => f.id);
+    expect(await entries(sales.id)).toBe(1);
+    expect((await rest(t, 'DELETE', `/boxes/${sales.id}`, { key: a.apiKey })).status).toBe(200);
+    // Folder entries have no foreign keys (a fold inserts thousands at once): a statement trigger cascades instead.
+    const left = await t.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM mail_folder_entries WHERE folder_id = ANY(${folderIds}::text[])`;
+    expect(Number(left[0]!.n)).toBe(0);
+    const primary = await t.db.box.findFirstOrThrow({ where: { accountId: a.accountId, isPrimary: true } });
+    expect(await entries(primary.id)).toBe(1);
+  });
 });
 
 describe('refusals', () => {

@@ -5,11 +5,12 @@
  * folded in, so any process may fold, each event is folded once, and UIDs are given in the stream's order. The
  * hot paths (send, receive) pay nothing for it: whoever reads folders folds first.
  */
+import { Prisma } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { ensureBoxFolders } from './folders';
 
 /** Events folded per transaction (a first fold of a large account takes several). */
-const BATCH = 5000;
+const BATCH = 20_000;
 
 interface StreamRow {
   seq: number;
@@ -95,37 +96,39 @@ async function addAll(tx: Tx, accountId: string, rows: StreamRow[]): Promise<voi
       SELECT m.id, ${accountId}, 1, '{}', now() FROM messages m WHERE m.id = ANY(${sent}::text[])
       ON CONFLICT (message_id) DO NOTHING`;
   }
-  // A first fold of a large account adds thousands at once: nothing is read back.
   for (const [folderId, messageIds] of byTarget) await appendToFolder(tx, folderId, messageIds, { returning: false });
 }
 
 /**
- * Puts messages into a folder under new UIDs, in the given order (messages that no longer exist, or whose body
- * was reclaimed, are skipped; their UIDs are simply not used). Returns the UIDs given, in order (nothing with
- * returning: false).
+ * Puts messages into a folder under new UIDs, in the given order (messages already there, repeated, no longer
+ * existing or whose body was reclaimed are skipped; their UIDs are simply not used). Returns the UIDs given, in
+ * order (nothing with returning: false).
+ *
+ * The folder's row is updated first: every writer of a folder's entries holds it, so "already there" is read
+ * with nobody else adding (the unique (message, folder) index stays a backstop that is never hit), without the
+ * speculative insertion of ON CONFLICT, which cost a fold of 10,000 messages a third more.
  */
 export async function appendToFolder(tx: Tx, folderId: string, messageIds: string[], opts: { returning?: boolean } = {}): Promise<{ messageId: string; uid: number }[]> {
-  if (!messageIds.length) return [];
+  const ids = [...new Set(messageIds)];
+  if (!ids.length) return [];
   const [folder] = await tx.$queryRaw<{ first: number; modseq: bigint }[]>`
-    UPDATE mail_folders SET uid_next = uid_next + ${messageIds.length}, highest_modseq = highest_modseq + 1
-    WHERE id = ${folderId} RETURNING uid_next - ${messageIds.length} AS first, highest_modseq AS modseq`;
+    UPDATE mail_folders SET uid_next = uid_next + ${ids.length}, highest_modseq = highest_modseq + 1
+    WHERE id = ${folderId} RETURNING uid_next - ${ids.length} AS first, highest_modseq AS modseq`;
   if (!folder) return [];
-  if (opts.returning === false) {
-    await tx.$executeRaw`
-      INSERT INTO mail_folder_entries (folder_id, uid, message_id, deleted, modseq)
-      SELECT ${folderId}, ${folder.first}::int + (x.ord::int - 1), x.id, false, ${folder.modseq}
-      FROM unnest(${messageIds}::text[]) WITH ORDINALITY AS x(id, ord)
-      JOIN messages m ON m.id = x.id AND m.body_reclaimed_at IS NULL
-      ON CONFLICT (folder_id, message_id) DO NOTHING`;
-    return [];
-  }
-  const rows = await tx.$queryRaw<{ uid: number; message_id: string }[]>`
+  // A folder that never held anything (a first fold) has nothing to compare with.
+  const fresh = folder.first === 1;
+  const insert = Prisma.sql`
     INSERT INTO mail_folder_entries (folder_id, uid, message_id, deleted, modseq)
     SELECT ${folderId}, ${folder.first}::int + (x.ord::int - 1), x.id, false, ${folder.modseq}
-    FROM unnest(${messageIds}::text[]) WITH ORDINALITY AS x(id, ord)
+    FROM unnest(${ids}::text[]) WITH ORDINALITY AS x(id, ord)
     JOIN messages m ON m.id = x.id AND m.body_reclaimed_at IS NULL
-    ON CONFLICT (folder_id, message_id) DO NOTHING
-    RETURNING uid, message_id`;
+    ${fresh ? Prisma.empty : Prisma.sql`WHERE NOT EXISTS (SELECT 1 FROM mail_folder_entries y WHERE y.message_id = x.id AND y.folder_id = ${folderId})`}`;
+  // A first fold of a large account adds thousands at once: nothing is read back.
+  if (opts.returning === false) {
+    await tx.$executeRaw(insert);
+    return [];
+  }
+  const rows = await tx.$queryRaw<{ uid: number; message_id: string }[]>`${insert} RETURNING uid, message_id`;
   return rows.map((r) => ({ messageId: r.message_id, uid: r.uid })).sort((a, b) => a.uid - b.uid);
 }
 
