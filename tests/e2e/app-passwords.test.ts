@@ -1,10 +1,11 @@
 /**
  * App-passwords over REST (create, list, revoke, events) and the one core verify call the mail servers use:
  * which usernames work, box limits, revoked and API-key passwords, account.app_password.used at most once a
- * minute, and the lockout after repeated failures.
+ * minute, the lockout after repeated failures, and that a password verified lately skips scrypt without outliving
+ * its row.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { verifyMailLogin } from '@boxes/core';
+import { hashAppPassword, mailLoginChecks, normalizeAppPassword, verifyMailLogin } from '@boxes/core';
 import { rest, signupAccount, type TestAccount, type TestServer, startTestServer } from '@boxes/testing';
 
 let t: TestServer;
@@ -122,6 +123,27 @@ describe('verifyMailLogin (the internal verify call)', () => {
     expect((await verify(acct.primaryAddress, otherPw.password, '192.0.2.13')).ok).toBe(false);
     await rest(t, 'DELETE', `/account/app-passwords/${pw.id}`, { key: acct.apiKey });
     expect((await verify(acct.primaryAddress, pw.password, '192.0.2.14')).ok).toBe(false);
+  });
+
+  it('a password verified lately skips scrypt; the same row revoked, or holding another hash, fails at once', async () => {
+    const acct = await signupAccount(t, 'cache-owner@example.com');
+    const pw = (await rest(t, 'POST', '/account/app-passwords', { key: acct.apiKey, body: { label: 'cache' } })).body;
+    const ip = '192.0.2.30';
+    const before = { ...mailLoginChecks };
+    for (let i = 0; i < 3; i++) expect((await verify(acct.primaryAddress, pw.password, ip)).ok).toBe(true);
+    expect(mailLoginChecks.scrypt - before.scrypt).toBe(1);
+    expect(mailLoginChecks.cached - before.cached).toBe(2);
+    // A wrong password (same shape) is never answered from what was remembered.
+    expect((await verify(acct.primaryAddress, 'AAAA-BBBB-CCCC-DDDD', ip)).ok).toBe(false);
+    // The row now holds another password's hash (same lookup tag kept): the remembered match was for the old hash.
+    const row = await t.db.appPassword.findUniqueOrThrow({ where: { id: pw.id } });
+    await t.db.appPassword.update({ where: { id: pw.id }, data: { hash: await hashAppPassword(normalizeAppPassword('EEEE-FFFF-GGGG-HHHH')!) } });
+    expect((await verify(acct.primaryAddress, pw.password, ip)).ok).toBe(false);
+    await t.db.appPassword.update({ where: { id: pw.id }, data: { hash: row.hash } });
+    expect((await verify(acct.primaryAddress, pw.password, ip)).ok).toBe(true);
+    // Revoked: refused at once, though it was verified a moment ago.
+    await rest(t, 'DELETE', `/account/app-passwords/${pw.id}`, { key: acct.apiKey });
+    expect((await verify(acct.primaryAddress, pw.password, ip)).ok).toBe(false);
   });
 
   it('account.app_password.used is appended at most once a minute per credential', async () => {

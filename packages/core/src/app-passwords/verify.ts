@@ -10,7 +10,15 @@
  * the window (restarted by the failure that reached the limit) ends. A success does not clear the counts.
  *
  * A successful login appends account.app_password.used, at most once a minute per credential.
+ *
+ * Mail clients log in often (a phone on every wake, Thunderbird with several connections, mbsync per run) and an
+ * scrypt check costs about 40 ms of CPU. As Dovecot's auth cache does, a password that matched a row's hash is
+ * remembered in this process for VERIFIED_TTL_MS, as a keyed hash of the password and that stored hash (never
+ * the password): the same password against the same row then skips scrypt. Only matches are kept, so a wrong
+ * guess always pays the full check and counts towards the lockout; the row is read on every login, so a revoked
+ * password (or a deleted box, a closed account) fails at once.
  */
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Prisma } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
@@ -39,6 +47,34 @@ export interface MailLogin {
 export type VerifyResult =
   | { ok: true; login: MailLogin }
   | { ok: false; reason: 'invalid' | 'locked'; message: string; retryAfterSeconds?: number };
+
+/** How long, and for how many credentials, a verified password skips scrypt (see above). */
+const VERIFIED_TTL_MS = 10 * 60_000;
+const VERIFIED_MAX = 10_000;
+const verified = new Map<string, { proof: Buffer; until: number }>();
+/** Password checks made (scrypt) and skipped (verified lately), for tests and metrics. */
+export const mailLoginChecks = { scrypt: 0, cached: 0 };
+
+function proofOf(secretKey: Buffer, normalized: string, storedHash: string): Buffer {
+  return createHmac('sha256', secretKey).update(`verified:${storedHash}:${normalized}`).digest();
+}
+
+/** Whether this password matches this row's hash: from a recent match, or by scrypt (remembered when it does). */
+async function matches(secretKey: Buffer, row: { id: string; hash: string }, normalized: string): Promise<boolean> {
+  const key = `${row.id}:${row.hash}`;
+  const proof = proofOf(secretKey, normalized, row.hash);
+  const seen = verified.get(key);
+  if (seen && seen.until > Date.now() && timingSafeEqual(seen.proof, proof)) {
+    mailLoginChecks.cached++;
+    return true;
+  }
+  mailLoginChecks.scrypt++;
+  if (!(await checkAppPasswordHash(normalized, row.hash))) return false;
+  verified.delete(key);
+  verified.set(key, { proof, until: Date.now() + VERIFIED_TTL_MS });
+  if (verified.size > VERIFIED_MAX) verified.delete(verified.keys().next().value!);
+  return true;
+}
 
 /** The longest a failure is slowed down, in steps of MAIL_AUTH_DELAY_MS. */
 const MAX_DELAY_STEPS = 5;
@@ -149,7 +185,7 @@ async function check(svc: Services, username: string, password: string): Promise
     return null;
   }
   for (const row of rows) {
-    if (!(await checkAppPasswordHash(normalized, row.hash))) continue;
+    if (!(await matches(svc.secretKey, row, normalized))) continue;
     if (!row.box_exists) return null;
     const isBoxLogin = row.box_account_id === row.account_id && row.login_box_id !== null;
     if (row.box_id) {
