@@ -207,3 +207,31 @@ describe('more than one process', () => {
     }
   });
 });
+
+describe('folders follow mail with no client connected', () => {
+  it('an account with an app-password has its mail folded in as it arrives; one without is left alone until a client logs in', async () => {
+    const mark = tag();
+    const user = await signupAccount(t, `follow-${mark}@example.com`);
+    const bystander = await signupAccount(t, `bystander-${mark}@example.com`);
+    const pw = (await appPassword(t, user)).password;
+    const inboxEntries = async (accountId: string) =>
+      Number(
+        (
+          await t.db.$queryRaw<{ n: bigint }[]>`
+            SELECT count(*) AS n FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id WHERE f.account_id = ${accountId} AND f.role = 'inbox'`
+        )[0]!.n,
+      );
+    for (let i = 1; i <= 3; i++) {
+      await deliver(t, [user.primaryAddress], multipartMessage({ from: 'x@outside.test', to: user.primaryAddress, subject: `followed ${i} ${mark}`, text: 'f' }));
+    }
+    await deliver(t, [bystander.primaryAddress], multipartMessage({ from: 'x@outside.test', to: bystander.primaryAddress, subject: `not followed ${mark}`, text: 'n' }));
+    // Nobody has logged in: the IMAP server folds the three messages itself.
+    await waitFor('folded with no session', async () => (await inboxEntries(user.accountId)) === 3);
+    await waitFor('the bystander received', async () => (await eventsOf(t, bystander.apiKey, 'mail.received')).length === 1);
+    expect(await t.db.mailSyncState.findUnique({ where: { accountId: bystander.accountId } })).toBeNull();
+    expect(await inboxEntries(bystander.accountId)).toBe(0);
+    await withImap(t, user.primaryAddress, pw, async (c) => {
+      expect(await subjects(c, 'INBOX')).toEqual([1, 2, 3].map((i) => `followed ${i} ${mark}`));
+    });
+  });
+});

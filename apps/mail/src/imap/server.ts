@@ -4,13 +4,19 @@
  * it); the hub LISTENs, folds the account's new events into its folders once per burst, and wakes that
  * account's sessions here (IDLE answers at once; a revoked app-password ends its sessions). A slow sweep does
  * the same for idling accounts in case a notification was missed (a dropped LISTEN connection).
+ *
+ * Accounts that use mail clients (they have a fold cursor: an app-password was made, or a client logged in) are
+ * followed with no session open too: their new mail is folded in as it arrives, a burst at a time, so a client's
+ * first sync after a week away finds its folders ready instead of folding the week at login. The set is read at
+ * start, grows with each MAIL_FOLLOW_CHANNEL notification (a first app-password) and is read again on each sweep
+ * (a missed notification); folding at login stays the rule, this only does it earlier.
  */
 import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
 import { copyOutBinary, quietWhileCheckedOut } from '@boxes/db';
-import { EVENTS_CHANNEL, syncMailboxes, type RawCopy, type Services } from '@boxes/core';
+import { EVENTS_CHANNEL, MAIL_FOLLOW_CHANNEL, syncMailboxes, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import type { TlsMaterial } from '../tls';
 import { Session, type Hub } from './session';
@@ -19,6 +25,8 @@ export interface ImapHandle {
   port: number;
   /** Open sessions (tests and metrics). */
   sessions(): number;
+  /** Whether this account's folders are folded as its mail arrives, with no session open (tests). */
+  following(accountId: string): boolean;
   stop(): Promise<void>;
 }
 
@@ -29,6 +37,9 @@ class SessionHub implements Hub {
   rawCopy?: RawCopy;
   private readonly byAccount = new Map<string, Set<Session>>();
   private readonly syncing = new Map<string, { run: Promise<void>; again: boolean }>();
+  /** Accounts folded as their stream moves even with no session here (see above). */
+  private readonly following = new Set<string>();
+  private followedSince: Date | null = null;
   readonly all = new Set<Session>();
 
   constructor(
@@ -42,6 +53,7 @@ class SessionHub implements Hub {
     let set = this.byAccount.get(id);
     if (!set) this.byAccount.set(id, (set = new Set()));
     set.add(session);
+    this.following.add(id);
   }
 
   unregister(session: Session): void {
@@ -78,13 +90,32 @@ class SessionHub implements Hub {
   /** The account's stream moved: fold it, then let its sessions look. */
   async wake(accountId: string): Promise<void> {
     const sessions = this.byAccount.get(accountId);
-    if (!sessions?.size) return;
+    if (!sessions?.size && !this.following.has(accountId)) return;
     try {
       await this.sync(accountId);
     } catch (err) {
       this.log.error({ err, accountId }, 'folding the event stream into folders failed');
     }
-    for (const s of [...sessions]) void s.streamMoved();
+    for (const s of [...(sessions ?? [])]) void s.streamMoved();
+  }
+
+  /** Adds the accounts that got a fold cursor since the last look (all of them the first time). */
+  async refreshFollowing(): Promise<void> {
+    const since = this.followedSince;
+    // A little overlap: a cursor made while the last look ran is seen by this one.
+    this.followedSince = new Date(Date.now() - 5_000);
+    const rows = since
+      ? await this.svc.db.$queryRaw<{ account_id: string }[]>`SELECT account_id FROM mail_sync_state WHERE updated_at >= ${since}`
+      : await this.svc.db.$queryRaw<{ account_id: string }[]>`SELECT account_id FROM mail_sync_state`;
+    for (const r of rows) this.following.add(r.account_id);
+  }
+
+  follow(accountId: string): void {
+    this.following.add(accountId);
+  }
+
+  isFollowing(accountId: string): boolean {
+    return this.following.has(accountId);
   }
 
   accounts(): string[] {
@@ -129,7 +160,9 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
     if (stopped) return;
     const client = new pg.Client({ connectionString: config.databaseUrl });
     client.on('notification', (msg) => {
-      if (msg.payload) void hub.wake(msg.payload);
+      if (!msg.payload) return;
+      if (msg.channel === MAIL_FOLLOW_CHANNEL) hub.follow(msg.payload);
+      void hub.wake(msg.payload);
     });
     const retry = () => {
       if (listener === client) listener = null;
@@ -142,7 +175,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${EVENTS_CHANNEL}`);
+      await client.query(`LISTEN ${EVENTS_CHANNEL}; LISTEN ${MAIL_FOLLOW_CHANNEL}`);
       listener = client;
       // Whatever happened while not listening.
       for (const id of hub.accounts()) void hub.wake(id);
@@ -151,9 +184,11 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
       retry();
     }
   };
+  await hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
   await listen();
   const sweep = setInterval(() => {
     for (const id of hub.accounts()) void hub.wake(id);
+    hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
   }, SWEEP_MS);
   sweep.unref();
 
@@ -164,6 +199,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   return {
     port: (server.address() as AddressInfo).port,
     sessions: () => hub.all.size,
+    following: (accountId) => hub.isFollowing(accountId),
     async stop() {
       stopped = true;
       clearInterval(sweep);

@@ -3,11 +3,12 @@
  * The value is four groups of four base32 characters (80 random bits) joined by hyphens, shown once and
  * stored only as an scrypt hash, beside a short keyed lookup tag that finds the row to check. Minting,
  * listing and revoking append account.app_password.* events; revoking also ends open IMAP sessions (they
- * follow the event stream).
+ * follow the event stream). The first app-password starts the account's folders following its mail.
  */
 import { createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 import type { AppPassword, Db } from '@boxes/db';
 import { appendEvent } from '../events/append';
+import { followMailboxes } from '../mailboxes/sync';
 import { inTransaction } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { newId } from '../shared/ids';
@@ -135,6 +136,9 @@ export async function createAppPassword(input: {
       boxId,
       data: { app_password_id: created.id, label: created.label, box_id: boxId, box: boxAddress, by_key_id: input.actorKeyId },
     });
+    // The account now uses mail clients: the IMAP servers fold its mail as it arrives, so a first sync finds its
+    // folders ready.
+    await followMailboxes(tx, input.accountId);
     return created;
   });
   const [view] = await present(input.db, [row]);

@@ -9,6 +9,21 @@ import { Prisma } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { ensureBoxFolders } from './folders';
 
+/**
+ * NOTIFY channel (payload: an account id) saying an account now uses mail clients: the IMAP servers start
+ * following it (folding its mail as it arrives, see apps/mail's imap/server.ts).
+ */
+export const MAIL_FOLLOW_CHANNEL = 'boxes_mail_follow';
+
+/**
+ * Gives an account a fold cursor (at the start of its stream, if it had none) and tells the IMAP servers to
+ * follow it, when the transaction commits.
+ */
+export async function followMailboxes(tx: Tx, accountId: string): Promise<void> {
+  await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
+  await tx.$queryRaw`SELECT pg_notify(${MAIL_FOLLOW_CHANNEL}, ${accountId})::text`;
+}
+
 /** Events folded per transaction (a first fold of a large account takes several). */
 const BATCH = 20_000;
 
