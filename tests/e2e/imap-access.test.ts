@@ -6,6 +6,7 @@
  */
 import { ImapFlow } from 'imapflow';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { receiveMessage, syncMailboxes } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { appPassword, deliver, imapClient, multipartMessage, waitFor, withImap } from './imap-helpers';
 import { eventsOf } from './mail-receive-helpers';
@@ -233,5 +234,46 @@ describe('folders follow mail with no client connected', () => {
     await withImap(t, user.primaryAddress, pw, async (c) => {
       expect(await subjects(c, 'INBOX')).toEqual([1, 2, 3].map((i) => `followed ${i} ${mark}`));
     });
+  });
+});
+
+describe('background folds (an IMAP server following an account with no session open)', () => {
+  it('move the cursor past events with nothing to fold, and give way to a fold already running instead of waiting for it', async () => {
+    const acct = await signupAccount(t, `background-${tag()}@example.com`);
+    // A fold cursor written directly (no notification): the IMAP server of this test does not follow the account.
+    await t.db.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${acct.accountId}, 0, now())`;
+    const cursor = async () => (await t.db.mailSyncState.findUniqueOrThrow({ where: { accountId: acct.accountId } })).seq;
+    const chainSeq = async () => (await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } })).chainSeq;
+    // Signing up appended events, none of them mail: nothing is folded, the cursor moves to the head, no folder is made.
+    expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(false);
+    expect(await cursor()).toBe(await chainSeq());
+    expect(await t.db.$queryRaw<unknown[]>`SELECT 1 FROM mail_folders WHERE account_id = ${acct.accountId}`).toHaveLength(0);
+
+    const box = await t.db.box.findFirstOrThrow({ where: { accountId: acct.accountId, isPrimary: true } });
+    const raw = Buffer.from(multipartMessage({ from: 'x@outside.test', to: box.address, subject: 'held back', text: 'h' }));
+    await receiveMessage(t.svc, { raw, recipients: [{ kind: 'box', box }], mailFrom: 'x@outside.test', via: 'smtp' });
+    // Another fold holds the cursor: a background fold returns at once without folding (a waiting one would hang here).
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holder = t.db.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT seq FROM mail_sync_state WHERE account_id = ${acct.accountId} FOR UPDATE`;
+      locked();
+      await held;
+    });
+    await isLocked;
+    try {
+      expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(false);
+    } finally {
+      release();
+      await holder;
+    }
+    expect(await cursor()).toBeLessThan(await chainSeq());
+    expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(true);
+    expect(await cursor()).toBe(await chainSeq());
+    const entries = await t.db.$queryRaw<{ n: bigint }[]>`
+      SELECT count(*) AS n FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id WHERE f.account_id = ${acct.accountId} AND f.role = 'inbox'`;
+    expect(Number(entries[0]!.n)).toBe(1);
   });
 });

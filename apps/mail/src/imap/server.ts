@@ -9,7 +9,9 @@
  * followed with no session open too: their new mail is folded in as it arrives, a burst at a time, so a client's
  * first sync after a week away finds its folders ready instead of folding the week at login. The set is read at
  * start, grows with each MAIL_FOLLOW_CHANNEL notification (a first app-password) and is read again on each sweep
- * (a missed notification); folding at login stays the rule, this only does it earlier.
+ * (accounts no longer active leave it; those a missed notification left behind are folded). These folds queue,
+ * two at a time per process, and give way to any other fold of the same account (see syncMailboxes'
+ * background). Folding at login stays the rule; this only does it earlier.
  */
 import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
@@ -30,16 +32,21 @@ export interface ImapHandle {
   stop(): Promise<void>;
 }
 
-/** How often accounts with sessions are looked at without a notification. */
+/** How often accounts with sessions are looked at without a notification (and the followed ones read again). */
 const SWEEP_MS = 15_000;
+/** Folds of followed accounts with no session here running at once in this process. */
+const BACKGROUND_FOLDS = 2;
 
 class SessionHub implements Hub {
   rawCopy?: RawCopy;
   private readonly byAccount = new Map<string, Set<Session>>();
   private readonly syncing = new Map<string, { run: Promise<void>; again: boolean }>();
   /** Accounts folded as their stream moves even with no session here (see above). */
-  private readonly following = new Set<string>();
-  private followedSince: Date | null = null;
+  private following = new Set<string>();
+  private addedDuringRefresh: Set<string> | null = null;
+  private readonly backlog = new Set<string>();
+  private readonly background = new Set<Promise<void>>();
+  private stopped = false;
   readonly all = new Set<Session>();
 
   constructor(
@@ -53,7 +60,7 @@ class SessionHub implements Hub {
     let set = this.byAccount.get(id);
     if (!set) this.byAccount.set(id, (set = new Set()));
     set.add(session);
-    this.following.add(id);
+    this.follow(id);
   }
 
   unregister(session: Session): void {
@@ -87,31 +94,75 @@ class SessionHub implements Hub {
     return entry.run;
   }
 
-  /** The account's stream moved: fold it, then let its sessions look. */
+  /** The account's stream moved: fold it, then let its sessions look (or fold it in the background: followed). */
   async wake(accountId: string): Promise<void> {
     const sessions = this.byAccount.get(accountId);
-    if (!sessions?.size && !this.following.has(accountId)) return;
+    if (!sessions?.size) {
+      if (this.following.has(accountId)) this.foldLater(accountId);
+      return;
+    }
     try {
       await this.sync(accountId);
     } catch (err) {
       this.log.error({ err, accountId }, 'folding the event stream into folders failed');
     }
-    for (const s of [...(sessions ?? [])]) void s.streamMoved();
+    for (const s of [...sessions]) void s.streamMoved();
   }
 
-  /** Adds the accounts that got a fold cursor since the last look (all of them the first time). */
+  /**
+   * Followed accounts with no session here: a queue, BACKGROUND_FOLDS at a time (they share the process's
+   * database pool with the MX and the sessions), an account queued once however many events it gets meanwhile.
+   */
+  private foldLater(accountId: string): void {
+    this.backlog.add(accountId);
+    this.pump();
+  }
+
+  private pump(): void {
+    while (!this.stopped && this.background.size < BACKGROUND_FOLDS && this.backlog.size) {
+      const id = this.backlog.values().next().value!;
+      this.backlog.delete(id);
+      const run: Promise<void> = syncMailboxes(this.svc, id, { background: true })
+        .then(() => undefined)
+        .catch((err: Error) => this.log.error({ err, accountId: id }, 'folding the event stream into folders failed'))
+        .finally(() => {
+          this.background.delete(run);
+          this.pump();
+        });
+      this.background.add(run);
+    }
+  }
+
+  /** Stops taking background folds and waits for those running. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.backlog.clear();
+    await Promise.all([...this.background]);
+  }
+
+  /**
+   * Reads again which accounts to follow (active accounts with a fold cursor) and queues those whose stream has
+   * moved past it: a notification missed while the listener was down is made up here.
+   */
   async refreshFollowing(): Promise<void> {
-    const since = this.followedSince;
-    // A little overlap: a cursor made while the last look ran is seen by this one.
-    this.followedSince = new Date(Date.now() - 5_000);
-    const rows = since
-      ? await this.svc.db.$queryRaw<{ account_id: string }[]>`SELECT account_id FROM mail_sync_state WHERE updated_at >= ${since}`
-      : await this.svc.db.$queryRaw<{ account_id: string }[]>`SELECT account_id FROM mail_sync_state`;
-    for (const r of rows) this.following.add(r.account_id);
+    const addedMeanwhile = new Set<string>();
+    this.addedDuringRefresh = addedMeanwhile;
+    try {
+      const rows = await this.svc.db.$queryRaw<{ account_id: string; behind: boolean }[]>`
+        SELECT s.account_id, a.chain_seq > s.seq AS behind FROM mail_sync_state s JOIN accounts a ON a.id = s.account_id WHERE a.status = 'active'`;
+      const next = new Set(rows.map((r) => r.account_id));
+      for (const id of addedMeanwhile) next.add(id);
+      for (const id of this.byAccount.keys()) next.add(id);
+      this.following = next;
+      for (const r of rows) if (r.behind && !this.byAccount.has(r.account_id)) this.foldLater(r.account_id);
+    } finally {
+      if (this.addedDuringRefresh === addedMeanwhile) this.addedDuringRefresh = null;
+    }
   }
 
   follow(accountId: string): void {
     this.following.add(accountId);
+    this.addedDuringRefresh?.add(accountId);
   }
 
   isFollowing(accountId: string): boolean {
@@ -179,12 +230,12 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
       listener = client;
       // Whatever happened while not listening.
       for (const id of hub.accounts()) void hub.wake(id);
+      hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
     } catch (err) {
       deps.log.error({ err: (err as Error).message }, 'imap event listener could not connect');
       retry();
     }
   };
-  await hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
   await listen();
   const sweep = setInterval(() => {
     for (const id of hub.accounts()) void hub.wake(id);
@@ -204,6 +255,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
       stopped = true;
       clearInterval(sweep);
       for (const s of [...hub.all]) s.bye('Server shutting down');
+      await hub.stop();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await listener?.end().catch(() => undefined);
       await pool.end().catch(() => undefined);

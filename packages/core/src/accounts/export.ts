@@ -213,6 +213,7 @@ export async function deleteClosedAccounts(svc: Services): Promise<string[]> {
         await tx.dnsZone.deleteMany({ where: { domainId: { in: domainIds } } });
         await tx.dnsQueryCount.deleteMany({ where: { domainId: { in: domainIds } } });
         await tx.mcpFeedback.deleteMany({ where: { accountId: id } });
+        await tx.mailSyncState.deleteMany({ where: { accountId: id } });
         const payments = await tx.payment.findMany({ where: { accountId: id }, select: { id: true } });
         await tx.ownerLink.deleteMany({ where: { OR: [{ closeRequestId: { in: requests.map((r) => r.id) } }, { paymentId: { in: payments.map((p) => p.id) } }] } });
         await tx.account.delete({ where: { id } });

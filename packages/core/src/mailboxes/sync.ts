@@ -34,31 +34,55 @@ interface StreamRow {
   message_id: string | null;
 }
 
+/** The event types a fold acts on (the cursor moves past the others). */
+const FOLDED = Prisma.sql`('mail.received', 'mail.sent', 'message.deleted')`;
+
 /**
  * Folds every event up to the stream's head into the account's folders. Returns whether anything was folded.
  * The fast path (nothing new) is one read.
+ *
+ * background: a fold nobody waits for (an IMAP server following an account with no session open). It folds
+ * only when a folded type lies beyond the cursor (otherwise it moves the cursor past the rest, unless someone
+ * moved it meanwhile), and gives way when another fold of the account is running (SKIP LOCKED) instead of
+ * holding a connection to wait for it: that fold, the next event, the next sweep or the next login does the rest.
  */
-export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string): Promise<boolean> {
-  const head = await svc.db.$queryRaw<{ chain_seq: number; seq: number | null }[]>`
-    SELECT a.chain_seq, s.seq FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId}`;
+export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string, opts: { background?: boolean } = {}): Promise<boolean> {
+  const background = opts.background === true;
+  const head = background
+    ? await svc.db.$queryRaw<{ chain_seq: number; seq: number | null; foldable: boolean }[]>`
+        WITH h AS (SELECT a.chain_seq, s.seq FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId})
+        SELECT h.chain_seq, h.seq, EXISTS (
+          SELECT 1 FROM events e WHERE e.account_id = ${accountId} AND e.seq > COALESCE(h.seq, 0) AND e.seq <= h.chain_seq AND e.type IN ${FOLDED}
+        ) AS foldable FROM h`
+    : await svc.db.$queryRaw<{ chain_seq: number; seq: number | null; foldable: boolean }[]>`
+        SELECT a.chain_seq, s.seq, true AS foldable FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId}`;
   if (!head[0] || head[0].chain_seq === (head[0].seq ?? 0)) return false;
+  if (!head[0].foldable) {
+    // Nothing to fold up to the head read: every event up to it is committed, so the cursor may pass them.
+    if (head[0].seq !== null) {
+      await svc.db.$executeRaw`UPDATE mail_sync_state SET seq = ${head[0].chain_seq}, updated_at = now() WHERE account_id = ${accountId} AND seq = ${head[0].seq}`;
+    }
+    return false;
+  }
   let folded = false;
   for (;;) {
     const more = await svc.db.$transaction(
       async (tx) => {
         await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
-        const [state] = await tx.$queryRaw<{ seq: number }[]>`SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE`;
+        const [state] = background
+          ? await tx.$queryRaw<{ seq: number }[]>`SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE SKIP LOCKED`
+          : await tx.$queryRaw<{ seq: number }[]>`SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE`;
+        if (!state) return false; // background: another fold is at it
         // Every event up to the head read now is committed (appends serialise on the head), so the cursor may
         // move to it even past events of other types.
         const [acct] = await tx.$queryRaw<{ chain_seq: number }[]>`SELECT chain_seq FROM accounts WHERE id = ${accountId}`;
-        const from = state!.seq;
+        const from = state.seq;
         const to = Math.min(acct!.chain_seq, from + BATCH);
         if (to <= from) return false;
         const rows = await tx.$queryRaw<StreamRow[]>`
           SELECT seq, type, box_id, COALESCE(data->'message'->>'id', data->>'message_id') AS message_id
           FROM events
-          WHERE account_id = ${accountId} AND seq > ${from} AND seq <= ${to}
-            AND type IN ('mail.received', 'mail.sent', 'message.deleted')
+          WHERE account_id = ${accountId} AND seq > ${from} AND seq <= ${to} AND type IN ${FOLDED}
           ORDER BY seq`;
         await fold(tx, accountId, rows);
         await tx.$executeRaw`UPDATE mail_sync_state SET seq = ${to}, updated_at = now() WHERE account_id = ${accountId}`;
