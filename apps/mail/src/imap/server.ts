@@ -9,9 +9,9 @@
  * followed with no session open too: their new mail is folded in as it arrives, a burst at a time, so a client's
  * first sync after a week away finds its folders ready instead of folding the week at login. The set is read at
  * start, grows with each MAIL_FOLLOW_CHANNEL notification (a first app-password) and is read again on each sweep
- * (accounts no longer active leave it; those a missed notification left behind are folded). These folds queue,
- * two at a time per process, and give way to any other fold of the same account (see syncMailboxes'
- * background). Folding at login stays the rule; this only does it earlier.
+ * (accounts no longer active leave it; those a missed notification left behind are folded). These folds wait a
+ * second after the first event of a burst, run two at a time per process, and give way to any other fold of the
+ * same account (see syncMailboxes' background). Folding at login stays the rule; this only does it earlier.
  */
 import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
@@ -34,8 +34,9 @@ export interface ImapHandle {
 
 /** How often accounts with sessions are looked at without a notification (and the followed ones read again). */
 const SWEEP_MS = 15_000;
-/** Folds of followed accounts with no session here running at once in this process. */
+/** Folds of followed accounts with no session here running at once in this process, and their delay. */
 const BACKGROUND_FOLDS = 2;
+const BACKGROUND_DELAY_MS = 1000;
 
 class SessionHub implements Hub {
   rawCopy?: RawCopy;
@@ -44,8 +45,10 @@ class SessionHub implements Hub {
   /** Accounts folded as their stream moves even with no session here (see above). */
   private following = new Set<string>();
   private addedDuringRefresh: Set<string> | null = null;
+  /** Followed accounts waiting for a background fold: their delay running, then queued; then being folded. */
+  private readonly delayed = new Map<string, NodeJS.Timeout>();
   private readonly backlog = new Set<string>();
-  private readonly background = new Set<Promise<void>>();
+  private readonly background = new Map<string, Promise<void>>();
   private stopped = false;
   readonly all = new Set<Session>();
 
@@ -110,34 +113,45 @@ class SessionHub implements Hub {
   }
 
   /**
-   * Followed accounts with no session here: a queue, BACKGROUND_FOLDS at a time (they share the process's
-   * database pool with the MX and the sessions), an account queued once however many events it gets meanwhile.
+   * Followed accounts with no session here: folded BACKGROUND_DELAY_MS after the first event of a burst (so a
+   * stream of mail costs one fold a second, not one per message), BACKGROUND_FOLDS at a time (they share the
+   * process's database pool with the MX and the sessions), one fold per account at a time.
    */
   private foldLater(accountId: string): void {
-    this.backlog.add(accountId);
-    this.pump();
+    if (this.stopped || this.delayed.has(accountId) || this.backlog.has(accountId)) return;
+    const timer = setTimeout(() => {
+      this.delayed.delete(accountId);
+      this.backlog.add(accountId);
+      this.pump();
+    }, BACKGROUND_DELAY_MS);
+    timer.unref();
+    this.delayed.set(accountId, timer);
   }
 
   private pump(): void {
-    while (!this.stopped && this.background.size < BACKGROUND_FOLDS && this.backlog.size) {
-      const id = this.backlog.values().next().value!;
+    for (const id of [...this.backlog]) {
+      if (this.stopped || this.background.size >= BACKGROUND_FOLDS) return;
+      // An account being folded waits for that fold to end (its events since are folded by the next one).
+      if (this.background.has(id)) continue;
       this.backlog.delete(id);
-      const run: Promise<void> = syncMailboxes(this.svc, id, { background: true })
+      const run = syncMailboxes(this.svc, id, { background: true })
         .then(() => undefined)
         .catch((err: Error) => this.log.error({ err, accountId: id }, 'folding the event stream into folders failed'))
         .finally(() => {
-          this.background.delete(run);
+          this.background.delete(id);
           this.pump();
         });
-      this.background.add(run);
+      this.background.set(id, run);
     }
   }
 
   /** Stops taking background folds and waits for those running. */
   async stop(): Promise<void> {
     this.stopped = true;
+    for (const timer of this.delayed.values()) clearTimeout(timer);
+    this.delayed.clear();
     this.backlog.clear();
-    await Promise.all([...this.background]);
+    await Promise.all([...this.background.values()]);
   }
 
   /**
