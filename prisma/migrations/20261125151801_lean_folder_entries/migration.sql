@@ -33,3 +33,16 @@ CREATE TRIGGER "mail_folders_delete_entries" AFTER DELETE ON "mail_folders"
 
 CREATE TRIGGER "messages_delete_folder_entries" AFTER DELETE ON "messages"
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION "mail_folder_entries_of_gone_messages"();
+
+-- Emptying either table by hand (TRUNCATE, which fires no DELETE trigger) empties the entries too.
+CREATE FUNCTION "mail_folder_entries_truncate"() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  TRUNCATE "mail_folder_entries";
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER "mail_folders_truncate_entries" BEFORE TRUNCATE ON "mail_folders"
+  FOR EACH STATEMENT EXECUTE FUNCTION "mail_folder_entries_truncate"();
+
+CREATE TRIGGER "messages_truncate_folder_entries" BEFORE TRUNCATE ON "messages"
+  FOR EACH STATEMENT EXECUTE FUNCTION "mail_folder_entries_truncate"();
