@@ -10,6 +10,7 @@ import { simpleParser, type AddressObject } from 'mailparser';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createBoxesClient } from '@boxes/sdk';
+import { receiveMessage } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { MailSink, events, getMessage, send, unique, waitFor } from './mail-send-helpers';
 import { crlf, sendRaw } from './mail-receive-helpers';
@@ -150,6 +151,57 @@ describe('threads between two accounts of this instance', () => {
     const all = await rest(t, 'GET', '/threads?limit=200', { key: a.apiKey });
     const hidden = all.body.threads.find((x: any) => x.id !== s.body.thread_id).id;
     expect((await rest(t, 'GET', `/threads/${hidden}`, { key: key.body.api_key })).status).toBe(404);
+  });
+});
+
+describe('GET /threads paging over many messages', () => {
+  it('pages, at any limit, in the order and with the figures of one aggregate over every message (ties in time included), with and without a box filter', async () => {
+    const acct = await signupAccount(t, `paging-${unique()}@example.com`);
+    const second = (await rest(t, 'POST', '/boxes', { key: acct.apiKey, body: { address: `second-${unique()}` } })).body;
+    const primary = await t.db.box.findFirstOrThrow({ where: { accountId: acct.accountId, isPrimary: true } });
+    await receiveMessage(t.svc, {
+      raw: Buffer.from(crlf(`From: seed@outside.test\nTo: ${primary.address}\nSubject: seed\nMessage-ID: <seed-${unique()}@outside.test>\n\nhello\n`)),
+      recipients: [{ kind: 'box', box: primary }],
+      mailFrom: 'seed@outside.test',
+      via: 'smtp',
+    });
+    // 1,500 more messages cloned from it: 310 threads, 7 messages to a timestamp (ties), spread over both boxes.
+    const cols = (await t.db.$queryRaw<{ column_name: string }[]>`
+      SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' AND table_schema = current_schema()`).map((c) => c.column_name);
+    const set: Record<string, string> = {
+      id: `'msg_paging' || g`,
+      thread_id: `'thr_' || lpad(((g * 7919) % 310)::text, 20, '0')`,
+      recorded_at: `m.recorded_at - ((g / 7) || ' seconds')::interval`,
+      box_id: `CASE WHEN g % 3 = 0 THEN '${second.id}' ELSE m.box_id END`,
+      direction: `CASE WHEN g % 5 = 0 THEN 'sent' ELSE m.direction END`,
+      idempotency_key: 'NULL',
+      rfc_message_id: `'<paging-' || g || '@outside.test>'`,
+    };
+    await t.db.$executeRawUnsafe(
+      `INSERT INTO messages (${cols.map((c) => `"${c}"`).join(', ')}) SELECT ${cols.map((c) => set[c] ?? `m."${c}"`).join(', ')}
+       FROM messages m, generate_series(1, 1500) g WHERE m.account_id = '${acct.accountId}'`,
+    );
+    for (const box of [null, second.id as string]) {
+      const reference = await t.db.$queryRaw<{ thread_id: string; last: Date; n: number; sent: number }[]>`
+        SELECT thread_id, max(recorded_at) AS last, count(*)::int AS n, (count(*) FILTER (WHERE direction = 'sent'))::int AS sent
+        FROM messages WHERE account_id = ${acct.accountId} AND (${box}::text IS NULL OR box_id = ${box})
+        GROUP BY thread_id ORDER BY max(recorded_at) DESC, thread_id DESC`;
+      expect(reference.length).toBeGreaterThan(box ? 200 : 300);
+      for (const limit of [1, 7, 50, 100]) {
+        const seen: any[] = [];
+        let cursor: string | null = null;
+        do {
+          const q: string = `/threads?limit=${limit}${box ? `&box=${box}` : ''}${cursor ? `&cursor=${cursor}` : ''}`;
+          const r = await rest(t, 'GET', q, { key: acct.apiKey });
+          expect(r.status, JSON.stringify(r.body)).toBe(200);
+          expect(r.body.threads.length).toBeLessThanOrEqual(limit);
+          seen.push(...r.body.threads);
+          cursor = r.body.next_cursor;
+        } while (cursor && seen.length <= reference.length);
+        expect(seen.map((x) => x.id), `limit ${limit}, box ${box}`).toEqual(reference.map((x) => x.thread_id));
+        expect(seen.map((x) => [x.last_activity_at, x.message_count, x.sent_count])).toEqual(reference.map((x) => [x.last.toISOString(), x.n, x.sent]));
+      }
+    }
   });
 });
 
