@@ -1,10 +1,12 @@
 /**
  * What operators watch: /healthz, /readyz (PostgreSQL and Redis, a dependency that stops answering makes it 503
  * naming it) and /metrics in Prometheus's text format with the request, queue, delivery, inbound, push, pool
- * and event-loop series. The Redis of this file is its own redis-server, so stopping it touches nothing else.
+ * and event-loop series; a process without the HTTP server serves its own on METRICS_PORT. The Redis of this
+ * file is its own redis-server, so stopping it touches nothing else.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
+import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { freePort, rest, signupAccount, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
@@ -87,3 +89,56 @@ it('Redis stops answering: /readyz is 503 naming it, /healthz and /metrics still
   await startRedis();
   await waitFor('readyz to recover', async () => (await get('/readyz', t2)).status === 200, 20_000);
 }, 60_000);
+
+it('a process without the HTTP server (boxes start worker) serves its own /metrics and /healthz on METRICS_PORT', async () => {
+  const root = path.resolve(import.meta.dirname, '../..');
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', 'worker'], {
+    cwd: root,
+    env: {
+      ...process.env,
+      PORT: '0',
+      DATABASE_URL: t.config.databaseUrl,
+      REDIS_PREFIX: t.config.redisPrefix,
+      BOXES_SECRET_KEY: t.svc.secretKey.toString('hex'),
+      METRICS_PORT: '0',
+      LOG_LEVEL: 'error',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  try {
+    const url = await waitFor(
+      'the worker to start',
+      () => {
+        if (child.exitCode !== null) throw new Error(`the worker exited ${child.exitCode}: ${out.slice(-2000)}`);
+        return /boxes: running worker \(pid \d+\); metrics on (\S+)/.exec(out)?.[1] ?? null;
+      },
+      90_000,
+    );
+    const m = await fetch(url);
+    expect(m.status).toBe(200);
+    expect(m.headers.get('content-type')).toContain('text/plain');
+    const text = await m.text();
+    // Its own process: Node's metrics, its database pool, its group commits (none yet: the family is there).
+    expect(text).toMatch(/^boxes_process_process_cpu_user_seconds_total \d/m);
+    expect(text).toMatch(/^boxes_process_nodejs_eventloop_lag_seconds \d/m);
+    expect(text).toMatch(/^boxes_db_pool_clients\{state="total"\} \d+$/m);
+    expect(text).toContain('# TYPE boxes_group_commit_batches gauge');
+    // What only the HTTP server reports stays there.
+    expect(text).not.toContain('boxes_http_requests_total');
+    expect(text).not.toContain('boxes_queue_jobs');
+    const base = url.replace(/\/metrics$/, '');
+    const h = await fetch(`${base}/healthz`);
+    expect(h.status).toBe(200);
+    expect(await h.json()).toEqual({ status: 'ok' });
+    expect((await fetch(`${base}/other`)).status).toBe(404);
+    expect((await fetch(url, { method: 'POST' })).status).toBe(405);
+  } finally {
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    await exited;
+  }
+  expect(child.exitCode).toBe(0);
+}, 120_000);

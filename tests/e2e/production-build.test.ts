@@ -48,9 +48,17 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
     expect(await worker.exited).toBe(0);
 
     // `start` naming no app runs them all, as `pnpm start` does (two supervised processes on two cores or more).
-    const all = startBundle(['start'], { ...env, SMTP_PORT: '0', IMAP_PORT: '0', SUBMISSION_PORT: '0', MQTT_PORT: '0', DNS_PORT: '0' });
+    // METRICS_PORT: the worker (no HTTP server of its own) serves its /metrics there; the front ignores it.
+    const all = startBundle(['start'], { ...env, SMTP_PORT: '0', IMAP_PORT: '0', SUBMISSION_PORT: '0', MQTT_PORT: '0', DNS_PORT: '0', METRICS_PORT: '0' });
     const front = await waitFor('every app to start', () => /Boxes is running \((?:two|one) process/.test(all.out()) && /Listening on\s+(\S+)/.exec(all.out())?.[1], 90_000);
     expect((await fetch(`${front}/readyz`)).status).toBe(200);
+    if (/Boxes is running \(two processes/.test(all.out())) {
+      const workerMetrics = /the worker's (http:\/\/\S+\/metrics)/.exec(all.out())?.[1];
+      expect(workerMetrics, all.out()).toBeTruthy();
+      const text = await (await fetch(workerMetrics!)).text();
+      expect(text).toMatch(/^boxes_process_nodejs_eventloop_lag_seconds \d/m);
+      expect(text).not.toContain('boxes_http_requests_total');
+    }
     all.child.kill('SIGTERM');
     expect(await all.exited).toBe(0);
   } finally {

@@ -93,6 +93,8 @@ interface Ready {
   submissionPort: number | null;
   mqttPort: number | null;
   dnsPort: number | null;
+  /** /metrics of a process without the HTTP server (METRICS_PORT). */
+  metricsUrl: string | null;
 }
 
 function parseApps(argv: string[]): AppName[] | null {
@@ -107,14 +109,14 @@ function parseApps(argv: string[]): AppName[] | null {
   return [...new Set(list)] as AppName[];
 }
 
-function banner(config: Config, r: Ready, layout: string): string {
+function banner(config: Config, r: Ready, layout: string, workerMetrics: string | null = null): string {
   return `Boxes is running (${layout}).
   API (REST):   ${config.apiBaseUrl}
   tRPC:         ${config.siteUrl}/trpc
   OpenAPI:      ${config.siteUrl}/openapi.yaml
   API reference ${config.siteUrl}/docs
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
-  Operators:    ${config.siteUrl}/healthz, /readyz, /metrics
+  Operators:    ${config.siteUrl}/healthz, /readyz, /metrics${workerMetrics ? `; the worker's ${workerMetrics}` : ''}
   MX (SMTP):    ${config.smtp.host}:${r.smtpPort} (mail for *.${config.baseDomain} and hosted domains)
   IMAP:         ${config.mailClients.imapHost}:${r.imapPort} (mail clients: implicit TLS, app-passwords)
   Submission:   ${config.mailClients.submissionHost}:${r.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
@@ -141,7 +143,7 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   process.once('SIGTERM', shutdown);
   // A child whose supervisor is gone stops too.
   process.once('disconnect', shutdown);
-  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null };
+  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null, metricsUrl: runtime.metrics?.url ?? null };
 }
 
 /** A supervised child process running some apps; restarted when it dies, up to 5 times a minute. */
@@ -205,7 +207,7 @@ async function main(): Promise<void> {
     const list = apps ?? [...APPS];
     const ready = await runApps(config, list, secretKey);
     if (ready.url) publicUrl(config, ready.url);
-    console.log(apps ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}` : banner(config, ready, 'one process'));
+    console.log(apps ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}${ready.metricsUrl ? `; metrics on ${ready.metricsUrl}` : ''}` : banner(config, ready, 'one process'));
     return;
   }
   // Two processes: the front first (the worker publishes MQTT through its broker), then the worker.
@@ -220,7 +222,7 @@ async function main(): Promise<void> {
   const worker = await supervise('worker', ['worker'], { ...env, ...(front.ready.mqttPort && !config.mqtt.brokerUrl ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${front.ready.mqttPort}` } : {}) }, giveUp);
   children.push(worker);
   if (front.ready.url) publicUrl(config, front.ready.url);
-  console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`));
+  console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`, worker.ready.metricsUrl));
   const shutdown = async () => {
     await Promise.all(children.map((c) => c.stop()));
     children = [];

@@ -53,9 +53,34 @@ export interface Ops {
  * Mounts the request counter and /healthz, /readyz and /metrics (call it before the other routes); `routeOf` maps a request path to its bounded route label (the REST
  * route's OpenAPI path, the tRPC procedure, a fixed name for the other pages).
  */
+/**
+ * The metrics of this process, whatever apps it runs: Node's own with the boxes_process_ prefix (event-loop lag,
+ * heap, GC, CPU), the group commits it flushed and its database pool. Returns what to run before each scrape.
+ */
+export function processMetrics(registry: Registry, svc: Services): () => void {
+  collectDefaultMetrics({ register: registry, prefix: 'boxes_process_' });
+  const groupBatches = new Gauge({ name: 'boxes_group_commit_batches', help: 'Group commits flushed by this process (one transaction each), by kind', labelNames: ['kind'], registers: [registry] });
+  const groupItems = new Gauge({ name: 'boxes_group_commit_items', help: 'Items recorded by those group commits, by kind (items / batches = mean batch)', labelNames: ['kind'], registers: [registry] });
+  const groupLargest = new Gauge({ name: 'boxes_group_commit_largest_batch', help: 'The largest group commit so far, by kind', labelNames: ['kind'], registers: [registry] });
+  const pool = new Gauge({ name: 'boxes_db_pool_clients', help: 'Database pool clients by state', labelNames: ['state'], registers: [registry] });
+  return () => {
+    for (const g of groupCommitStats(svc)) {
+      groupBatches.set({ kind: g.name }, g.batches);
+      groupItems.set({ kind: g.name }, g.items);
+      groupLargest.set({ kind: g.name }, g.largest);
+    }
+    const p = poolOf(svc.db);
+    if (p) {
+      pool.set({ state: 'total' }, p.totalCount);
+      pool.set({ state: 'idle' }, p.idleCount);
+      pool.set({ state: 'waiting' }, p.waitingCount);
+    }
+  };
+}
+
 export function mountOps(app: Hono, svc: Services, routeOf: (method: string, path: string) => string): Ops {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'boxes_process_' });
+  const collectProcess = processMetrics(registry, svc);
   const requests = new Counter({ name: 'boxes_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['method', 'route', 'status'], registers: [registry] });
   const duration = new Histogram({
     name: 'boxes_http_request_duration_seconds',
@@ -69,23 +94,8 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
   const deliveries = new Gauge({ name: 'boxes_deliveries', help: 'Deliveries by status (all time)', labelNames: ['status'], registers: [registry] });
   const inbound = new Gauge({ name: 'boxes_messages_received', help: 'Messages received (all time)', registers: [registry] });
   const pushLag = new Gauge({ name: 'boxes_push_lag_events', help: 'Events not yet pushed, summed over accounts, per channel', labelNames: ['channel'], registers: [registry] });
-  const groupBatches = new Gauge({ name: 'boxes_group_commit_batches', help: 'Group commits flushed by this process (one transaction each), by kind', labelNames: ['kind'], registers: [registry] });
-  const groupItems = new Gauge({ name: 'boxes_group_commit_items', help: 'Items recorded by those group commits, by kind (items / batches = mean batch)', labelNames: ['kind'], registers: [registry] });
-  const groupLargest = new Gauge({ name: 'boxes_group_commit_largest_batch', help: 'The largest group commit so far, by kind', labelNames: ['kind'], registers: [registry] });
-  const pool = new Gauge({ name: 'boxes_db_pool_clients', help: 'Database pool clients by state', labelNames: ['state'], registers: [registry] });
 
   async function collect(): Promise<void> {
-    for (const g of groupCommitStats(svc)) {
-      groupBatches.set({ kind: g.name }, g.batches);
-      groupItems.set({ kind: g.name }, g.items);
-      groupLargest.set({ kind: g.name }, g.largest);
-    }
-    const p = poolOf(svc.db);
-    if (p) {
-      pool.set({ state: 'total' }, p.totalCount);
-      pool.set({ state: 'idle' }, p.idleCount);
-      pool.set({ state: 'waiting' }, p.waitingCount);
-    }
     const queues = { deliveries: svc.jobs.deliveries, billing: svc.jobs.billing, notices: svc.jobs.notices };
     await Promise.all(
       Object.entries(queues).map(async ([name, q]) => {
@@ -125,6 +135,7 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
     return c.json({ status: r.ok ? 'ready' : 'unavailable', checks: r.checks }, r.ok ? 200 : 503);
   });
   app.get('/metrics', async (c) => {
+    collectProcess();
     try {
       await within(collect(), 5000, 'the metrics sources');
     } catch {

@@ -15,6 +15,7 @@ import { start as startWorker, type WorkerHandle } from '@boxes/worker';
 import { connectPublisher, start as startPushBroker, type EventPublisher, type PushHandle } from '@boxes/push';
 import { start as startDns, type DnsHandle } from '@boxes/dns';
 import { start as startServer, type ServerHandle } from './index';
+import { startMetricsEndpoint, type MetricsEndpoint } from './metrics-endpoint';
 import { createLogger, type Logger } from './logger';
 
 export interface Runtime {
@@ -28,6 +29,8 @@ export interface Runtime {
   push: PushHandle | null;
   /** The authoritative DNS server, when it runs in this process. */
   dns: DnsHandle | null;
+  /** /metrics of a process without the HTTP server, when METRICS_PORT is set. */
+  metrics: MetricsEndpoint | null;
   stop(): Promise<void>;
 }
 
@@ -116,6 +119,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
   if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
+  const metrics = !server && config.metrics.port !== null ? await startMetricsEndpoint(config, svc) : null;
   return {
     svc,
     log,
@@ -124,7 +128,9 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     mail,
     push,
     dns,
+    metrics,
     async stop() {
+      await metrics?.stop();
       await server?.stop();
       await worker?.stop();
       await mail?.stop();

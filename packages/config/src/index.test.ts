@@ -65,6 +65,7 @@ describe('loadConfig', () => {
       trustProxy: false,
       signupRateLimitPerHour: 30,
       keyRateLimit: { perMinute: 600, windowSeconds: 60, quota: 600 },
+      metrics: { host: '127.0.0.1', port: null },
       dns: {
         host: '127.0.0.1',
         port: 1053,

@@ -191,6 +191,12 @@ const envSchema = z.object({
   ACCOUNT_DELETION_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
   /** Days the data-export link of a closed account works. */
   EXPORT_LINK_TTL_DAYS: z.coerce.number().positive().max(365).default(7),
+  /**
+   * /metrics and /healthz of a process that runs no HTTP server (`boxes start worker|mx|push|dns`, and the worker
+   * of the two-process `pnpm start`), so Prometheus can scrape each process. Unset: none. 0: a free port.
+   */
+  METRICS_HOST: z.string().default('127.0.0.1'),
+  METRICS_PORT: port.optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: bool.default(false),
 });
@@ -254,6 +260,8 @@ export interface Config {
   signupRateLimitPerHour: number;
   /** Per-key request limit: quota requests per fixed window of windowSeconds (quota 0: off). */
   keyRateLimit: { perMinute: number; windowSeconds: number; quota: number };
+  /** The metrics endpoint of processes without the HTTP server (METRICS_PORT); port null: none. */
+  metrics: { host: string; port: number | null };
   dns: {
     host: string;
     port: number;
@@ -362,6 +370,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       windowSeconds: e.KEY_RATE_LIMIT_WINDOW_SECONDS,
       quota: e.KEY_RATE_LIMIT_PER_MINUTE === 0 ? 0 : Math.max(1, Math.round((e.KEY_RATE_LIMIT_PER_MINUTE * e.KEY_RATE_LIMIT_WINDOW_SECONDS) / 60)),
     },
+    metrics: { host: e.METRICS_HOST, port: e.METRICS_PORT ?? null },
     dns: {
       host: e.DNS_HOST,
       port: e.DNS_PORT,
