@@ -50,10 +50,6 @@ export interface Ops {
 }
 
 /**
- * Mounts the request counter and /healthz, /readyz and /metrics (call it before the other routes); `routeOf` maps a request path to its bounded route label (the REST
- * route's OpenAPI path, the tRPC procedure, a fixed name for the other pages).
- */
-/**
  * The metrics of this process, whatever apps it runs: Node's own with the boxes_process_ prefix (event-loop lag,
  * heap, GC, CPU), the group commits it flushed and its database pool. Returns what to run before each scrape.
  */
@@ -78,6 +74,10 @@ export function processMetrics(registry: Registry, svc: Services): () => void {
   };
 }
 
+/**
+ * Mounts the request counter and /healthz, /readyz and /metrics (call it before the other routes); `routeOf` maps a request path to its bounded route label (the REST
+ * route's OpenAPI path, the tRPC procedure, a fixed name for the other pages).
+ */
 export function mountOps(app: Hono, svc: Services, routeOf: (method: string, path: string) => string): Ops {
   const registry = new Registry();
   const collectProcess = processMetrics(registry, svc);

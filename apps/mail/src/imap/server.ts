@@ -27,8 +27,6 @@ export interface ImapHandle {
   port: number;
   /** Open sessions (tests and metrics). */
   sessions(): number;
-  /** Whether this account's folders are folded as its mail arrives, with no session open (tests). */
-  following(accountId: string): boolean;
   stop(): Promise<void>;
 }
 
@@ -179,10 +177,6 @@ class SessionHub implements Hub {
     this.addedDuringRefresh?.add(accountId);
   }
 
-  isFollowing(accountId: string): boolean {
-    return this.following.has(accountId);
-  }
-
   accounts(): string[] {
     return [...this.byAccount.keys()];
   }
@@ -219,6 +213,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   // A failed or timed-out handshake: drop the connection (a listener here means Node leaves that to us).
   server.on('tlsClientError', (_err, socket) => socket.destroy());
 
+  const refreshFollowing = () => void hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
   let stopped = false;
   let listener: pg.Client | null = null;
   const listen = async (): Promise<void> => {
@@ -244,7 +239,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
       listener = client;
       // Whatever happened while not listening.
       for (const id of hub.accounts()) void hub.wake(id);
-      hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
+      refreshFollowing();
     } catch (err) {
       deps.log.error({ err: (err as Error).message }, 'imap event listener could not connect');
       retry();
@@ -253,7 +248,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   await listen();
   const sweep = setInterval(() => {
     for (const id of hub.accounts()) void hub.wake(id);
-    hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
+    refreshFollowing();
   }, SWEEP_MS);
   sweep.unref();
 
@@ -264,7 +259,6 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   return {
     port: (server.address() as AddressInfo).port,
     sessions: () => hub.all.size,
-    following: (accountId) => hub.isFollowing(accountId),
     async stop() {
       stopped = true;
       clearInterval(sweep);

@@ -20,8 +20,13 @@ export const MAIL_FOLLOW_CHANNEL = 'boxes_mail_follow';
  * follow it, when the transaction commits.
  */
 export async function followMailboxes(tx: Tx, accountId: string): Promise<void> {
-  await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
+  await ensureCursor(tx, accountId);
   await tx.$queryRaw`SELECT pg_notify(${MAIL_FOLLOW_CHANNEL}, ${accountId})::text`;
+}
+
+/** The account's fold cursor, at the start of its stream if it had none. */
+async function ensureCursor(tx: Tx, accountId: string): Promise<void> {
+  await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
 }
 
 /** Events folded per transaction (a first fold of a large account takes several). */
@@ -48,14 +53,12 @@ const FOLDED = Prisma.sql`('mail.received', 'mail.sent', 'message.deleted')`;
  */
 export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string, opts: { background?: boolean } = {}): Promise<boolean> {
   const background = opts.background === true;
-  const head = background
-    ? await svc.db.$queryRaw<{ chain_seq: number; seq: number | null; foldable: boolean }[]>`
-        WITH h AS (SELECT a.chain_seq, s.seq FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId})
-        SELECT h.chain_seq, h.seq, EXISTS (
-          SELECT 1 FROM events e WHERE e.account_id = ${accountId} AND e.seq > COALESCE(h.seq, 0) AND e.seq <= h.chain_seq AND e.type IN ${FOLDED}
-        ) AS foldable FROM h`
-    : await svc.db.$queryRaw<{ chain_seq: number; seq: number | null; foldable: boolean }[]>`
-        SELECT a.chain_seq, s.seq, true AS foldable FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId}`;
+  const foldable = background
+    ? Prisma.sql`EXISTS (SELECT 1 FROM events e WHERE e.account_id = h.id AND e.seq > COALESCE(h.seq, 0) AND e.seq <= h.chain_seq AND e.type IN ${FOLDED})`
+    : Prisma.sql`true`;
+  const head = await svc.db.$queryRaw<{ chain_seq: number; seq: number | null; foldable: boolean }[]>`
+    WITH h AS (SELECT a.id, a.chain_seq, s.seq FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId})
+    SELECT h.chain_seq, h.seq, ${foldable} AS foldable FROM h`;
   if (!head[0] || head[0].chain_seq === (head[0].seq ?? 0)) return false;
   if (!head[0].foldable) {
     // Nothing to fold up to the head read: every event up to it is committed, so the cursor may pass them.
@@ -68,10 +71,9 @@ export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string
   for (;;) {
     const more = await svc.db.$transaction(
       async (tx) => {
-        await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
-        const [state] = background
-          ? await tx.$queryRaw<{ seq: number }[]>`SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE SKIP LOCKED`
-          : await tx.$queryRaw<{ seq: number }[]>`SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE`;
+        await ensureCursor(tx, accountId);
+        const [state] = await tx.$queryRaw<{ seq: number }[]>`
+          SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE ${background ? Prisma.sql`SKIP LOCKED` : Prisma.empty}`;
         if (!state) return false; // background: another fold is at it
         // Every event up to the head read now is committed (appends serialise on the head), so the cursor may
         // move to it even past events of other types.
