@@ -30,7 +30,7 @@ const receiver = https.createServer({ key: keyPem, cert: certPem, keepAliveTimeo
   req.on('end', () => {
     const at = Date.now();
     const e = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id: string; type: string; created_at: string };
-    if (e.type === 'bench.tick' && !seenWebhook.has(e.id)) {
+    if (e.type === 'mail.delivered' && !seenWebhook.has(e.id)) {
       seenWebhook.add(e.id);
       webhook.push(at - Date.parse(e.created_at));
     }
@@ -52,7 +52,7 @@ port.on('message', async (msg: { op: 'subscribe'; mqttPort: number; subscribers:
       client.on('message', (_topic, payload) => {
         const at = Date.now();
         const e = JSON.parse(payload.toString('utf8')) as { id: string; type: string; created_at: string };
-        if (e.type === 'bench.tick' && !seenMqtt.has(e.id)) {
+        if (e.type === 'mail.delivered' && !seenMqtt.has(e.id)) {
           seenMqtt.add(e.id);
           mqttLatency.push(at - Date.parse(e.created_at));
         }

@@ -110,7 +110,13 @@ await main('bench:push', async (onCleanup) => {
     // Appends run concurrently but bounded: a falling-behind machine shows up as a lower achieved rate.
     while (appended < due && inflight.size < 32) {
       const a = accounts[appended % accounts.length]!;
-      const p = appendEvent({ db: runtime.svc.db, accountId: a.accountId, type: 'bench.tick', data: { n: appended } }).finally(() => inflight.delete(p));
+      // The most common event pushed in production, with a payload of its usual size (push-peer.ts counts this type).
+      const p = appendEvent({
+        db: runtime.svc.db,
+        accountId: a.accountId,
+        type: 'mail.delivered',
+        data: { message_id: `msg_bench${appended}`, recipient: 'someone@example.com', route: 'mx', remote_mta: 'mx.example.com', response: '250 2.0.0 Ok: queued' },
+      }).finally(() => inflight.delete(p));
       inflight.add(p);
       appended += 1;
     }
@@ -140,7 +146,7 @@ await main('bench:push', async (onCleanup) => {
   const attempts = await runtime.svc.db.$queryRaw<{ n: bigint; avg: number; p99: number; failed: bigint }[]>`
     SELECT count(*) AS n, avg(latency_ms)::float AS avg, percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms)::float AS p99,
            count(*) FILTER (WHERE status <> 'delivered') AS failed
-    FROM webhook_deliveries WHERE event_type = 'bench.tick'`;
+    FROM webhook_deliveries WHERE event_type = 'mail.delivered'`;
   const w = attempts[0]!;
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
   console.log(`  until every event arrived: ${cpuReport}`);

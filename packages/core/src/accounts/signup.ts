@@ -6,7 +6,7 @@
 import type { SignupIntent, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import type { z } from 'zod';
-import type { ConfirmInput, SignupInput } from '@boxes/schemas';
+import type { ConfirmInput, EventDataInput, SignupInput } from '@boxes/schemas';
 import { createBox } from '../boxes/boxes';
 import { createDkimKey } from '../domains/dkim';
 import { normalizeDomain, wordPair } from '../domains/names';
@@ -250,7 +250,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
     db: tx,
     accountId,
     type: 'signup.completed',
-    data: { account_id: accountId, primary_address: primaryAddress, domain: domain.name, mode: intent.mode, account_status: 'active' },
+    data: { account_id: accountId, primary_address: primaryAddress, domain: domain.name, mode: intent.mode as EventDataInput<'signup.completed'>['mode'], account_status: 'active' },
   });
   if (domainStatus === 'active') {
     await appendEvent({ db: tx, accountId, type: 'domain.ready', data: { domain: domain.name } });

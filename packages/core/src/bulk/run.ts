@@ -23,6 +23,7 @@
 import type { Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
+import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
 import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
@@ -70,7 +71,10 @@ async function loadJob(db: Services['db'] | Tx, id: string, lock = false): Promi
   return rows[0] ?? null;
 }
 
-type Trip = { reason: 'bounce_rate' | 'complaint_rate'; message: string; figures: Record<string, number> };
+type Trip = { reason: 'bounce_rate' | 'complaint_rate'; message: string; figures: HaltFigures };
+/** What a halt reports beside its reason and message (bulk.halted in the event catalogue). */
+type Halted = EventDataInput<'bulk.halted'>;
+type HaltFigures = Omit<Halted, 'bulk_job_id' | 'reason' | 'message' | 'batches_completed' | 'batches_total'>;
 
 /** The circuit breaker: the job's own bounces or complaints over its limits (strictly above). */
 export function breaker(job: Pick<JobRow, 'max_bounce_rate' | 'max_complaint_rate'>, o: BulkOutcomes): Trip | null {
@@ -94,7 +98,7 @@ export function breaker(job: Pick<JobRow, 'max_bounce_rate' | 'max_complaint_rat
 }
 
 /** Halts the job (once) and appends bulk.halted; the caller releases what was not sent. */
-async function halt(tx: Tx, job: Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>, reason: string, message: string, figures: Record<string, unknown>): Promise<boolean> {
+async function halt(tx: Tx, job: Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>, reason: Halted['reason'], message: string, figures: HaltFigures): Promise<boolean> {
   const at = new Date().toISOString();
   const n = await tx.$executeRaw`
     UPDATE bulk_jobs SET status = 'halted', halt_reason = ${reason}, halt_detail = ${JSON.stringify({ message, at, ...figures })}::jsonb,
@@ -174,9 +178,9 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
         if (!(err instanceof AppError) || err.code !== 'payment_required') throw err;
         // The credit was checked for the whole job when it was accepted; it was spent elsewhere since.
         await halt(tx, job, 'insufficient_credit', `Halted before batch ${batch}: ${err.message.replace(/ Nothing was sent\.$/, '')}. Top up, then send the remaining messages as a new job.`, {
-          top_up: err.details.top_up,
-          required_usd: err.details.required_usd,
-          available_usd: err.details.available_usd,
+          top_up: err.details.top_up as Record<string, unknown>,
+          required_usd: err.details.required_usd as string,
+          available_usd: err.details.available_usd as string,
         });
         return null;
       }

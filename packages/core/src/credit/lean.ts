@@ -6,6 +6,7 @@
  * postEntries, whose announcements (low_balance, billing.deficit, billing.recovered) must run.
  */
 import { Prisma } from '@boxes/db';
+import type { NewEvent } from '@boxes/schemas';
 import { chainEvent, EVENTS_CHANNEL } from '../events/append';
 import { newId } from '../shared/ids';
 import type { LockedAccount, Posting } from './ledger';
@@ -17,7 +18,7 @@ export interface LeanCharge {
   postings: Posting[];
   releaseHeld?: { micros: bigint; freeMessages: number };
   trailerPaidMicros?: bigint;
-  event: { type: string; boxId?: string | null; data: Record<string, unknown> };
+  event: NewEvent;
 }
 
 /** Whether the postings move the balance without anything to announce. */
@@ -61,7 +62,7 @@ export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notif
     s.heldMicros += c.releaseHeld?.micros ?? 0n;
     s.heldFree += c.releaseHeld?.freeMessages ?? 0;
     s.trailer += c.trailerPaidMicros ?? 0n;
-    const ev = chainEvent(s.head, { accountId: c.accountId, type: c.event.type, data: c.event.data });
+    const ev = chainEvent(s.head, { accountId: c.accountId, ...c.event });
     s.head = { chain_seq: ev.seq, chain_hash: ev.hash };
     events.push({ id: ev.id, account_id: c.accountId, seq: ev.seq, type: c.event.type, box_id: c.event.boxId ?? null, data: ev.data, created_at: ev.createdAt.toISOString(), prev_hash: ev.prevHash, hash: ev.hash });
   }

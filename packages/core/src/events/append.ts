@@ -6,20 +6,18 @@
  * conflicts with that, so two such transactions would deadlock.
  */
 import type { DbClient } from '@boxes/db';
+import type { NewEvent } from '@boxes/schemas';
 import { newId } from '../shared/ids';
 import { canonicalData, canonicalString, chainHash, type ChainBody } from './chain';
 
 /** The LISTEN/NOTIFY channel on which each committed append names its account. */
 export const EVENTS_CHANNEL = 'boxes_events';
 
-export interface AppendInput {
-  db: DbClient;
-  accountId: string;
-  type: string;
-  data: Record<string, unknown>;
-  /** The box the event concerns, if any; box-restricted keys see only events of their boxes. */
-  boxId?: string | null;
-}
+/**
+ * An event to append: a type of the event catalogue (packages/schemas) with its data, checked against each
+ * other by the compiler, and the box it concerns if any (box-restricted keys see only events of their boxes).
+ */
+export type AppendInput = NewEvent & { db: DbClient; accountId: string };
 
 export interface StoredEvent extends ChainBody {
   prev_hash: string;
@@ -31,7 +29,7 @@ export interface StoredEvent extends ChainBody {
  * its id, seq, hash and JSON, for a caller that inserts it in its own statement (sendMessage) and moves the
  * head to (seq, hash) in the same transaction.
  */
-export function chainEvent(head: { chain_seq: number; chain_hash: string }, input: { accountId: string; type: string; data: Record<string, unknown> }) {
+export function chainEvent(head: { chain_seq: number; chain_hash: string }, input: NewEvent & { accountId: string }) {
   const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
   const createdAt = new Date();
   const body: ChainBody = { id: newId('evt'), seq: head.chain_seq + 1, type: input.type, account_id: input.accountId, created_at: createdAt.toISOString(), data };

@@ -162,12 +162,12 @@ export async function answerForwardConfirmation(svc: Services, token: string, an
         ? await tx.boxForward.update({ where: { id: f.id }, data: { status: 'active', confirmedAt: now }, include: { box: { select: { address: true } } } })
         : await tx.boxForward.update({ where: { id: f.id }, data: { status: 'stopped', stopReason: 'declined', stoppedAt: now }, include: { box: { select: { address: true } } } });
     await refreshBoxFlag(tx, f.boxId);
+    const ref = { id: f.id, box_id: f.boxId, to: f.target };
     await appendEvent({
       db: tx,
       accountId: f.accountId,
-      type: answer === 'confirm' ? 'box.forward.confirmed' : 'box.forward.stopped',
       boxId: f.boxId,
-      data: { id: f.id, box_id: f.boxId, to: f.target, ...(answer === 'decline' ? { reason: 'declined' } : {}) },
+      ...(answer === 'confirm' ? { type: 'box.forward.confirmed', data: ref } : { type: 'box.forward.stopped', data: { ...ref, reason: 'declined' } }),
     });
     return presentForward(updated);
   });

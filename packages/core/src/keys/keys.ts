@@ -94,7 +94,7 @@ export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: 
         key_id: key.id,
         prefix: key.prefix,
         label: key.label,
-        scopes: key.scopes,
+        scopes: key.scopes as Scope[],
         allowed_box_ids: key.allowedBoxIds.length ? key.allowedBoxIds : null,
         by_key_id: input.actorKeyId ?? null,
       },

@@ -64,7 +64,7 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
           subject: r.subject,
           status: 'queued',
           send_at: r.send_at?.toISOString() ?? null,
-          context: r.context ?? null,
+          context: (r.context ?? null) as Record<string, unknown> | null,
         },
       });
       return true;

@@ -6,7 +6,7 @@
 import canonicalize from 'canonicalize';
 import type { Account, ApiKey, Box, Message, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
-import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput, type SendOutput } from '@boxes/schemas';
+import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type NewEvent, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
 import { lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
@@ -378,25 +378,22 @@ function stageSend(svc: Services, a: LockedAccount, p: SendPlan): StagedSend {
     },
     ...(p.warning ? { warning: p.warning } : {}),
   };
-  const type = p.sendAt ? 'mail.scheduled' : 'mail.sent';
-  const event = chainEvent(a, {
-    accountId: p.accountId,
-    type,
-    data: {
-      message_id: p.messageId,
-      rfc_message_id: p.rfcMessageId,
-      thread_id: p.threadId,
-      from: p.from,
-      to: p.to,
-      cc: p.cc,
-      recipients: p.recipients.length,
-      suppressed: p.suppressed,
-      subject: p.subject ?? undefined,
-      status,
-      ...(p.sendAt ? { send_at: p.sendAt.toISOString() } : {}),
-      context: p.context ?? null,
-    },
-  });
+  const facts = {
+    message_id: p.messageId,
+    rfc_message_id: p.rfcMessageId,
+    thread_id: p.threadId,
+    from: p.from,
+    to: p.to,
+    cc: p.cc,
+    recipients: p.recipients.length,
+    suppressed: p.suppressed,
+    subject: p.subject ?? undefined,
+    status,
+    context: p.context ?? null,
+  };
+  const announced: NewEvent = p.sendAt ? { type: 'mail.scheduled', data: { ...facts, send_at: p.sendAt.toISOString() } } : { type: 'mail.sent', data: facts };
+  const type = announced.type;
+  const event = chainEvent(a, { accountId: p.accountId, ...announced });
   a.held_micros += heldMicros;
   a.held_free_messages += freeUsed;
   a.chain_seq = event.seq;

@@ -8,6 +8,7 @@
  * Every transition happens under the payment's row lock and checks the state it leaves, so a repeated job, a
  * double click or two workers cannot pay twice; the credit entry also carries the key payment:<id>.
  */
+import type { EventDataInput, NewEvent } from '@boxes/schemas';
 import { randomBytes } from 'node:crypto';
 import type { Account, Payment, Tx, Wallet } from '@boxes/db';
 import type { Prisma } from '@boxes/db';
@@ -93,15 +94,27 @@ function what(p: Pick<Payment, 'kind' | 'amountCents'>): string {
   return `a ${usd(p.amountCents)} credit top-up`;
 }
 
+type TopupFacts = Omit<EventDataInput<'credit.topup.succeeded'>, 'status'>;
+/** The event that announces each final status of a payment. */
+const TOPUP_EVENT = {
+  succeeded: (f: TopupFacts): NewEvent => ({ type: 'credit.topup.succeeded', data: { ...f, status: 'succeeded' } }),
+  failed: (f: TopupFacts): NewEvent => ({ type: 'credit.topup.failed', data: { ...f, status: 'failed' } }),
+  denied: (f: TopupFacts): NewEvent => ({ type: 'credit.topup.denied', data: { ...f, status: 'denied' } }),
+  expired: (f: TopupFacts): NewEvent => ({ type: 'credit.topup.expired', data: { ...f, status: 'expired' } }),
+};
+
 /** Announces a settled or final payment on the account's event stream. */
 async function announce(tx: Tx, p: Payment): Promise<void> {
   if (!p.accountId) return;
-  await appendEvent({
-    db: tx,
-    accountId: p.accountId,
-    type: `credit.topup.${p.status}`,
-    data: { payment_id: p.id, kind: p.kind, amount_cents: p.amountCents, status: p.status, decline_code: p.declineCode, paid_via: p.paidVia },
-  });
+  if (!Object.hasOwn(TOPUP_EVENT, p.status)) throw new Error(`payment ${p.id} is ${p.status}: only final payments are announced`);
+  const facts: TopupFacts = {
+    payment_id: p.id,
+    kind: p.kind as TopupFacts['kind'],
+    amount_cents: p.amountCents,
+    decline_code: p.declineCode,
+    paid_via: p.paidVia as TopupFacts['paid_via'],
+  };
+  await appendEvent({ db: tx, accountId: p.accountId, ...TOPUP_EVENT[p.status as keyof typeof TOPUP_EVENT](facts) });
 }
 
 /** Moves a locked payment to a final status and announces it. */

@@ -242,7 +242,7 @@ export async function deprovisionSendingIp(svc: Services, accountId: string): Pr
     const row = await tx.sendingIp.findUnique({ where: { accountId } });
     if (!row) throw new AppError('not_found', 'This account has no dedicated sending IP');
     await tx.sendingIp.delete({ where: { id: row.id } });
-    await appendEvent({ db: tx, accountId, type: 'account.sending_ip.deprovisioned', data: { id: row.id, ip: row.ip, provisioning_mode: row.mode } });
+    await appendEvent({ db: tx, accountId, type: 'account.sending_ip.deprovisioned', data: { id: row.id, ip: row.ip, provisioning_mode: row.mode as 'live' | 'simulated' } });
     return { deleted: true as const, id: row.id, ip: row.ip };
   });
 }

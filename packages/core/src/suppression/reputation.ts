@@ -46,5 +46,10 @@ export async function evaluateReputation(tx: Tx, accountId: string): Promise<voi
   const account = await tx.account.findUniqueOrThrow({ where: { id: accountId }, select: { reputationState: true } });
   if (account.reputationState === r.state) return;
   await tx.account.update({ where: { id: accountId }, data: { reputationState: r.state } });
-  await appendEvent({ db: tx, accountId, type: r.state === 'ok' ? 'reputation.recovered' : 'reputation.warning', data: r });
+  const { state, ...rates } = r;
+  await appendEvent({
+    db: tx,
+    accountId,
+    ...(state === 'ok' ? { type: 'reputation.recovered', data: { ...rates, state } } : { type: 'reputation.warning', data: { ...rates, state } }),
+  });
 }
