@@ -5,7 +5,7 @@
  */
 import { generateOpenApiDocument, type OpenAPIObject } from 'trpc-to-openapi';
 import { z } from 'zod';
-import { ErrorBody } from '@boxes/schemas';
+import { ErrorBody, EVENT_TYPES, eventDescription, eventSchemaName, type EventType } from '@boxes/schemas';
 import { appRouter } from './router';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
@@ -68,6 +68,32 @@ const EVENT_STREAM_OPERATION = () => ({
   },
 });
 
+/** The headers every webhook delivery carries (README "Push: webhooks and MQTT"). */
+const WEBHOOK_HEADERS = () => [
+  { name: 'X-Boxes-Signature', in: 'header', required: true, description: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by the signing secret> (two v1 values during a secret rotation). The stripe package verifies it; so does the SDK\'s verifyWebhook.', schema: { type: 'string', example: 't=1764144000,v1=5257a869e7...' } },
+  { name: 'webhook-id', in: 'header', required: true, description: 'Standard Webhooks: the event id (dedupe on it: pushes are at-least-once).', schema: { type: 'string', example: 'evt_0a1b2c3d4e5f6g7h8j9k' } },
+  { name: 'webhook-timestamp', in: 'header', required: true, description: 'Standard Webhooks: unix seconds of the signature.', schema: { type: 'string', example: '1764144000' } },
+  { name: 'webhook-signature', in: 'header', required: true, description: 'Standard Webhooks: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<raw body>"> keyed by the base64 part of the signing secret.', schema: { type: 'string', example: 'v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=' } },
+];
+
+/** One entry of the OpenAPI 3.1 webhooks section: the POST the account's callback URL receives for an event type. */
+function webhookOperation(t: EventType) {
+  return {
+    post: {
+      operationId: `webhook-${t.replace(/[._]/g, '-')}`,
+      summary: `${t}: ${eventDescription(t)}`,
+      description: `POSTed to the account's agent_callback_webhook (https) for each ${t} event, after the change it reports is committed; in order per account, at least once (dedupe on the event id), retried with backoff when the answer is not 2xx. The body is the event exactly as GET /events returns it, so its _chain hash can be checked.${t === 'signup.completed' ? ' This one delivery also carries api_key (the owner key) beside the event fields, once.' : ''} The same JSON is published over MQTT on boxes/accounts/<account_id>/events and streamed by GET /events/stream.`,
+      tags: ['events'],
+      security: [],
+      parameters: WEBHOOK_HEADERS(),
+      requestBody: { required: true, content: { 'application/json': { schema: { $ref: `#/components/schemas/${eventSchemaName(t)}` } } } },
+      responses: {
+        '200': { description: 'Received (any 2xx). Anything else, or no answer within the webhook timeout (10 s unless the operator set WEBHOOK_TIMEOUT_MS), is retried.' },
+      },
+    },
+  };
+}
+
 export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string }): OpenAPIObject {
   const doc = generateOpenApiDocument(appRouter, {
     title: 'Boxes API',
@@ -90,6 +116,8 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
   doc.paths = { ...doc.paths, '/events/stream': { get: EVENT_STREAM_OPERATION() } } as typeof doc.paths;
   // Every operation needs a key unless it says otherwise (the two signup calls say security: []).
   doc.security = [{ bearerAuth: [] }];
+  // What a callback URL receives: one webhook per event type of the catalogue, its body that type's schema.
+  (doc as { webhooks?: Record<string, unknown> }).webhooks = Object.fromEntries(EVENT_TYPES.map((t) => [t, webhookOperation(t)]));
   for (const item of Object.values(doc.paths ?? {})) {
     for (const op of Object.values(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
       if (!op?.responses) continue;
