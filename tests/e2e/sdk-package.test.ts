@@ -52,12 +52,21 @@ try {
   if (err instanceof BoxesError) code = err.code + ' ' + err.status;
 }
 const types: string[] = events.map((e) => e.type);
+// Narrowing on type types the payload (the event catalogue).
+const created: string[] = [];
+for (const e of events) if (e.type === 'box.created') created.push(e.data.box.address);
 const streamed: string[] = [];
 for await (const e of streamEvents({ baseUrl: base, apiKey: account.api_key })) {
   streamed.push(e.type);
-  if (e.type === 'box.created') break;
+  if (e.type === 'box.created' && e.data.box.local_part === 'billing') break;
 }
-console.log(JSON.stringify({ address: box.address, primary: account.primary_address, types, streamed, code, verify: typeof verifyWebhook }));
+// A webhook receiver: verifyWebhook returns the same union.
+function onWebhook(raw: string, signature: string, secret: string): string | null {
+  const e = verifyWebhook(raw, signature, secret);
+  if (e.type === 'mail.received') return e.data.message.subject;
+  return null;
+}
+console.log(JSON.stringify({ address: box.address, primary: account.primary_address, types, created, streamed, code, verify: typeof onWebhook }));
 `;
 
 it('installs from the tarball without workspace or server packages', () => {
@@ -82,6 +91,10 @@ it('an agent script typechecks with tsc --strict; a wrong field or a wrong outpu
     ['wrong-output.ts', AGENT.replace('box.address', 'box.addres')],
     ['wrong-type.ts', AGENT.replace("{ address: 'billing' }", '{ address: 42 }')],
     ['wrong-enum.ts', AGENT.replace("mode: 'subdomain'", "mode: 'subdomian'")],
+    ['wrong-event-field.ts', AGENT.replace('e.data.box.address', 'e.data.box.adress')],
+    ['wrong-event-narrowing.ts', AGENT.replace("if (e.type === 'box.created') created.push", "if (e.type === 'box.deleted') created.push")],
+    ['wrong-webhook-field.ts', AGENT.replace('e.data.message.subject', 'e.data.message.subjet')],
+    ['wrong-event-type.ts', AGENT.replace("e.type === 'mail.received'", "e.type === 'mail.recieved'")],
   ] as const) {
     fs.rmSync(path.join(scratch, 'agent.ts'));
     fs.writeFileSync(path.join(scratch, name), wrong);
@@ -107,5 +120,6 @@ it('the agent script runs with node against a live instance', async () => {
   // The SSE stream through the SDK's async iterator: the same events, in order.
   expect(out.streamed).toEqual(out.types.slice(0, out.streamed.length));
   expect(out.streamed.at(-1)).toBe('box.created');
+  expect(out.created).toEqual([out.address.replace(/^billing@/, 'agent@'), out.address]);
   expect(out.verify).toBe('function');
 }, 120_000);

@@ -13,7 +13,15 @@ export type { AppRouter };
 export { verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions } from './webhooks';
 export type BoxesInputs = inferRouterInputs<AppRouter>;
 export type BoxesOutputs = inferRouterOutputs<AppRouter>;
+/**
+ * One event of the account stream (GET /events, streamEvents, webhooks, MQTT): a union discriminated on type, so
+ * `if (e.type === 'mail.received') e.data.message.subject` is typed, and a misspelt field does not compile.
+ */
 export type BoxesEvent = BoxesOutputs['events']['list']['events'][number];
+/** The event types of the catalogue. */
+export type BoxesEventType = BoxesEvent['type'];
+/** The data of one event type: BoxesEventData<'mail.received'>. */
+export type BoxesEventData<T extends BoxesEventType> = Extract<BoxesEvent, { type: T }>['data'];
 
 export interface BoxesClientOptions {
   /** The site (http://localhost:3000) or the API base (http://localhost:3000/api/v1); either works. */

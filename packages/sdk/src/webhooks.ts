@@ -4,6 +4,7 @@
  * raw bytes received, before any JSON parsing.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import type { BoxesEvent } from './index';
 
 export interface VerifyWebhookOptions {
   /** Oldest accepted t, in seconds before now (default 300, as SPEC says). */
@@ -18,10 +19,10 @@ export class WebhookVerificationError extends Error {
 
 /**
  * Checks the signature header of a delivery against the signing secret (GET /account/webhook) and returns
- * the parsed event; throws WebhookVerificationError when the header is missing or malformed, too old, or no
+ * the parsed event (a BoxesEvent: narrow on its type to read its data); throws WebhookVerificationError when the header is missing or malformed, too old, or no
  * v1 value matches.
  */
-export function verifyWebhook<T = unknown>(rawBody: string | Uint8Array, signatureHeader: string | null | undefined, secret: string, opts: VerifyWebhookOptions = {}): T {
+export function verifyWebhook<T = BoxesEvent>(rawBody: string | Uint8Array, signatureHeader: string | null | undefined, secret: string, opts: VerifyWebhookOptions = {}): T {
   if (!signatureHeader) throw new WebhookVerificationError('missing X-Boxes-Signature header');
   const parts = signatureHeader.split(',').map((p) => p.trim().split('=') as [string, string?]);
   const t = parts.find(([k]) => k === 't')?.[1];
