@@ -6,6 +6,7 @@
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { migrate, ServiceUnavailableError } from '@boxes/db';
+import { takeRecordedProblems } from './event-check';
 import { STALE_AFTER_SECONDS, TEST_DB_PREFIX, adminUrl, databaseUrlFor, newRunId, runStartOf, templateName } from './databases';
 
 async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -43,5 +44,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('boxesRunId', runId);
   return async () => {
     await admin((c) => dropWhere(c, (name) => name.startsWith(`${TEST_DB_PREFIX}${runId}_`) || stale(name)));
+    // Every event the tests wrote must match the event catalogue (event-check.ts).
+    const problems = takeRecordedProblems(runId);
+    if (problems.length) {
+      throw new Error(`${problems.length} event(s) written during the tests do not match the event catalogue (packages/schemas/src/event-catalogue.ts):\n${problems.slice(0, 50).join('\n')}`);
+    }
   };
 }

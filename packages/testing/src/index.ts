@@ -12,6 +12,7 @@ import { deleteKeysWithPrefix } from '@boxes/jobs';
 import { createLogger, publicUrlFollowsPort, startRuntime, type Runtime, type ServerHandle } from '@boxes/server';
 import { inject } from 'vitest';
 import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databases';
+import { checkEventsBeforeDrop } from './event-check';
 
 export { adminUrl, databaseUrlFor } from './databases';
 
@@ -26,6 +27,7 @@ export async function createTestDatabase(): Promise<{ url: string; drop: () => P
   return {
     url: databaseUrlFor(name),
     drop: async () => {
+      await checkEventsBeforeDrop(runId, databaseUrlFor(name));
       const c = new pg.Client({ connectionString: adminUrl() });
       await c.connect();
       await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
