@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { appRouter } from '@boxes/api';
+import { EVENT_TYPES, eventSchemaName } from '@boxes/schemas';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { allEvents } from './push-helpers';
 
@@ -104,6 +105,12 @@ describe('tools and scopes', () => {
     expect(sent.message_id).toMatch(/^msg_/);
     expect(sent.from).toBe(owner.primaryAddress);
     const page = await call(client, 'events_list', { type: 'mail.sent' });
+    // The tool declares its output: the event catalogue's union, one schema per type, as in the OpenAPI document
+    // (the SDK client checks structuredContent against it).
+    const list = tools.find((x) => x.name === 'events_list')!;
+    const defs = (list.outputSchema as { $defs: Record<string, { oneOf?: { $ref: string }[] }> }).$defs;
+    expect(defs.Event!.oneOf!.map((r) => r.$ref.replace('#/$defs/', '')).sort()).toEqual(EVENT_TYPES.map(eventSchemaName).sort());
+    expect(defs.MailSentEvent).toMatchObject({ properties: { type: { const: 'mail.sent' } } });
     const ev = page.events.find((e: any) => e.data.message_id === sent.message_id);
     expect(ev, JSON.stringify(page.events)).toBeDefined();
     expect(ev.data).toMatchObject({ subject: 'via mcp', to: ['carol@example.net'], context: { task: 'mcp-e2e' } });

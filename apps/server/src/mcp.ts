@@ -116,7 +116,7 @@ export function createMcpHandler(svc: Services, log: Logger) {
     const tools = procedureTools().filter((t) => !t.scope || scopes.has(t.scope));
     const server = new Server({ name: 'boxes', version: API_VERSION }, { capabilities: { tools: {} } });
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
-      tools: tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
+      tools: tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema, ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}) })),
     }));
     server.setRequestHandler(CallToolRequestSchema, async (request) => {
       const tool = procedureTools().find((t) => t.name === request.params.name);

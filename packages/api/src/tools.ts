@@ -1,6 +1,8 @@
 /**
  * The router as MCP tools: every keyed procedure becomes a tool with its input schema (JSON Schema from the
- * procedure's zod input) and its OpenAPI summary and description. A procedure added later is a tool at once.
+ * procedure's zod input), its output schema (from the zod output: the event catalogue's union for events, the
+ * same as in the OpenAPI document) and its OpenAPI summary and description. A procedure added later is a tool
+ * at once.
  */
 import { z } from 'zod';
 import type { Scope } from '@boxes/schemas';
@@ -12,6 +14,7 @@ interface ProcedureDef {
     type: 'query' | 'mutation' | 'subscription';
     meta?: BoxesMeta & { openapi?: { method: string; path: string; summary?: string; description?: string; protect?: boolean; deprecated?: boolean } };
     inputs: z.ZodType[];
+    output?: z.ZodType;
   };
 }
 
@@ -28,23 +31,40 @@ export interface ProcedureTool {
    * even when the schema declares no properties, as for free-form objects) or 'wrapped' (arguments.input).
    */
   input: 'none' | 'object' | 'wrapped';
+  /** JSON Schema of the result (MCP's structuredContent), when it is an object. */
+  outputSchema?: { type: 'object'; [k: string]: unknown };
   rest: { method: string; path: string };
+}
+
+/**
+ * A zod schema as a standalone JSON Schema whose root is the schema itself: a schema with an id (.meta({ id }))
+ * converts to {$ref: '#/$defs/<id>', $defs}, so the definition is lifted to the root, keeping the other
+ * definitions it refers to.
+ */
+function rootSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
+  let out = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
+  delete out.$schema;
+  const rootRef = typeof out.$ref === 'string' ? /^#\/\$defs\/([^/]+)$/.exec(out.$ref)?.[1] : undefined;
+  const defs = out.$defs as Record<string, Record<string, unknown>> | undefined;
+  if (rootRef && defs?.[rootRef]) {
+    const { [rootRef]: root, ...others } = defs;
+    const kept = JSON.stringify([root, others]).includes(`"#/$defs/${rootRef}"`) ? defs : others;
+    out = { ...root, ...(Object.keys(kept).length ? { $defs: kept } : {}) };
+  }
+  return out;
+}
+
+function outputOf(output: z.ZodType | undefined): Pick<ProcedureTool, 'outputSchema'> {
+  if (!output) return {};
+  const schema = rootSchema(output, 'output');
+  return schema.type === 'object' ? { outputSchema: schema as NonNullable<ProcedureTool['outputSchema']> } : {};
 }
 
 function inputOf(inputs: z.ZodType[]): Pick<ProcedureTool, 'inputSchema' | 'input'> {
   const input = inputs[0];
   if (!input || input instanceof z.ZodVoid) return { inputSchema: { type: 'object', properties: {} }, input: 'none' };
-  let schema = z.toJSONSchema(input, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
-  delete schema.$schema;
-  // An input with an id (.meta({ id })) converts to {$ref: '#/$defs/<id>', $defs}: the tool's schema is that
-  // definition itself (the fields are passed flat, as over REST), keeping any other definitions it refers to.
-  const rootRef = typeof schema.$ref === 'string' ? /^#\/\$defs\/([^/]+)$/.exec(schema.$ref)?.[1] : undefined;
-  const defs = schema.$defs as Record<string, Record<string, unknown>> | undefined;
-  if (rootRef && defs?.[rootRef]) {
-    const { [rootRef]: root, ...others } = defs;
-    const kept = JSON.stringify([root, others]).includes(`"#/$defs/${rootRef}"`) ? defs : others;
-    schema = { ...root, ...(Object.keys(kept).length ? { $defs: kept } : {}) };
-  }
+  // The fields are passed flat, as over REST.
+  const schema = rootSchema(input, 'input');
   if (schema.type !== 'object') return { inputSchema: { type: 'object', properties: { input: schema }, required: ['input'] }, input: 'wrapped' };
   return { inputSchema: schema as ProcedureTool['inputSchema'], input: 'object' };
 }
@@ -66,6 +86,7 @@ export function procedureTools(): ProcedureTool[] {
         scope: meta.scope ?? null,
         description: [o.summary, o.description, `REST: ${o.method} /api/v1${o.path}${meta.scope ? `; needs the ${meta.scope} scope` : ''}.`].filter(Boolean).join('. ').replace(/\.\./g, '.'),
         ...inputOf(p._def.inputs),
+        ...outputOf(p._def.output),
         rest: { method: o.method, path: o.path },
       };
     });
