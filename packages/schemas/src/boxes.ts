@@ -4,15 +4,15 @@ import { text } from './strings';
 
 export const BoxOutput = z
   .object({
-    id: z.string().meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
+    id: z.string().meta({ description: 'The box', example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
     address: z.string().meta({ description: 'The full address', example: 'billing@brave-otter.boxes.localhost' }),
-    local_part: z.string().meta({ example: 'billing' }),
-    domain: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
+    local_part: z.string().meta({ description: 'The part before @', example: 'billing' }),
+    domain: z.string().meta({ description: 'The domain it is on', example: 'brave-otter.boxes.localhost' }),
     is_primary: z.boolean().meta({ description: 'agent@<domain>; cannot be deleted' }),
     signature: z.string().nullable().meta({ description: 'Appended to every message sent from the box' }),
     created_at: Timestamp,
   })
-  .meta({ id: 'Box' });
+  .meta({ id: 'Box', description: 'An address of the account (a box)' });
 
 export const CreateBoxInput = z.strictObject({
   address: z

@@ -50,6 +50,17 @@ const BulkCounts = o({
   suppressed: z.number().int().meta(d('Recipients skipped because they are on the suppression list')),
 });
 
+const BulkTotals = o({
+  recipients: z.number().int().meta(d('Recipients in the job')),
+  delivered: z.number().int().meta(d('Recipients delivered')),
+  bounced: z.number().int().meta(d('Recipients bounced')),
+  deferred: z.number().int().meta(d('Recipients still being retried')),
+  failed: z.number().int().meta(d('Recipients given up on')),
+  pending: z.number().int().meta(d('Recipients not yet attempted')),
+  suppressed: z.number().int().meta(d('Recipients skipped because they are suppressed')),
+  complaints: z.number().int().meta(d('Complaints about messages of the job')),
+});
+
 const Reputation = {
   window_days: z.number().int().meta(d('The sliding window the rates are computed over, in days')),
   sent: z.number().int().meta(d('Recipients delivered or bounced in the window')),
@@ -182,7 +193,7 @@ export const EVENT_CATALOGUE = {
   'account.sending_ip.deprovisioned': o({
     id: id('sip', 'The dedicated sending IP row'),
     ip: z.string().meta(d('The address')),
-    provisioning_mode: z.enum(['simulated', 'live']),
+    provisioning_mode: z.enum(['simulated', 'live']).meta(d('simulated or live')),
   }).meta(d('The dedicated sending IP was torn down')),
   'api_key.created': o({
     key_id: id('key', 'The new key'),
@@ -354,7 +365,7 @@ export const EVENT_CATALOGUE = {
     ...Reputation,
     state: z.enum(['bounce_rate_high', 'complaint_rate_high', 'bounce_and_complaint_rate_high']).meta(d('Which rate is too high')),
   }).meta(d('The bounce or complaint rate over the window went above its limit')),
-  'reputation.recovered': o({ ...Reputation, state: z.literal('ok') }).meta(d('Both rates are back under their limits')),
+  'reputation.recovered': o({ ...Reputation, state: z.literal('ok').meta(d('Both rates are under their limits')) }).meta(d('Both rates are back under their limits')),
 
   // --- bulk -----------------------------------------------------------------------------------------------------
   'bulk.queued': o({
@@ -372,31 +383,13 @@ export const EVENT_CATALOGUE = {
     batch: z.number().int().meta(d('The batch (from 1)')),
     batches_total: z.number().int().meta(d('Batches in the job')),
     counts: BulkCounts.meta(d('This batch')),
-    totals: o({
-      recipients: z.number().int().meta(d('Recipients in the job')),
-      delivered: z.number().int(),
-      bounced: z.number().int(),
-      deferred: z.number().int(),
-      failed: z.number().int(),
-      pending: z.number().int(),
-      suppressed: z.number().int(),
-      complaints: z.number().int().meta(d('Complaints about messages of the job')),
-    }).meta(d('The job so far')),
+    totals: BulkTotals.meta(d('The job so far')),
     next_batch_at: Timestamp.nullable().meta(d('When the next batch starts (null for the last, or when the job halts)')),
   }).meta(d('A batch of a bulk job was handed over')),
   'bulk.completed': o({
     bulk_job_id: id('bulk', 'The bulk job'),
     batches: z.number().int().meta(d('Batches sent')),
-    counts: o({
-      recipients: z.number().int().meta(d('Recipients in the job')),
-      delivered: z.number().int(),
-      bounced: z.number().int(),
-      deferred: z.number().int(),
-      failed: z.number().int(),
-      pending: z.number().int(),
-      suppressed: z.number().int(),
-      complaints: z.number().int(),
-    }).meta(d('The whole job')),
+    counts: BulkTotals.meta(d('The whole job')),
     bounce_rate: z.number().meta(d('Bounced / attempted')),
     complaint_rate: z.number().meta(d('Complaints / attempted')),
   }).meta(d('Every batch of a bulk job was sent')),
@@ -406,8 +399,8 @@ export const EVENT_CATALOGUE = {
       .enum(['bounce_rate', 'complaint_rate', 'insufficient_credit', 'batch_failed'])
       .meta(d("Why: the job's own bounce or complaint rate passed its limit, the credit ran out, or a batch failed after every retry")),
     message: z.string().meta(d('What happened and what to do')),
-    batches_completed: z.number().int(),
-    batches_total: z.number().int(),
+    batches_completed: z.number().int().meta(d('Batches handed over before the halt')),
+    batches_total: z.number().int().meta(d('Batches in the job')),
     attempted: z.number().int().optional().meta(d('Recipients attempted (rate trips)')),
     bounced: z.number().int().optional().meta(d('Recipients bounced (rate trips)')),
     complaints: z.number().int().optional().meta(d('Complaints (rate trips)')),
@@ -422,8 +415,8 @@ export const EVENT_CATALOGUE = {
   }).meta(d('A bulk job stopped before its end; what it had not sent is released')),
   'bulk.cancelled': o({
     bulk_job_id: id('bulk', 'The bulk job'),
-    batches_completed: z.number().int(),
-    batches_total: z.number().int(),
+    batches_completed: z.number().int().meta(d('Batches handed over before the cancel')),
+    batches_total: z.number().int().meta(d('Batches in the job')),
     cancelled_by_key: z.string().optional().meta(d('The key that cancelled it')),
     reason: z.string().optional().meta(d('Why, when the service cancelled it (the account is closing)')),
   }).meta(d('A bulk job was cancelled; what it had not sent is released')),
@@ -433,7 +426,7 @@ export const EVENT_CATALOGUE = {
     alert: z.enum(['first', 'second']).meta(d('first: the early threshold; second: the urgent one')),
     threshold_cents: cents('The threshold crossed'),
     credit_balance_cents: cents('The balance now'),
-    balance_state: z.enum(['ok', 'low', 'critical']),
+    balance_state: z.enum(['ok', 'low', 'critical']).meta(d('low below the first threshold, critical below the second')),
     cause: z.string().meta(d('What charge crossed it')),
     top_up: z.string().meta(d('Where to top up (MPP)')),
   }).meta(d('The balance fell below an alert threshold')),
@@ -441,19 +434,22 @@ export const EVENT_CATALOGUE = {
     credit_balance_cents: cents('The balance (negative)'),
     credit_balance_usd: usd('The balance'),
     cause: z.string().meta(d('What charge caused it')),
-    sending_blocked: z.literal(true),
-    inbound_continues: z.literal(true),
-    top_up: o({ mpp: z.string(), card: z.string() }).meta(d('Where to top up')),
+    sending_blocked: z.literal(true).meta(d('Sends are refused until the balance is back at zero or above')),
+    inbound_continues: z.literal(true).meta(d('Mail is still received and readable')),
+    top_up: o({
+      mpp: z.string().meta(d('POST here to top up through the wallet (Machine Payments Protocol)')),
+      card: z.string().meta(d('POST here for a card payment the owner approves')),
+    }).meta(d('Where to top up')),
   }).meta(d('The balance went below zero: sends are blocked until a top-up; inbound continues')),
   'billing.recovered': o({
     credit_balance_cents: cents('The balance now'),
-    sending_blocked: z.literal(false),
+    sending_blocked: z.literal(false).meta(d('Sends work again')),
     cause: z.string().meta(d('What brought it back')),
   }).meta(d('The balance is back at zero or above; sends work again')),
-  'credit.topup.succeeded': o({ ...TopupPayment, status: z.literal('succeeded') }).meta(d('A payment landed as credit')),
-  'credit.topup.failed': o({ ...TopupPayment, status: z.literal('failed') }).meta(d('A payment failed (the card was declined)')),
-  'credit.topup.denied': o({ ...TopupPayment, status: z.literal('denied') }).meta(d('The owner denied a payment')),
-  'credit.topup.expired': o({ ...TopupPayment, status: z.literal('expired') }).meta(d('A payment lapsed before the owner decided')),
+  'credit.topup.succeeded': o({ ...TopupPayment, status: z.literal('succeeded').meta(d('The payment is succeeded')) }).meta(d('A payment landed as credit')),
+  'credit.topup.failed': o({ ...TopupPayment, status: z.literal('failed').meta(d('The payment is failed')) }).meta(d('A payment failed (the card was declined)')),
+  'credit.topup.denied': o({ ...TopupPayment, status: z.literal('denied').meta(d('The payment is denied')) }).meta(d('The owner denied a payment')),
+  'credit.topup.expired': o({ ...TopupPayment, status: z.literal('expired').meta(d('The payment is expired')) }).meta(d('A payment lapsed before the owner decided')),
   'credit.topup.declined': o({
     payment_id: z.string().meta({ description: 'The payment', example: 'pi_0a1b2c3d4e5f6g7h8j9k' }),
     amount_cents: cents('The amount'),
@@ -501,7 +497,7 @@ export const EVENT_CATALOGUE = {
     to: z.string().meta(d('The new primary domain')),
     grace_until: Timestamp.meta(d('Until when the old domain still receives')),
   }).meta(d('The account moved onto its new domain; boxes kept their ids')),
-  'domain.retired': o({ domain: z.string(), retired_at: Timestamp }).meta(d('An old domain stopped receiving after its grace period')),
+  'domain.retired': o({ domain: z.string().meta(d('The domain')), retired_at: Timestamp.meta(d('When it stopped receiving')) }).meta(d('An old domain stopped receiving after its grace period')),
   'domain.dns.changed': o({
     zone: z.string().meta(d('The zone')),
     action: z.enum(['create', 'replace', 'delete']).meta(d('What happened to the record set')),
@@ -510,24 +506,24 @@ export const EVENT_CATALOGUE = {
     type: z.string().meta(d('Its type')),
     ttl: z.number().int().nullable().meta(d('Its TTL (null when deleted)')),
     values: z.array(z.string()).meta(d('Its values now (empty when deleted)')),
-    previous: o({ ttl: z.number().int(), values: z.array(z.string()) }).nullable().meta(d('What it was, or null when new')),
+    previous: o({ ttl: z.number().int().meta(d('Its TTL before')), values: z.array(z.string()).meta(d('Its values before')) }).nullable().meta(d('What it was, or null when new')),
     serial: z.number().int().nullable().meta(d("The zone's new SOA serial")),
     by_key_id: byKey,
   }).meta(d('A managed DNS record set changed')),
 
   // --- support ---------------------------------------------------------------------------------------------------------
-  'support.question_asked': o({ question_id: id('sq', 'The question'), subject: z.string() }).meta(d('A support question was asked')),
+  'support.question_asked': o({ question_id: id('sq', 'The question'), subject: z.string().meta(d('Its subject')) }).meta(d('A support question was asked')),
   'support.answered': o({
     question_id: id('sq', 'The question'),
-    subject: z.string(),
+    subject: z.string().meta(d('Its subject')),
     answer: z.string().meta(d('The answer')),
     message_id: z.string().meta(d('The reply in the thread')),
     answered_at: Timestamp,
   }).meta(d('Support answered a question')),
-  'feature_request.created': o({ feature_request_id: id('fr', 'The feature request'), title: z.string() }).meta(d('A feature request was filed')),
+  'feature_request.created': o({ feature_request_id: id('fr', 'The feature request'), title: z.string().meta(d('Its title')) }).meta(d('A feature request was filed')),
   'feature_request.shipped': o({
     feature_request_id: id('fr', 'The feature request'),
-    title: z.string(),
+    title: z.string().meta(d('Its title')),
     shipped_at: Timestamp,
     note: z.string().nullable().meta(d("The operator's note")),
     requested_by_you: z.boolean().meta(d('true when this account filed it')),

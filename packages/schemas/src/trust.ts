@@ -52,7 +52,7 @@ export const Authentication = z
 export const SpamVerdict = z
   .object({
     verdict: z.enum(['spam', 'ham']).meta({ description: "spam when rspamd's action was reject, rewrite subject or add header", example: 'ham' }),
-    score: z.number().meta({ example: 1.2 }),
+    score: z.number().meta({ description: "rspamd's score", example: 1.2 }),
     required_score: z.number().meta({ description: "rspamd's threshold for reject", example: 15 }),
     action: z.string().meta({ description: "rspamd's action", example: 'no action' }),
     symbols: z.array(z.string()).meta({ description: 'Matched rules, highest score first (at most 20)', example: ['MIME_GOOD', 'R_SPF_ALLOW'] }),
@@ -64,16 +64,16 @@ export const ListDirection = z.enum(['receive', 'send', 'both']).meta({ descript
 
 export const ListEntry = z
   .object({
-    id: z.string().meta({ example: 'tle_0a1b2c3d4e5f6g7h8j9k' }),
+    id: z.string().meta({ description: 'The entry', example: 'tle_0a1b2c3d4e5f6g7h8j9k' }),
     list: ListName,
     direction: ListDirection,
     value: z.string().meta({ description: 'A lower-case address, or a domain (covers its subdomains)', example: 'spammer.example' }),
-    kind: z.enum(['address', 'domain']).meta({ example: 'domain' }),
+    kind: z.enum(['address', 'domain']).meta({ description: 'Whether value is one address or a whole domain', example: 'domain' }),
     box_id: z.string().nullable().meta({ description: 'The box the entry applies to; null: every box of the account', example: null }),
     note: z.string().nullable().meta({ description: 'Your own note', example: 'phishing since November' }),
     created_at: Timestamp,
   })
-  .meta({ id: 'ListEntry' });
+  .meta({ id: 'ListEntry', description: 'An allow or block list entry' });
 
 export const ListEntriesInput = z.strictObject({
   box: z.string().max(320).optional().meta({ description: "Only this box's entries (id or address)", example: 'billing@brave-otter.boxes.localhost' }),
@@ -100,8 +100,8 @@ export const ListEntryIdInput = z.strictObject({ id: z.string().max(40).meta({ e
 
 export const BoxPolicy = z
   .object({
-    box_id: z.string().meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
-    address: z.string().meta({ example: 'agent@brave-otter.boxes.localhost' }),
+    box_id: z.string().meta({ description: 'The box', example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
+    address: z.string().meta({ description: 'Its address', example: 'agent@brave-otter.boxes.localhost' }),
     receive_mode: z.enum(['open', 'allow_list']).meta({ description: 'open: anyone not blocked may write; allow_list: only senders (From header) on an allow list of the box or the account', example: 'open' }),
     require_verified_sender: z
       .boolean()
@@ -110,7 +110,7 @@ export const BoxPolicy = z
     refused_count: z.number().int().meta({ description: 'Messages refused by lists or policy: never stored, never charged', example: 0 }),
     last_refused_at: Timestamp.nullable(),
   })
-  .meta({ id: 'BoxPolicy' });
+  .meta({ id: 'BoxPolicy', description: "A box's receiving policy" });
 
 export const SetBoxPolicyInput = z.strictObject({
   id: z.string().max(40).meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
