@@ -108,7 +108,7 @@ describe('tools and scopes', () => {
     // The tool declares its output: the event catalogue's union, one schema per type, as in the OpenAPI document
     // (the SDK client checks structuredContent against it).
     const list = tools.find((x) => x.name === 'events_list')!;
-    const defs = (list.outputSchema as { $defs: Record<string, { oneOf?: { $ref: string }[] }> }).$defs;
+    const defs = (list.outputSchema as unknown as { $defs: Record<string, { oneOf?: { $ref: string }[] }> }).$defs;
     expect(defs.Event!.oneOf!.map((r) => r.$ref.replace('#/$defs/', '')).sort()).toEqual(EVENT_TYPES.map(eventSchemaName).sort());
     expect(defs.MailSentEvent).toMatchObject({ properties: { type: { const: 'mail.sent' } } });
     const ev = page.events.find((e: any) => e.data.message_id === sent.message_id);

@@ -9,7 +9,7 @@ import { ErrorBody, EVENT_TYPES, eventDescription, eventSchemaName, type EventTy
 import { appRouter } from './router';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
-export const API_VERSION = '1.2.0';
+export const API_VERSION = '1.3.0';
 
 const STATUS_TEXT: Record<string, string> = {
   '400': 'Invalid request: malformed JSON or a field that fails validation (error.fields names each one)',

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { EVENT_CATALOGUE, EVENT_TYPES, EventOutput, eventDataProblem, eventDescription, undocumentedPaths } from './index';
+import { EVENT_CATALOGUE, EVENT_TYPES, EventOutput, eventDataProblem, eventDescription, undocumentedPaths, upcastEvent, type BoxesEvent } from './index';
 import { renderEventDocs } from './event-docs';
 
 describe('the event catalogue', () => {
@@ -47,4 +47,22 @@ describe('the event catalogue', () => {
     expect(EventOutput.parse(event)).toEqual(event);
     expect(z.array(EventOutput).safeParse([{ ...event, type: 'box.renamed' }]).success).toBe(false);
   });
+
+  it('upcastEvent brings a mail.received stored before 1.3.0 to today\'s shape and leaves current events as they are', () => {
+    const message = {
+      id: 'msg_1', box_id: 'box_1', to_box: 'agent@a.test', from: 'x@y.test', to: ['agent@a.test'], cc: [], subject: 's', rfc_message_id: '<1@y.test>',
+      in_reply_to: null, thread_id: 'thr_1', size_bytes: 10, attachments: 0, via: 'smtp', authentication: null, spam: null,
+    };
+    const base = { id: 'evt_1', seq: 3, account_id: 'acct_1', created_at: '2026-11-01T00:00:00.000Z', _chain: { prev_hash: '0'.repeat(64), hash: '1'.repeat(64) } };
+    const old = EventOutput.parse({ ...base, type: 'mail.received', data: { message, context: null } });
+    const up = upcastEvent(old);
+    expect(up.type === 'mail.received' && up.data.message_id).toBe('msg_1');
+    expect(old.data).not.toHaveProperty('message_id');
+    expect(eventDataProblem('mail.received', up.data)).toBeNull();
+    const current: BoxesEvent = EventOutput.parse({ ...base, type: 'mail.received', data: { message_id: 'msg_1', message, context: null } });
+    expect(upcastEvent(current)).toEqual(current);
+    const other: BoxesEvent = EventOutput.parse({ ...base, type: 'box.deleted', data: { box_id: 'box_1', address: 'a@b.c' } });
+    expect(upcastEvent(other)).toBe(other);
+  });
 });
+

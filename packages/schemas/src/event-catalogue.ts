@@ -5,8 +5,8 @@
  *
  * Stored events never change: each is hashed into its account's chain as it was written. So the schemas here
  * describe every payload a type has carried: a field added after a type first shipped is optional, and says
- * since when. Code in this repository that wants today's shape of an older event reads it through `upcastEvent`
- * (event-upcast.ts), the one place where older shapes are brought forward.
+ * since when. Code that wants today's shape of an older event reads it through `upcastEvent` (event-upcast.ts),
+ * the one place where older shapes are brought forward.
  *
  * Payload objects are open at run time (a reader keeps members it does not know, so the bytes it hashes are the
  * bytes that were stored) and exact in TypeScript (a misspelt field is a compile error for writers and readers).
@@ -323,6 +323,10 @@ export const EVENT_CATALOGUE = {
     last_error: z.string().meta(d('The last error, at most 500 characters')),
   }).meta(d('Delivery to a recipient was given up on after its retries')),
   'mail.received': o({
+    message_id: z
+      .string()
+      .optional()
+      .meta({ description: 'The message, as in every event about one message (since API 1.3.0; older events have only message.id: upcastEvent fills it)', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
     message: o({
       id: messageId,
       box_id: id('box', 'The box it arrived in'),

@@ -9,6 +9,7 @@ export * from './account';
 export * from './keys';
 export * from './boxes';
 export * from './events';
+export * from './event-upcast';
 export * from './messages';
 export * from './webhooks';
 export * from './surfaces';

@@ -4,6 +4,7 @@
  * chain head when it was signed, evidence.body_state, the retention in force and where the public key is. It
  * is a compact JWS (EdDSA, Ed25519), so jose or openssl verify it without our code.
  */
+import { EVENT_MESSAGE_ID } from '../events/payload-sql';
 import type { BoxScope } from '../boxes/boxes';
 import { toApiEvent } from '../events/read';
 import { presentMessage } from '../messages/read';
@@ -26,7 +27,7 @@ export async function auditBundle(svc: Services, input: { accountId: string; sco
       });
       const eventIds = await tx.$queryRaw<{ id: string }[]>`
         SELECT id FROM events WHERE account_id = ${input.accountId}
-          AND (data->>'message_id' = ${m.id} OR data#>>'{message,id}' = ${m.id}) ORDER BY seq`;
+          AND ${EVENT_MESSAGE_ID} = ${m.id} ORDER BY seq`;
       const events = eventIds.length ? await tx.event.findMany({ where: { id: { in: eventIds.map((e) => e.id) } }, orderBy: { seq: 'asc' } }) : [];
       return { m, account, events };
     },

@@ -6,6 +6,7 @@
  * hot paths (send, receive) pay nothing for it: whoever reads folders folds first.
  */
 import { Prisma } from '@boxes/db';
+import { EVENT_MESSAGE_ID } from '../events/payload-sql';
 import type { Services } from '../shared/context';
 import { ensureBoxFolders } from './folders';
 
@@ -82,7 +83,7 @@ export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string
         const to = Math.min(acct!.chain_seq, from + BATCH);
         if (to <= from) return false;
         const rows = await tx.$queryRaw<StreamRow[]>`
-          SELECT seq, type, box_id, COALESCE(data->'message'->>'id', data->>'message_id') AS message_id
+          SELECT seq, type, box_id, ${EVENT_MESSAGE_ID} AS message_id
           FROM events
           WHERE account_id = ${accountId} AND seq > ${from} AND seq <= ${to} AND type IN ${FOLDED}
           ORDER BY seq`;

@@ -143,6 +143,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
 function receivedEventData(p: Prepared, box: Box, id: string, threadId: string, context: Record<string, unknown> | null) {
   const { parsed, input } = p;
   return {
+    message_id: id,
     message: {
       id,
       box_id: box.id,
