@@ -7,7 +7,7 @@
  */
 import { Prisma } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
-import { chainEvent, EVENTS_CHANNEL } from '../events/append';
+import { chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
 import { newId } from '../shared/ids';
 import type { LockedAccount, Posting } from './ledger';
 
@@ -37,7 +37,7 @@ export function isQuietCharge(a: LockedAccount, postings: Posting[]): boolean {
 export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notify: Prisma.Sql; eventIds: string[] } {
   const accounts = new Map<string, { balance: bigint; free: number; heldMicros: bigint; heldFree: number; trailer: bigint; head: { chain_seq: number; chain_hash: string } }>();
   const entries: Record<string, unknown>[] = [];
-  const events: Record<string, unknown>[] = [];
+  const events: EventRow[] = [];
   for (const c of charges) {
     let s = accounts.get(c.accountId);
     if (!s) {
@@ -64,7 +64,7 @@ export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notif
     s.trailer += c.trailerPaidMicros ?? 0n;
     const ev = chainEvent(s.head, { accountId: c.accountId, ...c.event });
     s.head = { chain_seq: ev.seq, chain_hash: ev.hash };
-    events.push({ id: ev.id, account_id: c.accountId, seq: ev.seq, type: c.event.type, box_id: c.event.boxId ?? null, data: ev.data, created_at: ev.createdAt.toISOString(), prev_hash: ev.prevHash, hash: ev.hash });
+    events.push(ev);
   }
   const rows = [...accounts].map(([id, s]) => ({
     id,
@@ -95,14 +95,6 @@ export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notif
   return {
     ctes,
     notify: Prisma.sql`SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${ids}::text[]) AS n(id)`,
-    eventIds: events.map((e) => e.id as string),
+    eventIds: events.map((e) => e.id),
   };
-}
-
-/** The INSERT of chained events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash) for a CTE. */
-export function eventsInsert(events: Record<string, unknown>[]): Prisma.Sql {
-  return Prisma.sql`INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-      SELECT e.id, e.account_id, e.seq, e.type, e.box_id, e.data, e.created_at, e.prev_hash, e.hash
-      FROM jsonb_to_recordset(${JSON.stringify(events)}::jsonb)
-        AS e(id text, account_id text, seq int, type text, box_id text, data jsonb, created_at timestamptz, prev_hash text, hash text)`;
 }

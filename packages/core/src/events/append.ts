@@ -1,14 +1,19 @@
 /**
- * Appending to an account's event stream. Always inside the transaction of the change it reports: the
- * account row (the chain head) is locked FOR NO KEY UPDATE, so appends of one account are serialised, seq has
- * no gaps, and an event becomes visible only after every event before it. Not FOR UPDATE: rows inserted in the
- * same transaction (a box, a key) hold KEY SHARE on the account through their foreign key, and FOR UPDATE
- * conflicts with that, so two such transactions would deadlock.
+ * The event writer: every event of every path is chained here and inserted by one statement shape. Always inside
+ * the transaction of the change it reports: the account row (the chain head) is locked FOR NO KEY UPDATE, so
+ * appends of one account are serialised, seq has no gaps, and an event becomes visible only after every event
+ * before it. Not FOR UPDATE: rows inserted in the same transaction (a box, a key) hold KEY SHARE on the account
+ * through their foreign key, and FOR UPDATE conflicts with that, so two such transactions would deadlock.
+ *
+ * The hash is computed here, in TypeScript, and only here (chain.ts has the formula): batch writers (sends,
+ * inbound, delivery outcomes: the group commits) chain several events onto a head they locked and put
+ * eventsInsert in their own statement; appendEvent does the same for one event.
  */
-import type { DbClient } from '@boxes/db';
+import { Prisma, type DbClient } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
+import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
-import { canonicalData, canonicalString, chainHash, type ChainBody } from './chain';
+import { chainHash, type ChainBody } from './chain';
 
 /** The LISTEN/NOTIFY channel on which each committed append names its account. */
 export const EVENTS_CHANNEL = 'boxes_events';
@@ -19,60 +24,62 @@ export const EVENTS_CHANNEL = 'boxes_events';
  */
 export type AppendInput = NewEvent & { db: DbClient; accountId: string };
 
-export interface StoredEvent extends ChainBody {
+/** A chain head: the seq and hash of an account's last event (columns chain_seq and chain_hash). */
+export interface ChainHead {
+  chain_seq: number;
+  chain_hash: string;
+}
+
+/** A chained event as the events table stores it. */
+export interface EventRow {
+  id: string;
+  account_id: string;
+  seq: number;
+  type: NewEvent['type'];
+  box_id: string | null;
+  data: Record<string, unknown>;
+  /** ISO 8601, as hashed. */
+  created_at: string;
   prev_hash: string;
   hash: string;
 }
 
 /**
  * An event chained onto a head the caller has locked (the account row, FOR NO KEY UPDATE, in its transaction):
- * its id, seq, hash and JSON, for a caller that inserts it in its own statement (sendMessage) and moves the
- * head to (seq, hash) in the same transaction.
+ * the row to insert (eventsInsert) in the same transaction that moves the head to (row.seq, row.hash).
  */
-export function chainEvent(head: { chain_seq: number; chain_hash: string }, input: NewEvent & { accountId: string }) {
-  const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
-  const createdAt = new Date();
-  const body: ChainBody = { id: newId('evt'), seq: head.chain_seq + 1, type: input.type, account_id: input.accountId, created_at: createdAt.toISOString(), data };
-  return { id: body.id, seq: body.seq, createdAt, prevHash: head.chain_hash, hash: chainHash(head.chain_hash, body), data, json: JSON.stringify(data) };
-}
-
-/**
- * The canonical bytes of an event body around its seq: JCS orders the members account_id, created_at, data, id,
- * seq, type, so JCS(body) = prefix + seq + suffix. The hash can then be taken where the seq is known.
- */
-export function canonicalAround(body: Omit<ChainBody, 'seq'>): { prefix: string; suffix: string } {
-  const str = canonicalString;
-  return {
-    prefix: `{"account_id":${str(body.account_id)},"created_at":${str(body.created_at)},"data":${canonicalData(body.data)},"id":${str(body.id)},"seq":`,
-    suffix: `,"type":${str(body.type)}}`,
-  };
-}
-
-/**
- * Appends one event in one round trip: a single statement locks the chain head (FOR NO KEY UPDATE), computes
- * the hash in PostgreSQL (sha256 of prev_hash, a newline and the canonical body, whose bytes around the seq come
- * from here), inserts the event, moves the head and notifies the push workers at commit. Outside a
- * transaction the statement is atomic by itself.
- */
-export async function appendEvent(input: AppendInput): Promise<StoredEvent> {
+export function chainEvent(head: ChainHead, input: NewEvent & { accountId: string }): EventRow {
   // A JSON round trip drops undefined members so the hashed body equals what the database returns.
   const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
-  const createdAt = new Date();
-  const partial = { id: newId('evt'), type: input.type, account_id: input.accountId, created_at: createdAt.toISOString(), data };
-  const { prefix, suffix } = canonicalAround(partial);
-  const rows = await input.db.$queryRaw<{ seq: number; prev_hash: string; hash: string }[]>`
-    WITH head AS (
-      SELECT chain_seq + 1 AS seq, chain_hash AS prev FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE
-    ), h AS (
-      SELECT seq, prev, encode(sha256(convert_to(prev || E'\n' || ${prefix} || seq::text || ${suffix}, 'UTF8')), 'hex') AS hash FROM head
-    ), ins AS (
-      INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-      SELECT ${partial.id}, ${input.accountId}, seq, ${input.type}, ${input.boxId ?? null}, ${JSON.stringify(data)}::jsonb, ${createdAt}, prev, hash FROM h
+  const body: ChainBody = { id: newId('evt'), seq: head.chain_seq + 1, type: input.type, account_id: input.accountId, created_at: new Date().toISOString(), data };
+  return { id: body.id, account_id: input.accountId, seq: body.seq, type: input.type, box_id: input.boxId ?? null, data, created_at: body.created_at, prev_hash: head.chain_hash, hash: chainHash(head.chain_hash, body) };
+}
+
+/** The INSERT of chained rows, for a CTE of the caller's statement. */
+export function eventsInsert(rows: EventRow[]): Prisma.Sql {
+  return Prisma.sql`INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
+      SELECT e.id, e.account_id, e.seq, e.type, e.box_id, e.data, e.created_at, e.prev_hash, e.hash
+      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+        AS e(id text, account_id text, seq int, type text, box_id text, data jsonb, created_at timestamptz, prev_hash text, hash text)`;
+}
+
+/**
+ * Appends one event: locks the chain head, chains the event, then inserts it, moves the head and notifies the
+ * push workers (at commit) in one statement. Two round trips, in the caller's transaction or in one of its own.
+ */
+export async function appendEvent(input: AppendInput): Promise<EventRow> {
+  const { accountId } = input;
+  return inTransaction(input.db, async (db) => {
+    const [head] = await db.$queryRaw<ChainHead[]>`SELECT chain_seq, chain_hash FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`;
+    if (!head) throw new Error(`appendEvent: account ${accountId} does not exist`);
+    const row = chainEvent(head, input);
+    await db.$queryRaw`
+    WITH ev AS (
+      ${eventsInsert([row])}
     ), upd AS (
-      UPDATE accounts SET chain_seq = h.seq, chain_hash = h.hash FROM h WHERE accounts.id = ${input.accountId}
+      UPDATE accounts SET chain_seq = ${row.seq}, chain_hash = ${row.hash} WHERE id = ${accountId}
     )
-    SELECT h.seq, h.prev AS prev_hash, h.hash, pg_notify(${EVENTS_CHANNEL}, ${input.accountId})::text AS notified FROM h`;
-  const row = rows[0];
-  if (!row) throw new Error(`appendEvent: account ${input.accountId} does not exist`);
-  return { ...partial, seq: row.seq, prev_hash: row.prev_hash, hash: row.hash };
+    SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`;
+    return row;
+  });
 }

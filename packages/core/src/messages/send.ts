@@ -10,9 +10,8 @@ import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type NewEvent, type SendInput, type 
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
 import { lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
-import { eventsInsert } from '../credit/lean';
 import { groupCommitOf } from '../shared/group-commit';
-import { chainEvent, EVENTS_CHANNEL } from '../events/append';
+import { chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
 import { seal, sha256Hex } from '../shared/crypto';
 import type { Services } from '../shared/context';
@@ -332,7 +331,7 @@ interface StagedSend {
   plan: SendPlan;
   out: Output;
   deliveries: { id: string; recipient: string; route: string; held_micros: number; used_free: boolean; attachment_micros: number; surcharge_micros: number }[];
-  event: ReturnType<typeof chainEvent> & { type: string };
+  event: EventRow;
   heldMicros: bigint;
   freeUsed: number;
 }
@@ -392,13 +391,12 @@ function stageSend(svc: Services, a: LockedAccount, p: SendPlan): StagedSend {
     context: p.context ?? null,
   };
   const announced: NewEvent = p.sendAt ? { type: 'mail.scheduled', data: { ...facts, send_at: p.sendAt.toISOString() } } : { type: 'mail.sent', data: facts };
-  const type = announced.type;
-  const event = chainEvent(a, { accountId: p.accountId, ...announced });
+  const event = chainEvent(a, { accountId: p.accountId, boxId: p.boxId, ...announced });
   a.held_micros += heldMicros;
   a.held_free_messages += freeUsed;
   a.chain_seq = event.seq;
   a.chain_hash = event.hash;
-  return { plan: p, out, deliveries, event: { ...event, type }, heldMicros, freeUsed };
+  return { plan: p, out, deliveries, event, heldMicros, freeUsed };
 }
 
 /**
@@ -444,17 +442,7 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
     };
   });
   const deliveries = staged.flatMap((s) => s.deliveries.map((d) => ({ ...d, message_id: s.plan.messageId, account_id: s.plan.accountId, status: s.plan.sendAt ? 'scheduled' : 'queued' })));
-  const events = staged.map((s) => ({
-    id: s.event.id,
-    account_id: s.plan.accountId,
-    seq: s.event.seq,
-    type: s.event.type,
-    box_id: s.plan.boxId,
-    data: s.event.data,
-    created_at: s.event.createdAt.toISOString(),
-    prev_hash: s.event.prevHash,
-    hash: s.event.hash,
-  }));
+  const events = staged.map((s) => s.event);
   await tx.$queryRaw`
     WITH acc AS (
       UPDATE accounts a SET held_micros = a.held_micros + x.held, held_free_messages = a.held_free_messages + x.free, chain_seq = x.seq, chain_hash = x.hash
