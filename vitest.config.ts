@@ -1,11 +1,38 @@
+/**
+ * The test tiers (README "Working on Boxes"):
+ *   unit    no services at all: parsers, schemas, pure logic (packages/apps src *.test.ts)
+ *   db      against a real PostgreSQL, no HTTP (src *.pg.test.ts)
+ *   e2e     the servers on ephemeral ports with real clients (tests/e2e)
+ *   system  what takes a browser, kills processes, fuzzes, packs or builds (tests/e2e, listed in SYSTEM)
+ * `pnpm test` runs typecheck, unit and db (a contributor's loop); `pnpm test:all` runs every tier (CI).
+ */
 import { defineConfig } from 'vitest/config';
+
+const SYSTEM = [
+  'tests/e2e/*-browser.test.ts',
+  'tests/e2e/faults.test.ts',
+  'tests/e2e/mx-faults.test.ts',
+  'tests/e2e/scale-out.test.ts',
+  'tests/e2e/openapi-fuzz.test.ts',
+  'tests/e2e/sdk-package.test.ts',
+  'tests/e2e/production-build.test.ts',
+  'tests/e2e/readme.test.ts',
+  'tests/e2e/bulk-volume.test.ts',
+];
+const SOURCES = ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts'];
+const PG = ['apps/*/src/**/*.pg.test.ts', 'packages/*/src/**/*.pg.test.ts'];
+const withServices = { globalSetup: ['packages/testing/src/global-setup.ts'] };
 
 export default defineConfig({
   test: {
-    include: ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts', 'tests/**/*.test.ts'],
-    globalSetup: ['packages/testing/src/global-setup.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    projects: [
+      { extends: true, test: { name: 'unit', include: SOURCES, exclude: PG } },
+      { extends: true, test: { name: 'db', include: PG, ...withServices } },
+      { extends: true, test: { name: 'e2e', include: ['tests/e2e/**/*.test.ts'], exclude: SYSTEM, ...withServices } },
+      { extends: true, test: { name: 'system', include: SYSTEM, ...withServices } },
+    ],
   },
 });
