@@ -35,16 +35,6 @@ export function paren(items: Chunk[][]): Chunk[] {
   return out;
 }
 
-/** Joins chunk groups with spaces. */
-export function spaced(items: Chunk[][]): Chunk[] {
-  const out: Chunk[] = [];
-  items.forEach((item, i) => {
-    if (i) out.push(' ');
-    out.push(...item);
-  });
-  return out;
-}
-
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
 
 /** INTERNALDATE: "17-Jul-1996 09:44:25 +0000" (in UTC). */
@@ -60,16 +50,6 @@ export function parseSearchDate(s: string): Date | null {
   const month = MONTHS.findIndex((x) => x.toLowerCase() === m[2]!.toLowerCase());
   if (month === -1) return null;
   return new Date(Date.UTC(Number(m[3]), month, Number(m[1])));
-}
-
-/** APPEND's date-time ("17-Jul-1996 02:44:25 -0700"), or null. */
-export function parseDateTime(s: string): Date | null {
-  const m = /^\s?(\d{1,2})-([A-Za-z]{3})-(\d{4}) (\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})$/.exec(s);
-  if (!m) return null;
-  const month = MONTHS.findIndex((x) => x.toLowerCase() === m[2]!.toLowerCase());
-  if (month === -1) return null;
-  const offset = (m[7] === '-' ? -1 : 1) * (Number(m[8]) * 60 + Number(m[9]));
-  return new Date(Date.UTC(Number(m[3]), month, Number(m[1]), Number(m[4]), Number(m[5]), Number(m[6])) - offset * 60_000);
 }
 
 /** Mailbox names on the wire are modified UTF-7 (RFC 3501 5.1.3); ours are ASCII, so only "&" needs it. */

@@ -12,8 +12,6 @@ import type { Services } from '../shared/context';
 import { open, sha256Hex } from '../shared/crypto';
 
 export const DEFAULT_AUDIT_RETENTION_DAYS = 14;
-export const MIN_AUDIT_RETENTION_DAYS = 1;
-export const MAX_AUDIT_RETENTION_DAYS = 90;
 const DAY_MS = 86_400_000;
 
 export function retentionOf(account: { auditRetentionDays: number | null }) {

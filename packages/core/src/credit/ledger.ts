@@ -276,15 +276,6 @@ export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery):
 const minBig = (x: bigint, y: bigint) => (x < y ? x : y);
 const maxBig = (x: bigint, y: bigint) => (x > y ? x : y);
 
-/**
- * Charges one received message to the receiving account: free allowance first (message and attachments),
- * then credit, even below zero.
- */
-export async function chargeReceived(svc: Services, tx: Tx, accountId: string, messageId: string, attachmentBytes = 0): Promise<void> {
-  const a = await lockAccountCredit(tx, accountId);
-  await postEntries(svc, tx, accountId, receivedCharge(svc, a, messageId, attachmentBytes), { locked: a });
-}
-
 /** What a received message posts on the locked account row: free allowance first, then credit. */
 export function receivedCharge(svc: Services, a: LockedAccount, messageId: string, attachmentBytes = 0): Posting[] {
   const useFree = a.free_messages_left - a.held_free_messages > 0;
