@@ -207,6 +207,11 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     }
   });
 
+  it('declares 501 on no operation: every call it lists is implemented on every instance', () => {
+    const with501 = operations().filter(({ op }) => op.responses['501']).map(({ method, path }) => `${method.toUpperCase()} ${path}`);
+    expect(with501).toEqual([]);
+  });
+
   it('lints clean with the Redocly CLI (recommended rules, as redocly.yaml adjusts them): no error, no warning', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-openapi-'));
     try {

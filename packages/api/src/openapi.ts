@@ -21,7 +21,6 @@ const STATUS_TEXT: Record<string, string> = {
   '410': 'Expired',
   '429': 'Too many calls: wait error.retry_after_seconds (also in Retry-After) and try again',
   '500': 'Internal error (quote error.request_id)',
-  '501': 'Not available on this instance yet',
   '503': 'The database or queue cannot be reached right now; nothing was changed. Try again after Retry-After seconds (service_unavailable)',
 };
 

@@ -15,8 +15,8 @@ export const signupRouter = router({
         description:
           'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100, needs agent_callback_webhook) the signup is funded: the response carries local_payment_intent, the owner approves it from an emailed link, and the account is provisioned then with that credit (no confirm; signup.completed with the api_key goes to the callback webhook). Mode register (needs agent_callback_webhook) registers register_domain through the registrar (the built-in local registrar is simulated): the response carries local_payment_intent and local_wallet_spend_request for the first year plus any initial credit; a taken or unavailable name is 409 domain_taken with suggestions; once the owner approves, the domain is registered, its zone served, and the account provisioned (signup.completed to the callback).',
         successDescription: 'The intent',
-        // What this call can answer besides 200 (the generator's defaults would miss 409, 429, 501 and 503).
-        errorResponses: [400, 409, 429, 500, 501, 503],
+        // What this call can answer besides 200 (the generator's defaults would miss 409, 429 and 503).
+        errorResponses: [400, 409, 429, 500, 503],
       },
     })
     .input(SignupInput)
