@@ -162,7 +162,8 @@ export function gettingStarted(svc: Services) {
     confirm: `${svc.config.apiBaseUrl}/signup/agentic/confirm`,
     docs: `${svc.config.siteUrl}/docs`,
     openapi: `${svc.config.siteUrl}/openapi.json`,
-    how: 'POST /signup/agentic with human_email and domain_intent {mode: "subdomain"}, then POST /signup/agentic/confirm with the intent_id; send the api_key as Authorization: Bearer <api_key>.',
+    claim: `${svc.config.apiBaseUrl}/signup/agentic/claim`,
+    how: 'POST /signup/agentic with human_email and domain_intent {mode: "subdomain"}, then POST /signup/agentic/confirm with the intent_id; send the api_key as Authorization: Bearer <api_key>. A funded or register signup has no confirm: once the owner pays, POST /signup/agentic/claim with intent_id and claim_secret answers with the api_key.',
   };
 }
 
