@@ -45,7 +45,7 @@ const ref = (name: keyof typeof HEADERS) => ({ $ref: `#/components/headers/${nam
 const rateFields = () => ({ 'RateLimit-Policy': ref('RateLimit-Policy'), RateLimit: ref('RateLimit') });
 
 /** GET /events/stream, as OpenAPI describes it (the error responses are added with every other operation's). */
-const EVENT_STREAM_OPERATION = () => ({
+export const EVENT_STREAM_OPERATION = () => ({
   operationId: 'events-stream',
   summary: 'Follow the event stream (Server-Sent Events)',
   description:
