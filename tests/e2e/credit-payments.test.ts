@@ -64,7 +64,8 @@ describe('payments (real time)', () => {
     const pems = await receiverCertificate();
     receiver = await startReceiver(pems);
     inbox = await startOwnerInbox();
-    t = await startPaymentsServer(inbox, { env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: pems.caFile } });
+    // Webhook retries scaled down, so a callback that never answers is given up within seconds.
+    t = await startPaymentsServer(inbox, { env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: pems.caFile, WEBHOOK_RETRY_SCALE: '0.00001' } });
   });
   afterAll(async () => {
     await t?.stop();
@@ -521,6 +522,24 @@ describe('payments (real time)', () => {
     expect(again.body.error.code).toBe('intent_already_confirmed');
     expect(JSON.stringify(again.body)).not.toContain('bxs_live_');
     expect((await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } })).apiKeyEnc).toBeNull();
+  });
+
+  test('funded signup whose callback never answers: once the delivery is given up, the claim still hands out the key', async () => {
+    const email = 'funded-dead-hook@owner.test';
+    receiver.behave('/dead-funded', () => 500);
+    const r = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 700, agent_callback_webhook: receiver.url('/dead-funded') } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const s = await approvalSession(t, inbox, email, 700, r.body.local_payment_intent.id);
+    expect((await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' })).html).toContain('Approved and paid');
+    await waitFor(
+      'signup.completed given up at the callback',
+      () => t.db.webhookDelivery.findFirst({ where: { eventType: 'signup.completed', status: 'failed', url: receiver.url('/dead-funded') } }),
+      30_000,
+    );
+    const claim = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
+    expect(claim.status, JSON.stringify(claim.body)).toBe(200);
+    expect(claim.body.status).toBe('completed');
+    expect(await balance(t, claim.body.account.api_key)).toBe(700);
   });
 
   test('funded signup without a callback, denied by the owner: the claim says payment_denied and hands out nothing', async () => {
