@@ -28,11 +28,18 @@ function reachable(root: z.ZodType): Def[] {
   return [...seen];
 }
 
-/** Makes every boolean of an input schema refuse coercion for good (assignments to coerce are ignored). */
+const pinned = new WeakSet<Def>();
+
+/**
+ * Makes every boolean of an input schema refuse coercion for good (assignments to coerce are ignored). A schema
+ * shared by several inputs is pinned once; a boolean declared coercing (z.coerce.boolean()) is left as it is.
+ */
 export function pinBooleans(input: z.ZodType | undefined): void {
   if (!input) return;
   for (const d of reachable(input)) {
-    if (d.type === 'boolean') Object.defineProperty(d, 'coerce', { get: () => false, set: () => undefined, configurable: false });
+    if (d.type !== 'boolean' || d.coerce || pinned.has(d)) continue;
+    Object.defineProperty(d, 'coerce', { get: () => false, set: () => undefined, configurable: false });
+    pinned.add(d);
   }
 }
 
