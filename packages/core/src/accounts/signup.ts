@@ -328,7 +328,7 @@ export async function claimSignup(svc: Services, input: z.infer<typeof ClaimInpu
   if (!sealed) {
     throw new AppError(
       'intent_already_confirmed',
-      'The API key of this signup was already handed over, to an earlier claim or in signup.completed at the callback webhook; it is shown only once. If it was lost, an admin key can mint another.',
+      'The API key of this signup was already handed over, to an earlier claim or in signup.completed at the callback webhook; it is shown only once. Further keys are minted with it (POST /account/keys).',
       { primary_address: account.primaryAddress, account_id: accountId },
     );
   }
