@@ -114,6 +114,37 @@ test('card top-up: the owner opens the link, types a card and approves, with Jav
   expect(after.body.paid_via).toBe('owner');
 });
 
+test('card top-up: a declined card leaves the card form on the page, and another card pays right there', async () => {
+  const email = 'declined@owner.test';
+  const a = await signupAccount(t, email);
+  const topup = await rest(t, 'POST', '/account/credit/topup', { key: a.apiKey, body: { amount_cents: 900 } });
+  expect(topup.status, JSON.stringify(topup.body)).toBe(200);
+  const id: string = topup.body.payment.id;
+  const page = await newPage({ javaScriptEnabled: false });
+  await openAndContinue(page, linkIn(await inbox.waitFor(email, /Approve \$9\.00/)));
+
+  await page.getByLabel('Card number').fill(CARDS.declined);
+  await page.getByLabel('Expiry (MM/YY)').fill('12/34');
+  await page.getByLabel('Security code').fill('123');
+  expect(await submit(page, page.getByRole('button', { name: 'Approve $9.00' }))).toBe(402);
+  expect(await page.getByRole('alert').innerText()).toContain('Try another card');
+  expect(await detail(page, 'Card')).toMatch(/^declined \(/);
+  // The page that says "try another card" has the form for it (the declined card is not offered again).
+  expect(await page.getByRole('group', { name: 'Pay with another card' }).isVisible()).toBe(true);
+  expect(await page.getByText(/was declined\.$/).isVisible()).toBe(true);
+  expect(await page.getByText(/^Pay with your saved card/).count()).toBe(0);
+  expect(await page.getByLabel('Card number').inputValue()).toBe('');
+
+  await page.getByLabel('Card number').fill(CARDS.ok);
+  await page.getByLabel('Expiry (MM/YY)').fill('12/34');
+  await page.getByLabel('Security code').fill('123');
+  expect(await submit(page, page.getByRole('button', { name: 'Approve $9.00' }))).toBe(200);
+  expect(await page.getByRole('status').innerText()).toBe('Approved and paid. The credit has landed.');
+  expect(await detail(page, 'Status')).toBe('Paid; the credit has landed');
+  expect((await rest(t, 'GET', '/account/credit/balance', { key: a.apiKey })).body.credit_balance_cents).toBe(900);
+  expect((await rest(t, 'GET', `/account/credit/topup/${id}`, { key: a.apiKey })).body.status).toBe('succeeded');
+});
+
 /** An account whose owner's wallet has a card, and an MPP challenge for `cents` waiting on the owner. */
 async function mppChallenge(email: string, cents: number) {
   const a = await signupAccount(t, email);

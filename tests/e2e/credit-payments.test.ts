@@ -3,6 +3,7 @@
 // the owner links' guards. The owner's side is driven with plain form posts on the owner pages; the owner's
 // mail arrives at a stand-in MX for owner.test.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { BoxesError, claimSignup, waitForClaim } from '@boxes/sdk';
 import { AdjustableClock } from '@boxes/core';
 import { mintKey, rest, signupAccount, waitFor, type TestServer } from '@boxes/testing';
 import { CARDS, enrollWallet, linkIn, ownerSignIn, startOwnerInbox, startPaymentsServer, type OwnerInbox, type OwnerSession } from './owner-helpers';
@@ -63,7 +64,8 @@ describe('payments (real time)', () => {
     const pems = await receiverCertificate();
     receiver = await startReceiver(pems);
     inbox = await startOwnerInbox();
-    t = await startPaymentsServer(inbox, { env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: pems.caFile } });
+    // Webhook retries scaled down, so a callback that never answers is given up within seconds.
+    t = await startPaymentsServer(inbox, { env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_CA_FILE: pems.caFile, WEBHOOK_RETRY_SCALE: '0.00001' } });
   });
   afterAll(async () => {
     await t?.stop();
@@ -423,19 +425,17 @@ describe('payments (real time)', () => {
     }
   });
 
-  test('funded signup: needs a callback, min 100; the owner pays and the account arrives with its credit', async () => {
+  test('funded signup with a callback, min 100; the owner pays and the account arrives with its credit', async () => {
     const email = 'funded@owner.test';
     const hook = receiver.url('/funded');
     const body = { human_email: email, domain_intent: { mode: 'subdomain' } };
-    const noHook = await rest(t, 'POST', '/signup/agentic', { body: { ...body, initial_credit_cents: 500 } });
-    expect(noHook.status, JSON.stringify(noHook.body)).toBe(400);
     const tooSmall = await rest(t, 'POST', '/signup/agentic', { body: { ...body, initial_credit_cents: 99, agent_callback_webhook: hook } });
     expect(tooSmall.status, JSON.stringify(tooSmall.body)).toBe(400);
 
     const r = await rest(t, 'POST', '/signup/agentic', { body: { ...body, initial_credit_cents: 500, agent_callback_webhook: hook } });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body.status).toBe('pending_payment');
-    expect(r.body.next_step).toBeNull();
+    expect(r.body.next_step).toEqual({ method: 'POST', url: `${t.apiBase}/signup/agentic/claim`, body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
     const lpi = r.body.local_payment_intent;
     expect(lpi.id).toMatch(/^pi_/);
     expect(lpi.status).toBe('requires_approval');
@@ -464,6 +464,93 @@ describe('payments (real time)', () => {
     // Confirming after the payment still provisions nothing more.
     const late = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: r.body.intent_id } });
     expect(late.status).toBe(409);
+    // The callback took the key: the claim does not hand it out a second time.
+    await waitFor('the delivered key to be dropped', async () => ((await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } })).apiKeyEnc === null ? true : null), 15_000);
+    const claim = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
+    expect(claim.status, JSON.stringify(claim.body)).toBe(409);
+    expect(claim.body.error).toMatchObject({ code: 'intent_already_confirmed', primary_address: `agent@${r.body.full_domain}` });
+    expect(JSON.stringify(claim.body)).not.toContain('bxs_live_');
+  });
+
+  test('funded signup without a callback: the claim poll answers pending, then the api_key exactly once after payment (REST and the SDK)', async () => {
+    const email = 'funded-poll@owner.test';
+    const r = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 600 } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.status).toBe('pending_payment');
+    const secret: string = r.body.claim_secret;
+    expect(secret).toMatch(/^bxs_claim_[A-Za-z0-9_-]{43}$/);
+    expect(r.body.next_step).toEqual({ method: 'POST', url: `${t.apiBase}/signup/agentic/claim`, body: { intent_id: r.body.intent_id, claim_secret: secret } });
+    // Only its hash is stored.
+    const row = await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } });
+    expect(JSON.stringify(row)).not.toContain(secret);
+
+    // Before payment: pending, with when to ask again; the same over the SDK (tRPC).
+    const pending = await rest(t, 'POST', '/signup/agentic/claim', { body: r.body.next_step.body });
+    expect(pending.status, JSON.stringify(pending.body)).toBe(200);
+    expect(pending.body).toMatchObject({ intent_id: r.body.intent_id, status: 'pending_payment', retry_after_seconds: 5, account: null, payment: { id: r.body.local_payment_intent.id, status: 'requires_approval' } });
+    expect((await claimSignup(t.url, { intent_id: r.body.intent_id, claim_secret: secret })).status).toBe('pending_payment');
+
+    // A wrong secret, an unknown intent and a signup without a claim all look the same: 404.
+    const wrong = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: `${secret.slice(0, -1)}x` } });
+    expect([wrong.status, wrong.body.error.code]).toEqual([404, 'not_found']);
+    const unknown = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: 'int_00000000000000000000', claim_secret: secret } });
+    expect([unknown.status, unknown.body.error.code]).toEqual([404, 'not_found']);
+    const free = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'subdomain' } } });
+    expect(free.body.claim_secret).toBeUndefined();
+    const noClaim = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: free.body.intent_id, claim_secret: secret } });
+    expect(noClaim.status).toBe(404);
+    const sdkWrong = await claimSignup(t.url, { intent_id: r.body.intent_id, claim_secret: 'bxs_claim_nope' }).catch((e: unknown) => e);
+    expect(sdkWrong).toBeInstanceOf(BoxesError);
+    expect((sdkWrong as BoxesError).code).toBe('not_found');
+
+    // The SDK polls while the owner pays.
+    const waiting = waitForClaim(t.url, { intent_id: r.body.intent_id, claim_secret: secret }, { timeoutMs: 30_000 });
+    const s = await approvalSession(t, inbox, email, 600, r.body.local_payment_intent.id);
+    const ap = await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' });
+    expect(ap.html).toContain('Approved and paid');
+    const done = await waiting;
+    expect(done).toMatchObject({ status: 'completed', payment: null, retry_after_seconds: null });
+    expect(done.account).toMatchObject({ primary_address: `agent@${r.body.full_domain}`, account_status: 'active', domain: r.body.full_domain, domain_status: 'active' });
+    const key = done.account!.api_key;
+    expect(key).toMatch(/^bxs_live_/);
+    expect(await balance(t, key)).toBe(600);
+    expect((await rest(t, 'GET', '/account/keys', { key })).body.keys.map((k: { id: string }) => k.id)).toContain(done.account!.key_id);
+
+    // Exactly once: the next claim is 409 and carries no key; nothing sealed is left behind.
+    const again = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: secret } });
+    expect(again.status, JSON.stringify(again.body)).toBe(409);
+    expect(again.body.error.code).toBe('intent_already_confirmed');
+    expect(JSON.stringify(again.body)).not.toContain('bxs_live_');
+    expect((await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } })).apiKeyEnc).toBeNull();
+  });
+
+  test('funded signup whose callback never answers: once the delivery is given up, the claim still hands out the key', async () => {
+    const email = 'funded-dead-hook@owner.test';
+    receiver.behave('/dead-funded', () => 500);
+    const r = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 700, agent_callback_webhook: receiver.url('/dead-funded') } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const s = await approvalSession(t, inbox, email, 700, r.body.local_payment_intent.id);
+    expect((await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' })).html).toContain('Approved and paid');
+    await waitFor(
+      'signup.completed given up at the callback',
+      () => t.db.webhookDelivery.findFirst({ where: { eventType: 'signup.completed', status: 'failed', url: receiver.url('/dead-funded') } }),
+      30_000,
+    );
+    const claim = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
+    expect(claim.status, JSON.stringify(claim.body)).toBe(200);
+    expect(claim.body.status).toBe('completed');
+    expect(await balance(t, claim.body.account.api_key)).toBe(700);
+  });
+
+  test('funded signup without a callback, denied by the owner: the claim says payment_denied and hands out nothing', async () => {
+    const email = 'funded-deny@owner.test';
+    const r = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 800 } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const s = await approvalSession(t, inbox, email, 800, r.body.local_payment_intent.id);
+    expect((await s.post(s.landing, { action: 'deny' })).status).toBe(200);
+    const claim = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
+    expect(claim.status, JSON.stringify(claim.body)).toBe(200);
+    expect(claim.body).toMatchObject({ status: 'payment_denied', retry_after_seconds: null, account: null, payment: { status: 'denied' } });
   });
 
   test('owner links are single-use; a session sees only its own payments; forms need the form token', async () => {

@@ -1,5 +1,6 @@
 // Discovery and versioning (SPEC "Versioning", "Other surfaces"): /.well-known/agentic.json and every URL in it,
-// /skill.md and its shell examples run as pasted, MCP_URL, and platform.updated when the API version changes.
+// /skill.md with this instance's addresses and its shell examples run as pasted, every route family of the router
+// in both, MCP_URL, and platform.updated when the API version changes.
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -7,7 +8,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { API_VERSION } from '@boxes/api';
+import { API_VERSION, routeFamilies } from '@boxes/api';
 import { announcePlatformVersion } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { boxesSignatureMatches, verifyStripe, waitFor } from './push-helpers';
@@ -15,12 +16,12 @@ import { boxesSignatureMatches, verifyStripe, waitFor } from './push-helpers';
 let t: TestServer;
 let a: TestAccount;
 beforeAll(async () => {
-  t = await startTestServer({ worker: true });
+  t = await startTestServer({ worker: true, mail: true });
   a = await signupAccount(t);
 });
 afterAll(() => t?.stop());
 
-const SKILL = fs.readFileSync(path.resolve(import.meta.dirname, '../../SKILL.md'), 'utf8');
+const SKILL_TEMPLATE = fs.readFileSync(path.resolve(import.meta.dirname, '../../SKILL.md'), 'utf8');
 
 async function manifest(server: TestServer): Promise<any> {
   const r = await fetch(`${server.url}/.well-known/agentic.json`);
@@ -45,8 +46,18 @@ describe('GET /.well-known/agentic.json', () => {
     expect(m.openapi_url).toBe(`${t.url}/openapi.json`);
     expect(m.skill_url).toBe(`${t.url}/skill.md`);
     expect(m.mcp).toMatchObject({ url: `${t.url}/mcp`, transport: 'streamable-http' });
-    expect(m.signup).toMatchObject({ url: `${t.apiBase}/signup/agentic`, confirm_url: `${t.apiBase}/signup/agentic/confirm` });
-    expect(m.signup.modes).toContain('subdomain');
+    expect(m.signup).toMatchObject({ url: `${t.apiBase}/signup/agentic`, confirm_url: `${t.apiBase}/signup/agentic/confirm`, claim_url: `${t.apiBase}/signup/agentic/claim` });
+    expect(m.signup.modes).toEqual(['subdomain', 'register', 'byo_manual', 'byo_delegated']);
+    // What a registration costs, and who registers it.
+    expect(m.signup.register.registrar).toBe(t.svc.registrar.label);
+    expect(m.signup.register.price_cents_per_year_by_tld).toMatchObject({ xyz: 600, com: 1200 });
+    expect(m.signup.register.name_service_per_month_usd).toBe(m.pricing.registered_domain_name_service_per_month_usd);
+    expect(m.signup.funded.min_initial_credit_cents).toBe(100);
+    // Mail clients: this instance's host and ports.
+    expect(m.mail_clients).toMatchObject({
+      imap: { host: t.config.mailHost, port: t.imapPort, security: 'implicit TLS' },
+      smtp_submission: { host: t.config.mailHost, port: t.submissionPort, security: 'implicit TLS' },
+    });
     expect(m.pricing).toMatchObject({ currency: 'USD', free_messages: 250 });
     expect(m.support.email).toBeNull();
     expect(m.skills.map((s: { name: string }) => s.name)).toEqual(expect.arrayContaining(['signup', 'send', 'receive', 'support']));
@@ -88,6 +99,11 @@ describe('GET /.well-known/agentic.json', () => {
     // Signup: the example body, then confirm.
     const intent = (await (await ok(m.signup.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(m.signup.example) })).json()) as { intent_id: string };
     const done = (await (await ok(m.signup.confirm_url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ intent_id: intent.intent_id }) })).json()) as { api_key: string };
+    // The claim is for funded and register signups: this one has none, so it is not found (and says so in JSON).
+    const claim = await fetch(m.signup.claim_url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ intent_id: intent.intent_id, claim_secret: 'bxs_claim_x' }) });
+    expect(claim.status).toBe(404);
+    expect(((await claim.json()) as { error: { code: string } }).error.code).toBe('not_found');
+    checked.add(m.signup.claim_url);
     // MCP: an MCP client with the new key connects and lists tools.
     const client = new Client({ name: 'discovery', version: '1.0.0' });
     await client.connect(new StreamableHTTPClientTransport(new URL(m.mcp.url), { requestInit: { headers: { authorization: `Bearer ${done.api_key}` } } }));
@@ -109,6 +125,7 @@ describe('GET /.well-known/agentic.json', () => {
       // The rest still points at the site.
       expect(m.openapi_url).toBe(`${other.url}/openapi.json`);
       expect(m.skill_url).toBe(`${other.url}/skill.md`);
+      expect(await (await fetch(m.skill_url)).text()).toContain('`https://mcp.boxes.example/mcp`');
     } finally {
       await other.stop();
     }
@@ -117,25 +134,68 @@ describe('GET /.well-known/agentic.json', () => {
   });
 });
 
+describe('every route family', () => {
+  it('appears in the manifest (all its operations) and in a curated skill; every curated operation exists', async () => {
+    const m = await manifest(t);
+    const doc = (await (await fetch(m.openapi_url)).json()) as { paths: Record<string, Record<string, unknown>> };
+    const documented = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops).map((method) => `${method.toUpperCase()} ${p}`)).sort();
+    const families = routeFamilies().map((f) => f.name);
+    expect(families.length).toBeGreaterThanOrEqual(15);
+    expect(m.route_families.map((f: { name: string }) => f.name)).toEqual(families);
+    expect(m.route_families.flatMap((f: { operations: string[] }) => f.operations).sort()).toEqual(documented);
+    const curated = new Set<string>(m.skills.flatMap((s: { operations: string[] }) => s.operations));
+    for (const op of curated) expect(documented, `skill operation ${op}`).toContain(op);
+    for (const f of m.route_families as { name: string; operations: string[] }[]) {
+      expect(f.operations.some((op) => curated.has(op)), `family ${f.name} has a skill`).toBe(true);
+    }
+  });
+
+  it('appears in the served skill, each operation of it listed', async () => {
+    const served = await (await fetch(`${t.url}/skill.md`)).text();
+    const listed = served.slice(served.indexOf('## Every endpoint'));
+    for (const f of routeFamilies()) {
+      expect(listed, f.name).toContain(`### ${f.name}\n`);
+      for (const o of f.operations) expect(listed, `${f.name}: ${o.method} ${o.path}`).toContain(`\`${o.method} ${o.path}\``);
+    }
+  });
+});
+
 describe('GET /skill.md', () => {
-  it('serves SKILL.md as markdown', async () => {
+  it("serves SKILL.md as markdown, with this instance's URLs and mail-client ports filled in", async () => {
     const r = await fetch(`${t.url}/skill.md`);
     expect(r.status).toBe(200);
     expect(r.headers.get('content-type')).toMatch(/^text\/markdown/);
-    expect(await r.text()).toBe(SKILL);
+    const served = await r.text();
+    // The repository file is the template; nothing of it is served unfilled.
+    expect(SKILL_TEMPLATE).toContain('{{api_base_url}}');
+    expect(served).not.toMatch(/\{\{\s*[a-z_]+\s*\}\}|<site>|localhost:3000/);
+    expect(served).toContain(`BASE=${t.apiBase}\n`);
+    expect(served).toContain(`\`${t.url}/mcp\``);
+    // The mail-client listeners of this instance (on ephemeral ports here), not the production defaults.
+    expect(t.imapPort).toBeGreaterThan(0);
+    expect(t.config.mailClients.imapPort).toBe(t.imapPort);
+    expect(served).toContain(`${t.config.mailHost}:${t.imapPort}`);
+    expect(served).toContain(`${t.config.mailHost}:${t.submissionPort}`);
+    expect(served).toContain(`${t.url}/.well-known/agentic.json`);
+    // What an agent needs to find on its own: registering a domain, claiming a paid signup, moving, the zone.
+    expect(served).toContain('"mode":"register"');
+    expect(served).toContain('POST $BASE/signup/agentic/claim');
+    expect(served).toContain('POST $BASE/account/domain\n');
+    expect(served).toContain('$BASE/domain/dns');
   });
 
   it('its sh examples, run in order with bash, sign up, send, receive, sign and verify', async () => {
     const served = await (await fetch(`${t.url}/skill.md`)).text();
     const blocks = [...served.matchAll(/```sh\n([\s\S]*?)```/g)].map((x) => x[1]!);
     expect(blocks.length).toBe(6);
-    expect(blocks[0]).toContain('BASE=http://localhost:3000/api/v1');
+    // Run as served: the base is this instance's.
+    expect(blocks[0]).toContain(`BASE=${t.apiBase}\n`);
     const kinds = ['/signup/agentic/confirm', '/messages/send', '/events?type=mail.received', '/account/webhook', '/account/credit/balance', '/events/verify'];
     kinds.forEach((k, i) => expect(blocks[i], `block ${i} is the ${k} example`).toContain(k));
 
     const marker = (i: number) => `@@BOXES-BLOCK-${i}@@`;
     const script = [
-      ...blocks.map((b, i) => `${i === 0 ? b.replace('BASE=http://localhost:3000/api/v1', `BASE=${t.apiBase}`) : b}\nprintf '\\n${marker(i)}\\n'`),
+      ...blocks.map((b, i) => `${b}\nprintf '\\n${marker(i)}\\n'`),
       // For polling the receive block again below, and for checking the signature.
       'printf "%s\\n" "KEY=$KEY"',
     ].join('\n');

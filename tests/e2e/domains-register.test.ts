@@ -42,7 +42,7 @@ async function startRegister(name: string, email: string, extra: Record<string, 
 }
 
 describe('POST /signup/agentic with mode register', () => {
-  test('taken, reserved and unsupported names are 409 domain_taken with available suggestions; a callback is required', async () => {
+  test('taken, reserved and unsupported names are 409 domain_taken with available suggestions; without a callback the answer carries a claim', async () => {
     for (const [name, reason] of [
       ['google.com', /already registered/],
       ['example.com', /reserved/],
@@ -61,9 +61,11 @@ describe('POST /signup/agentic with mode register', () => {
       const tryIt = await startRegister(s.domain, 'suggested@owner.test');
       expect(tryIt.status, JSON.stringify(tryIt.body)).toBe(200);
     }
+    // Without a callback the registration is claimed instead: the answer carries the claim_secret and the claim call.
     const noHook = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'x@owner.test', domain_intent: { mode: 'register', register_domain: freshName() } } });
-    expect(noHook.status).toBe(400);
-    expect(noHook.body.error.fields[0].path).toBe('agent_callback_webhook');
+    expect(noHook.status, JSON.stringify(noHook.body)).toBe(200);
+    expect(noHook.body.claim_secret).toMatch(/^bxs_claim_/);
+    expect(noHook.body.next_step).toMatchObject({ url: `${t.apiBase}/signup/agentic/claim`, body: { claim_secret: noHook.body.claim_secret } });
     const bad = await startRegister('not a domain', 'x@owner.test');
     expect(bad.status).toBe(400);
   });
@@ -73,7 +75,7 @@ describe('POST /signup/agentic with mode register', () => {
     const name = freshName('xyz');
     const r = await startRegister(name, email, { initial_credit_cents: 500 });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.body).toMatchObject({ status: 'pending_payment', full_domain: name, mode: 'register', next_step: null });
+    expect(r.body).toMatchObject({ status: 'pending_payment', full_domain: name, mode: 'register', next_step: { url: `${t.apiBase}/signup/agentic/claim` } });
     expect(r.body.registration).toMatchObject({ domain: name, price_cents_per_year: 600, years: 1 });
     expect(r.body.registration.registrar).toContain('simulated');
     expect(r.body.local_payment_intent).toMatchObject({ kind: 'signup', status: 'requires_approval', amount_cents: 1100 });
@@ -118,6 +120,24 @@ describe('POST /signup/agentic with mode register', () => {
     // The name is now taken, here and at the registrar.
     const again = await startRegister(name, 'late@owner.test');
     expect(again.status).toBe(409);
+  });
+
+  test('without a callback: once the owner approves, the claim answers with the registered account and its key, once', async () => {
+    const email = 'register-claim@owner.test';
+    const name = freshName('xyz');
+    const r = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'register', register_domain: name } } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const claim = () => rest(t, 'POST', '/signup/agentic/claim', { body: r.body.next_step.body });
+    expect((await claim()).body).toMatchObject({ status: 'pending_payment', payment: { status: 'requires_approval' } });
+    const mail = await inbox.waitFor(email, /^Approve \$6\.00 for /);
+    const s = await ownerSignIn(t, linkIn(mail));
+    expect((await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' })).html).toContain('Approved and paid');
+    const done = await claim();
+    expect(done.status, JSON.stringify(done.body)).toBe(200);
+    expect(done.body).toMatchObject({ status: 'completed', full_domain: name, account: { primary_address: `agent@${name}`, domain: name, domain_status: 'active' } });
+    const key = done.body.account.api_key;
+    expect((await rest(t, 'GET', '/account/domain', { key })).body.domains[0]).toMatchObject({ name, mode: 'register', status: 'active' });
+    expect((await claim()).status).toBe(409);
   });
 
   test('denied or expired: nothing registered, nothing charged, no account', async () => {

@@ -4,6 +4,9 @@
 // (SPEC "Mail", "States and transitions": Message body available -> DELETE).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { BoxesError, createBoxesClient } from '@boxes/sdk';
 import { mintKey, rest, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { accountPool, eventsOf, rawMessage, sendRaw, waitForEvent } from './mail-receive-helpers';
 
@@ -272,6 +275,44 @@ describe('DELETE /messages/{id}', () => {
       expect(after.body_state).toBe('reclaimed');
       for (const f of [...KEPT, 'subject', 'from', 'to', 'cc'] as const) expect(after[f], `${how}: ${f}`).toEqual(before[f]);
     }
+  });
+
+  it('purge is a boolean on tRPC and MCP too: true purges, false keeps, a string is refused (also after REST calls)', async () => {
+    // REST has taken purge as a query string above; the same schema must not take strings on the other faces.
+    expect((await rest(t, 'DELETE', `/messages/${(await fresh('rest first'))!.id}?purge=false`, { key: a.apiKey })).status).toBe(200);
+    const trpc = createBoxesClient({ baseUrl: t.url, apiKey: a.apiKey });
+    const mcp = new Client({ name: 'purge-test', version: '1.0.0' });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${t.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${a.apiKey}` } } }));
+    try {
+      const viaTrpc = (input: { id: string; purge?: unknown }) => trpc.messages.delete.mutate(input as { id: string; purge?: boolean });
+      const viaMcp = async (args: Record<string, unknown>) => {
+        const r = await mcp.callTool({ name: 'messages_delete', arguments: args });
+        const body = JSON.parse((r.content as { text: string }[])[0]!.text);
+        return r.isError ? Promise.reject(body.error) : body;
+      };
+      for (const [face, del] of [['trpc', viaTrpc], ['mcp', viaMcp]] as const) {
+        for (const purge of ['true', 'false', 1] as const) {
+          const { id } = await fresh(`${face} refuses ${purge}`);
+          const err = await del({ id, purge }).then(() => null, (e: unknown) => e);
+          const code = err instanceof BoxesError ? err.code : (err as { code?: string } | null)?.code;
+          expect(code, `${face} purge ${JSON.stringify(purge)}`).toBe('validation_error');
+          expect((await rest(t, 'GET', `/messages/${id}`, { key: a.apiKey })).body.body_state, `${face}: nothing deleted`).toBe('available');
+        }
+        const kept = await fresh(`${face} keeps`);
+        expect(await del({ id: kept.id, purge: false })).toMatchObject({ id: kept.id, purged: false });
+        expect((await rest(t, 'GET', `/messages/${kept.id}`, { key: a.apiKey })).body.subject).toBe(kept.before.subject);
+        const purged = await fresh(`${face} purges`);
+        expect(await del({ id: purged.id, purge: true })).toMatchObject({ id: purged.id, purged: true });
+        expect((await rest(t, 'GET', `/messages/${purged.id}`, { key: a.apiKey })).body).toMatchObject({ subject: null, from: null, to: [], cc: [] });
+      }
+    } finally {
+      await mcp.close();
+    }
+    // REST: the query string says true or false; anything else is refused.
+    const { id } = await fresh('rest refuses yes');
+    const bad = await rest(t, 'DELETE', `/messages/${id}?purge=yes`, { key: a.apiKey });
+    expect(bad.status, JSON.stringify(bad.body)).toBe(400);
+    expect(bad.body.error.fields).toEqual([expect.objectContaining({ path: 'purge' })]);
   });
 
   it('purging a sent message removes its subject and addresses too, and keeps its identifiers', async () => {

@@ -177,7 +177,7 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     const open = operations().filter((o) => !byKey.get(`${o.method} ${o.path}`)!.protect);
     expect(keyed.length).toBeGreaterThanOrEqual(12);
     // SPEC "Authentication" 9: only these need no key.
-    const specPublic = ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'GET /audit/public-key'];
+    const specPublic = ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /signup/agentic/claim', 'GET /audit/public-key'];
     const openNames = open.map((o) => `${o.method.toUpperCase()} ${o.path}`);
     expect(openNames).toContain('POST /signup/agentic');
     expect(openNames).toContain('POST /signup/agentic/confirm');
@@ -205,6 +205,11 @@ describe('GET /openapi.json and /openapi.yaml', () => {
         expect(res.description, `${where} ${code}`).toBeTruthy();
       }
     }
+  });
+
+  it('declares 501 on no operation: every call it lists is implemented on every instance', () => {
+    const with501 = operations().filter(({ op }) => op.responses['501']).map(({ method, path }) => `${method.toUpperCase()} ${path}`);
+    expect(with501).toEqual([]);
   });
 
   it('lints clean with the Redocly CLI (recommended rules, as redocly.yaml adjusts them): no error, no warning', async () => {

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { procedureTools } from '@boxes/api';
 import { createTestDatabase, startTestServer, waitFor, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
@@ -76,6 +77,13 @@ it('the install block is the two commands, and `pnpm start` on a fresh database 
   try {
     const url = await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(out)?.[1], 60_000);
     expect(out).toContain('Boxes is running (two processes');
+    // Where an agent learns the service and where MCP clients connect, printed with the real address.
+    expect(out).toContain(`Agent skill:  ${url}/skill.md\n`);
+    expect(out).toContain(`MCP:          ${url}/mcp (Streamable HTTP; Authorization: Bearer <api_key>)\n`);
+    expect((await fetch(`${url}/skill.md`)).status).toBe(200);
+    const mcp = await fetch(`${url}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: '{}' });
+    expect(mcp.status).toBe(401);
+    expect(((await mcp.json()) as { error: { getting_started?: unknown } }).error.getting_started).toBeDefined();
     const script = `${signupBlock!.trimEnd().replace('BASE=http://localhost:3000/api/v1', `BASE=${url}/api/v1`)} >/dev/null\n${sendBlock}`;
     const result = await bash(script);
     expect(result).toContain('"subject":"hello"');
@@ -90,3 +98,16 @@ it('the install block is the two commands, and `pnpm start` on a fresh database 
     await db.drop();
   }
 }, 120_000);
+
+it('has an MCP section: the endpoint, the Bearer key, how to connect, and tool names that exist', () => {
+  const at = readme.indexOf('\n### MCP\n');
+  expect(at, 'README has a section "MCP"').toBeGreaterThan(0);
+  const section = readme.slice(at, readme.indexOf('\n## ', at + 1));
+  expect(section).toContain('/mcp');
+  expect(section).toContain('Authorization: Bearer');
+  expect(section).toContain('StreamableHTTPClientTransport');
+  const tools = new Set(procedureTools().map((x) => x.name));
+  const named = [...section.matchAll(/`([a-z]+(?:_[a-z]+)+)`/g)].map((m) => m[1]!).filter((n) => !n.startsWith('mcp_') && !n.startsWith('account_'));
+  expect(named.length).toBeGreaterThan(0);
+  for (const n of named) expect(tools.has(n), `tool ${n}`).toBe(true);
+});

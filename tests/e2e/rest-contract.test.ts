@@ -161,12 +161,17 @@ describe('bodies', () => {
 });
 
 describe('routes and methods', () => {
-  it('an unknown path -> 404, with or without a key', async () => {
+  it('an unknown path -> 404, with or without a key; without a working key it points at the signup (getting_started)', async () => {
     for (const path of ['/nope', '/boxes/x/nope', '/v1/boxes', '/', '']) {
-      expectErrorShape(await call('GET', path), 404, 'not_found');
-      expectErrorShape(await call('GET', path, { key: null }), 404, 'not_found');
+      // The API base itself (/api/v1 and /api/v1/) is no route either.
+      expect(expectErrorShape(await call('GET', path), 404, 'not_found').getting_started, path).toBeUndefined();
+      for (const key of [null, 'bxs_live_not-a-key']) {
+        const e = expectErrorShape(await call('GET', path, { key }), 404, 'not_found');
+        expect(e.getting_started, `${path} with key ${key}`).toMatchObject({ signup: `${t.apiBase}/signup/agentic`, openapi: `${t.url}/openapi.json` });
+      }
     }
     expectErrorShape(await call('POST', '/nope', { body: '{}', headers: JSON_CT }), 404, 'not_found');
+    expect(expectErrorShape(await call('POST', '/nope', { key: null, body: '{}', headers: JSON_CT }), 404, 'not_found').getting_started).toBeDefined();
   });
 
   it('a wrong method on a known path -> 405 with an Allow header', async () => {

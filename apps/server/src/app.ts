@@ -9,10 +9,11 @@ import { Hono, type Context as HonoContext } from 'hono';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { stringify } from 'yaml';
-import { API_VERSION, appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
-import { AppError, newId, priceList, publicKeys, type Services } from '@boxes/core';
+import { appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
+import { AppError, newId, publicKeys, type Services } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
+import { discoveryManifest, renderSkill } from './discovery';
 import { mountOwnerPages } from './owner';
 import { mountExports } from './exports';
 import { mountForwardConfirmation } from './forwards';
@@ -134,51 +135,11 @@ export function createApp(svc: Services, log: Logger): Hono {
   app.get('/openapi.json', (c) => c.body(getDocs().json, 200, { 'content-type': 'application/json' }));
   app.get('/openapi.yaml', (c) => c.body(getDocs().yaml, 200, { 'content-type': 'application/yaml' }));
 
-  const skill = readFileSync(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../SKILL.md'), 'utf8');
-  app.get('/skill.md', (c) => c.body(skill, 200, { 'content-type': 'text/markdown; charset=utf-8' }));
-
-  app.get('/.well-known/agentic.json', (c) => {
-    const site = svc.config.siteUrl;
-    const mcpBase = svc.config.mcpUrl ?? site;
-    return c.json({
-      name: 'Boxes',
-      description: 'Email for software agents: sign up with two HTTP calls, send with one, receive by polling, signed webhook or MQTT push.',
-      version: API_VERSION,
-      api_base_url: svc.config.apiBaseUrl,
-      openapi_url: `${site}/openapi.json`,
-      openapi_yaml_url: `${site}/openapi.yaml`,
-      docs_url: `${site}/docs`,
-      skill_url: `${site}/skill.md`,
-      mcp: { url: `${mcpBase}/mcp`, transport: 'streamable-http', auth: 'Authorization: Bearer <api_key>', management: `${svc.config.apiBaseUrl}/account/mcp/status` },
-      trpc_url: `${site}/trpc`,
-      signup: {
-        url: `${svc.config.apiBaseUrl}/signup/agentic`,
-        confirm_url: `${svc.config.apiBaseUrl}/signup/agentic/confirm`,
-        modes: ['subdomain', 'byo_manual', 'byo_delegated'],
-        example: { human_email: 'owner@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } },
-      },
-      auth: { type: 'bearer', key_prefix: 'bxs_live_', scopes: ['send', 'receive', 'admin'] },
-      events: { poll: `${svc.config.apiBaseUrl}/events`, stream: `${svc.config.apiBaseUrl}/events/stream`, webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)', mqtt: svc.config.mqtt.publicUrl },
-      pricing: priceList(svc.config),
-      support: { questions: `${svc.config.apiBaseUrl}/support/questions`, feature_requests: `${svc.config.apiBaseUrl}/feature-requests`, email: null },
-      skills: [
-        { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm'], skill_url: `${site}/skill.md` },
-        { name: 'send', description: 'Send mail with context and idempotency, now or scheduled (send_at; cancellable)', operations: ['POST /messages/send', 'POST /messages/{id}/cancel'] },
-        { name: 'receive', description: 'Poll events and messages, or get them pushed (webhook, MQTT, or the Server-Sent Events stream at events.stream, which needs no public URL)', operations: ['GET /events', 'GET /messages', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
-        { name: 'conversations', description: 'Threads of messages and replies that set the recipients, subject and threading headers', operations: ['GET /threads', 'GET /threads/{id}', 'POST /messages/{id}/reply'] },
-        { name: 'verify', description: 'Verify webhook signatures and the hash-chained event log', operations: ['GET /account/webhook', 'GET /events/verify'] },
-        {
-          name: 'audit',
-          description: 'Signed audit bundles of messages and signed checkpoints of the chain head (JWS, EdDSA), verifiable with jose or openssl; the evidence envelope (beta)',
-          operations: ['GET /messages/{id}/audit', 'POST /events/checkpoints', 'POST /events/checkpoints/verify', 'GET /audit/public-key', 'POST /beta/evidence/opt-in'],
-        },
-        { name: 'close', description: 'Close the account: revoke every key, export the data, hand a registered domain over', operations: ['POST /account/close-protection', 'DELETE /account'] },
-        { name: 'boxes', description: 'Create and list addresses on your domain', operations: ['POST /boxes', 'GET /boxes'] },
-        { name: 'credit', description: 'Check the balance and usage, set alerts, top up with the owner approving (MPP wallet or card)', operations: ['GET /account/credit/balance', 'GET /account/credit/usage', 'PUT /account/credit/alert-thresholds', 'POST /account/credit/topup/mpp', 'POST /account/credit/topup'] },
-        { name: 'support', description: 'Ask the operators, request features', operations: ['POST /support/questions', 'POST /feature-requests'] },
-      ],
-    });
-  });
+  // Built on first use, as the OpenAPI document is (the URLs and ports are known once everything listens).
+  const skillTemplate = readFileSync(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../SKILL.md'), 'utf8');
+  let skill: string | null = null;
+  app.get('/skill.md', (c) => c.body((skill ??= renderSkill(skillTemplate, svc)), 200, { 'content-type': 'text/markdown; charset=utf-8' }));
+  app.get('/.well-known/agentic.json', (c) => c.json(discoveryManifest(svc)));
 
   app.get('/', (c) =>
     c.json({

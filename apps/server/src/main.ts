@@ -116,6 +116,8 @@ function banner(config: Config, r: Ready, layout: string, workerMetrics: string 
   OpenAPI:      ${config.siteUrl}/openapi.yaml
   API reference ${config.siteUrl}/docs
   Discovery:    ${config.siteUrl}/.well-known/agentic.json
+  Agent skill:  ${config.siteUrl}/skill.md
+  MCP:          ${config.mcpUrl ?? config.siteUrl}/mcp (Streamable HTTP; Authorization: Bearer <api_key>)
   Operators:    ${config.siteUrl}/healthz, /readyz, /metrics${workerMetrics ? `; the worker's ${workerMetrics}` : ''}
   MX (SMTP):    ${config.smtp.host}:${r.smtpPort} (mail for *.${config.baseDomain} and hosted domains)
   IMAP:         ${config.mailClients.imapHost}:${r.imapPort} (mail clients: implicit TLS, app-passwords)

@@ -290,9 +290,11 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
           ? savedCard
             ? `<p>Your wallet pays with ${esc(savedCard)}.</p>`
             : `<p>Your wallet has no card. <a href="/owner/card">Add one</a> first.</p>`
-          : savedCard
+          : savedCard && !p.declineCode
             ? `<p>Pay with your saved card ${esc(savedCard)}.</p>`
-            : `<fieldset><legend>Pay with a card</legend>${cardFields}
+            : // No card yet, or the card tried last was declined (a typed card is saved before it is charged, so
+              // the saved one is that card): the owner types another one right here.
+              `<fieldset><legend>${savedCard ? 'Pay with another card' : 'Pay with a card'}</legend>${savedCard ? `<p>${esc(savedCard)} was declined.</p>` : ''}${cardFields}
 <label for="mandate">Also allow automatic top-ups with this card</label><select id="mandate" name="mandate">${tierOptions(null)}</select></fieldset>`;
       actions = `<form method="post">${hidden}${pay}
 ${mayApprove ? `<button class="primary" type="submit" name="action" value="approve">Approve ${esc(usd(p.amountCents))}</button>` : ''}

@@ -6,8 +6,8 @@
  */
 import { createOpenApiNodeHttpHandler } from 'trpc-to-openapi';
 import { TRPCError } from '@trpc/server';
-import { appRouter, stringProblem, toAppError, type Context } from '@boxes/api';
-import { AppError } from '@boxes/core';
+import { appRouter, gettingStarted, stringProblem, toAppError, type Context } from '@boxes/api';
+import { AppError, authenticateKey } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
 
 export const REST_PREFIX = '/api/v1';
@@ -178,8 +178,17 @@ export function createRestHandler(opts: {
     const method = req.method === 'HEAD' ? 'GET' : req.method;
     const candidates = opts.routes().filter((r) => r.pattern.test(path));
     if (candidates.length === 0) {
+      // A caller without a working key who guessed a path is most likely new here: point it at the signup,
+      // as every other unauthenticated answer does. A caller with a key only mistyped a path.
+      const { svc } = opts.context(req, requestId);
+      const raw = /^Bearer\s+(\S+)$/i.exec(req.headers.get('authorization')?.trim() ?? '')?.[1];
+      const known = raw ? await authenticateKey({ db: svc.db, raw }) : null;
       return errorResponse(
-        new AppError('not_found', `No route ${req.method} ${REST_PREFIX}${path}. Every route is listed in /openapi.json.`),
+        new AppError(
+          'not_found',
+          `No route ${req.method} ${REST_PREFIX}${path}. Every route is listed in ${svc.config.siteUrl}/openapi.json.`,
+          known ? {} : { getting_started: gettingStarted(svc) },
+        ),
         requestId,
       );
     }

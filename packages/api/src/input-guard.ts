@@ -16,6 +16,7 @@
  */
 import { z } from 'zod';
 import { isText, MAX_LENGTH } from '@boxes/schemas';
+import { booleanFields, pinBooleans } from './booleans';
 
 export interface GuardIssue {
   path: string;
@@ -220,9 +221,20 @@ export function guardInput(schema: z.ZodType | undefined, input: unknown): Guard
 
 /** Procedure path -> its input schema; filled by router.ts once the router exists (trpc.ts cannot import it). */
 const inputs = new Map<string, z.ZodType | undefined>();
+/** Procedure path -> the top-level boolean fields of its input (booleans.ts). */
+const booleans = new Map<string, string[]>();
 
 export function registerProcedureInputs(procedures: Record<string, { _def: { inputs: z.ZodType[] } }>): void {
-  for (const [path, p] of Object.entries(procedures)) inputs.set(path, p._def.inputs[0]);
+  for (const [path, p] of Object.entries(procedures)) {
+    const input = p._def.inputs[0];
+    inputs.set(path, input);
+    pinBooleans(input);
+    booleans.set(path, booleanFields(input));
+  }
+}
+
+export function booleanFieldsOf(path: string): string[] {
+  return booleans.get(path) ?? [];
 }
 
 export function inputSchemaOf(path: string): z.ZodType | undefined {

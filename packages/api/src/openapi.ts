@@ -21,7 +21,6 @@ const STATUS_TEXT: Record<string, string> = {
   '410': 'Expired',
   '429': 'Too many calls: wait error.retry_after_seconds (also in Retry-After) and try again',
   '500': 'Internal error (quote error.request_id)',
-  '501': 'Not available on this instance yet',
   '503': 'The database or queue cannot be reached right now; nothing was changed. Try again after Retry-After seconds (service_unavailable)',
 };
 
@@ -46,7 +45,7 @@ const ref = (name: keyof typeof HEADERS) => ({ $ref: `#/components/headers/${nam
 const rateFields = () => ({ 'RateLimit-Policy': ref('RateLimit-Policy'), RateLimit: ref('RateLimit') });
 
 /** GET /events/stream, as OpenAPI describes it (the error responses are added with every other operation's). */
-const EVENT_STREAM_OPERATION = () => ({
+export const EVENT_STREAM_OPERATION = () => ({
   operationId: 'events-stream',
   summary: 'Follow the event stream (Server-Sent Events)',
   description:

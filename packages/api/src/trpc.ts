@@ -11,7 +11,8 @@ import { AppError, authenticateKey, ERROR_CODES, isServiceUnavailable, keyRateLi
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
-import { guardInput, inputSchemaOf } from './input-guard';
+import { booleanFieldsOf, guardInput, inputSchemaOf } from './input-guard';
+import { queryBooleans } from './booleans';
 
 export type Transport = 'rest' | 'trpc' | 'mcp';
 
@@ -128,6 +129,19 @@ const inputGuard = t.middleware(async ({ path, getRawInput, next }) => {
 });
 
 /**
+ * REST carries the input of a GET or DELETE in the query string, where a boolean can only be the word "true" or
+ * "false": those words become booleans for the input's boolean fields (booleans.ts). tRPC and MCP send JSON,
+ * where a boolean is a boolean and a string is refused.
+ */
+const restQueryBooleans = t.middleware(async ({ ctx, meta, path, getRawInput, next }) => {
+  const method = meta?.openapi?.method;
+  const fields = booleanFieldsOf(path);
+  if (ctx.transport !== 'rest' || (method !== 'GET' && method !== 'DELETE') || !fields.length) return next();
+  const input = queryBooleans(await getRawInput(), fields);
+  return next({ getRawInput: async () => input });
+});
+
+/**
  * While the connection to Redis is lost, every call is 503 at once (no round trip, no wait): the rate limits and
  * the queues live there, and the keyed calls' count would refuse anyway. Before the first connection is made
  * ('connecting') calls go on, so a server starting beside a slow Redis is not refused for nothing.
@@ -140,7 +154,7 @@ const dependencies = t.middleware(({ ctx, next }) => {
 
 const base = t.procedure.use(appErrors).use(dependencies);
 
-export const publicProcedure = base.use(inputGuard);
+export const publicProcedure = base.use(restQueryBooleans).use(inputGuard);
 
 export function gettingStarted(svc: Services) {
   return {
@@ -148,7 +162,8 @@ export function gettingStarted(svc: Services) {
     confirm: `${svc.config.apiBaseUrl}/signup/agentic/confirm`,
     docs: `${svc.config.siteUrl}/docs`,
     openapi: `${svc.config.siteUrl}/openapi.json`,
-    how: 'POST /signup/agentic with human_email and domain_intent {mode: "subdomain"}, then POST /signup/agentic/confirm with the intent_id; send the api_key as Authorization: Bearer <api_key>.',
+    claim: `${svc.config.apiBaseUrl}/signup/agentic/claim`,
+    how: 'POST /signup/agentic with human_email and domain_intent {mode: "subdomain"}, then POST /signup/agentic/confirm with the intent_id; send the api_key as Authorization: Bearer <api_key>. A funded or register signup has no confirm: once the owner pays, POST /signup/agentic/claim with intent_id and claim_secret answers with the api_key.',
   };
 }
 
@@ -196,4 +211,4 @@ export async function authenticateCall(ctx: Pick<Context, 'svc' | 'authorization
 const authenticate = t.middleware(async ({ ctx, meta, next }) => next({ ctx: await authenticateCall(ctx, meta) }));
 
 /** Authenticated, then guarded: an unkeyed call is 401 before anything about its input is said. */
-export const keyProcedure = base.use(authenticate).use(inputGuard);
+export const keyProcedure = base.use(authenticate).use(restQueryBooleans).use(inputGuard);

@@ -196,11 +196,10 @@ export const ListMessagesOutput = z.object({
 export const MessageIdInput = z.strictObject({ id: z.string().max(40) });
 export const DeleteMessageInput = z.strictObject({
   id: z.string().max(40),
-  // A string, not a boolean: the REST layer coerces query booleans with Boolean(), which reads "false" as true.
   purge: z
-    .enum(['true', 'false'])
+    .boolean()
     .optional()
-    .meta({ description: '"true" also removes subject, from, to and cc (id, provider message id, rfc_message_id, recorded_at and direction stay). REST also takes a JSON body {"purge": true}.' }),
+    .meta({ description: 'true also removes subject, from, to and cc (id, provider message id, rfc_message_id, recorded_at and direction stay). Over REST, the query ?purge=true or the JSON body {"purge": true}.' }),
 });
 export const DeleteMessageOutput = z.object({
   id: z.string(),

@@ -31,7 +31,10 @@ export const DomainIntent = z
 export const SignupInput = z.strictObject({
   human_email: EmailAddress.meta({ description: "The human owner's email; the owner approves payments", example: 'owner@example.com' }),
   domain_intent: DomainIntent,
-  agent_callback_webhook: HttpsUrl.optional().meta({ description: 'https URL that receives signup.completed and later events' }),
+  agent_callback_webhook: HttpsUrl.optional().meta({
+    description:
+      'Optional https URL that receives signup.completed and later events (the push path). A funded or register signup also completes without it: poll POST /signup/agentic/claim with the claim_secret',
+  }),
   initial_credit_cents: z
     .number()
     .int()
@@ -39,6 +42,8 @@ export const SignupInput = z.strictObject({
     .optional()
     .meta({ description: 'Funded signup: prepaid credit the owner approves (at least 100)', example: 500 }),
 });
+
+const IntentId = z.string().max(40).regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)').meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' });
 
 export const SignupOutput = z.object({
   intent_id: z.string().meta({ description: 'Signup intent id; pass it to /signup/agentic/confirm', example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
@@ -51,13 +56,21 @@ export const SignupOutput = z.object({
   next_step: z.object({
     method: z.literal('POST'),
     url: z.string().meta({ example: 'http://localhost:3000/api/v1/signup/agentic/confirm' }),
-    body: z.object({ intent_id: z.string() }),
-  }).nullable().meta({ description: 'The confirm call; null for a funded signup' }),
+    body: z.object({ intent_id: z.string(), claim_secret: z.string().optional() }),
+  }).meta({ description: 'The next call: confirm (pending_confirmation), or the claim poll (pending_payment), its body ready to send' }),
+  claim_secret: z
+    .string()
+    .optional()
+    .meta({
+      description:
+        'Funded signup and mode register: the secret that claims the account, shown only here. Poll POST /signup/agentic/claim with intent_id and claim_secret (every retry_after_seconds): once the owner has paid, the answer carries the api_key, exactly once. With agent_callback_webhook, signup.completed carries it instead if it gets there first',
+      example: 'bxs_claim_Vd3kq0Yx8m2Zp4Rt6Wb9Nc1Hf5Js7Lg0Qe2Ua4Ox6Iy',
+    }),
   local_payment_intent: PaymentView.extend({
     client_secret: z.string().meta({ description: 'Card-form path: confirms the payment on approval_url?client_secret=...; shown once' }),
   })
     .optional()
-    .meta({ description: "Funded signup and mode register: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. signup.completed with the api_key then goes to agent_callback_webhook" }),
+    .meta({ description: "Funded signup and mode register: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. The account is provisioned then; its api_key comes from POST /signup/agentic/claim (or signup.completed at agent_callback_webhook)" }),
   local_wallet_spend_request: z
     .object({
       id: z.string().meta({ example: 'spr_0a1b2c3d4e5f6g7h8j9k' }),
@@ -81,7 +94,7 @@ export const SignupOutput = z.object({
 });
 
 export const ConfirmInput = z.strictObject({
-  intent_id: z.string().max(40).regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)').meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
+  intent_id: IntentId,
 });
 
 export const ConfirmOutput = z.object({
@@ -94,4 +107,27 @@ export const ConfirmOutput = z.object({
   domain_status: z.enum(['active', 'pending_dns', 'pending_delegation']).meta({
     description: 'active: mail flows now. pending_dns / pending_delegation: see the domain.dns_required or domain.delegation_required event',
   }),
+});
+
+export const ClaimInput = z.strictObject({
+  intent_id: IntentId,
+  claim_secret: z.string().max(100).meta({ description: 'claim_secret from the answer of POST /signup/agentic', example: 'bxs_claim_Vd3kq0Yx8m2Zp4Rt6Wb9Nc1Hf5Js7Lg0Qe2Ua4Ox6Iy' }),
+});
+
+export const ClaimOutput = z.object({
+  intent_id: z.string().meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
+  full_domain: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
+  status: z.enum(['pending_payment', 'completed', 'payment_denied', 'expired']).meta({
+    description:
+      'pending_payment: the owner has not paid yet; ask again after retry_after_seconds. completed: the account exists and account carries the api_key (this once; a later claim is 409). payment_denied: the owner said no (do not retry without their consent). expired: the payment or the intent timed out; start again',
+  }),
+  payment: z
+    .object({
+      id: z.string().meta({ example: 'pi_0a1b2c3d4e5f6g7h8j9k' }),
+      status: z.string().meta({ description: 'The payment intent status: requires_approval, pending_approval, approved, succeeded, denied, expired or failed' }),
+      decline_code: z.string().nullable().meta({ description: 'Set when the owner tried a card that was declined; the payment still waits for another card' }),
+    })
+    .nullable(),
+  retry_after_seconds: z.number().int().nullable().meta({ description: 'With pending_payment: when to ask again', example: 5 }),
+  account: ConfirmOutput.nullable().meta({ description: 'With completed: the account and its owner key (api_key shown only in this answer)' }),
 });

@@ -1,7 +1,7 @@
 /**
  * @boxes/sdk: the typed client for TypeScript agents. createBoxesClient gives every procedure of the router
  * with its input and output types (client.boxes.create.mutate({ address }), client.events.list.query({})),
- * over tRPC at <site>/trpc. signup() and confirmSignup() need no key. Errors are BoxesError with the same
+ * over tRPC at <site>/trpc. signup(), confirmSignup() and claimSignup() need no key. Errors are BoxesError with the same
  * code, status and request_id the REST API returns.
  */
 import { createTRPCClient, httpLink, TRPCClientError, type TRPCClient, type TRPCLink } from '@trpc/client';
@@ -96,6 +96,39 @@ export function signup(baseUrl: string, input: BoxesInputs['signup']['create'], 
 /** POST /signup/agentic/confirm: provisions the account; the api_key in the result is shown only once. */
 export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['confirm'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['confirm']> {
   return createBoxesClient({ baseUrl, ...opts }).signup.confirm.mutate(input);
+}
+
+/**
+ * POST /signup/agentic/claim: a funded or register signup (no confirm call). Answers pending_payment until the
+ * owner pays, then completed with account.api_key, exactly once. waitForClaim() polls it for you.
+ */
+export function claimSignup(baseUrl: string, input: BoxesInputs['signup']['claim'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['claim']> {
+  return createBoxesClient({ baseUrl, ...opts }).signup.claim.mutate(input);
+}
+
+/**
+ * Polls POST /signup/agentic/claim every retry_after_seconds until the signup is no longer pending_payment (or
+ * timeoutMs passes): completed carries account.api_key; payment_denied and expired are final.
+ */
+export async function waitForClaim(
+  baseUrl: string,
+  input: BoxesInputs['signup']['claim'],
+  opts: { fetch?: typeof fetch; timeoutMs?: number; signal?: AbortSignal } = {},
+): Promise<BoxesOutputs['signup']['claim']> {
+  const deadline = Date.now() + (opts.timeoutMs ?? 15 * 60_000);
+  for (;;) {
+    const r = await claimSignup(baseUrl, input, opts.fetch ? { fetch: opts.fetch } : {});
+    if (r.status !== 'pending_payment' || Date.now() >= deadline) return r;
+    const wait = Math.min((r.retry_after_seconds ?? 5) * 1000, Math.max(0, deadline - Date.now()));
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(resolve, wait);
+      opts.signal?.addEventListener('abort', () => {
+        clearTimeout(timer);
+        reject(opts.signal!.reason);
+      }, { once: true });
+    });
+    opts.signal?.throwIfAborted();
+  }
 }
 
 export type PaymentStatus = BoxesOutputs['credit']['mppStatus'];

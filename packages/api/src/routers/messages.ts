@@ -109,7 +109,7 @@ export const messagesRouter = router({
     .input(DeleteMessageInput)
     .output(DeleteMessageOutput)
     .mutation(async ({ ctx, input }) => {
-      const out = await deleteMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, purge: input.purge === 'true', actorKeyId: ctx.key.id });
+      const out = await deleteMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, purge: input.purge === true, actorKeyId: ctx.key.id });
       const checks = keyChecks(ctx, 'receive');
       if (ctx.boxScope) checks.push({ check: 'box_restriction', result: 'passed', detail: "the message is in one of the key's boxes" });
       checks.push({ check: 'ownership', result: 'passed', detail: 'the message belongs to this account' });

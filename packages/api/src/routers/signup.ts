@@ -1,6 +1,6 @@
-/** POST /signup/agentic and POST /signup/agentic/confirm: the only calls that need no key. */
-import { confirmSignup, createSignupIntent, rateLimit } from '@boxes/core';
-import { ConfirmInput, ConfirmOutput, SignupInput, SignupOutput } from '@boxes/schemas';
+/** POST /signup/agentic, /signup/agentic/confirm and /signup/agentic/claim: the only calls that need no key. */
+import { claimSignup, confirmSignup, createSignupIntent, rateLimit } from '@boxes/core';
+import { ClaimInput, ClaimOutput, ConfirmInput, ConfirmOutput, SignupInput, SignupOutput } from '@boxes/schemas';
 import { publicProcedure, router } from '../trpc';
 
 export const signupRouter = router({
@@ -13,10 +13,10 @@ export const signupRouter = router({
         protect: false,
         summary: 'Start a signup',
         description:
-          'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100, needs agent_callback_webhook) the signup is funded: the response carries local_payment_intent, the owner approves it from an emailed link, and the account is provisioned then with that credit (no confirm; signup.completed with the api_key goes to the callback webhook). Mode register (needs agent_callback_webhook) registers register_domain through the registrar (the built-in local registrar is simulated): the response carries local_payment_intent and local_wallet_spend_request for the first year plus any initial credit; a taken or unavailable name is 409 domain_taken with suggestions; once the owner approves, the domain is registered, its zone served, and the account provisioned (signup.completed to the callback).',
+          'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100) the signup is funded: the response carries local_payment_intent and a claim_secret (shown once), the owner approves the payment from an emailed link, and the account is provisioned then with that credit (no confirm). Mode register registers register_domain through the registrar (the built-in local registrar is simulated): the response carries local_payment_intent, local_wallet_spend_request for the first year plus any initial credit, and a claim_secret; a taken or unavailable name is 409 domain_taken with suggestions; once the owner approves, the domain is registered, its zone served, and the account provisioned. Either way the api_key comes once: poll POST /signup/agentic/claim with intent_id and claim_secret (next_step is that call), or, with agent_callback_webhook (optional), in signup.completed at the callback, whichever is first.',
         successDescription: 'The intent',
-        // What this call can answer besides 200 (the generator's defaults would miss 409, 429, 501 and 503).
-        errorResponses: [400, 409, 429, 500, 501, 503],
+        // What this call can answer besides 200 (the generator's defaults would miss 409, 429 and 503).
+        errorResponses: [400, 409, 429, 500, 503],
       },
     })
     .input(SignupInput)
@@ -29,7 +29,8 @@ export const signupRouter = router({
         return {
           ...base,
           status: 'pending_payment' as const,
-          next_step: null,
+          next_step: { method: 'POST' as const, url: `${ctx.svc.config.apiBaseUrl}/signup/agentic/claim`, body: { intent_id: intent.id, claim_secret: intent.funding.claim_secret } },
+          claim_secret: intent.funding.claim_secret,
           local_payment_intent: { ...intent.funding.payment, client_secret: intent.funding.client_secret },
           ...(intent.funding.wallet_spend_request
             ? {
@@ -61,4 +62,20 @@ export const signupRouter = router({
     .input(ConfirmInput)
     .output(ConfirmOutput)
     .mutation(({ ctx, input }) => confirmSignup(ctx.svc, input)),
+  claim: publicProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/signup/agentic/claim',
+        tags: ['signup'],
+        protect: false,
+        summary: 'Claim a paid signup',
+        description:
+          'For a funded or register signup (which has no confirm): with the intent_id and the claim_secret of POST /signup/agentic, answers pending_payment (ask again after retry_after_seconds) until the owner pays, then completed with the account and its api_key, exactly once; a later claim is 409 intent_already_confirmed, as is a claim after signup.completed took the key to the callback webhook. payment_denied and expired are final. An unknown intent and a wrong claim_secret are both 404.',
+        errorResponses: [400, 404, 409, 500, 503],
+      },
+    })
+    .input(ClaimInput)
+    .output(ClaimOutput)
+    .mutation(({ ctx, input }) => claimSignup(ctx.svc, input)),
 });

@@ -10,7 +10,7 @@
  *   deliveries are stopped (mail.failed, holds released), a registered domain is held for transfer (auth code mailed to
  *   the owner), account.closing is appended and the owner is mailed; the worker then builds the data export
  *   and mails its link. After ACCOUNT_DELETION_GRACE_DAYS the audit job deletes everything.
- * Bulk jobs do not exist yet; when they do, their batches must check the account's status before sending.
+ * Unfinished bulk jobs are cancelled in the same transaction (bulk/cancel.ts), so no later batch starts.
  */
 import { randomBytes } from 'node:crypto';
 import type { Tx } from '@boxes/db';

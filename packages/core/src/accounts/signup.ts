@@ -1,12 +1,16 @@
 /**
  * Agentic signup: an intent (POST /signup/agentic), then confirm, which provisions the account, its domain
  * with a DKIM key, the primary box agent@<domain> and the owner key in one transaction. A funded signup
- * (initial_credit_cents) has no confirm: it is provisioned when the owner pays (payments/payments.ts).
+ * (initial_credit_cents) or a registration has no confirm: it is provisioned when the owner pays
+ * (payments/payments.ts), and its key goes out once, by whichever comes first: signup.completed at the callback
+ * webhook (when there is one), or the claim (POST /signup/agentic/claim) with the claim_secret that only the
+ * intent's creator was shown.
  */
+import { randomBytes } from 'node:crypto';
 import type { SignupIntent, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
 import type { z } from 'zod';
-import type { ConfirmInput, EventDataInput, SignupInput } from '@boxes/schemas';
+import type { ClaimInput, ConfirmInput, EventDataInput, SignupInput } from '@boxes/schemas';
 import { createBox } from '../boxes/boxes';
 import { createDkimKey } from '../domains/dkim';
 import { normalizeDomain, wordPair } from '../domains/names';
@@ -18,9 +22,9 @@ import { mintKey } from '../keys/keys';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
-import { seal } from '../shared/crypto';
+import { constantTimeEqual, open, seal, sha256Hex } from '../shared/crypto';
 import { checkCallbackUrl } from '../webhooks/url-guard';
-import { createSignupPayment } from '../payments/payments';
+import { createSignupPayment, refreshPayment } from '../payments/payments';
 import { postEntries } from '../credit/ledger';
 import { centsToMicros } from '../credit/prices';
 
@@ -75,22 +79,10 @@ async function pickSubdomain(svc: Services): Promise<string> {
   throw new AppError('service_unavailable', 'Could not find a free subdomain; try again');
 }
 
-export async function createSignupIntent(svc: Services, input: z.infer<typeof SignupInput>): Promise<SignupIntent & { funding: Awaited<ReturnType<typeof createSignupPayment>> | null }> {
+type Funding = Awaited<ReturnType<typeof createSignupPayment>> & { claim_secret: string };
+
+export async function createSignupIntent(svc: Services, input: z.infer<typeof SignupInput>): Promise<SignupIntent & { funding: Funding | null }> {
   const intent = input.domain_intent;
-  if (intent.mode === 'register' && !input.agent_callback_webhook) {
-    throw new AppError(
-      'validation_error',
-      'agent_callback_webhook: required with mode register. A registration completes when the owner approves the payment, without a confirm call; the API key reaches you in signup.completed at that webhook.',
-      { fields: [{ path: 'agent_callback_webhook', message: 'required with mode register' }] },
-    );
-  }
-  if (input.initial_credit_cents !== undefined && !input.agent_callback_webhook) {
-    throw new AppError(
-      'validation_error',
-      'agent_callback_webhook: required with initial_credit_cents. A funded signup completes when the owner pays, without a confirm call; the API key reaches you in signup.completed at that webhook.',
-      { fields: [{ path: 'agent_callback_webhook', message: 'required for a funded signup' }] },
-    );
-  }
   let fullDomain: string;
   let registrationPriceCents: number | null = null;
   if (intent.mode === 'subdomain') {
@@ -135,6 +127,10 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
   const callbackWebhook = input.agent_callback_webhook
     ? await checkCallbackUrl(input.agent_callback_webhook, { allowPrivate: svc.config.webhook.allowPrivate })
     : null;
+  // A signup that completes on payment has no confirm answer to carry its key: the claim does, to whoever
+  // holds this secret (shown once, here). Only its hash is kept.
+  const amount = (registrationPriceCents ?? 0) + (input.initial_credit_cents ?? 0);
+  const claimSecret = amount > 0 ? `bxs_claim_${randomBytes(32).toString('base64url')}` : null;
   return svc.db.$transaction(async (tx) => {
     const created = await tx.signupIntent.create({
       data: {
@@ -145,13 +141,13 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
         callbackWebhook,
         initialCreditCents: input.initial_credit_cents ?? null,
         registrationPriceCents,
+        claimSecretHash: claimSecret ? sha256Hex(claimSecret) : null,
         expiresAt: new Date(svc.clock.now().getTime() + INTENT_TTL_MS),
       },
     });
     // A funded signup pays its credit; a registration pays the first year plus any initial credit, approved
     // by the owner as a wallet spend request. Nothing is registered or charged before that approval.
-    const amount = (registrationPriceCents ?? 0) + (input.initial_credit_cents ?? 0);
-    const funding = amount > 0 ? await createSignupPayment(svc, tx, created, amount, { walletSpendRequest: registrationPriceCents !== null }) : null;
+    const funding = claimSecret ? { ...(await createSignupPayment(svc, tx, created, amount, { walletSpendRequest: registrationPriceCents !== null })), claim_secret: claimSecret } : null;
     return { ...created, funding };
   });
 }
@@ -193,7 +189,7 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
           throw new AppError('intent_expired', 'This signup intent has expired; start again with POST /signup/agentic');
         }
         if (intent.payment) {
-          throw new AppError('funded_signup', 'This signup is funded: it completes by itself when the owner approves the payment (no confirm call); the API key arrives in signup.completed at the callback webhook.', {
+          throw new AppError('funded_signup', 'This signup is funded: it completes by itself when the owner approves the payment (no confirm call). Poll POST /signup/agentic/claim with the intent_id and the claim_secret from the signup answer; the API key comes in its answer once the payment clears (or in signup.completed at the callback webhook, if you gave one, whichever is first).', {
             payment_id: intent.payment.id,
             payment_status: intent.payment.status,
           });
@@ -277,8 +273,8 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
       status: 'completed',
       accountId,
       confirmedAt: new Date(),
-      // signup.completed carries the key to the callback; kept sealed only until that delivery.
-      apiKeyForCallbackEnc: intent.callbackWebhook ? seal(svc.secretKey, raw) : null,
+      // The key for signup.completed at the callback, or for the claim: kept sealed only until it is handed over.
+      apiKeyEnc: intent.callbackWebhook || intent.claimSecretHash ? seal(svc.secretKey, raw) : null,
     },
   });
   return {
@@ -290,6 +286,67 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
     domain: domain.name,
     domain_status: domainStatus as 'active' | 'pending_dns' | 'pending_delegation',
   };
+}
+
+/** How long a claim poller waits before asking again while the owner has not paid. */
+export const CLAIM_RETRY_SECONDS = 5;
+
+/**
+ * POST /signup/agentic/claim: the state of a funded or register signup to whoever holds its claim_secret, and,
+ * once the owner has paid, the account with its API key, exactly once (the callback webhook, if there is one,
+ * may have taken it first). An unknown intent and a wrong secret get the same 404.
+ */
+export async function claimSignup(svc: Services, input: z.infer<typeof ClaimInput>) {
+  const notFound = () => new AppError('not_found', `No signup intent ${input.intent_id} with this claim_secret`);
+  const intent = await svc.db.signupIntent.findUnique({ where: { id: input.intent_id }, include: { payment: { select: { id: true } } } });
+  if (!intent?.claimSecretHash || !constantTimeEqual(intent.claimSecretHash, sha256Hex(input.claim_secret))) throw notFound();
+  const base = { intent_id: intent.id, full_domain: intent.fullDomain };
+  if (intent.status !== 'completed' || !intent.accountId) {
+    // Lazily expires a payment whose time ran out, as its status page does.
+    const p = intent.payment ? await refreshPayment(svc, intent.payment.id) : null;
+    const status = !p || p.status === 'expired' ? 'expired' : p.status === 'denied' ? 'payment_denied' : 'pending_payment';
+    return {
+      ...base,
+      status,
+      payment: p ? { id: p.id, status: p.status, decline_code: p.declineCode } : null,
+      retry_after_seconds: status === 'pending_payment' ? CLAIM_RETRY_SECONDS : null,
+      account: null,
+    } as const;
+  }
+  const accountId = intent.accountId;
+  const sealed = await svc.db.$transaction(async (tx) => {
+    const rows = await tx.$queryRaw<{ api_key_enc: string | null }[]>`SELECT api_key_enc FROM signup_intents WHERE id = ${intent.id} FOR UPDATE`;
+    const enc = rows[0]?.api_key_enc ?? null;
+    if (enc) await tx.signupIntent.update({ where: { id: intent.id }, data: { apiKeyEnc: null } });
+    return enc;
+  });
+  const [account, key, domain] = await Promise.all([
+    svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { primaryAddress: true } }),
+    svc.db.apiKey.findFirstOrThrow({ where: { accountId, isOwner: true }, orderBy: { createdAt: 'asc' }, select: { id: true } }),
+    svc.db.domain.findFirstOrThrow({ where: { accountId, name: intent.fullDomain }, select: { name: true, status: true } }),
+  ]);
+  if (!sealed) {
+    throw new AppError(
+      'intent_already_confirmed',
+      'The API key of this signup was already handed over, to an earlier claim or in signup.completed at the callback webhook; it is shown only once. Further keys are minted with it (POST /account/keys).',
+      { primary_address: account.primaryAddress, account_id: accountId },
+    );
+  }
+  return {
+    ...base,
+    status: 'completed',
+    payment: null,
+    retry_after_seconds: null,
+    account: {
+      account_id: accountId,
+      primary_address: account.primaryAddress,
+      api_key: open(svc.secretKey, sealed).toString('utf8'),
+      key_id: key.id,
+      account_status: 'active',
+      domain: domain.name,
+      domain_status: domain.status as 'active' | 'pending_dns' | 'pending_delegation',
+    },
+  } as const;
 }
 
 /** Registers a domain for an account (inside the provisioning transaction) and records the registration. */

@@ -29,6 +29,8 @@ export interface Registrar {
   holdForTransfer(db: Tx, name: string): Promise<{ authCode: string }>;
   /** Names close to `name` that are available now (other TLDs, close variants). */
   suggest(db: Db | Tx, name: string, limit?: number): Promise<RegistrarQuote[]>;
+  /** The yearly price of each TLD offered, in cents, when the registrar has a fixed list (the discovery manifest shows it). */
+  priceList?(): Readonly<Record<string, number>>;
 }
 
 /** Yearly prices of the local registrar, in cents, per TLD. */
@@ -87,6 +89,10 @@ export class LocalRegistrar implements Registrar {
     const authCode = randomBytes(9).toString('base64url');
     await db.simulatedRegistryName.update({ where: { name }, data: { authCode } });
     return { authCode };
+  }
+
+  priceList(): Readonly<Record<string, number>> {
+    return LOCAL_TLD_PRICES_CENTS;
   }
 
   async suggest(db: Db | Tx, name: string, limit = 5): Promise<RegistrarQuote[]> {

@@ -101,9 +101,10 @@ export function postWebhook(url: string, headers: Record<string, string>, body: 
 export async function eventPayload(svc: Services, event: Parameters<typeof toApiEvent>[0], forWebhook: boolean): Promise<string> {
   const api = toApiEvent(event);
   if (forWebhook && event.type === 'signup.completed') {
-    // The owner key goes to the signup callback once; it is kept sealed only until then.
-    const intent = await svc.db.signupIntent.findUnique({ where: { accountId: event.accountId }, select: { apiKeyForCallbackEnc: true } });
-    if (intent?.apiKeyForCallbackEnc) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.apiKeyForCallbackEnc).toString('utf8') });
+    // The owner key goes out once: to the signup callback, unless the signup's claim took it first. It is kept
+    // sealed only until then.
+    const intent = await svc.db.signupIntent.findUnique({ where: { accountId: event.accountId }, select: { apiKeyEnc: true } });
+    if (intent?.apiKeyEnc) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.apiKeyEnc).toString('utf8') });
   }
   return JSON.stringify(api);
 }
@@ -179,7 +180,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
             AS d(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
         ), intent AS (
-          UPDATE signup_intents SET api_key_for_callback_enc = NULL WHERE account_id = ${accountId} AND ${clearKey}
+          UPDATE signup_intents SET api_key_enc = NULL WHERE account_id = ${accountId} AND ${clearKey}
         )
         SELECT 1 AS done`;
       stored = cursor;
@@ -208,7 +209,8 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
         await svc.db.$transaction(async (tx) => {
           await tx.account.updateMany({ where: at, data: { webhookCursor: event.seq, webhookAttempts: 0, webhookNextAttemptAt: null } });
           await tx.webhookDelivery.create({ data: { ...base, status: 'failed' } });
-          if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId }, data: { apiKeyForCallbackEnc: null } });
+          // A signup with a claim keeps the key for it: the callback gave up, the claim is the way left.
+          if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId, claimSecretHash: null }, data: { apiKeyEnc: null } });
           // No failure event for a failure event: a dead endpoint must not grow the log without end.
           if (event.type !== 'webhook.delivery_failed') {
             await appendEvent({
