@@ -129,7 +129,7 @@ export const BulkJobIdInput = z.strictObject({ id: z.string().max(40).meta({ exa
 
 export const ListBulkJobsInput = z.strictObject({
   status: z.enum(BULK_STATUSES).optional(),
-  limit: z.coerce.number().int().min(1).max(100).default(20).meta({ description: 'Page size (default 20, at most 100)' }),
+  limit: z.coerce.number<number>().int().min(1).max(100).default(20).meta({ description: 'Page size (default 20, at most 100)' }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page' }),
 });
 

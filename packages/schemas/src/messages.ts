@@ -184,7 +184,7 @@ export const ListMessagesInput = z.strictObject({
   box: z.string().max(320).optional().meta({ description: 'A box id or address' }),
   since: Timestamp.optional().meta({ description: 'Only messages recorded at or after this time' }),
   before: Timestamp.optional().meta({ description: 'Only messages recorded before this time' }),
-  limit: z.coerce.number().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)' }),
+  limit: z.coerce.number<number>().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)' }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page' }),
 });
 
