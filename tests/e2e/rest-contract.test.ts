@@ -153,6 +153,25 @@ describe('bodies', () => {
     expectErrorShape({ status: res.status, headers: res.headers, text, json: JSON.parse(text) }, 413, 'payload_too_large');
   });
 
+  it('a JSON body is not coerced: a string where a number belongs is a 400, on REST and then on tRPC', async () => {
+    const put = (body: unknown) => call('PUT', '/account/credit/alert-thresholds', { body: JSON.stringify(body), headers: JSON_CT });
+    for (const value of ['', '12', 'true']) {
+      const e = expectErrorShape(await put({ first_cents: value, second_cents: null }), 400, 'validation_error');
+      expect(e.fields).toEqual([{ path: 'first_cents', message: expect.any(String) }]);
+    }
+    const ok = await put({ first_cents: 12, second_cents: null });
+    expect([ok.status, ok.json.first_cents]).toEqual([200, 12]);
+    // The same schema on the tRPC face, after REST calls have been made with it.
+    const res = await fetch(`${t.url}/trpc/credit.setAlertThresholds`, {
+      method: 'POST',
+      headers: { ...JSON_CT, authorization: `Bearer ${a.apiKey}` },
+      body: JSON.stringify({ first_cents: '7', second_cents: null }),
+    });
+    expect(res.status).toBe(400);
+    // A query string is text by nature: there numbers are read from it.
+    expect((await call('GET', '/events?limit=2')).status).toBe(200);
+  });
+
   it('an empty POST body counts as {} (a validation error for the missing field, not a parse error)', async () => {
     const r = await call('POST', '/boxes', { body: '', headers: JSON_CT });
     const e = expectErrorShape(r, 400, 'validation_error');
@@ -186,6 +205,49 @@ describe('routes and methods', () => {
       expect(header!.split(',').map((s) => s.trim()).sort()).toEqual(allow);
       expect([...(e.allow as string[])].sort()).toEqual(allow);
     }
+  });
+
+  it('a literal path is its own route for every method: 405 with the methods that exist there', async () => {
+    // /messages/send also fits GET and DELETE /messages/{id}, and /account/credit/topup/mpp GET /topup/{id}.
+    const cases: [string, string, string[]][] = [
+      ['GET', '/messages/send', ['POST']],
+      ['PATCH', '/messages/send', ['POST']],
+      ['DELETE', '/messages/send', ['POST']],
+      ['GET', '/account/credit/topup/mpp', ['POST']],
+    ];
+    for (const [method, path, allow] of cases) {
+      const r = await call(method, path);
+      const e = expectErrorShape(r, 405, 'method_not_allowed');
+      expect(r.headers.get('allow'), `${method} ${path}`).toBe(allow.join(', '));
+      expect(e.allow).toEqual(allow);
+    }
+    // The parameterised route still answers for every other id.
+    expectErrorShape(await call('GET', '/messages/msg_sendx'), 404, 'not_found');
+  });
+
+  it('path parameters are percent-decoded once, as UTF-8', async () => {
+    for (const [raw, decoded] of [
+      ['box_%C3%A9', 'box_é'],
+      ['box_%20x', 'box_ x'],
+      ['box_%41', 'box_A'],
+      ['box_%2540', 'box_%40'],
+    ]) {
+      const e = expectErrorShape(await call('GET', `/boxes/${raw}/policy`), 404, 'not_found');
+      expect(e.message).toBe(`box ${decoded} not found`);
+    }
+    // 14 characters (64 once encoded) against the id's limit of 40: a lookup, not a length error.
+    expectErrorShape(await call('GET', `/boxes/box_${'%C3%A9'.repeat(10)}/policy`), 404, 'not_found');
+    expectErrorShape(await call('GET', `/boxes/box_${'%C3%A9'.repeat(40)}/policy`), 400, 'validation_error');
+    // Not UTF-8, or a control character once decoded: refused, naming the parameter.
+    const bad = expectErrorShape(await call('GET', '/boxes/box_%C3/policy'), 400, 'validation_error');
+    expect(bad.fields).toEqual([{ path: 'id', message: expect.stringMatching(/UTF-8/) }]);
+    expectErrorShape(await call('GET', '/boxes/box_%0A/policy'), 400, 'validation_error');
+  });
+
+  it('a request line over the header limit -> 431 with the error body and a request id', async () => {
+    const r = await call('GET', `/boxes?x=${'a'.repeat(20_000)}`);
+    const e = expectErrorShape(r, 431, 'headers_too_large');
+    expect(e.message).toMatch(/bytes/);
   });
 
   it('HEAD on a GET route answers like GET without a body', async () => {
