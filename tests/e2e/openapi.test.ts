@@ -38,6 +38,8 @@ interface RouteMeta {
   method: string;
   path: string;
   protect: boolean;
+  scope: string | undefined;
+  accountWide: boolean;
 }
 
 /** Every procedure of the router that has REST meta, read from the router itself. */
@@ -47,7 +49,7 @@ function routerRoutes(): RouteMeta[] {
     .filter(([, p]) => p._def.meta?.openapi)
     .map(([name, p]) => {
       const o = p._def.meta.openapi;
-      return { procedure: name, method: String(o.method).toLowerCase(), path: String(o.path), protect: o.protect !== false };
+      return { procedure: name, method: String(o.method).toLowerCase(), path: String(o.path), protect: o.protect !== false, scope: p._def.meta.scope as string | undefined, accountWide: Boolean(p._def.meta.accountWide) };
     });
 }
 
@@ -142,7 +144,7 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     expect(streams).toEqual(['GET /events/stream']);
     const stream = doc.paths['/events/stream']!.get!;
     expect(Object.keys(stream.responses['200']!.content ?? {})).toEqual(['text/event-stream']);
-    expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '503']);
+    expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '431', '500', '503']);
     // Spot-check the spec's paths are there under their spec names.
     for (const want of ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /boxes', 'GET /boxes', 'DELETE /boxes/{id}', 'PUT /boxes/{id}/signature', 'GET /events', 'GET /events/verify', 'POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}']) {
       expect(fromDoc).toContain(want);
@@ -186,7 +188,9 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     for (const { method, path, op } of keyed) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(op.security, where).toEqual([{ bearerAuth: [] }]);
-      for (const status of ['401', '403']) {
+      // 403 only where a key can be refused: a scope to lack, or an account-wide change a box-restricted key may not make.
+      const meta = byKey.get(`${method} ${path}`)!;
+      for (const status of meta.scope || meta.accountWide ? ['401', '403'] : ['401']) {
         expect(op.responses[status]?.content?.['application/json']?.schema, `${where} ${status}`).toEqual({ $ref: '#/components/schemas/Error' });
       }
     }

@@ -1,12 +1,16 @@
 /**
- * The OpenAPI document, generated from the router; our error shape replaces the generator's, keyed operations
- * declare the per-key rate limit (429 and the RateLimit fields), and the document lints clean with Redocly's
- * recommended rules (redocly.yaml at the repository root says which rules are changed and why).
+ * The OpenAPI document, generated from the router; our error shape replaces the generator's, each operation's
+ * error responses are those its procedure can answer with (error-contract.ts: the implied codes and meta.errors,
+ * mapped to statuses by the one table in packages/core), keyed operations declare the per-key rate limit (429
+ * and the RateLimit fields), and the document lints clean with Redocly's recommended rules (redocly.yaml at the
+ * repository root says which rules are changed and why).
  */
 import { generateOpenApiDocument, type OpenAPIObject } from 'trpc-to-openapi';
 import { z } from 'zod';
 import { ErrorBody } from '@boxes/schemas';
 import { appRouter } from './router';
+import { byStatus, operationErrorCodes } from './error-contract';
+import type { BoxesMeta, Meta } from './trpc';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
 export const API_VERSION = '1.2.0';
@@ -14,15 +18,18 @@ export const API_VERSION = '1.2.0';
 const STATUS_TEXT: Record<string, string> = {
   '400': 'Invalid request: malformed JSON or a field that fails validation (error.fields names each one)',
   '401': 'No API key, or a revoked or unknown one (error.getting_started says how to get one)',
-  '402': 'Not enough credit',
-  '403': 'The key lacks the scope, or is restricted to other boxes',
+  '402': 'Payment required: not enough credit (error.top_up says how to add some), or a payment that did not go through',
+  '403': 'Not allowed: the key lacks the scope or is restricted to other boxes, or the action is refused (error.code says why)',
   '404': 'Not found (also for resources of another account)',
   '409': 'Conflicts with the current state',
   '410': 'Expired',
+  '413': 'The body is larger than 30 MiB',
+  '415': 'The body is not JSON (Content-Type: application/json)',
+  '431': 'The request line and headers are larger than 16 KiB',
   '429': 'Too many calls: wait error.retry_after_seconds (also in Retry-After) and try again',
   '500': 'Internal error (quote error.request_id)',
   '501': 'Not available on this instance yet',
-  '503': 'The database or queue cannot be reached right now; nothing was changed. Try again after Retry-After seconds (service_unavailable)',
+  '503': 'The database or queue cannot be reached right now; nothing was changed. Try again after Retry-After seconds',
 };
 
 /** Response fields of the per-key rate limit (draft-ietf-httpapi-ratelimit-headers), declared once. */
@@ -64,9 +71,19 @@ const EVENT_STREAM_OPERATION = () => ({
       description: 'An endless text/event-stream of the account\'s events (id: seq, event: type, data: the event JSON).',
       content: { 'text/event-stream': { schema: { type: 'string', example: 'id: 43\nevent: mail.received\ndata: {"id":"evt_...","type":"mail.received","seq":43,...}\n\n' } } },
     },
-    '400': {},
   },
 });
+
+/** Each REST operation's meta, by "METHOD /path". */
+function metaByOperation(): Map<string, BoxesMeta & Meta> {
+  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, { _def: { meta?: BoxesMeta & Meta } }> } })._def.procedures;
+  const out = new Map<string, BoxesMeta & Meta>();
+  for (const p of Object.values(procedures)) {
+    const meta = p._def.meta;
+    if (meta?.openapi) out.set(`${meta.openapi.method} ${meta.openapi.path}`, meta);
+  }
+  return out;
+}
 
 export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string }): OpenAPIObject {
   const doc = generateOpenApiDocument(appRouter, {
@@ -90,23 +107,24 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
   doc.paths = { ...doc.paths, '/events/stream': { get: EVENT_STREAM_OPERATION() } } as typeof doc.paths;
   // Every operation needs a key unless it says otherwise (the two signup calls say security: []).
   doc.security = [{ bearerAuth: [] }];
-  for (const item of Object.values(doc.paths ?? {})) {
-    for (const op of Object.values(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
+  const metas = metaByOperation();
+  for (const [path, item] of Object.entries(doc.paths ?? {})) {
+    for (const [method, op] of Object.entries(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
       if (!op?.responses) continue;
       const keyed = Boolean(op.security?.length);
       if (!keyed) op.security = [];
-      const codes = new Set(Object.keys(op.responses).filter((c) => c !== '200'));
-      if (keyed) ['401', '403', '429'].forEach((c) => codes.add(c));
-      // Any call may meet an unreachable database or queue (README "When PostgreSQL or Redis goes away").
-      codes.add('503');
-      for (const c of [...codes].filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
-      for (const c of [...codes].filter((c) => Number(c) >= 400).sort()) {
+      // The stream is keyed with the receive scope, like GET /events.
+      const meta: BoxesMeta | undefined = path === '/events/stream' ? { scope: 'receive' } : metas.get(`${method.toUpperCase()} ${path}`);
+      for (const c of Object.keys(op.responses).filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
+      for (const [status, codes] of byStatus(operationErrorCodes({ method: method.toUpperCase(), keyed }, meta))) {
+        const c = String(status);
         // A refused key (401) is not counted; any other answer to a keyed call carries the rate-limit fields.
-        const headers = { ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' && c !== '503' ? rateFields() : {}) };
+        const headers = { ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' && c !== '503' && c !== '431' ? rateFields() : {}) };
         op.responses[c] = {
-          description: STATUS_TEXT[c] ?? 'Error',
+          description: `${STATUS_TEXT[c] ?? 'Error'}. error.code: ${codes.join(', ')}`,
           ...(Object.keys(headers).length ? { headers } : {}),
           content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+          'x-error-codes': codes,
         };
       }
       if (keyed && op.responses['200']) op.responses['200'].headers = { ...(op.responses['200'].headers as object | undefined), ...rateFields() };

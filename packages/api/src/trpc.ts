@@ -7,7 +7,7 @@
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
-import { AppError, authenticateKey, ERROR_CODES, isServiceUnavailable, keyRateLimited, serviceUnavailable, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
+import { AppError, authenticateKey, ERROR_CODES, type ErrorCode, isServiceUnavailable, keyRateLimited, serviceUnavailable, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
@@ -37,6 +37,11 @@ export type BoxesMeta = {
   scope?: Scope;
   /** Account-wide changes (keys, callback URL, new boxes) are refused to box-restricted keys. */
   accountWide?: boolean;
+  /**
+   * The AppError codes the procedure's own work can throw, beyond those every call can meet
+   * (error-contract.ts); its OpenAPI error responses are generated from them.
+   */
+  errors?: readonly ErrorCode[];
 };
 export type Meta = OpenApiMeta<BoxesMeta>;
 

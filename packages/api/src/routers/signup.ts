@@ -6,6 +6,7 @@ import { publicProcedure, router } from '../trpc';
 export const signupRouter = router({
   create: publicProcedure
     .meta({
+      errors: ['domain_taken', 'rate_limited'],
       openapi: {
         method: 'POST',
         path: '/signup/agentic',
@@ -15,8 +16,6 @@ export const signupRouter = router({
         description:
           'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100, needs agent_callback_webhook) the signup is funded: the response carries local_payment_intent, the owner approves it from an emailed link, and the account is provisioned then with that credit (no confirm; signup.completed with the api_key goes to the callback webhook). Mode register (needs agent_callback_webhook) registers register_domain through the registrar (the built-in local registrar is simulated): the response carries local_payment_intent and local_wallet_spend_request for the first year plus any initial credit; a taken or unavailable name is 409 domain_taken with suggestions; once the owner approves, the domain is registered, its zone served, and the account provisioned (signup.completed to the callback).',
         successDescription: 'The intent',
-        // What this call can answer besides 200 (the generator's defaults would miss 409, 429, 501 and 503).
-        errorResponses: [400, 409, 429, 500, 501, 503],
       },
     })
     .input(SignupInput)
@@ -47,6 +46,7 @@ export const signupRouter = router({
     }),
   confirm: publicProcedure
     .meta({
+      errors: ['box_exists', 'domain_taken', 'funded_signup', 'intent_already_confirmed', 'intent_expired', 'not_found'],
       openapi: {
         method: 'POST',
         path: '/signup/agentic/confirm',
@@ -55,7 +55,6 @@ export const signupRouter = router({
         summary: 'Confirm a signup',
         description:
           'Provisions the account: the domain, the primary box agent@<domain> and the owner key (send, receive, admin). The api_key is shown only in this response. Confirming twice returns 409 and creates nothing.',
-        errorResponses: [400, 404, 409, 410, 500],
       },
     })
     .input(ConfirmInput)
