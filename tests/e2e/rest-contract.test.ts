@@ -362,3 +362,42 @@ describe('tRPC errors', () => {
     expect(malformed.boxes.request_id).toBe(malformed.res.headers.get('x-request-id'));
   });
 });
+
+describe('every error is documented for its operation', () => {
+  let doc: Record<string, any>;
+  beforeAll(async () => {
+    doc = (await (await fetch(`${t.url}/openapi.json`)).json()) as Record<string, any>;
+  });
+
+  /** The answer's status is listed for the operation, and its error.code among that status's x-error-codes. */
+  function expectDocumented(method: string, template: string, r: Raw, status: number, code: string) {
+    expectErrorShape(r, status, code);
+    const response = doc.paths[template]?.[method.toLowerCase()]?.responses?.[String(status)];
+    expect(response, `${method} ${template} ${status} is not in the document`).toBeDefined();
+    expect(response['x-error-codes'], `${method} ${template} ${status}`).toContain(code);
+    expect(response.description).toContain(code);
+  }
+
+  it('404 on POST routes with an id, 409 with their codes, 402 where credit or a wallet is missing', async () => {
+    const post = (path: string, body: unknown = {}) => call('POST', path, { body: JSON.stringify(body), headers: JSON_CT });
+    expectDocumented('POST', '/messages/{id}/reply', await post('/messages/msg_nope/reply', { text: 'hi' }), 404, 'not_found');
+    expectDocumented('POST', '/messages/{id}/cancel', await post('/messages/msg_nope/cancel'), 404, 'not_found');
+    expectDocumented('POST', '/boxes/{id}/forwards', await post('/boxes/box_nope/forwards', { to: 'owner@example.com' }), 404, 'not_found');
+
+    expect((await post('/boxes', { address: 'twice' })).status).toBe(200);
+    expectDocumented('POST', '/boxes', await post('/boxes', { address: 'twice' }), 409, 'box_exists');
+    const primary = (await call('GET', '/boxes')).json.boxes.find((b: { is_primary: boolean }) => b.is_primary);
+    expectDocumented('DELETE', '/boxes/{id}', await call('DELETE', `/boxes/${primary.id}`), 409, 'primary_box');
+    // A free subdomain has no editable zone.
+    expectDocumented('GET', '/domain/dns', await call('GET', '/domain/dns'), 409, 'dns_not_managed');
+
+    expectDocumented('POST', '/account/trailer/buyout', await post('/account/trailer/buyout'), 402, 'payment_required');
+    expectDocumented('POST', '/account/credit/topup/mpp', await post('/account/credit/topup/mpp', { amount_cents: 500 }), 402, 'wallet_not_enrolled');
+  });
+
+  it('the transport errors too: 413, 415, 400 invalid_json and 431 are listed where they can happen', async () => {
+    expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: '{"address":', headers: JSON_CT }), 400, 'invalid_json');
+    expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: 'address=x', headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type');
+    expectDocumented('GET', '/boxes', await call('GET', `/boxes?x=${'a'.repeat(20_000)}`), 431, 'headers_too_large');
+  });
+});
