@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { ErrorBody } from '@boxes/schemas';
 import { appRouter } from './router';
 import { byStatus, operationErrorCodes } from './error-contract';
+import { addLinePatterns } from './input-patterns';
 import type { BoxesMeta, Meta } from './trpc';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
@@ -74,13 +75,23 @@ const EVENT_STREAM_OPERATION = () => ({
   },
 });
 
-/** Each REST operation's meta, by "METHOD /path". */
-function metaByOperation(): Map<string, BoxesMeta & Meta> {
-  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, { _def: { meta?: BoxesMeta & Meta } }> } })._def.procedures;
-  const out = new Map<string, BoxesMeta & Meta>();
+interface Operation {
+  meta: BoxesMeta & Meta;
+  /** Rules over the whole input (MESSAGE_BODY_RULE's anyOf), from its schema's meta: the generator rebuilds the body from its fields and drops them. */
+  bodyRules: Record<string, unknown>;
+}
+
+/** Each REST operation's meta and input rules, by "METHOD /path". */
+function operationsByRoute(): Map<string, Operation> {
+  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, { _def: { meta?: BoxesMeta & Meta; inputs: z.ZodType[] } }> } })._def.procedures;
+  const out = new Map<string, Operation>();
   for (const p of Object.values(procedures)) {
     const meta = p._def.meta;
-    if (meta?.openapi) out.set(`${meta.openapi.method} ${meta.openapi.path}`, meta);
+    if (!meta?.openapi) continue;
+    const input = p._def.inputs[0];
+    const inputMeta = (input && z.globalRegistry.get(input)) as Record<string, unknown> | undefined;
+    const bodyRules = Object.fromEntries(['anyOf', 'oneOf'].filter((k) => inputMeta?.[k] !== undefined).map((k) => [k, structuredClone(inputMeta![k])]));
+    out.set(`${meta.openapi.method} ${meta.openapi.path}`, { meta, bodyRules });
   }
   return out;
 }
@@ -107,14 +118,24 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
   doc.paths = { ...doc.paths, '/events/stream': { get: EVENT_STREAM_OPERATION() } } as typeof doc.paths;
   // Every operation needs a key unless it says otherwise (the two signup calls say security: []).
   doc.security = [{ bearerAuth: [] }];
-  const metas = metaByOperation();
+  const operations = operationsByRoute();
+  // Components met from a request (DomainIntent, BulkMessage), to give their strings the single-line pattern too.
+  const requestRefs = new Set<string>();
+  const noteRef = (ref: string) => requestRefs.add(ref);
   for (const [path, item] of Object.entries(doc.paths ?? {})) {
     for (const [method, op] of Object.entries(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
       if (!op?.responses) continue;
       const keyed = Boolean(op.security?.length);
       if (!keyed) op.security = [];
       // The stream is keyed with the receive scope, like GET /events.
-      const meta: BoxesMeta | undefined = path === '/events/stream' ? { scope: 'receive' } : metas.get(`${method.toUpperCase()} ${path}`);
+      const operation = operations.get(`${method.toUpperCase()} ${path}`);
+      const meta: BoxesMeta | undefined = path === '/events/stream' ? { scope: 'receive' } : operation?.meta;
+      const request = op as { parameters?: { schema?: unknown }[]; requestBody?: { content?: Record<string, { schema?: Record<string, unknown> }> } };
+      for (const parameter of request.parameters ?? []) addLinePatterns(parameter.schema, noteRef);
+      for (const media of Object.values(request.requestBody?.content ?? {})) {
+        if (media.schema && operation) Object.assign(media.schema, operation.bodyRules);
+        addLinePatterns(media.schema, noteRef);
+      }
       for (const c of Object.keys(op.responses).filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
       for (const [status, codes] of byStatus(operationErrorCodes({ method: method.toUpperCase(), keyed }, meta))) {
         const c = String(status);
@@ -130,5 +151,14 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
       if (keyed && op.responses['200']) op.responses['200'].headers = { ...(op.responses['200'].headers as object | undefined), ...rateFields() };
     }
   }
+  const components = doc.components?.schemas as Record<string, unknown> | undefined;
+  const visited = new Set<string>();
+  const visit = (ref: string) => {
+    const name = /^#\/components\/schemas\/(.+)$/.exec(ref)?.[1];
+    if (!name || visited.has(name)) return;
+    visited.add(name);
+    addLinePatterns(components?.[name], visit);
+  };
+  for (const ref of requestRefs) visit(ref);
   return doc;
 }

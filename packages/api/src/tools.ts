@@ -3,6 +3,7 @@
  * procedure's zod input) and its OpenAPI summary and description. A procedure added later is a tool at once.
  */
 import { z } from 'zod';
+import { addLinePatterns } from './input-patterns';
 import type { Scope } from '@boxes/schemas';
 import { appRouter } from './router';
 import type { BoxesMeta } from './trpc';
@@ -45,6 +46,7 @@ function inputOf(inputs: z.ZodType[]): Pick<ProcedureTool, 'inputSchema' | 'inpu
     const kept = JSON.stringify([root, others]).includes(`"#/$defs/${rootRef}"`) ? defs : others;
     schema = { ...root, ...(Object.keys(kept).length ? { $defs: kept } : {}) };
   }
+  addLinePatterns(schema);
   if (schema.type !== 'object') return { inputSchema: { type: 'object', properties: { input: schema }, required: ['input'] }, input: 'wrapped' };
   return { inputSchema: schema as ProcedureTool['inputSchema'], input: 'object' };
 }
