@@ -28,6 +28,7 @@ async function call(method: string, path: string, init: { key?: string | null; b
   if (key) headers.authorization = `Bearer ${key}`;
   const res = await fetch(`${t.apiBase}${path}`, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}) });
   const text = await res.text();
+  if (res.status >= 400) errorsMet.push({ method, path: new URL(res.url).pathname.slice(new URL(t.apiBase).pathname.length), status: res.status, text });
   let json: unknown = null;
   try {
     json = text ? JSON.parse(text) : null;
@@ -38,6 +39,8 @@ async function call(method: string, path: string, init: { key?: string | null; b
 }
 
 const JSON_CT = { 'content-type': 'application/json' };
+/** Every error answer this file meets through call(), checked against the document at the end. */
+const errorsMet: { method: string; path: string; status: number; text: string }[] = [];
 
 /** Asserts the one REST error shape and returns error. */
 function expectErrorShape(r: Raw, status: number, code: string) {
@@ -399,5 +402,27 @@ describe('every error is documented for its operation', () => {
     expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: '{"address":', headers: JSON_CT }), 400, 'invalid_json');
     expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: 'address=x', headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type');
     expectDocumented('GET', '/boxes', await call('GET', `/boxes?x=${'a'.repeat(20_000)}`), 431, 'headers_too_large');
+  });
+
+  it('every error answer met in this file is listed for its operation, status and code', () => {
+    // The document's path a request reaches: of those it fits, the one literal furthest from the left.
+    const templateOf = (path: string) => {
+      const fits = Object.keys(doc.paths).filter((p) => new RegExp(`^${p.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(path));
+      const rank = (p: string) => p.split('/').map((seg) => (seg.startsWith('{') ? '1' : '0')).join('');
+      return fits.sort((x, y) => rank(x).localeCompare(rank(y)))[0];
+    };
+    let checked = 0;
+    for (const e of errorsMet) {
+      const template = templateOf(e.path.replace(/\/$/, ''));
+      const op = template && doc.paths[template][e.method.toLowerCase()];
+      // An unknown path (404) or a method the path does not have (405) is no operation's answer.
+      if (!op) continue;
+      const code = (JSON.parse(e.text) as { error: { code: string } }).error.code;
+      const response = op.responses[String(e.status)];
+      expect(response, `${e.method} ${template} answered ${e.status} ${code}, not in the document`).toBeDefined();
+      expect(response['x-error-codes'], `${e.method} ${template} ${e.status}`).toContain(code);
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(30);
   });
 });
