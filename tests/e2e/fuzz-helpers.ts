@@ -225,6 +225,10 @@ export class Generator {
     if (s.enum) return fc.constantFrom(...s.enum);
     if (s.const !== undefined) return fc.constant(s.const);
     const union = s.anyOf ?? s.oneOf;
+    // An object with alternatives of required members (a message: text, html or attachments): one of them.
+    if (union && s.type === 'object') {
+      return fc.oneof(...union.map((u: Schema) => this.object({ ...s, anyOf: undefined, oneOf: undefined, required: [...(s.required ?? []), ...(u.required ?? [])] }, depth, 0)));
+    }
     if (union) return fc.oneof(...union.map((u: Schema) => this.valid(u, name, depth + 1)));
     if (s.allOf) return this.valid(Object.assign({}, ...s.allOf.map((x: Schema) => this.resolve(x))), name, depth + 1);
     switch (s.type) {

@@ -2,8 +2,8 @@
  * Fuzz: requests generated from the served OpenAPI document (fuzz-helpers.ts) against every operation, with a
  * valid key mostly (and receive-only, box-restricted, missing and unknown keys), over REST and now and then
  * tRPC and MCP. No answer may be a 5xx (an MCP tool error with code internal counts as one), every error is
- * the documented JSON shape without a stack, no request may hang, and afterwards the account's event chain
- * still verifies.
+ * the documented JSON shape without a stack, every REST error is a status and error.code the document lists for
+ * that operation (x-error-codes), no request may hang, and afterwards the account's event chain still verifies.
  *
  * FUZZ_RUNS requests (2,000 by default; `pnpm fuzz` runs 20,000): half with a fixed seed, half with a random
  * one printed at the start and with any failure. FUZZ_SEED=<n> replays one seed for all the runs.
@@ -23,6 +23,7 @@ let t: TestServer;
 let a: TestAccount;
 const keys: Record<FuzzRequest['key'], string | null> = { owner: null, receive: null, restricted: null, none: null, garbage: 'bxs_live_' + 'A'.repeat(43) };
 let ops: Operation[] = [];
+let doc: Record<string, any>;
 let gen: Generator;
 
 beforeAll(async () => {
@@ -46,7 +47,7 @@ beforeAll(async () => {
   ids.push(f.body.id);
   const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'fuzz@example.com', domain_intent: { mode: 'subdomain' } } });
   ids.push(intent.body.intent_id);
-  const doc = (await (await fetch(`${t.url}/openapi.json`)).json()) as Record<string, any>;
+  doc = (await (await fetch(`${t.url}/openapi.json`)).json()) as Record<string, any>;
   // Closing would end the account under test (its confirm_domain comes from the domain pool): account-close.test.ts
   // covers DELETE /account, and the security table its refusals.
   ops = operationsOf(doc).filter((o) => o.procedure !== 'account.close');
@@ -78,6 +79,13 @@ function checkErrorBody(status: number, text: string): string | null {
   if (status >= 500) return `answered ${status}`;
   if (/"stack"\s*:/.test(text)) return 'the body carries a stack trace';
   return null;
+}
+
+/** The document's path a request path reaches: of those it fits, the one literal furthest from the left. */
+function templateOf(path: string): string | undefined {
+  const fits = Object.keys(doc.paths).filter((p) => new RegExp(`^${p.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(path));
+  const rank = (p: string) => p.split('/').map((seg) => (seg.startsWith('{') ? '1' : '0')).join('');
+  return fits.sort((a, b) => rank(a).localeCompare(rank(b)))[0];
 }
 
 async function send(r: FuzzRequest): Promise<Outcome> {
@@ -125,15 +133,26 @@ async function send(r: FuzzRequest): Promise<Outcome> {
   }
   const text = await res.text();
   let problem = checkErrorBody(res.status, text);
-  // 431: Node's HTTP parser refuses a request line and headers over 16 KiB before any of ours runs.
-  if (!problem && res.status >= 400 && res.status !== 431 && r.transport === 'rest') {
+  if (!problem && res.status >= 400 && r.transport === 'rest') {
+    let code: unknown;
     try {
       const parsed = JSON.parse(text) as { error?: { code?: unknown; request_id?: unknown } };
       if (typeof parsed.error?.code !== 'string' || typeof parsed.error.request_id !== 'string') problem = 'the error body is not {"error": {"code", "request_id", ...}}';
+      code = parsed.error?.code;
     } catch {
       problem = 'the error body is not JSON';
     }
+    // The document lists what each operation can answer: an error it does not list is a gap in it. A path
+    // value such as "." or "%2e%2e" is a dot segment the URL drops, and "send" in /messages/{id} is the literal
+    // route /messages/send: such a request reached another path, and is checked for its shape only.
+    const documented = doc.paths[r.op.path]?.[r.op.method.toLowerCase()]?.responses?.[String(res.status)] as { 'x-error-codes'?: string[] } | undefined;
+    const reached = templateOf(new URL(url).pathname.slice(new URL(t.apiBase).pathname.length)) === r.op.path;
+    if (!problem && reached && !documented) problem = `answered ${res.status}, which the document does not list for ${r.op.method} ${r.op.path}`;
+    else if (!problem && reached && !documented!['x-error-codes']?.includes(code as string)) {
+      problem = `answered ${res.status} ${String(code)}, a code the document does not list for ${r.op.method} ${r.op.path} (${documented!['x-error-codes']?.join(', ')})`;
+    }
   }
+  // 431 comes from Node's HTTP parser, before tRPC: it has the REST error body, not tRPC's.
   if (!problem && r.transport === 'trpc' && res.status >= 400 && res.status !== 431) {
     const boxes = (JSON.parse(text) as { error?: { data?: { boxes?: { status?: number } } } }).error?.data?.boxes;
     if (!boxes || (boxes.status ?? 500) >= 500) problem = `tRPC error with boxes status ${boxes?.status}`;

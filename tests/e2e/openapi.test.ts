@@ -14,7 +14,7 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appRouter } from '@boxes/api';
-import { startTestServer, type TestServer } from '@boxes/testing';
+import { rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
 
 type Operation = {
   operationId?: string;
@@ -38,6 +38,8 @@ interface RouteMeta {
   method: string;
   path: string;
   protect: boolean;
+  scope: string | undefined;
+  accountWide: boolean;
 }
 
 /** Every procedure of the router that has REST meta, read from the router itself. */
@@ -47,7 +49,7 @@ function routerRoutes(): RouteMeta[] {
     .filter(([, p]) => p._def.meta?.openapi)
     .map(([name, p]) => {
       const o = p._def.meta.openapi;
-      return { procedure: name, method: String(o.method).toLowerCase(), path: String(o.path), protect: o.protect !== false };
+      return { procedure: name, method: String(o.method).toLowerCase(), path: String(o.path), protect: o.protect !== false, scope: p._def.meta.scope as string | undefined, accountWide: Boolean(p._def.meta.accountWide) };
     });
 }
 
@@ -142,7 +144,7 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     expect(streams).toEqual(['GET /events/stream']);
     const stream = doc.paths['/events/stream']!.get!;
     expect(Object.keys(stream.responses['200']!.content ?? {})).toEqual(['text/event-stream']);
-    expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '503']);
+    expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '431', '500', '503']);
     // Spot-check the spec's paths are there under their spec names.
     for (const want of ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /boxes', 'GET /boxes', 'DELETE /boxes/{id}', 'PUT /boxes/{id}/signature', 'GET /events', 'GET /events/verify', 'POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}']) {
       expect(fromDoc).toContain(want);
@@ -186,7 +188,9 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     for (const { method, path, op } of keyed) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(op.security, where).toEqual([{ bearerAuth: [] }]);
-      for (const status of ['401', '403']) {
+      // 403 only where a key can be refused: a scope to lack, or an account-wide change a box-restricted key may not make.
+      const meta = byKey.get(`${method} ${path}`)!;
+      for (const status of meta.scope || meta.accountWide ? ['401', '403'] : ['401']) {
         expect(op.responses[status]?.content?.['application/json']?.schema, `${where} ${status}`).toEqual({ $ref: '#/components/schemas/Error' });
       }
     }
@@ -286,6 +290,81 @@ describe('GET /openapi.json and /openapi.yaml', () => {
       expect([r.status, body.error.code], `${method.toUpperCase()} ${path}`).toEqual([401, 'unauthorized']);
       expect(body.error.getting_started?.signup).toBe(`${t.apiBase}/signup/agentic`);
     }
+  });
+});
+
+describe('request schemas say what the server enforces', () => {
+  /** Every string schema of every request (parameters and bodies, through $ref), with where it is. */
+  function requestStrings(): { where: string; schema: Record<string, any> }[] {
+    const out: { where: string; schema: Record<string, any> }[] = [];
+    const walk = (node: unknown, where: string, seen: Set<string>): void => {
+      if (!node || typeof node !== 'object') return;
+      const s = node as Record<string, any>;
+      if (typeof s.$ref === 'string') {
+        if (seen.has(s.$ref)) return;
+        return walk(resolvePointer(s.$ref), where, new Set([...seen, s.$ref]));
+      }
+      if (s.type === 'string' && !s.enum && s.const === undefined) out.push({ where, schema: s });
+      walk(s.items, `${where}[]`, seen);
+      for (const [k, v] of Object.entries((s.properties ?? {}) as Record<string, unknown>)) walk(v, `${where}.${k}`, seen);
+      for (const v of [...(s.anyOf ?? []), ...(s.oneOf ?? []), ...(s.allOf ?? [])]) walk(v, where, seen);
+    };
+    for (const { method, path, op } of operations()) {
+      for (const p of (op.parameters ?? []) as { name: string; schema?: unknown }[]) walk(p.schema, `${method.toUpperCase()} ${path} ${p.name}`, new Set());
+      walk((op.requestBody?.content?.['application/json'] as { schema?: unknown } | undefined)?.schema, `${method.toUpperCase()} ${path} body`, new Set());
+    }
+    return out;
+  }
+
+  /** Whether a value passes every pattern of a string schema (its own and those in allOf). */
+  const accepts = (schema: Record<string, any>, value: string) =>
+    [schema.pattern, ...((schema.allOf ?? []) as { pattern?: string }[]).map((s) => s.pattern)].filter((p) => p !== undefined).every((p) => new RegExp(p, 'u').test(value));
+
+  it('every request string has a pattern: no NUL anywhere, no control character outside text', () => {
+    const strings = requestStrings();
+    expect(strings.length).toBeGreaterThan(100);
+    for (const { where, schema } of strings) {
+      expect(schema.pattern, where).toBeTypeOf('string');
+      expect(accepts(schema, 'a\u0000b'), where).toBe(false);
+    }
+    const send = (field: string) => strings.find((s) => s.where === `POST /messages/send body.${field}`)!.schema;
+    expect(accepts(send('subject'), 'a\u0001b')).toBe(false);
+    expect(accepts(send('from'), 'a\nb')).toBe(false);
+    expect(accepts(send('attachments[].content_id'), 'logo\u0001')).toBe(false);
+    expect(accepts(send('attachments[].content_id'), 'logo')).toBe(true);
+    expect(accepts(send('text'), 'line one\nline two\t')).toBe(true);
+    expect(accepts(send('attachments[].content_b64'), 'JVBE\r\nRi0x')).toBe(true);
+    const policy = strings.find((s) => s.where === 'GET /boxes/{id}/policy id')!.schema;
+    expect(accepts(policy, 'box_\u007f')).toBe(false);
+  });
+
+  it('a message has at least one recipient and a body', () => {
+    const body = doc.paths['/messages/send']!.post!.requestBody!.content!['application/json'] as { schema: Record<string, any> };
+    const toList = body.schema.properties.to.anyOf.find((o: { type?: string }) => o.type === 'array');
+    expect(toList.minItems).toBe(1);
+    expect(body.schema.anyOf).toEqual([{ required: ['text'] }, { required: ['html'] }, { required: ['attachments'], properties: { attachments: { minItems: 1 } } }]);
+    const bulk = doc.components.schemas.BulkMessage;
+    expect(bulk.anyOf).toEqual(body.schema.anyOf);
+    expect(bulk.properties.to.anyOf.find((o: { type?: string }) => o.type === 'array').minItems).toBe(1);
+  });
+
+  it('and the server refuses what the schemas refuse, and takes what they allow', async () => {
+    const a = await signupAccount(t);
+    const send = (body: Record<string, unknown>) => rest(t, 'POST', '/messages/send', { key: a.apiKey, body });
+    const refused: [Record<string, unknown>, string][] = [
+      [{ to: [], text: 'x' }, 'to'],
+      [{ to: a.primaryAddress }, 'text'],
+      [{ to: a.primaryAddress, attachments: [] }, 'text'],
+      [{ to: a.primaryAddress, text: 'x', subject: 'a\u0001b' }, 'subject'],
+      [{ to: a.primaryAddress, text: 'a\u0000b' }, 'text'],
+    ];
+    for (const [body, field] of refused) {
+      const r = await send(body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error.fields.map((f: { path: string }) => f.path), JSON.stringify(body)).toContain(field);
+    }
+    const ok = await send({ to: [a.primaryAddress], subject: 'two lines', text: 'line one\nline two\t' });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(200);
   });
 });
 

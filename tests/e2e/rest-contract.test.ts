@@ -28,6 +28,7 @@ async function call(method: string, path: string, init: { key?: string | null; b
   if (key) headers.authorization = `Bearer ${key}`;
   const res = await fetch(`${t.apiBase}${path}`, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}) });
   const text = await res.text();
+  if (res.status >= 400) errorsMet.push({ method, path: new URL(res.url).pathname.slice(new URL(t.apiBase).pathname.length), status: res.status, text });
   let json: unknown = null;
   try {
     json = text ? JSON.parse(text) : null;
@@ -38,6 +39,8 @@ async function call(method: string, path: string, init: { key?: string | null; b
 }
 
 const JSON_CT = { 'content-type': 'application/json' };
+/** Every error answer this file meets through call(), checked against the document at the end. */
+const errorsMet: { method: string; path: string; status: number; text: string }[] = [];
 
 /** Asserts the one REST error shape and returns error. */
 function expectErrorShape(r: Raw, status: number, code: string) {
@@ -153,6 +156,25 @@ describe('bodies', () => {
     expectErrorShape({ status: res.status, headers: res.headers, text, json: JSON.parse(text) }, 413, 'payload_too_large');
   });
 
+  it('a JSON body is not coerced: a string where a number belongs is a 400, on REST and then on tRPC', async () => {
+    const put = (body: unknown) => call('PUT', '/account/credit/alert-thresholds', { body: JSON.stringify(body), headers: JSON_CT });
+    for (const value of ['', '12', 'true']) {
+      const e = expectErrorShape(await put({ first_cents: value, second_cents: null }), 400, 'validation_error');
+      expect(e.fields).toEqual([{ path: 'first_cents', message: expect.any(String) }]);
+    }
+    const ok = await put({ first_cents: 12, second_cents: null });
+    expect([ok.status, ok.json.first_cents]).toEqual([200, 12]);
+    // The same schema on the tRPC face, after REST calls have been made with it.
+    const res = await fetch(`${t.url}/trpc/credit.setAlertThresholds`, {
+      method: 'POST',
+      headers: { ...JSON_CT, authorization: `Bearer ${a.apiKey}` },
+      body: JSON.stringify({ first_cents: '7', second_cents: null }),
+    });
+    expect(res.status).toBe(400);
+    // A query string is text by nature: there numbers are read from it.
+    expect((await call('GET', '/events?limit=2')).status).toBe(200);
+  });
+
   it('an empty POST body counts as {} (a validation error for the missing field, not a parse error)', async () => {
     const r = await call('POST', '/boxes', { body: '', headers: JSON_CT });
     const e = expectErrorShape(r, 400, 'validation_error');
@@ -191,6 +213,49 @@ describe('routes and methods', () => {
       expect(header!.split(',').map((s) => s.trim()).sort()).toEqual(allow);
       expect([...(e.allow as string[])].sort()).toEqual(allow);
     }
+  });
+
+  it('a literal path is its own route for every method: 405 with the methods that exist there', async () => {
+    // /messages/send also fits GET and DELETE /messages/{id}, and /account/credit/topup/mpp GET /topup/{id}.
+    const cases: [string, string, string[]][] = [
+      ['GET', '/messages/send', ['POST']],
+      ['PATCH', '/messages/send', ['POST']],
+      ['DELETE', '/messages/send', ['POST']],
+      ['GET', '/account/credit/topup/mpp', ['POST']],
+    ];
+    for (const [method, path, allow] of cases) {
+      const r = await call(method, path);
+      const e = expectErrorShape(r, 405, 'method_not_allowed');
+      expect(r.headers.get('allow'), `${method} ${path}`).toBe(allow.join(', '));
+      expect(e.allow).toEqual(allow);
+    }
+    // The parameterised route still answers for every other id.
+    expectErrorShape(await call('GET', '/messages/msg_sendx'), 404, 'not_found');
+  });
+
+  it('path parameters are percent-decoded once, as UTF-8', async () => {
+    for (const [raw, decoded] of [
+      ['box_%C3%A9', 'box_é'],
+      ['box_%20x', 'box_ x'],
+      ['box_%41', 'box_A'],
+      ['box_%2540', 'box_%40'],
+    ]) {
+      const e = expectErrorShape(await call('GET', `/boxes/${raw}/policy`), 404, 'not_found');
+      expect(e.message).toBe(`box ${decoded} not found`);
+    }
+    // 14 characters (64 once encoded) against the id's limit of 40: a lookup, not a length error.
+    expectErrorShape(await call('GET', `/boxes/box_${'%C3%A9'.repeat(10)}/policy`), 404, 'not_found');
+    expectErrorShape(await call('GET', `/boxes/box_${'%C3%A9'.repeat(40)}/policy`), 400, 'validation_error');
+    // Not UTF-8, or a control character once decoded: refused, naming the parameter.
+    const bad = expectErrorShape(await call('GET', '/boxes/box_%C3/policy'), 400, 'validation_error');
+    expect(bad.fields).toEqual([{ path: 'id', message: expect.stringMatching(/UTF-8/) }]);
+    expectErrorShape(await call('GET', '/boxes/box_%0A/policy'), 400, 'validation_error');
+  });
+
+  it('a request line over the header limit -> 431 with the error body and a request id', async () => {
+    const r = await call('GET', `/boxes?x=${'a'.repeat(20_000)}`);
+    const e = expectErrorShape(r, 431, 'headers_too_large');
+    expect(e.message).toMatch(/bytes/);
   });
 
   it('HEAD on a GET route answers like GET without a body', async () => {
@@ -303,5 +368,66 @@ describe('tRPC errors', () => {
     expect(malformed.res.status).toBe(400);
     expect(malformed.boxes.code).toBe('invalid_json');
     expect(malformed.boxes.request_id).toBe(malformed.res.headers.get('x-request-id'));
+  });
+});
+
+describe('every error is documented for its operation', () => {
+  let doc: Record<string, any>;
+  beforeAll(async () => {
+    doc = (await (await fetch(`${t.url}/openapi.json`)).json()) as Record<string, any>;
+  });
+
+  /** The answer's status is listed for the operation, and its error.code among that status's x-error-codes. */
+  function expectDocumented(method: string, template: string, r: Raw, status: number, code: string) {
+    expectErrorShape(r, status, code);
+    const response = doc.paths[template]?.[method.toLowerCase()]?.responses?.[String(status)];
+    expect(response, `${method} ${template} ${status} is not in the document`).toBeDefined();
+    expect(response['x-error-codes'], `${method} ${template} ${status}`).toContain(code);
+    expect(response.description).toContain(code);
+  }
+
+  it('404 on POST routes with an id, 409 with their codes, 402 where credit or a wallet is missing', async () => {
+    const post = (path: string, body: unknown = {}) => call('POST', path, { body: JSON.stringify(body), headers: JSON_CT });
+    expectDocumented('POST', '/messages/{id}/reply', await post('/messages/msg_nope/reply', { text: 'hi' }), 404, 'not_found');
+    expectDocumented('POST', '/messages/{id}/cancel', await post('/messages/msg_nope/cancel'), 404, 'not_found');
+    expectDocumented('POST', '/boxes/{id}/forwards', await post('/boxes/box_nope/forwards', { to: 'owner@example.com' }), 404, 'not_found');
+
+    expect((await post('/boxes', { address: 'twice' })).status).toBe(200);
+    expectDocumented('POST', '/boxes', await post('/boxes', { address: 'twice' }), 409, 'box_exists');
+    const primary = (await call('GET', '/boxes')).json.boxes.find((b: { is_primary: boolean }) => b.is_primary);
+    expectDocumented('DELETE', '/boxes/{id}', await call('DELETE', `/boxes/${primary.id}`), 409, 'primary_box');
+    // A free subdomain has no editable zone.
+    expectDocumented('GET', '/domain/dns', await call('GET', '/domain/dns'), 409, 'dns_not_managed');
+
+    expectDocumented('POST', '/account/trailer/buyout', await post('/account/trailer/buyout'), 402, 'payment_required');
+    expectDocumented('POST', '/account/credit/topup/mpp', await post('/account/credit/topup/mpp', { amount_cents: 500 }), 402, 'wallet_not_enrolled');
+  });
+
+  it('the transport errors too: 413, 415, 400 invalid_json and 431 are listed where they can happen', async () => {
+    expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: '{"address":', headers: JSON_CT }), 400, 'invalid_json');
+    expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: 'address=x', headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type');
+    expectDocumented('GET', '/boxes', await call('GET', `/boxes?x=${'a'.repeat(20_000)}`), 431, 'headers_too_large');
+  });
+
+  it('every error answer met in this file is listed for its operation, status and code', () => {
+    // The document's path a request reaches: of those it fits, the one literal furthest from the left.
+    const templateOf = (path: string) => {
+      const fits = Object.keys(doc.paths).filter((p) => new RegExp(`^${p.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(path));
+      const rank = (p: string) => p.split('/').map((seg) => (seg.startsWith('{') ? '1' : '0')).join('');
+      return fits.sort((x, y) => rank(x).localeCompare(rank(y)))[0];
+    };
+    let checked = 0;
+    for (const e of errorsMet) {
+      const template = templateOf(e.path.replace(/\/$/, ''));
+      const op = template && doc.paths[template][e.method.toLowerCase()];
+      // An unknown path (404) or a method the path does not have (405) is no operation's answer.
+      if (!op) continue;
+      const code = (JSON.parse(e.text) as { error: { code: string } }).error.code;
+      const response = op.responses[String(e.status)];
+      expect(response, `${e.method} ${template} answered ${e.status} ${code}, not in the document`).toBeDefined();
+      expect(response['x-error-codes'], `${e.method} ${template} ${e.status}`).toContain(code);
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(30);
   });
 });

@@ -1,8 +1,9 @@
 /**
- * The SDK outside this repo: built and packed (pnpm pack honours publishConfig: dist/), installed from the
- * tarball with npm into a scratch project in the system's temp folder, where it pulls no workspace or server
- * package; an agent script typechecks with tsc --strict (and one with a wrong field fails to), then runs with
- * node against a live instance.
+ * The SDK outside this repo: packed from a clean folder (pnpm pack builds it first, through prepack, and honours
+ * publishConfig: dist/), installed from the tarball with npm into a scratch project in the system's temp folder,
+ * where it pulls no workspace or server package; an agent script typechecks with tsc --strict under the plain
+ * Node tsconfig the README gives (no DOM lib), and under one with the DOM lib, while one with a wrong field fails
+ * to; then it runs with node against a live instance.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -14,6 +15,11 @@ import { startTestServer, type TestServer } from '@boxes/testing';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
+/** The compiler options README "TypeScript SDK" gives a plain Node project (no DOM lib), as written there. */
+const NODE_TSCONFIG: Record<string, unknown> = {
+  ...JSON.parse(/\*\*Outside this repo\.\*\*[\s\S]*?```json\n([\s\S]*?)```/.exec(fs.readFileSync(path.join(root, 'README.md'), 'utf8'))![1]!),
+  noEmit: true,
+};
 const tsc = path.join(root, 'node_modules/.bin/tsc');
 let t: TestServer;
 let scratch: string;
@@ -21,14 +27,12 @@ let scratch: string;
 beforeAll(async () => {
   t = await startTestServer();
   scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-agent-'));
-  await run('pnpm', ['--filter', '@boxes/sdk', 'build'], { cwd: root, timeout: 120_000 });
-  await run('pnpm', ['pack', '--pack-destination', scratch], { cwd: path.join(root, 'packages/sdk'), timeout: 60_000 });
+  // No build beforehand: packing must build (a pack of a clean checkout once held only package.json).
+  fs.rmSync(path.join(root, 'packages/sdk/dist'), { recursive: true, force: true });
+  await run('pnpm', ['--filter', '@boxes/sdk', 'pack', '--pack-destination', scratch], { cwd: root, timeout: 180_000 });
   const tarball = fs.readdirSync(scratch).find((f) => f.endsWith('.tgz'))!;
   fs.writeFileSync(path.join(scratch, 'package.json'), JSON.stringify({ name: 'an-agent', private: true, type: 'module' }));
-  fs.writeFileSync(
-    path.join(scratch, 'tsconfig.json'),
-    JSON.stringify({ compilerOptions: { strict: true, noEmit: true, target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ESNext', 'DOM'], types: ['node'], allowImportingTsExtensions: true } }),
-  );
+  fs.writeFileSync(path.join(scratch, 'tsconfig.json'), JSON.stringify({ compilerOptions: NODE_TSCONFIG }));
   // The agent's project: the SDK from the tarball, and Node's types (an agent script uses process).
   await run('npm', ['install', `./${tarball}`, '@types/node@24', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: scratch, timeout: 180_000 });
 }, 300_000);
@@ -45,6 +49,8 @@ const account = await confirmSignup(base, { intent_id: intent.intent_id });
 const boxes = createBoxesClient({ baseUrl: base, apiKey: account.api_key });
 const box = await boxes.boxes.create.mutate({ address: 'billing' });
 const { events } = await boxes.events.list.query({ limit: 50 });
+// Query numbers are numbers to the SDK (REST reads them from the query string; tRPC sends JSON).
+const page: Parameters<typeof boxes.threads.list.query>[0] = { limit: 5 };
 let code = '';
 try {
   await boxes.boxes.create.mutate({ address: 'billing' });
@@ -66,7 +72,7 @@ function onWebhook(raw: string, signature: string, secret: string): string | nul
   if (e.type === 'mail.received') return e.data.message.subject;
   return null;
 }
-console.log(JSON.stringify({ address: box.address, primary: account.primary_address, types, created, streamed, code, verify: typeof onWebhook }));
+console.log(JSON.stringify({ page: page.limit, address: box.address, primary: account.primary_address, types, created, streamed, code, verify: typeof onWebhook }));
 `;
 
 it('installs from the tarball without workspace or server packages', () => {
@@ -95,6 +101,7 @@ it('an agent script typechecks with tsc --strict; a wrong field or a wrong outpu
     ['wrong-event-narrowing.ts', AGENT.replace("if (e.type === 'box.created') created.push", "if (e.type === 'box.deleted') created.push")],
     ['wrong-webhook-field.ts', AGENT.replace('e.data.message.subject', 'e.data.message.subjet')],
     ['wrong-event-type.ts', AGENT.replace("e.type === 'mail.received'", "e.type === 'mail.recieved'")],
+    ['wrong-limit.ts', AGENT.replace('{ limit: 5 }', "{ limit: '5' }")],
   ] as const) {
     fs.rmSync(path.join(scratch, 'agent.ts'));
     fs.writeFileSync(path.join(scratch, name), wrong);
@@ -107,6 +114,25 @@ it('an agent script typechecks with tsc --strict; a wrong field or a wrong outpu
     fs.rmSync(path.join(scratch, name));
     fs.writeFileSync(path.join(scratch, 'agent.ts'), AGENT);
   }
+}, 300_000);
+
+it('the SDK needs no DOM: its own declarations check without skipLibCheck, and a project with the DOM lib checks too', async () => {
+  fs.writeFileSync(path.join(scratch, 'agent.ts'), AGENT);
+  const check = (options: Record<string, unknown>) => {
+    fs.writeFileSync(path.join(scratch, 'tsconfig.check.json'), JSON.stringify({ compilerOptions: options, files: ['agent.ts'] }));
+    return run(tsc, ['-p', 'tsconfig.check.json'], { cwd: scratch, timeout: 120_000 }).then(
+      () => '',
+      (err: { stdout?: string }) => err.stdout ?? 'failed',
+    );
+  };
+  // Every declaration checked: the one name a Node project lacks is DOM's RequestInfo, in @trpc/client's own.
+  const strict = await check({ ...NODE_TSCONFIG, skipLibCheck: false });
+  const errors = strict.split('\n').filter((l) => /error TS/.test(l));
+  expect(errors.filter((l) => !l.startsWith('node_modules/@trpc/client/')), strict).toEqual([]);
+  // A project with the DOM lib (TypeScript's default) needs no skipLibCheck at all.
+  const { lib: _lib, skipLibCheck: _skip, ...withDefaultLib } = NODE_TSCONFIG;
+  expect(await check(withDefaultLib)).toBe('');
+  fs.rmSync(path.join(scratch, 'tsconfig.check.json'));
 }, 300_000);
 
 it('the agent script runs with node against a live instance', async () => {

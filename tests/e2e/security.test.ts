@@ -562,7 +562,9 @@ describe('the security table covers the router', () => {
         if (op.security?.length) {
           secured.push(`${method.toUpperCase()} ${normalise(path)}`);
           expect(op.responses, `${method} ${path}`).toHaveProperty('401');
-          expect(op.responses, `${method} ${path}`).toHaveProperty('403');
+          // 403 where this table refuses a key: a scope it lacks, or an account-wide change by a box-restricted key.
+          const row = ROUTES.find((r) => r.method === method.toUpperCase() && normalise(r.path) === normalise(path));
+          if (row && (row.scope !== null || row.restricted === 'account_wide')) expect(op.responses, `${method} ${path}`).toHaveProperty('403');
         }
       }
     }

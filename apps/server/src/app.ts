@@ -20,7 +20,7 @@ import { mountForwardConfirmation } from './forwards';
 import { createMcpHandler } from './mcp';
 import { createEventStreamHandler } from './event-stream';
 import { mountOps } from './ops';
-import { createRestHandler, errorResponse, REST_PREFIX, retryAfterOf, routeTable } from './rest';
+import { createRestHandler, errorResponse, matchRoute, REST_PREFIX, retryAfterOf, routeTable } from './rest';
 
 export function createApp(svc: Services, log: Logger): Hono {
   const app = new Hono();
@@ -60,7 +60,8 @@ export function createApp(svc: Services, log: Logger): Hono {
     if (p.startsWith(`${REST_PREFIX}/`)) {
       const sub = p.slice(REST_PREFIX.length);
       if (sub === '/events/stream') return p;
-      return `${REST_PREFIX}${getDocs().routes.find((r) => r.method === method && r.pattern.test(sub))?.path ?? '/(unknown)'}`;
+      const match = matchRoute(getDocs().routes, method, sub);
+      return `${REST_PREFIX}${match && 'route' in match ? match.route.path : '/(unknown)'}`;
     }
     if (p.startsWith('/trpc/')) return '/trpc';
     if (p.startsWith('/owner') || p.startsWith('/pay/')) return p.startsWith('/pay/') ? '/pay/{id}' : '/owner/*';

@@ -1,8 +1,10 @@
 /** apps/server: start(config) serves HTTP (tRPC, REST, OpenAPI, discovery) until stop(). */
 import { serve, type ServerType } from '@hono/node-server';
+import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Config } from '@boxes/config';
-import type { Services } from '@boxes/core';
+import { AppError, newId, type Services } from '@boxes/core';
 import { createApp } from './app';
 import { createLogger, type Logger } from './logger';
 
@@ -40,6 +42,7 @@ export async function start(config: Config, deps: { svc: Services; log?: Logger 
       () => resolve(s),
     );
     s.setTimeout(idleTimeoutMs);
+    s.on('clientError', answerClientError);
     s.once('error', reject);
   });
   const port = (server.address() as AddressInfo).port;
@@ -54,6 +57,33 @@ export async function start(config: Config, deps: { svc: Services; log?: Logger 
   };
   current = handle;
   return handle;
+}
+
+/**
+ * Node's HTTP parser refuses some requests before any handler runs (a request line and headers over 16 KiB, a
+ * head or body that is too slow, bytes that are no HTTP) and by default answers with a bare status line. Those
+ * answers get the one error body and a request id like every other error.
+ */
+function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  const writable = socket.writable && !(socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent;
+  if (err.code === 'ECONNRESET' || !writable) {
+    socket.destroy(err);
+    return;
+  }
+  const error =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? new AppError('headers_too_large', `The request line and headers are larger than ${http.maxHeaderSize} bytes`)
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? new AppError('request_timeout', 'The request was not received in time')
+        : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW'
+          ? new AppError('payload_too_large', 'The chunk extensions are too large')
+          : new AppError('bad_request', 'The request is not valid HTTP');
+  const requestId = newId('req');
+  const body = JSON.stringify({ error: { code: error.code, message: error.message, request_id: requestId } });
+  socket.end(
+    `HTTP/1.1 ${error.status} ${http.STATUS_CODES[error.status] ?? 'Error'}\r\n` +
+      `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }
 
 export async function stop(): Promise<void> {

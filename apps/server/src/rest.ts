@@ -32,25 +32,55 @@ export function routeTable(paths: Record<string, Record<string, unknown>>): Rout
 }
 
 /**
- * Path parameters are checked here, decoded, by the input guard's rule for single-line values: setting the
- * URL's path again would percent-encode a control character, so the procedure would never see it.
+ * Which template a path means: the one whose segments are literal furthest from the left, so /messages/send is
+ * the send route for every method, never GET /messages/{id} with id "send". Undefined for an unknown path.
  */
-function pathParamProblems(route: Route, path: string): { path: string; message: string }[] {
-  const values = route.pattern.exec(path)?.slice(1) ?? [];
-  const fields: { path: string; message: string }[] = [];
-  values.forEach((raw, i) => {
+export function templateFor(routes: Route[], path: string): Route['path'] | undefined {
+  const score = (template: string) => template.split('/').map((seg) => (seg.startsWith('{') ? 1 : 0));
+  let best: { path: string; score: number[] } | undefined;
+  for (const r of routes) {
+    if (!r.pattern.test(path)) continue;
+    const s = score(r.path);
+    if (!best) best = { path: r.path, score: s };
+    else {
+      const i = s.findIndex((v, k) => v !== best!.score[k]);
+      if (i !== -1 && s[i]! < best.score[i]!) best = { path: r.path, score: s };
+    }
+  }
+  return best?.path;
+}
+
+/** The route a request takes, or the methods its path allows when the method is not one of them. */
+export function matchRoute(routes: Route[], method: string, path: string): { route: Route } | { allow: string[] } | null {
+  const template = templateFor(routes, path);
+  if (template === undefined) return null;
+  const same = routes.filter((r) => r.path === template);
+  const route = same.find((r) => r.method === method);
+  return route ? { route } : { allow: [...new Set(same.map((r) => r.method))] };
+}
+
+/**
+ * Path parameters are decoded here, once, as UTF-8 (trpc-to-openapi would hand them over still
+ * percent-encoded), and checked by the input guard's rule for single-line values.
+ */
+function decodePathParams(route: Route, path: string): { values: Record<string, string>; problems: { path: string; message: string }[] } {
+  const raw = route.pattern.exec(path)?.slice(1) ?? [];
+  const values: Record<string, string> = {};
+  const problems: { path: string; message: string }[] = [];
+  raw.forEach((segment, i) => {
     const name = route.params[i] ?? `param${i}`;
     let value: string;
     try {
-      value = decodeURIComponent(raw);
+      value = decodeURIComponent(segment);
     } catch {
-      fields.push({ path: name, message: 'must be valid percent-encoded UTF-8' });
+      problems.push({ path: name, message: 'must be valid percent-encoded UTF-8' });
       return;
     }
     const problem = stringProblem(value, 'line');
-    if (problem) fields.push({ path: name, message: problem });
+    if (problem) problems.push({ path: name, message: problem });
+    values[name] = value;
   });
-  return fields;
+  return { values, problems };
 }
 
 /** Retry-After for an error that says how long to wait (retry_after_seconds), as its body does. */
@@ -176,8 +206,8 @@ export function createRestHandler(opts: {
     const url = new URL(req.url);
     const path = url.pathname.slice(REST_PREFIX.length) || '/';
     const method = req.method === 'HEAD' ? 'GET' : req.method;
-    const candidates = opts.routes().filter((r) => r.pattern.test(path));
-    if (candidates.length === 0) {
+    const match = matchRoute(opts.routes(), method, path);
+    if (!match) {
       // A caller without a working key who guessed a path is most likely new here: point it at the signup,
       // as every other unauthenticated answer does. A caller with a key only mistyped a path.
       const { svc } = opts.context(req, requestId);
@@ -192,21 +222,21 @@ export function createRestHandler(opts: {
         requestId,
       );
     }
-    // A literal route wins over a parameterised one (POST /account/credit/topup/mpp, not /topup/{id}).
-    const route = candidates.filter((r) => r.method === method).sort((x, y) => x.params.length - y.params.length)[0];
-    if (!route) {
-      const allow = [...new Set(candidates.map((r) => r.method))].join(', ');
+    if ('allow' in match) {
+      const allow = match.allow.join(', ');
       return errorResponse(
-        new AppError('method_not_allowed', `${req.method} is not allowed on ${REST_PREFIX}${path}; use ${allow}`, { allow: allow.split(', ') }),
+        new AppError('method_not_allowed', `${req.method} is not allowed on ${REST_PREFIX}${path}; use ${allow}`, { allow: match.allow }),
         requestId,
         { allow },
       );
     }
+    const { route } = match;
 
     // trpc-to-openapi collects the query into a plain object: a name such as __proto__ or constructor would
     // reach Object.prototype (500). No parameter of ours has such a name.
     const inherited = [...new Set(url.searchParams.keys())].filter((k) => k in Object.prototype);
-    const badParams = [...inherited.map((k) => ({ path: k, message: 'not a parameter of this route' })), ...pathParamProblems(route, path)];
+    const pathParams = decodePathParams(route, path);
+    const badParams = [...inherited.map((k) => ({ path: k, message: 'not a parameter of this route' })), ...pathParams.problems];
     if (badParams.length) {
       return errorResponse(new AppError('validation_error', badParams.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: badParams }), requestId);
     }
@@ -243,18 +273,6 @@ export function createRestHandler(opts: {
       }
     }
 
-    // trpc-to-openapi hands path parameters over still percent-encoded (/suppression/a%40b.example): decode
-    // each segment (except an encoded slash, which would change the route) before it matches them.
-    url.pathname = url.pathname
-      .split('/')
-      .map((seg) => {
-        try {
-          return /%2f/i.test(seg) ? seg : decodeURIComponent(seg);
-        } catch {
-          return seg;
-        }
-      })
-      .join('/');
     if (method === 'DELETE') {
       const bad = await deleteBodyToQuery(req, url);
       if (bad) return errorResponse(bad, requestId);
@@ -266,7 +284,7 @@ export function createRestHandler(opts: {
     let failure: unknown;
     let ctx: Context | undefined;
     const res = await openApi(forwarded, {
-      context: () => (ctx ??= opts.context(req, requestId)),
+      context: () => (ctx ??= { ...opts.context(req, requestId), pathInput: pathParams.values }),
       onError: (error) => {
         failure = error;
       },

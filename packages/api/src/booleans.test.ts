@@ -1,19 +1,19 @@
-/** Input booleans: pinned against trpc-to-openapi's Boolean() coercion; REST query words turned into booleans. */
+/** Input booleans: pinned against trpc-to-openapi's Boolean() coercion (no-coercion.ts); REST query words turned into booleans. */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { booleanFields, pinBooleans, queryBooleans } from './booleans';
+import { booleanFields, queryBooleans } from './booleans';
+import { pinCoercion } from './no-coercion';
 
 /** What trpc-to-openapi does to each boolean of an input before a REST call. */
 const markCoercing = (s: z.ZodType) => ((s as unknown as { _zod: { def: { coerce?: boolean } } })._zod.def.coerce = true);
 
-describe('pinBooleans', () => {
+describe('pinCoercion on booleans', () => {
   it('keeps a boolean strict after the REST adapter marks it coercing, also when shared by several inputs', () => {
     const flag = z.boolean();
     const a = z.strictObject({ purge: flag.optional(), nested: z.object({ on: z.boolean() }) });
     const b = z.strictObject({ same: flag });
-    pinBooleans(a);
-    pinBooleans(b);
-    pinBooleans(a);
+    pinCoercion([a, b]);
+    pinCoercion([a]);
     markCoercing(flag);
     expect(a.safeParse({ purge: 'false', nested: { on: true } }).success).toBe(false);
     expect(a.safeParse({ purge: false, nested: { on: true } }).data).toEqual({ purge: false, nested: { on: true } });
@@ -22,7 +22,7 @@ describe('pinBooleans', () => {
 
   it('leaves a boolean declared coercing as it is', () => {
     const s = z.object({ on: z.coerce.boolean() });
-    pinBooleans(s);
+    pinCoercion([s]);
     expect(s.parse({ on: 1 })).toEqual({ on: true });
   });
 });

@@ -16,7 +16,7 @@
  */
 import { z } from 'zod';
 import { isText, MAX_LENGTH } from '@boxes/schemas';
-import { booleanFields, pinBooleans } from './booleans';
+import { booleanFields } from './booleans';
 
 export interface GuardIssue {
   path: string;
@@ -228,7 +228,6 @@ export function registerProcedureInputs(procedures: Record<string, { _def: { inp
   for (const [path, p] of Object.entries(procedures)) {
     const input = p._def.inputs[0];
     inputs.set(path, input);
-    pinBooleans(input);
     booleans.set(path, booleanFields(input));
   }
 }

@@ -1,12 +1,17 @@
 /**
- * The OpenAPI document, generated from the router; our error shape replaces the generator's, keyed operations
- * declare the per-key rate limit (429 and the RateLimit fields), and the document lints clean with Redocly's
- * recommended rules (redocly.yaml at the repository root says which rules are changed and why).
+ * The OpenAPI document, generated from the router; our error shape replaces the generator's, each operation's
+ * error responses are those its procedure can answer with (error-contract.ts: the implied codes and meta.errors,
+ * mapped to statuses by the one table in packages/core), keyed operations declare the per-key rate limit (429
+ * and the RateLimit fields), and the document lints clean with Redocly's recommended rules (redocly.yaml at the
+ * repository root says which rules are changed and why).
  */
 import { generateOpenApiDocument, type OpenAPIObject } from 'trpc-to-openapi';
 import { z } from 'zod';
 import { ErrorBody, EVENT_TYPES, eventDescription, eventSchemaName, type EventType } from '@boxes/schemas';
 import { appRouter } from './router';
+import { byStatus, operationErrorCodes } from './error-contract';
+import { addLinePatterns } from './input-patterns';
+import type { BoxesMeta, Meta } from './trpc';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
 export const API_VERSION = '1.3.0';
@@ -14,11 +19,14 @@ export const API_VERSION = '1.3.0';
 const STATUS_TEXT: Record<string, string> = {
   '400': 'Invalid request: malformed JSON or a field that fails validation (error.fields names each one)',
   '401': 'No API key, or a revoked or unknown one (error.getting_started says how to get one)',
-  '402': 'Not enough credit',
-  '403': 'The key lacks the scope, or is restricted to other boxes',
+  '402': 'Payment required: not enough credit (error.top_up says how to add some), or a payment that did not go through',
+  '403': 'Not allowed: the key lacks the scope or is restricted to other boxes, or the action is refused (error.code says why)',
   '404': 'Not found (also for resources of another account)',
   '409': 'Conflicts with the current state',
   '410': 'Expired',
+  '413': 'The body is larger than 30 MiB',
+  '415': 'The body is not JSON (Content-Type: application/json)',
+  '431': 'The request line and headers are larger than 16 KiB',
   '429': 'Too many calls: wait error.retry_after_seconds (also in Retry-After) and try again',
   '500': 'Internal error (quote error.request_id)',
   '503': 'The database or queue cannot be reached right now; nothing was changed. Try again after Retry-After seconds (service_unavailable)',
@@ -63,7 +71,6 @@ export const EVENT_STREAM_OPERATION = () => ({
       description: 'An endless text/event-stream of the account\'s events (id: seq, event: type, data: the event JSON).',
       content: { 'text/event-stream': { schema: { type: 'string', example: 'id: 43\nevent: mail.received\ndata: {"id":"evt_...","type":"mail.received","seq":43,...}\n\n' } } },
     },
-    '400': {},
   },
 });
 
@@ -93,6 +100,27 @@ function webhookOperation(t: EventType) {
   };
 }
 
+interface Operation {
+  meta: BoxesMeta & Meta;
+  /** Rules over the whole input (MESSAGE_BODY_RULE's anyOf), from its schema's meta: the generator rebuilds the body from its fields and drops them. */
+  bodyRules: Record<string, unknown>;
+}
+
+/** Each REST operation's meta and input rules, by "METHOD /path". */
+function operationsByRoute(): Map<string, Operation> {
+  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, { _def: { meta?: BoxesMeta & Meta; inputs: z.ZodType[] } }> } })._def.procedures;
+  const out = new Map<string, Operation>();
+  for (const p of Object.values(procedures)) {
+    const meta = p._def.meta;
+    if (!meta?.openapi) continue;
+    const input = p._def.inputs[0];
+    const inputMeta = (input && z.globalRegistry.get(input)) as Record<string, unknown> | undefined;
+    const bodyRules = Object.fromEntries(['anyOf', 'oneOf'].filter((k) => inputMeta?.[k] !== undefined).map((k) => [k, structuredClone(inputMeta![k])]));
+    out.set(`${meta.openapi.method} ${meta.openapi.path}`, { meta, bodyRules });
+  }
+  return out;
+}
+
 export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string }): OpenAPIObject {
   const doc = generateOpenApiDocument(appRouter, {
     title: 'Boxes API',
@@ -117,27 +145,47 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
   doc.security = [{ bearerAuth: [] }];
   // What a callback URL receives: one webhook per event type of the catalogue, its body that type's schema.
   (doc as { webhooks?: Record<string, unknown> }).webhooks = Object.fromEntries(EVENT_TYPES.map((t) => [t, webhookOperation(t)]));
-  for (const item of Object.values(doc.paths ?? {})) {
-    for (const op of Object.values(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
+  const operations = operationsByRoute();
+  // Components met from a request (DomainIntent, BulkMessage), to give their strings the single-line pattern too.
+  const requestRefs = new Set<string>();
+  const noteRef = (ref: string) => requestRefs.add(ref);
+  for (const [path, item] of Object.entries(doc.paths ?? {})) {
+    for (const [method, op] of Object.entries(item as Record<string, { responses?: Record<string, Record<string, unknown>>; security?: unknown[] }>)) {
       if (!op?.responses) continue;
       const keyed = Boolean(op.security?.length);
       if (!keyed) op.security = [];
-      const codes = new Set(Object.keys(op.responses).filter((c) => c !== '200'));
-      if (keyed) ['401', '403', '429'].forEach((c) => codes.add(c));
-      // Any call may meet an unreachable database or queue (README "When PostgreSQL or Redis goes away").
-      codes.add('503');
-      for (const c of [...codes].filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
-      for (const c of [...codes].filter((c) => Number(c) >= 400).sort()) {
+      // The stream is keyed with the receive scope, like GET /events.
+      const operation = operations.get(`${method.toUpperCase()} ${path}`);
+      const meta: BoxesMeta | undefined = path === '/events/stream' ? { scope: 'receive' } : operation?.meta;
+      const request = op as { parameters?: { schema?: unknown }[]; requestBody?: { content?: Record<string, { schema?: Record<string, unknown> }> } };
+      for (const parameter of request.parameters ?? []) addLinePatterns(parameter.schema, noteRef);
+      for (const media of Object.values(request.requestBody?.content ?? {})) {
+        if (media.schema && operation) Object.assign(media.schema, operation.bodyRules);
+        addLinePatterns(media.schema, noteRef);
+      }
+      for (const c of Object.keys(op.responses).filter((c) => c === 'default' || Number(c) >= 400)) delete op.responses[c];
+      for (const [status, codes] of byStatus(operationErrorCodes({ method: method.toUpperCase(), keyed }, meta))) {
+        const c = String(status);
         // A refused key (401) is not counted; any other answer to a keyed call carries the rate-limit fields.
-        const headers = { ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' && c !== '503' ? rateFields() : {}) };
+        const headers = { ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' && c !== '503' && c !== '431' ? rateFields() : {}) };
         op.responses[c] = {
-          description: STATUS_TEXT[c] ?? 'Error',
+          description: `${STATUS_TEXT[c] ?? 'Error'}. error.code: ${codes.join(', ')}`,
           ...(Object.keys(headers).length ? { headers } : {}),
           content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+          'x-error-codes': codes,
         };
       }
       if (keyed && op.responses['200']) op.responses['200'].headers = { ...(op.responses['200'].headers as object | undefined), ...rateFields() };
     }
   }
+  const components = doc.components?.schemas as Record<string, unknown> | undefined;
+  const visited = new Set<string>();
+  const visit = (ref: string) => {
+    const name = /^#\/components\/schemas\/(.+)$/.exec(ref)?.[1];
+    if (!name || visited.has(name)) return;
+    visited.add(name);
+    addLinePatterns(components?.[name], visit);
+  };
+  for (const ref of requestRefs) visit(ref);
   return doc;
 }

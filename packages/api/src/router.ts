@@ -21,6 +21,7 @@ import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
+import { pinCoercion } from './no-coercion';
 
 export const appRouter = router({
   signup: signupRouter,
@@ -47,6 +48,8 @@ export const appRouter = router({
   lists: listsRouter,
 });
 
-registerProcedureInputs((appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures);
+const procedures = (appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures;
+registerProcedureInputs(procedures);
+pinCoercion(Object.values(procedures).flatMap((p) => p._def.inputs));
 
 export type AppRouter = typeof appRouter;

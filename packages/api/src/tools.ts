@@ -5,6 +5,7 @@
  * at once.
  */
 import { z } from 'zod';
+import { addLinePatterns } from './input-patterns';
 import type { Scope } from '@boxes/schemas';
 import { appRouter } from './router';
 import type { BoxesMeta } from './trpc';
@@ -65,6 +66,7 @@ function inputOf(inputs: z.ZodType[]): Pick<ProcedureTool, 'inputSchema' | 'inpu
   if (!input || input instanceof z.ZodVoid) return { inputSchema: { type: 'object', properties: {} }, input: 'none' };
   // The fields are passed flat, as over REST.
   const schema = rootSchema(input, 'input');
+  addLinePatterns(schema);
   if (schema.type !== 'object') return { inputSchema: { type: 'object', properties: { input: schema }, required: ['input'] }, input: 'wrapped' };
   return { inputSchema: schema as ProcedureTool['inputSchema'], input: 'object' };
 }

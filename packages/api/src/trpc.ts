@@ -7,7 +7,7 @@
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
-import { AppError, authenticateKey, ERROR_CODES, isServiceUnavailable, keyRateLimited, serviceUnavailable, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
+import { AppError, authenticateKey, ERROR_CODES, type ErrorCode, isServiceUnavailable, keyRateLimited, serviceUnavailable, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
@@ -28,6 +28,8 @@ export interface Context {
   responseHeaders: Headers;
   /** The face has already counted this call against the key's rate limit (MCP counts tool calls as they arrive). */
   rateCounted?: boolean;
+  /** REST: the path parameters, percent-decoded once by the REST face; they replace the generator's raw ones. */
+  pathInput?: Record<string, string>;
 }
 
 // A type alias, not an interface: trpc-to-openapi needs meta to have an implicit index signature.
@@ -36,6 +38,11 @@ export type BoxesMeta = {
   scope?: Scope;
   /** Account-wide changes (keys, callback URL, new boxes) are refused to box-restricted keys. */
   accountWide?: boolean;
+  /**
+   * The AppError codes the procedure's own work can throw, beyond those every call can meet
+   * (error-contract.ts); its OpenAPI error responses are generated from them.
+   */
+  errors?: readonly ErrorCode[];
 };
 export type Meta = OpenApiMeta<BoxesMeta>;
 
@@ -152,7 +159,22 @@ const dependencies = t.middleware(({ ctx, next }) => {
   return next();
 });
 
-const base = t.procedure.use(appErrors).use(dependencies);
+/**
+ * trpc-to-openapi puts path parameters into the input as they appear in the URL, percent-encoded
+ * (box_%C3%A9); the REST face has decoded them as UTF-8, and those values are the ones the procedure sees.
+ */
+const decodedPathInput = t.middleware(({ ctx, getRawInput, next }) => {
+  const pathInput = ctx.pathInput;
+  if (!pathInput || Object.keys(pathInput).length === 0) return next();
+  return next({
+    getRawInput: async () => {
+      const raw = await getRawInput();
+      return raw !== null && typeof raw === 'object' ? { ...raw, ...pathInput } : raw;
+    },
+  });
+});
+
+const base = t.procedure.use(appErrors).use(decodedPathInput).use(dependencies);
 
 export const publicProcedure = base.use(restQueryBooleans).use(inputGuard);
 

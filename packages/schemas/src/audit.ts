@@ -66,7 +66,7 @@ export const Checkpoint = z
 
 export const CheckpointList = z.object({ checkpoints: z.array(Checkpoint) });
 export const CheckpointListInput = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(200).default(24).meta({ description: 'How many, newest first (default 24)' }),
+  limit: z.coerce.number<number>().int().min(1).max(200).default(24).meta({ description: 'How many, newest first (default 24)' }),
 });
 export const VerifyCheckpointInput = z.strictObject({
   checkpoint: z.string().min(1).max(4000).meta({ description: 'A checkpoint JWS you kept' }),

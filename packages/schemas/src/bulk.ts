@@ -1,7 +1,7 @@
 /** Bulk send jobs: POST /messages/send/bulk, the job resource, its list and cancel. */
 import { z } from 'zod';
 import { Timestamp } from './common';
-import { SendInput } from './messages';
+import { MESSAGE_BODY_RULE, SendInput } from './messages';
 
 export const MAX_BULK_MESSAGES = 5000;
 
@@ -11,6 +11,7 @@ export const MAX_BULK_MESSAGES = 5000;
  */
 export const BulkMessage = SendInput.omit({ idempotency_key: true, send_at: true }).meta({
   id: 'BulkMessage',
+  ...MESSAGE_BODY_RULE,
   description: 'The fields of POST /messages/send, except idempotency_key (the job has its own) and send_at (the job sends batch by batch)',
 });
 
@@ -129,7 +130,7 @@ export const BulkJobIdInput = z.strictObject({ id: z.string().max(40).meta({ exa
 
 export const ListBulkJobsInput = z.strictObject({
   status: z.enum(BULK_STATUSES).optional(),
-  limit: z.coerce.number().int().min(1).max(100).default(20).meta({ description: 'Page size (default 20, at most 100)' }),
+  limit: z.coerce.number<number>().int().min(1).max(100).default(20).meta({ description: 'Page size (default 20, at most 100)' }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page' }),
 });
 

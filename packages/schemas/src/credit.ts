@@ -128,7 +128,7 @@ export const TopupOutput = z.object({
 
 export const PaymentIdInput = z.object({
   id: z.string().min(3).max(64).meta({ example: 'pi_0a1b2c3d4e5f6g7h8j9k' }),
-  wait_seconds: z.coerce.number().int().min(0).max(25).optional().meta({ description: 'Wait up to this many seconds for the status to leave pending_approval / requires_approval / approved', example: 25 }),
+  wait_seconds: z.coerce.number<number>().int().min(0).max(25).optional().meta({ description: 'Wait up to this many seconds for the status to leave pending_approval / requires_approval / approved', example: 25 }),
 });
 
 export const MppChallengeOutput = z.object({

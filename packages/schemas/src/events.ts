@@ -64,7 +64,7 @@ export const ListEventsInput = z.strictObject({
     .max(500)
     .optional()
     .meta({ description: 'Only these types (comma-separated)', example: 'mail.received,box.created' }),
-  limit: z.coerce.number().int().min(1).max(500).default(100).meta({ description: 'Page size (default 100, at most 500)', example: 100 }),
+  limit: z.coerce.number<number>().int().min(1).max(500).default(100).meta({ description: 'Page size (default 100, at most 500)', example: 100 }),
 });
 
 export const ListEventsOutput = z.object({

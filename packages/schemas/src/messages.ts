@@ -10,6 +10,16 @@ export const ThreadId = z.string().max(40).meta({
 });
 
 const AddressList = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(50)]);
+/** Recipients: a message goes to someone, so a list has at least one. */
+const Recipients = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).min(1, 'give at least one recipient').max(50)]);
+
+/**
+ * A message has a body: text, html or at least one attachment (JSON Schema anyOf on the object; the server
+ * refuses one without any with 400 validation_error on text).
+ */
+export const MESSAGE_BODY_RULE = {
+  anyOf: [{ required: ['text'] }, { required: ['html'] }, { required: ['attachments'], properties: { attachments: { minItems: 1 } } }],
+};
 
 export const MAX_CONTEXT_BYTES = 16 * 1024;
 export const MAX_HEADERS = 15;
@@ -43,7 +53,7 @@ export const SendAttachment = z.strictObject({
 
 export const SendInput = z
   .strictObject({
-    to: AddressList.meta({ description: 'One address or a list (Name <address> accepted)', example: 'someone@example.com' }),
+    to: Recipients.meta({ description: 'One address or a list of at least one (Name <address> accepted)', example: 'someone@example.com' }),
     cc: AddressList.optional(),
     bcc: AddressList.optional().meta({ description: 'Delivered but not shown in the headers; kept on the sent record' }),
     from: z
@@ -75,7 +85,7 @@ export const SendInput = z
       .meta({ description: 'Your own JSON object (at most 16 KB), returned on replies to this message', example: { ticket: 4211 } }),
     send_at: SendAt,
   })
-  .meta({ id: 'SendMessage' });
+  .meta({ id: 'SendMessage', ...MESSAGE_BODY_RULE });
 
 export const SendOutput = z.object({
   message_id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
@@ -184,7 +194,7 @@ export const ListMessagesInput = z.strictObject({
   box: z.string().max(320).optional().meta({ description: 'A box id or address' }),
   since: Timestamp.optional().meta({ description: 'Only messages recorded at or after this time' }),
   before: Timestamp.optional().meta({ description: 'Only messages recorded before this time' }),
-  limit: z.coerce.number().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)' }),
+  limit: z.coerce.number<number>().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)' }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page' }),
 });
 

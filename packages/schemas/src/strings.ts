@@ -35,6 +35,13 @@ export const MAX_LENGTH = {
   freeFormDepth: 32,
 } as const;
 
+/**
+ * The input guard's rules as JSON Schema patterns, so the OpenAPI document and the MCP tool schemas say what the
+ * server refuses: a single-line value has no C0 control character and no DEL; text has no NUL.
+ */
+export const LINE_PATTERN = '^[^\\u0000-\\u001F\\u007F]*$';
+export const TEXT_PATTERN = '^[^\\u0000]*$';
+
 /** Schemas whose strings may span lines (bodies); see text(). */
 const textRegistry = z.registry<{ text: true }>();
 
@@ -45,6 +52,10 @@ const textRegistry = z.registry<{ text: true }>();
  */
 export function text<T extends z.ZodString>(schema: T): T {
   textRegistry.add(schema, { text: true });
+  // Its JSON Schema says no NUL: as its pattern, or beside a pattern of its own (base64), which the meta would
+  // otherwise replace.
+  const ownPattern = (schema._zod.def.checks ?? []).some((c) => (c._zod.def as { pattern?: RegExp }).pattern);
+  z.globalRegistry.add(schema, { ...z.globalRegistry.get(schema), ...(ownPattern ? { allOf: [{ pattern: TEXT_PATTERN }] } : { pattern: TEXT_PATTERN }) });
   return schema;
 }
 

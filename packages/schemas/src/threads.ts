@@ -21,7 +21,7 @@ export const ThreadSummary = z
 
 export const ListThreadsInput = z.strictObject({
   box: z.string().max(320).optional().meta({ description: 'A box id or address: only the messages of that box count (threads without any are left out)', example: 'agent@brave-otter.boxes.localhost' }),
-  limit: z.coerce.number().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)', example: 50 }),
+  limit: z.coerce.number<number>().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)', example: 50 }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page', example: 'WyIyMDI2LTExLTIzVDA5OjAwOjAwLjAwMFoiLCJ0aHJfMCJd' }),
 });
 
@@ -33,7 +33,7 @@ export const ListThreadsOutput = z.object({
 export const GetThreadInput = z.strictObject({
   id: ThreadId,
   include: z.enum(['body']).optional().meta({ description: 'include=body adds each message body', example: 'body' }),
-  limit: z.coerce.number().int().min(1).max(500).default(100).meta({ description: 'Messages per page (default 100, at most 500)', example: 100 }),
+  limit: z.coerce.number<number>().int().min(1).max(500).default(100).meta({ description: 'Messages per page (default 100, at most 500)', example: 100 }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page (later messages)', example: 'WyIyMDI2LTExLTIzVDA5OjAwOjAwLjAwMFoiLCJtc2dfMCJd' }),
 });
 

@@ -36,7 +36,7 @@ export const WebhookDeliveryOutput = z
 
 export const ListDeliveriesInput = z.strictObject({
   status: z.enum(['delivered', 'retrying', 'failed']).optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
+  limit: z.coerce.number<number>().int().min(1).max(200).default(50),
 });
 export const ListDeliveriesOutput = z.object({ deliveries: z.array(WebhookDeliveryOutput) });
 export const DeliveryIdInput = z.strictObject({ id: z.string().max(40) });

@@ -81,6 +81,7 @@ export const accountRouter = router({
     .mutation(({ ctx }) => enableCloseProtection(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id })),
   close: keyProcedure
     .meta({
+      errors: ['conflict', 'not_found'],
       scope: 'admin',
       accountWide: true,
       openapi: {

@@ -49,6 +49,7 @@ export const appPasswordsRouter = router({
     .query(async ({ ctx }) => ({ app_passwords: await listAppPasswords({ db: ctx.svc.db, accountId: ctx.account.id }) })),
   revoke: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'admin',
       accountWide: true,
       openapi: {

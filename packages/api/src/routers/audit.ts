@@ -32,17 +32,18 @@ const KEY_DESCRIPTION =
 
 export const auditRouter = router({
   publicKey: publicProcedure
-    .meta({ openapi: { method: 'GET', path: '/audit/public-key', tags: ['audit'], summary: 'The audit signing key', description: `No key needed. ${KEY_DESCRIPTION}`, protect: false } })
+    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/audit/public-key', tags: ['audit'], summary: 'The audit signing key', description: `No key needed. ${KEY_DESCRIPTION}`, protect: false } })
     .input(PublicKeyInput)
     .output(PublicKeyOutput)
     .query(({ ctx, input }) => publicKeyOf(ctx.svc, input.key_id)),
   accountPublicKey: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/account/audit/public-key', tags: ['audit'], summary: 'The audit signing key (keyed)', description: `The same as GET /audit/public-key, kept for compatibility. Any valid key. ${KEY_DESCRIPTION}` } })
+    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/account/audit/public-key', tags: ['audit'], summary: 'The audit signing key (keyed)', description: `The same as GET /audit/public-key, kept for compatibility. Any valid key. ${KEY_DESCRIPTION}` } })
     .input(PublicKeyInput)
     .output(PublicKeyOutput)
     .query(({ ctx, input }) => publicKeyOf(ctx.svc, input.key_id)),
   messageBundle: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'receive',
       openapi: {
         method: 'GET',

@@ -7,6 +7,7 @@ import { keyProcedure, router } from '../trpc';
 export const boxesRouter = router({
   create: keyProcedure
     .meta({
+      errors: ['box_exists'],
       scope: 'admin',
       accountWide: true,
       openapi: {
@@ -29,6 +30,7 @@ export const boxesRouter = router({
     })),
   delete: keyProcedure
     .meta({
+      errors: ['not_found', 'primary_box'],
       scope: 'admin',
       openapi: { method: 'DELETE', path: '/boxes/{id}', tags: ['boxes'], summary: 'Delete a box', description: 'The primary box cannot be deleted (409 primary_box).' },
     })
@@ -37,6 +39,7 @@ export const boxesRouter = router({
     .mutation(({ ctx, input }) => deleteBox({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, boxId: input.id })),
   setSignature: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'admin',
       openapi: {
         method: 'PUT',

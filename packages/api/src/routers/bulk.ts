@@ -6,6 +6,7 @@ import { keyProcedure, router } from '../trpc';
 export const bulkRouter = router({
   send: keyProcedure
     .meta({
+      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'not_found', 'payment_required'],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -21,6 +22,7 @@ export const bulkRouter = router({
     .mutation(({ ctx, input }) => createBulkJob(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input)),
   list: keyProcedure
     .meta({
+      errors: ['invalid_cursor'],
       scope: 'send',
       openapi: { method: 'GET', path: '/messages/send/bulk', tags: ['messages'], summary: 'List bulk jobs', description: 'Newest first. A box-restricted key sees the jobs that send only from its boxes.' },
     })
@@ -29,6 +31,7 @@ export const bulkRouter = router({
     .query(({ ctx, input }) => listBulkJobs(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input })),
   get: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'send',
       openapi: {
         method: 'GET',
@@ -43,6 +46,7 @@ export const bulkRouter = router({
     .query(({ ctx, input }) => bulkJobView(ctx.svc, { accountId: ctx.account.id, id: input.id, scope: ctx.boxScope })),
   cancel: keyProcedure
     .meta({
+      errors: ['conflict', 'not_found'],
       scope: 'send',
       openapi: {
         method: 'POST',

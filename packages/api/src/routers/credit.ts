@@ -78,6 +78,7 @@ export const creditRouter = router({
     .mutation(({ ctx, input }) => setAlertThresholds(ctx.svc, ctx.account.id, input)),
   topup: keyProcedure
     .meta({
+      errors: ['card_declined', 'not_found'],
       scope: 'admin',
       accountWide: true,
       openapi: {
@@ -94,6 +95,7 @@ export const creditRouter = router({
     .mutation(({ ctx, input }) => createCardTopup(ctx.svc, ctx.account, input.amount_cents)),
   topupStatus: keyProcedure
     .meta({
+      errors: ['not_found'],
       openapi: {
         method: 'GET',
         path: '/account/credit/topup/{id}',
@@ -107,6 +109,7 @@ export const creditRouter = router({
     .query(async ({ ctx, input }) => paymentView(ctx.svc, await waitForPayment(ctx.svc, ctx.account.id, input.id, 'card', (input.wait_seconds ?? 0) * 1000))),
   mpp: keyProcedure
     .meta({
+      errors: ['wallet_not_enrolled'],
       openapi: {
         method: 'POST',
         path: '/account/credit/topup/mpp',
@@ -121,6 +124,7 @@ export const creditRouter = router({
     .mutation(({ ctx, input }) => createMppChallenge(ctx.svc, ctx.account, input.amount_cents)),
   mppStatus: keyProcedure
     .meta({
+      errors: ['card_declined', 'mpp_challenge_expired', 'not_found'],
       openapi: {
         method: 'GET',
         path: '/account/credit/topup/mpp/{id}',
@@ -174,6 +178,7 @@ export const creditRouter = router({
     .query(({ ctx }) => getTrailer(ctx.svc, ctx.account.id)),
   optOutOfTrailer: keyProcedure
     .meta({
+      errors: ['not_found'],
       accountWide: true,
       openapi: {
         method: 'POST',
@@ -188,6 +193,7 @@ export const creditRouter = router({
     .mutation(({ ctx }) => optOutOfTrailer(ctx.svc, ctx.account.id)),
   buyOutTrailer: keyProcedure
     .meta({
+      errors: ['not_found', 'payment_required'],
       accountWide: true,
       openapi: {
         method: 'POST',

@@ -21,6 +21,7 @@ export const domainsRouter = router({
     .query(async ({ ctx }) => ({ domains: await accountDomains(ctx.svc, ctx.account.id) })),
   verify: keyProcedure
     .meta({
+      errors: ['domain_claim_expired'],
       openapi: {
         method: 'POST',
         path: '/account/domain/verify',
@@ -35,6 +36,7 @@ export const domainsRouter = router({
     .mutation(async ({ ctx }) => ({ domains: await verifyAccountDomains(ctx.svc, ctx.account.id) })),
   move: keyProcedure
     .meta({
+      errors: ['conflict', 'domain_taken', 'not_found', 'payment_required'],
       scope: 'admin',
       accountWide: true,
       openapi: {

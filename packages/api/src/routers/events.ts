@@ -7,6 +7,7 @@ import { keyProcedure, router } from '../trpc';
 export const eventsRouter = router({
   list: keyProcedure
     .meta({
+      errors: ['invalid_cursor'],
       scope: 'receive',
       openapi: {
         method: 'GET',

@@ -6,6 +6,7 @@ import { keyProcedure, router } from '../trpc';
 export const forwardsRouter = router({
   create: keyProcedure
     .meta({
+      errors: ['forward_exists', 'not_found'],
       scope: 'admin',
       openapi: {
         method: 'POST',
@@ -23,6 +24,7 @@ export const forwardsRouter = router({
     ),
   list: keyProcedure
     .meta({
+      errors: ['not_found'],
       openapi: { method: 'GET', path: '/boxes/{id}/forwards', tags: ['boxes'], summary: "A box's forwards", description: 'Every forward of the box with its status (stopped ones stay listed with their stop_reason). Any key that sees the box.' },
     })
     .input(ForwardListInput)
@@ -30,6 +32,7 @@ export const forwardsRouter = router({
     .query(async ({ ctx, input }) => ({ forwards: await listForwards(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, boxId: input.id }) })),
   delete: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'admin',
       openapi: { method: 'DELETE', path: '/boxes/{id}/forwards/{forward_id}', tags: ['boxes'], summary: 'Remove a forward', description: 'Nothing more is forwarded by it; copies already queued are skipped.' },
     })

@@ -45,6 +45,7 @@ export const keysRouter = router({
     .query(async ({ ctx }) => ({ keys: await listKeys({ db: ctx.svc.db, accountId: ctx.account.id }) })),
   revoke: keyProcedure
     .meta({
+      errors: ['not_found', 'owner_key_protected'],
       scope: 'admin',
       accountWide: true,
       openapi: {

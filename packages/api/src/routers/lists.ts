@@ -14,12 +14,13 @@ const LISTS_DOC =
 
 export const listsRouter = router({
   list: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/lists', tags: ['lists'], summary: 'List allow and block entries', description: `${LISTS_DOC} A box-restricted key sees the account's entries and those of its boxes.` } })
+    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/lists', tags: ['lists'], summary: 'List allow and block entries', description: `${LISTS_DOC} A box-restricted key sees the account's entries and those of its boxes.` } })
     .input(ListEntriesInput)
     .output(ListEntriesOutput)
     .query(({ ctx, input }) => listEntries({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, box: input.box, list: input.list, direction: input.direction })),
   add: keyProcedure
     .meta({
+      errors: ['box_restricted_key', 'conflict', 'not_found'],
       scope: 'admin',
       openapi: { method: 'POST', path: '/lists', tags: ['lists'], summary: 'Add an allow or block entry', description: `${LISTS_DOC} Adding the same entry again returns it with created false.` },
     })
@@ -29,12 +30,13 @@ export const listsRouter = router({
       addEntry({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, list: input.list, direction: input.direction, value: input.value, box: input.box, note: input.note }),
     ),
   remove: keyProcedure
-    .meta({ scope: 'admin', openapi: { method: 'DELETE', path: '/lists/{id}', tags: ['lists'], summary: 'Remove an entry' } })
+    .meta({ errors: ['not_found'], scope: 'admin', openapi: { method: 'DELETE', path: '/lists/{id}', tags: ['lists'], summary: 'Remove an entry' } })
     .input(ListEntryIdInput)
     .output(Deleted)
     .mutation(({ ctx, input }) => removeEntry({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, id: input.id })),
   getPolicy: keyProcedure
     .meta({
+      errors: ['not_found'],
       openapi: {
         method: 'GET',
         path: '/boxes/{id}/policy',
@@ -48,6 +50,7 @@ export const listsRouter = router({
     .query(({ ctx, input }) => getBoxPolicy({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, boxId: input.id })),
   setPolicy: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'admin',
       openapi: {
         method: 'PUT',

@@ -19,6 +19,7 @@ import { bundleStep, keyChecks, withEvidence } from '../evidence';
 export const messagesRouter = router({
   send: keyProcedure
     .meta({
+      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'payment_required', 'recipient_blocked'],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -39,6 +40,7 @@ export const messagesRouter = router({
     }),
   reply: keyProcedure
     .meta({
+      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'not_found', 'payment_required', 'recipient_blocked'],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -58,6 +60,7 @@ export const messagesRouter = router({
     }),
   cancel: keyProcedure
     .meta({
+      errors: ['conflict', 'not_found'],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -73,6 +76,7 @@ export const messagesRouter = router({
     .mutation(({ ctx, input }) => cancelScheduled(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, actorKeyId: ctx.key.id })),
   list: keyProcedure
     .meta({
+      errors: ['invalid_cursor', 'not_found'],
       scope: 'receive',
       openapi: { method: 'GET', path: '/messages', tags: ['messages'], summary: 'List messages', description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.' },
     })
@@ -85,6 +89,7 @@ export const messagesRouter = router({
     }),
   get: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'receive',
       openapi: { method: 'GET', path: '/messages/{id}', tags: ['messages'], summary: 'Read a message', description: 'The full decrypted body, headers and attachments, and for sent messages each delivery.' },
     })
@@ -97,6 +102,7 @@ export const messagesRouter = router({
     }),
   delete: keyProcedure
     .meta({
+      errors: ['conflict', 'not_found'],
       scope: 'receive',
       openapi: {
         method: 'DELETE',

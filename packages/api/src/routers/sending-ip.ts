@@ -7,6 +7,7 @@ import { keyProcedure, router } from '../trpc';
 export const sendingIpRouter = router({
   provision: keyProcedure
     .meta({
+      errors: ['not_found', 'payment_required', 'sending_ip_exists', 'sending_ip_unavailable'],
       scope: 'admin',
       accountWide: true,
       openapi: {
@@ -23,6 +24,7 @@ export const sendingIpRouter = router({
     .mutation(({ ctx, input }) => provisionSendingIp(ctx.svc, { accountId: ctx.account.id, mode: input.mode })),
   get: keyProcedure
     .meta({
+      errors: ['not_found'],
       openapi: {
         method: 'GET',
         path: '/account/sending-ip',
@@ -36,6 +38,7 @@ export const sendingIpRouter = router({
     .query(({ ctx }) => getSendingIp(ctx.svc, ctx.account.id)),
   deprovision: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'admin',
       accountWide: true,
       openapi: {

@@ -6,6 +6,7 @@ import { publicProcedure, router } from '../trpc';
 export const signupRouter = router({
   create: publicProcedure
     .meta({
+      errors: ['domain_taken', 'rate_limited'],
       openapi: {
         method: 'POST',
         path: '/signup/agentic',
@@ -15,8 +16,6 @@ export const signupRouter = router({
         description:
           'Creates a signup intent for a mail domain. Mode subdomain picks a free <word>-<word>.<base_domain>. Confirm it with POST /signup/agentic/confirm within 24 hours. With initial_credit_cents (>= 100) the signup is funded: the response carries local_payment_intent and a claim_secret (shown once), the owner approves the payment from an emailed link, and the account is provisioned then with that credit (no confirm). Mode register registers register_domain through the registrar (the built-in local registrar is simulated): the response carries local_payment_intent, local_wallet_spend_request for the first year plus any initial credit, and a claim_secret; a taken or unavailable name is 409 domain_taken with suggestions; once the owner approves, the domain is registered, its zone served, and the account provisioned. Either way the api_key comes once: poll POST /signup/agentic/claim with intent_id and claim_secret (next_step is that call), or, with agent_callback_webhook (optional), in signup.completed at the callback, whichever is first.',
         successDescription: 'The intent',
-        // What this call can answer besides 200 (the generator's defaults would miss 409, 429 and 503).
-        errorResponses: [400, 409, 429, 500, 503],
       },
     })
     .input(SignupInput)
@@ -48,6 +47,7 @@ export const signupRouter = router({
     }),
   confirm: publicProcedure
     .meta({
+      errors: ['box_exists', 'domain_taken', 'funded_signup', 'intent_already_confirmed', 'intent_expired', 'not_found'],
       openapi: {
         method: 'POST',
         path: '/signup/agentic/confirm',
@@ -56,7 +56,6 @@ export const signupRouter = router({
         summary: 'Confirm a signup',
         description:
           'Provisions the account: the domain, the primary box agent@<domain> and the owner key (send, receive, admin). The api_key is shown only in this response. Confirming twice returns 409 and creates nothing.',
-        errorResponses: [400, 404, 409, 410, 500],
       },
     })
     .input(ConfirmInput)
@@ -64,6 +63,7 @@ export const signupRouter = router({
     .mutation(({ ctx, input }) => confirmSignup(ctx.svc, input)),
   claim: publicProcedure
     .meta({
+      errors: ['intent_already_confirmed', 'not_found'],
       openapi: {
         method: 'POST',
         path: '/signup/agentic/claim',
@@ -72,7 +72,6 @@ export const signupRouter = router({
         summary: 'Claim a paid signup',
         description:
           'For a funded or register signup (which has no confirm): with the intent_id and the claim_secret of POST /signup/agentic, answers pending_payment (ask again after retry_after_seconds) until the owner pays, then completed with the account and its api_key, exactly once; a later claim is 409 intent_already_confirmed, as is a claim after signup.completed took the key to the callback webhook. payment_denied and expired are final. An unknown intent and a wrong claim_secret are both 404.',
-        errorResponses: [400, 404, 409, 500, 503],
       },
     })
     .input(ClaimInput)

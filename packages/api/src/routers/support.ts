@@ -34,12 +34,12 @@ export const supportRouter = router({
     .output(QuestionListOutput)
     .query(async ({ ctx }) => ({ questions: await listQuestions(ctx.svc.db, ctx.account.id) })),
   get: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/support/questions/{id}', tags: ['support'], summary: 'A question with its thread' } })
+    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/support/questions/{id}', tags: ['support'], summary: 'A question with its thread' } })
     .input(QuestionIdInput)
     .output(QuestionOutput)
     .query(({ ctx, input }) => getQuestion(ctx.svc.db, ctx.account.id, input.id)),
   reply: keyProcedure
-    .meta({ openapi: { method: 'POST', path: '/support/questions/{id}/replies', tags: ['support'], summary: 'Follow up on a question' } })
+    .meta({ errors: ['not_found'], openapi: { method: 'POST', path: '/support/questions/{id}/replies', tags: ['support'], summary: 'Follow up on a question' } })
     .input(ReplyInput)
     .output(QuestionOutput)
     .mutation(({ ctx, input }) => replyToQuestion(ctx.svc.db, ctx.account.id, input.id, input.body)),
@@ -59,12 +59,12 @@ export const featuresRouter = router({
     .output(FeatureListOutput)
     .query(async ({ ctx }) => ({ feature_requests: await listFeatures(ctx.svc.db, ctx.account.id) })),
   get: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/feature-requests/{id}', tags: ['feature requests'], summary: 'One feature request' } })
+    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/feature-requests/{id}', tags: ['feature requests'], summary: 'One feature request' } })
     .input(FeatureIdInput)
     .output(FeatureRequestOutput)
     .query(({ ctx, input }) => getFeature(ctx.svc.db, ctx.account.id, input.id)),
   vote: keyProcedure
-    .meta({ openapi: { method: 'POST', path: '/feature-requests/{id}/vote', tags: ['feature requests'], summary: 'Upvote', description: 'One vote per account; a second one is 409 already_voted.' } })
+    .meta({ errors: ['already_voted', 'not_found'], openapi: { method: 'POST', path: '/feature-requests/{id}/vote', tags: ['feature requests'], summary: 'Upvote', description: 'One vote per account; a second one is 409 already_voted.' } })
     .input(FeatureIdInput)
     .output(FeatureRequestOutput)
     .mutation(({ ctx, input }) => voteFeature(ctx.svc.db, ctx.account.id, input.id)),

@@ -17,6 +17,7 @@ export const suppressionRouter = router({
     .query(({ ctx, input }) => getSuppression(ctx.svc.db, ctx.account.id, input.address)),
   unblock: keyProcedure
     .meta({
+      errors: ['not_found'],
       scope: 'admin',
       accountWide: true,
       openapi: { method: 'POST', path: '/suppression/{address}/unblock', tags: ['suppression'], summary: 'Remove an address from the list', description: 'Sends to it are attempted again. 404 if it is not listed.' },

@@ -6,6 +6,7 @@ import { keyProcedure, router } from '../trpc';
 export const threadsRouter = router({
   list: keyProcedure
     .meta({
+      errors: ['invalid_cursor', 'not_found'],
       scope: 'receive',
       openapi: {
         method: 'GET',
@@ -21,6 +22,7 @@ export const threadsRouter = router({
     .query(({ ctx, input }) => listThreads(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input })),
   get: keyProcedure
     .meta({
+      errors: ['invalid_cursor', 'not_found'],
       scope: 'receive',
       openapi: {
         method: 'GET',

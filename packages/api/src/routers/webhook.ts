@@ -65,6 +65,7 @@ export const webhookRouter = router({
     })),
   redeliver: keyProcedure
     .meta({
+      errors: ['conflict', 'not_found'],
       scope: 'admin',
       accountWide: true,
       openapi: {
