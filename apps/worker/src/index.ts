@@ -54,7 +54,11 @@ export async function start(
     async (job): Promise<void> => {
       let result: Awaited<ReturnType<typeof attemptDelivery>>;
       try {
-        result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade);
+        result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade, {
+          accepted: job.data.accepted,
+          // Kept in the job (Redis), which outlives the database outage, so the retry does not send it twice.
+          keepAcceptance: (accepted) => job.updateData({ ...job.data, accepted }),
+        });
       } catch (err) {
         // The database away is no failed attempt: the queue pauses and the job waits (outage.ts).
         return pauseOnOutage(worker, svc, log, err);

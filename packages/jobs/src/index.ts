@@ -32,7 +32,11 @@ export const NOTICE_ATTEMPTS = 12;
 export const BulkBatchJob = z.object({ bulkJobId: z.string(), batch: z.number().int().min(0) });
 export type BulkBatchJob = z.infer<typeof BulkBatchJob>;
 
-export const DeliveryJob = z.object({ deliveryId: z.string() });
+export const DeliveryJob = z.object({
+  deliveryId: z.string(),
+  /** Set by a run whose remote 250 the database could not record: the next run records it instead of sending. */
+  accepted: z.object({ mta: z.string().nullable(), response: z.string() }).optional(),
+});
 export type DeliveryJob = z.infer<typeof DeliveryJob>;
 
 /**
