@@ -44,6 +44,7 @@ export const ERROR_CODES = {
   payload_too_large: { status: 413, trpc: 'PAYLOAD_TOO_LARGE' },
   unsupported_media_type: { status: 415, trpc: 'UNSUPPORTED_MEDIA_TYPE' },
   rate_limited: { status: 429, trpc: 'TOO_MANY_REQUESTS' },
+  too_many_bulk_jobs: { status: 429, trpc: 'TOO_MANY_REQUESTS' },
   internal: { status: 500, trpc: 'INTERNAL_SERVER_ERROR' },
   not_implemented: { status: 501, trpc: 'NOT_IMPLEMENTED' },
   service_unavailable: { status: 503, trpc: 'SERVICE_UNAVAILABLE' },
