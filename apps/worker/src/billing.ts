@@ -20,6 +20,7 @@ import {
   NOTICES_CHANNEL,
   pendingExports,
   reclaimExpiredBodies,
+  reevaluateReputations,
   refreshPayment,
   runBillingCycle,
   runDomainVerification,
@@ -33,7 +34,7 @@ import { listenForever, pauseOnOutage, retryAtStart } from './outage';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
-  cycle(): Promise<{ accounts: number; entries: number; payments: number }>;
+  cycle(): Promise<{ accounts: number; entries: number; payments: number; recovered: number }>;
   /** Runs one audit pass now (what the repeatable audit job does). */
   audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number }>;
   sweepNotices(): Promise<number>;
@@ -64,8 +65,10 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     const r = await runBillingCycle(svc);
     const payments = await sweepPayments(svc);
     await finishPendingSendingIps(svc);
-    if (r.entries || payments) log.info({ ...r, payments }, 'billing cycle');
-    return { ...r, payments };
+    // Bounces and complaints age out of the reputation window with no new mail to prompt a look.
+    const recovered = await reevaluateReputations(svc);
+    if (r.entries || payments || recovered) log.info({ ...r, payments, recovered }, 'billing cycle');
+    return { ...r, payments, recovered };
   };
   // Hourly: sign every moved chain head, reclaim bodies past their retention window, delete the data of accounts
   // closed longer ago than the grace period, and enqueue any export whose job was lost.

@@ -486,7 +486,7 @@ class BatchSender {
       }
       for (const o of outcomes) {
         const attempts = o.d.attempts + 1;
-        if (o.kind === 'bounced') await markBounced(tx, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts });
+        if (o.kind === 'bounced') await markBounced(tx, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts, now: svc.clock.now() });
         else if (o.kind === 'failed') await markFailed(tx, o.d.id, { error: o.error, attempts });
         else if (o.kind === 'deferred') {
           const delayMs = this.deps.retryDelayMs(attempts);

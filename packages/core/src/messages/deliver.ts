@@ -200,7 +200,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   if (delivery.route === 'local') {
     const target = await resolveRecipient(svc, delivery.recipient);
     if (target.kind !== 'box') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts, now: svc.clock.now() }), RECORD_TX);
       return { done: true };
     }
     const mailFrom = bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!));
@@ -212,7 +212,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
         const fresh = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId }, select: { status: true } });
         if (['delivered', 'bounced', 'failed'].includes(fresh.status)) return;
         await countRefused(tx, [target.box.id]);
-        await markBounced(tx, deliveryId, { code: refusal.code, response: refusal.message, source: 'local', attempts });
+        await markBounced(tx, deliveryId, { code: refusal.code, response: refusal.message, source: 'local', attempts, now: svc.clock.now() });
       }, RECORD_TX);
       return { done: true };
     }
@@ -246,14 +246,14 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   } catch (err) {
     const code = (err as { code?: string }).code;
     if (code === 'ENOTFOUND') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
       return { done: true };
     }
     destinations = [];
     lastError = `DNS lookup for ${domain} failed: ${(err as Error).message}`;
   }
   if (!deps.relay && destinations.length === 0 && !lastError) {
-    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts }), RECORD_TX);
+    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
     return { done: true };
   }
   const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
@@ -272,7 +272,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
       return { done: true };
     }
     if (outcome.kind === 'permanent') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
       return { done: true };
     }
     lastError = `${outcome.mta}: ${outcome.response}`;
