@@ -28,7 +28,18 @@ import {
   type NoticeDeps,
   type Services,
 } from '@boxes/core';
-import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
+import {
+  AUDIT_SCHEDULER_ID,
+  BILLING_SCHEDULER_ID,
+  createRedis,
+  DOMAIN_VERIFY_SCHEDULER_ID,
+  NOTICE_ATTEMPTS,
+  QUEUE,
+  RECURRING_SCHEDULER_IDS,
+  type BillingJob,
+  type NoticeJob,
+  type RecurringSchedulerId,
+} from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { listenForever, pauseOnOutage, retryAtStart } from './outage';
 
@@ -38,6 +49,8 @@ export interface BillingHandle {
   /** Runs one audit pass now (what the repeatable audit job does). */
   audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number }>;
   sweepNotices(): Promise<number>;
+  /** Creates the recurring jobs' schedules that Redis lost; returns which. */
+  ensureSchedules(): Promise<string[]>;
   stop(): Promise<void>;
 }
 
@@ -115,11 +128,26 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   );
   billing.on('error', (err) => log.error({ err }, 'billing worker error'));
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
+  const schedule: Record<RecurringSchedulerId, () => Promise<void>> = {
+    [BILLING_SCHEDULER_ID]: () => svc.jobs.scheduleBillingCycle(config.billing.cycleMs),
+    [DOMAIN_VERIFY_SCHEDULER_ID]: () => svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs),
+    [AUDIT_SCHEDULER_ID]: () => svc.jobs.scheduleAudit(config.audit.cycleMs),
+  };
   await retryAtStart(log, 'schedule the repeatable jobs', async () => {
-    await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
-    await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
-    await svc.jobs.scheduleAudit(config.audit.cycleMs);
+    for (const id of RECURRING_SCHEDULER_IDS) await schedule[id]();
   });
+  // The schedules live only in Redis: a Redis flushed, failed over to an empty replica or restarted without its
+  // data loses them, and nothing else would bring them back before the next worker start.
+  const ensureSchedules = async (): Promise<RecurringSchedulerId[]> => {
+    const missing = await svc.jobs.missingSchedules();
+    for (const id of missing) await schedule[id]();
+    if (missing.length) log.warn({ schedules: missing }, 'recurring job schedules were missing from Redis: created again');
+    return missing;
+  };
+  const scheduleTimer = setInterval(() => {
+    ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
+  }, config.workerSweepIntervalMs);
+  scheduleTimer.unref();
 
   const notices: Worker<NoticeJob> = new Worker<NoticeJob>(
     QUEUE.notices,
@@ -165,8 +193,10 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     cycle,
     audit,
     sweepNotices,
+    ensureSchedules,
     async stop() {
       clearInterval(timer);
+      clearInterval(scheduleTimer);
       await listener.close();
       await billing.close();
       await notices.close();

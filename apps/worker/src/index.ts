@@ -29,8 +29,12 @@ export interface WorkerHandle {
   stop(): Promise<void>;
 }
 
-/** Queued deliveries older than this with no job, or deferred ones this far past due, are re-enqueued. */
+/**
+ * Deferred deliveries this far past due, or scheduled ones, are re-enqueued. Queued ones sooner (QUEUED_GRACE_MS):
+ * a send stored by a process that died before queueing its deliveries waits only for the next sweep after it.
+ */
 const SWEEP_GRACE_MS = 60_000;
+const QUEUED_GRACE_MS = 10_000;
 
 export async function start(
   config: Config,
@@ -88,7 +92,8 @@ export async function start(
     const stuck = await svc.db.delivery.findMany({
       where: {
         OR: [
-          { status: 'queued', createdAt: { lt: new Date(now - graceMs) } },
+          // Re-enqueueing a delivery whose job is only waiting its turn does nothing (the job id is the delivery id).
+          { status: 'queued', createdAt: { lt: new Date(now - Math.min(graceMs, QUEUED_GRACE_MS)) } },
           { status: 'deferred', nextAttemptAt: { lt: new Date(now - graceMs) } },
           // A scheduled send whose delayed job was lost (Redis lost its data): due is due.
           { status: 'scheduled', message: { sendAt: { lt: new Date(now - graceMs) } } },
@@ -102,18 +107,20 @@ export async function start(
   };
   const timer = setInterval(() => {
     sweep().catch((err) => log.error({ err }, 'sweep failed'));
-  }, deps.sweepIntervalMs ?? 30_000);
+  }, deps.sweepIntervalMs ?? config.workerSweepIntervalMs);
   timer.unref();
   // Redis back after an outage: sends committed meanwhile could not enqueue their deliveries (and a Redis that
   // lost its data lost their jobs). Enqueueing is idempotent (the job id is the delivery id): sweep at once.
   // The queues' own connection (the one enqueueing goes through) says when Redis is back.
   const onRedisBack = () => {
-    log.info('redis is back: sweeping deliveries and bulk batches');
+    log.info('redis is back: sweeping deliveries and bulk batches, checking the recurring job schedules');
     sweep(0).catch((err) => log.error({ err }, 'sweep failed'));
+    billingHandle?.ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
     bulkHandle?.sweep(0).catch((err) => log.error({ err }, 'bulk sweep failed'));
   };
   let lost = false;
   let bulkHandle: BulkHandle | null = null;
+  let billingHandle: BillingHandle | null = null;
   const onClose = () => {
     lost = true;
   };
@@ -130,6 +137,7 @@ export async function start(
   const billing = await startBilling(config, { svc, log, notice: { sender, resolver, relay: deliveryDeps.relay } });
   const bulk = await startBulk(config, { svc, log, delivery: deliveryDeps, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
   bulkHandle = bulk;
+  billingHandle = billing;
   return {
     sweep,
     push,

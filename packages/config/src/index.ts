@@ -120,6 +120,11 @@ const envSchema = z.object({
   /** Multiplies the delivery retry schedule (tests use a tiny factor). */
   DELIVERY_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
   DELIVERY_CONCURRENCY: z.coerce.number().int().min(1).max(500).default(50),
+  /**
+   * How often a worker looks for deliveries whose job was lost (a process that died between storing a send and
+   * queueing it) and for recurring-job schedules missing from Redis (milliseconds).
+   */
+  WORKER_SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(5000),
   /** Bulk send jobs: the cool-off between batches when a job names none (seconds; 10 minutes). */
   BULK_COOL_OFF_SECONDS: z.coerce.number().int().min(0).max(86_400).default(600),
   /**
@@ -258,6 +263,8 @@ export interface Config {
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
   mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
   deliveryConcurrency: number;
+  /** Worker sweeps: lost delivery jobs, missing recurring-job schedules (WORKER_SWEEP_INTERVAL_MS). */
+  workerSweepIntervalMs: number;
   /** Bulk send jobs: default and floor of the cool-off (seconds), batch and active-job bounds, breaker rates, SMTP transactions in flight. */
   bulk: { coolOffSeconds: number; minCoolOffSeconds: number; maxBatchSize: number; maxActiveJobs: number; maxBounceRate: number; maxComplaintRate: number; concurrency: number; connections: number };
   billing: { introductoryPrice: boolean; cycleMs: number; paymentProvider: 'local' };
@@ -361,6 +368,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       brokerUrl: e.MQTT_BROKER_URL,
     },
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
+    workerSweepIntervalMs: e.WORKER_SWEEP_INTERVAL_MS,
     bulk: {
       coolOffSeconds: Math.max(e.BULK_COOL_OFF_SECONDS, e.BULK_MIN_COOL_OFF_SECONDS),
       minCoolOffSeconds: e.BULK_MIN_COOL_OFF_SECONDS,

@@ -25,6 +25,9 @@ export const BILLING_SCHEDULER_ID = 'billing-cycle';
 export const DOMAIN_VERIFY_SCHEDULER_ID = 'domain-verification';
 /** The repeatable audit job (on the billing queue): chain checkpoints, body retention, deletion of closed accounts. */
 export const AUDIT_SCHEDULER_ID = 'audit';
+/** The recurring jobs, by scheduler id: created at a worker's start and again whenever Redis lost them. */
+export const RECURRING_SCHEDULER_IDS = [BILLING_SCHEDULER_ID, DOMAIN_VERIFY_SCHEDULER_ID, AUDIT_SCHEDULER_ID] as const;
+export type RecurringSchedulerId = (typeof RECURRING_SCHEDULER_IDS)[number];
 /** Attempts of a notice (mail the service sends) before it is marked failed: about 2 days with exponential backoff. */
 export const NOTICE_ATTEMPTS = 12;
 
@@ -126,6 +129,12 @@ export class Jobs {
   /** The repeatable audit job: one per instance, however many workers start it. */
   async scheduleAudit(everyMs: number): Promise<void> {
     await this.billing.upsertJobScheduler(AUDIT_SCHEDULER_ID, { every: everyMs }, { name: 'audit', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+  }
+
+  /** The recurring jobs whose scheduler is not in Redis (a flushed or replaced Redis). */
+  async missingSchedules(): Promise<RecurringSchedulerId[]> {
+    const found = await Promise.all(RECURRING_SCHEDULER_IDS.map((id) => this.billing.getJobScheduler(id)));
+    return RECURRING_SCHEDULER_IDS.filter((_, i) => !found[i]);
   }
 
   /** Builds a closing account's data export (the job id is the export id, so enqueueing twice is harmless). */
