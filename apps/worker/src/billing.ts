@@ -41,7 +41,7 @@ import {
   type RecurringSchedulerId,
 } from '@boxes/jobs';
 import type { Logger } from 'pino';
-import { listenForever, pauseOnOutage, retryAtStart } from './outage';
+import { listenForever, logQueueError, pauseOnOutage, retryAtStart } from './outage';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
@@ -126,7 +126,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 4 },
   );
-  billing.on('error', (err) => log.error({ err }, 'billing worker error'));
+  billing.on('error', logQueueError(log, 'billing worker error'));
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
   const schedule: Record<RecurringSchedulerId, () => Promise<void>> = {
     [BILLING_SCHEDULER_ID]: () => svc.jobs.scheduleBillingCycle(config.billing.cycleMs),
@@ -167,7 +167,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 10 },
   );
-  notices.on('error', (err) => log.error({ err }, 'notice worker error'));
+  notices.on('error', logQueueError(log, 'notice worker error'));
 
   const sweepNotices = async () => {
     const pending = await svc.db.notice.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });

@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { PublishFn } from '@boxes/core';
 import { startPush, type PushEngine } from './push';
 import { startBilling, type BillingHandle } from './billing';
-import { pauseOnOutage } from './outage';
+import { logQueueError, pauseOnOutage } from './outage';
 import { startBulk, type BulkHandle } from './bulk';
 
 export { startPush, type PushEngine } from './push';
@@ -90,7 +90,7 @@ export async function start(
   worker.on('failed', (job, err) => {
     if (job && job.attemptsMade >= DELIVERY_ATTEMPTS) log.warn({ deliveryId: job.data.deliveryId, err: err.message }, 'delivery failed for good');
   });
-  worker.on('error', (err) => log.error({ err }, 'worker error'));
+  worker.on('error', logQueueError(log, 'delivery worker error'));
 
   const sweep = async (graceMs = SWEEP_GRACE_MS): Promise<number> => {
     const now = Date.now();

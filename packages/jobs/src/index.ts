@@ -71,11 +71,18 @@ export function createRedis(url: string): Redis {
  * back, so the caller can answer 503 (or leave the job to the sweeper). Not for workers' blocking reads.
  */
 export const REDIS_COMMAND_TIMEOUT_MS = 1000;
+/**
+ * How long one connection attempt may take. Not the command timeout: a process busy starting (loading and
+ * compiling its apps) can hold its event loop for more than a second while the socket connects, and a 1 s
+ * connect timeout then failed healthy connections. Commands still fail after REDIS_COMMAND_TIMEOUT_MS, queued
+ * or not, so a request never waits for this.
+ */
+export const REDIS_CONNECT_TIMEOUT_MS = 10_000;
 export function createCommandRedis(url: string, opts: { failFast?: boolean } = {}): Redis {
   return new Redis(url, {
     maxRetriesPerRequest: 1,
     commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
-    connectTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
     enableReadyCheck: true,
     // failFast: while disconnected a command fails at once instead of waiting for the next reconnection
     // (for counts that a call may skip, such as the per-key rate count).
@@ -97,6 +104,9 @@ export class Jobs {
     this.billing = new Queue<BillingJob>(QUEUE.billing, { connection: connection as ConnectionOptions, prefix });
     this.notices = new Queue<NoticeJob>(QUEUE.notices, { connection: connection as ConnectionOptions, prefix });
     this.bulk = new Queue<BulkBatchJob>(QUEUE.bulk, { connection: connection as ConnectionOptions, prefix });
+    // A queue re-emits its connection's errors, and with no listener BullMQ prints them with their stack. The
+    // connection's owner listens to the connection itself and logs them once.
+    for (const q of [this.deliveries, this.billing, this.notices, this.bulk]) q.on('error', () => undefined);
   }
 
   /**
