@@ -1,7 +1,7 @@
 /**
  * The bounds of bulk jobs on an instance with the default settings: 10 minutes between batches (a job cannot ask
  * for less), a batch no larger than BULK_MAX_BATCH_SIZE (so no batch holds the whole job), and at most
- * BULK_MAX_ACTIVE_JOBS jobs of one account queued or sending at once (429 too_many_bulk_jobs beyond).
+ * BULK_MAX_ACTIVE_JOBS jobs of one account queued or sending at once (409 too_many_bulk_jobs beyond).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
@@ -42,7 +42,7 @@ describe('bulk jobs with the instance defaults', () => {
     await rest(t, 'POST', `/messages/send/bulk/${ok.body.id}/cancel`, { key: a.apiKey });
   });
 
-  it('runs at most 3 jobs of one account at once: the 4th is 429 too_many_bulk_jobs, another account is not held up', async () => {
+  it('runs at most 3 jobs of one account at once: the 4th is 409 too_many_bulk_jobs, another account is not held up', async () => {
     const b = await signupAccount(t);
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
@@ -51,7 +51,7 @@ describe('bulk jobs with the instance defaults', () => {
       ids.push(r.body.id);
     }
     const fourth = await createJob(t, b.apiKey, { messages: messagesTo(2, `act-4-${unique()}`), batch_size: 1 });
-    expect(fourth.status, JSON.stringify(fourth.body)).toBe(429);
+    expect(fourth.status, JSON.stringify(fourth.body)).toBe(409);
     expect(fourth.body.error).toMatchObject({ code: 'too_many_bulk_jobs', active_jobs: 3, limit: 3 });
     const listed = await rest(t, 'GET', '/messages/send/bulk', { key: b.apiKey });
     expect(listed.body.jobs).toHaveLength(3);

@@ -134,7 +134,7 @@ const envSchema = z.object({
   BULK_MIN_COOL_OFF_SECONDS: z.coerce.number().int().min(0).max(86_400).default(600),
   /** The largest batch a job may ask for: a batch holding the whole job would skip the cool-off altogether. */
   BULK_MAX_BATCH_SIZE: z.coerce.number().int().min(1).max(5000).default(1000),
-  /** Bulk jobs of one account queued, sending or cooling off at once; one more is refused with 429. */
+  /** Bulk jobs of one account queued, sending or cooling off at once; one more is refused with 409. */
   BULK_MAX_ACTIVE_JOBS: z.coerce.number().int().min(1).max(1000).default(3),
   /** The circuit breaker: a job halts when its bounces pass this share of its attempted recipients. */
   BULK_MAX_BOUNCE_RATE: z.coerce.number().min(0).max(1).default(0.02),
