@@ -1,10 +1,10 @@
 /**
  * Per-account sending reputation over the last 7 days: sent, bounced and complained counts. Crossing a
  * threshold (bounce rate over 3%, complaint rate over 0.05%) appends reputation.warning; falling back under
- * both appends reputation.recovered. The window is read
- * against the service clock, and a state other than ok is evaluated again as it can only improve: when the
- * account's deliveries are recorded (more mail sent) and as the window slides past old bounces (the billing
- * cycle, reevaluateReputations). One account's bounces never touch another's counts.
+ * both appends reputation.recovered. The window is read on the service clock. A state other than ok can only
+ * improve without a new bounce or complaint, so it is evaluated again when the account's deliveries are
+ * recorded (more mail sent) and as the window slides past old bounces (the billing cycle runs
+ * reevaluateReputations). One account's bounces never touch another's counts.
  */
 import type { DbClient, Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
