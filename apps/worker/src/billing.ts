@@ -179,12 +179,12 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     databaseUrl: config.databaseUrl,
     channel: NOTICES_CHANNEL,
     log,
-    onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch((err) => log.error({ err }, 'enqueue notice failed')),
-    onReconnect: () => void sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed')),
+    onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch(logQueueError(log, 'enqueue notice failed')),
+    onReconnect: () => void sweepNotices().catch(logQueueError(log, 'notice sweep failed')),
   });
   const timer = setInterval(() => {
-    sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed'));
-    sweepForwardRuns(svc).catch((err) => log.error({ err }, 'forward sweep failed'));
+    sweepNotices().catch(logQueueError(log, 'notice sweep failed'));
+    sweepForwardRuns(svc).catch(logQueueError(log, 'forward sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
   timer.unref();
 

@@ -74,7 +74,7 @@ export async function startBulk(config: Config, deps: { svc: Services; log: Logg
 
   const sweep = (graceMs = 60_000) => sweepBulkJobs(svc, graceMs);
   const timer = setInterval(() => {
-    sweep().catch((err) => log.error({ err }, 'bulk sweep failed'));
+    sweep().catch(logQueueError(log, 'bulk sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
   timer.unref();
   await worker.waitUntilReady();

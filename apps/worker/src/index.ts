@@ -111,7 +111,7 @@ export async function start(
     return stuck.length;
   };
   const timer = setInterval(() => {
-    sweep().catch((err) => log.error({ err }, 'sweep failed'));
+    sweep().catch(logQueueError(log, 'sweep failed'));
   }, deps.sweepIntervalMs ?? config.workerSweepIntervalMs);
   timer.unref();
   // Redis back after an outage: sends committed meanwhile could not enqueue their deliveries (and a Redis that
@@ -119,9 +119,9 @@ export async function start(
   // The queues' own connection (the one enqueueing goes through) says when Redis is back.
   const onRedisBack = () => {
     log.info('redis is back: sweeping deliveries and bulk batches, checking the recurring job schedules');
-    sweep(0).catch((err) => log.error({ err }, 'sweep failed'));
+    sweep(0).catch(logQueueError(log, 'sweep failed'));
     billingHandle?.ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
-    bulkHandle?.sweep(0).catch((err) => log.error({ err }, 'bulk sweep failed'));
+    bulkHandle?.sweep(0).catch(logQueueError(log, 'bulk sweep failed'));
   };
   let lost = false;
   let bulkHandle: BulkHandle | null = null;

@@ -148,7 +148,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       }
     } catch (err) {
       // The sweeper re-drives whatever this missed.
-      log.error({ err }, 'push wake-up check failed');
+      logQueueError(log, 'push wake-up check failed')(err);
     }
   }
 
@@ -158,7 +158,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     channel: EVENTS_CHANNEL,
     log,
     onNotify: kick,
-    onReconnect: () => void sweep().catch((err) => log.error({ err }, 'push sweep failed')),
+    onReconnect: () => void sweep().catch(logQueueError(log, 'push sweep failed')),
   });
 
   // Wake-ups: scheduled retries.
@@ -181,7 +181,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     for (const r of rows) kick(r.id);
     return rows.length;
   };
-  const timer = setInterval(() => void sweep().catch((err) => log.error({ err }, 'push sweep failed')), SWEEP_MS);
+  const timer = setInterval(() => void sweep().catch(logQueueError(log, 'push sweep failed')), SWEEP_MS);
   timer.unref();
   void sweep().catch(() => undefined);
 
