@@ -1,13 +1,14 @@
 /**
  * Deliveries across the faults of their own dependencies, against a real SMTP sink that counts what it accepts:
  * PostgreSQL going away right after the remote MX answered 250 (the acceptance is recorded when it is back, the
- * message is not sent again).
+ * message is not sent again), for a single send and for a batch of a bulk job.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { ensureDatabase, migrate } from '@boxes/db';
 import { rest, signupAccount, startPrivatePostgres, startTestServer, waitFor, type PrivatePostgres, type TestAccount, type TestServer } from '@boxes/testing';
 import { MailSink, unique } from './mail-send-helpers';
+import { createJob, messagesTo, waitForJob } from './bulk-helpers';
 
 let pgs: PrivatePostgres;
 let sink: MailSink;
@@ -22,7 +23,7 @@ beforeAll(async () => {
   await migrate(dbUrl);
   sink = new MailSink();
   await sink.start();
-  t = await startTestServer({ databaseUrl: dbUrl, worker: true, resolver: sink.resolver() });
+  t = await startTestServer({ databaseUrl: dbUrl, worker: true, resolver: sink.resolver(), env: { BULK_MIN_COOL_OFF_SECONDS: '0' } });
   a = await signupAccount(t);
 }, 120_000);
 
@@ -66,5 +67,29 @@ describe('PostgreSQL going away just after the remote 250', () => {
     expect(sink.to(to)).toHaveLength(1);
     const m = await rest(t, 'GET', `/messages/${r.body.message_id}`, { key: a.apiKey });
     expect(m.body.deliveries[0]).toMatchObject({ status: 'delivered' });
+  }, 120_000);
+});
+
+describe('PostgreSQL going away during a bulk batch', () => {
+  it('records the batch once the database is back: every recipient exactly once', async () => {
+    const prefix = `bulk-outage-${unique()}`;
+    const messages = messagesTo(6, prefix);
+    const trigger = `${prefix}-3@remote.test`;
+    let stopped = false;
+    sink.beforeAccept = async (rcpt) => {
+      if (stopped || !rcpt.includes(trigger)) return;
+      stopped = true;
+      await pgs.stop('fast');
+    };
+    const r = await createJob(t, a.apiKey, { messages, batch_size: 6, cool_off_seconds: 0 });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    await waitFor('the sink to accept the trigger', () => stopped && sink.to(trigger).length >= 1, 30_000);
+    await new Promise((res) => setTimeout(res, 4000));
+    await pgs.start();
+    sink.beforeAccept = null;
+    await waitForJob(t, a.apiKey, r.body.id, ['completed'], 60_000);
+    await new Promise((res) => setTimeout(res, 3000));
+    const counts = messages.map((m) => sink.to(m.to as string).length);
+    expect(counts).toEqual(messages.map(() => 1));
   }, 120_000);
 });

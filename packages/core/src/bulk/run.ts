@@ -33,6 +33,7 @@ import type { Services } from '../shared/context';
 import { open, sealBytes } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { isServiceUnavailable } from '../shared/unavailable';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
 
 export interface BulkDeps extends DeliveryDeps {
@@ -48,6 +49,12 @@ const FLUSH_MS = 200;
 /** The breaker looks at a batch in flight once this many of the job's recipients were attempted. */
 export const BREAKER_MIN_SAMPLE = 100;
 const TX = { maxWait: 10_000, timeout: 60_000 };
+/**
+ * How long a flush is tried again while the database is unreachable. Its outcomes hold remote 250s: a batch handed
+ * back unrecorded would send those messages again when it resumes. Sending waits meanwhile (at most two flushes
+ * are ever unrecorded), and a worker that stops gives up at once.
+ */
+const RECORD_OUTAGE_MS = 5 * 60_000;
 
 interface JobRow {
   id: string;
@@ -362,7 +369,7 @@ class BatchSender {
     this.queuedFlushes++;
     this.flushing = this.flushing.then(async () => {
       try {
-        if (!this.error) await this.record(outcomes, raws);
+        if (!this.error) await this.recordThroughOutage(outcomes, raws);
       } catch (err) {
         this.error = err;
       } finally {
@@ -440,6 +447,19 @@ class BatchSender {
       lastError = `${outcome.mta}: ${outcome.response}`;
     }
     return { kind: 'deferred', d, error: lastError };
+  }
+
+  /** record(), again after a pause while the database is unreachable (its transaction is all or nothing). */
+  private async recordThroughOutage(outcomes: Outcome[], raws: Map<string, Buffer>): Promise<void> {
+    const until = Date.now() + RECORD_OUTAGE_MS;
+    for (let wait = 250; ; wait = Math.min(wait * 2, 4000)) {
+      try {
+        return await this.record(outcomes, raws);
+      } catch (err) {
+        if (!isServiceUnavailable(err) || this.signal?.aborted || Date.now() + wait > until) throw err;
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
   }
 
   /** One flush: stored bytes, charges, bounces, deferrals, message statuses, then the job's status and breaker. */
