@@ -47,6 +47,7 @@ await main('bench:bulk', async (onCleanup) => {
     env: {
       BULK_COOL_OFF_SECONDS: '0',
       BULK_MIN_COOL_OFF_SECONDS: '0',
+      BULK_MAX_BATCH_SIZE: '5000',
       ...Object.fromEntries(['BULK_CONCURRENCY', 'BULK_SMTP_CONNECTIONS'].filter((k) => process.env[k]).map((k) => [k, process.env[k]!])),
     },
   });

@@ -55,7 +55,7 @@ const extraWorkers: WorkerHandle[] = [];
 beforeAll(async () => {
   sink = new MailSink();
   await sink.start();
-  t = await startTestServer({ worker: true, mail: true, resolver: sink.resolver(), env: { BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0' } });
+  t = await startTestServer({ worker: true, mail: true, resolver: sink.resolver(), env: { BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BATCH_SIZE: '5000', BULK_MAX_ACTIVE_JOBS: '100' } });
 });
 afterAll(async () => {
   for (const w of extraWorkers) await w.stop();

@@ -255,7 +255,7 @@ describe('PostgreSQL and Redis going away under load', () => {
           return r.rows[0].n === 0;
         },
         // A send accepted while Redis was coming back may have lost its enqueue: the worker's sweeper picks
-        // such deliveries up once they are a minute old (it runs every 30 s), so recovery can take that long.
+        // such deliveries up once they are 10 s old (it runs every 5 s).
         120_000,
       ).catch(async (err) => {
         const r = await db.query(`SELECT d.id, d.status, d.attempts, d.created_at, m.subject FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE d.account_id = $1 AND d.status <> 'delivered'`, [a.accountId]);

@@ -33,6 +33,8 @@ export class MailSink {
   readonly rcpts: RcptAttempt[] = [];
   connections = 0;
   port = 0;
+  /** Runs after a message's data arrived and before the sink answers 250 (a test stops a dependency there). */
+  beforeAccept: ((rcpt: string[]) => void | Promise<void>) | null = null;
   private readonly dataAttempts = new Map<string, number>();
   private readonly rcptAttempts = new Map<string, number>();
   private readonly server: SMTPServer;
@@ -70,7 +72,8 @@ export class MailSink {
             if (n <= 2) return cb(smtpError(451, '4.3.0 Temporary failure, try again'));
           }
           this.messages.push({ mailFrom: mailFromOf(session), rcpt, raw: Buffer.concat(chunks) });
-          cb();
+          if (!this.beforeAccept) return cb();
+          Promise.resolve(this.beforeAccept(rcpt)).then(() => cb(), cb);
         });
       },
     });

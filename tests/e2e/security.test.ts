@@ -258,7 +258,8 @@ function expectError(r: JsonResponse, status: number, code: string, label: strin
 }
 
 beforeAll(async () => {
-  t = await startTestServer({ env: { FORWARD_CONFIRMATIONS_PER_DAY: '1000' } });
+  // Fixtures create many bulk jobs per account, none of which runs here (no worker): the active-job bound has its test.
+  t = await startTestServer({ env: { FORWARD_CONFIRMATIONS_PER_DAY: '1000', BULK_MAX_ACTIVE_JOBS: '1000' } });
   const [a, b, c] = await Promise.all([fixture(), fixture(), signupAccount(t, 'sec-c@example.com')]);
   A = a;
   B = b;

@@ -17,6 +17,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { REDIS_CONNECT_TIMEOUT_MS } from '@boxes/jobs';
 import { ConfigError, loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
 import { parseSecretKey } from '@boxes/core';
@@ -26,7 +27,8 @@ import { resolveSecretKey } from './secret-key';
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
 async function checkRedis(url: string): Promise<void> {
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 3000, retryStrategy: () => null });
+  // The connect attempt may take as long as the service's own (a busy machine starting many processes).
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: REDIS_CONNECT_TIMEOUT_MS, retryStrategy: () => null });
   redis.on('error', () => undefined);
   try {
     await redis.connect();

@@ -9,6 +9,7 @@ import type { Hono, MiddlewareHandler } from 'hono';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { groupCommitStats, type Services } from '@boxes/core';
 import { poolOf } from '@boxes/db';
+import { RECURRING_SCHEDULER_IDS } from '@boxes/jobs';
 
 const READY_TIMEOUT_MS = 2000;
 
@@ -93,6 +94,12 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
   const queueAge = new Gauge({ name: 'boxes_queue_oldest_waiting_seconds', help: 'Age of the oldest waiting job per queue', labelNames: ['queue'], registers: [registry] });
   const deliveries = new Gauge({ name: 'boxes_deliveries', help: 'Deliveries by status (all time)', labelNames: ['status'], registers: [registry] });
   const inbound = new Gauge({ name: 'boxes_messages_received', help: 'Messages received (all time)', registers: [registry] });
+  const schedulesMissing = new Gauge({
+    name: 'boxes_job_schedule_missing',
+    help: 'Recurring job (billing cycle, domain verification, audit) whose schedule is not in Redis: 1 while missing; alert when above 0 for longer than a worker sweep',
+    labelNames: ['schedule'],
+    registers: [registry],
+  });
   const pushLag = new Gauge({ name: 'boxes_push_lag_events', help: 'Events not yet pushed, summed over accounts, per channel', labelNames: ['channel'], registers: [registry] });
 
   async function collect(): Promise<void> {
@@ -105,6 +112,8 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
         queueAge.set({ queue: name }, oldest ? Math.max(0, (Date.now() - oldest.timestamp) / 1000) : 0);
       }),
     );
+    const missing = new Set<string>(await svc.jobs.missingSchedules());
+    for (const id of RECURRING_SCHEDULER_IDS) schedulesMissing.set({ schedule: id }, missing.has(id) ? 1 : 0);
     const [byStatus, received, lag] = await Promise.all([
       svc.db.$queryRaw<{ status: string; n: bigint }[]>`SELECT status, count(*) AS n FROM deliveries GROUP BY status`,
       svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM messages WHERE direction = 'received'`,

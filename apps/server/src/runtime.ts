@@ -89,9 +89,11 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
   // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
   const redis = createCommandRedis(config.redisUrl, { failFast: true });
-  redis.on('error', (err) => log.error({ err: err.message }, 'redis error'));
+  // A connection's 'error' is Redis unreachable (it reconnects by itself; requests answer 503 meanwhile): a
+  // warning with its message, no stack.
+  redis.on('error', (err) => log.warn({ err: err.message }, 'redis unreachable (counters): reconnecting'));
   const jobs = new Jobs(createCommandRedis(config.redisUrl), config.redisPrefix);
-  jobs.connection.on('error', (err) => log.error({ err: err.message }, 'redis error (queues)'));
+  jobs.connection.on('error', (err) => log.warn({ err: err.message }, 'redis unreachable (queues): reconnecting'));
   const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
   const server = opts.server === false ? null : await startServer(config, { svc, log });
   if (server) {

@@ -20,6 +20,7 @@ import {
   NOTICES_CHANNEL,
   pendingExports,
   reclaimExpiredBodies,
+  reevaluateReputations,
   refreshPayment,
   runBillingCycle,
   runDomainVerification,
@@ -27,16 +28,29 @@ import {
   type NoticeDeps,
   type Services,
 } from '@boxes/core';
-import { createRedis, NOTICE_ATTEMPTS, QUEUE, type BillingJob, type NoticeJob } from '@boxes/jobs';
+import {
+  AUDIT_SCHEDULER_ID,
+  BILLING_SCHEDULER_ID,
+  createRedis,
+  DOMAIN_VERIFY_SCHEDULER_ID,
+  NOTICE_ATTEMPTS,
+  QUEUE,
+  RECURRING_SCHEDULER_IDS,
+  type BillingJob,
+  type NoticeJob,
+  type RecurringSchedulerId,
+} from '@boxes/jobs';
 import type { Logger } from 'pino';
-import { listenForever, pauseOnOutage, retryAtStart } from './outage';
+import { listenForever, logQueueError, pauseOnOutage, retryAtStart } from './outage';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
-  cycle(): Promise<{ accounts: number; entries: number; payments: number }>;
+  cycle(): Promise<{ accounts: number; entries: number; payments: number; recovered: number }>;
   /** Runs one audit pass now (what the repeatable audit job does). */
   audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number }>;
   sweepNotices(): Promise<number>;
+  /** Creates the recurring jobs' schedules that Redis lost; returns which. */
+  ensureSchedules(): Promise<string[]>;
   stop(): Promise<void>;
 }
 
@@ -64,8 +78,10 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     const r = await runBillingCycle(svc);
     const payments = await sweepPayments(svc);
     await finishPendingSendingIps(svc);
-    if (r.entries || payments) log.info({ ...r, payments }, 'billing cycle');
-    return { ...r, payments };
+    // Bounces and complaints age out of the reputation window with no new mail to prompt a look.
+    const recovered = await reevaluateReputations(svc);
+    if (r.entries || payments || recovered) log.info({ ...r, payments, recovered }, 'billing cycle');
+    return { ...r, payments, recovered };
   };
   // Hourly: sign every moved chain head, reclaim bodies past their retention window, delete the data of accounts
   // closed longer ago than the grace period, and enqueue any export whose job was lost.
@@ -110,13 +126,28 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 4 },
   );
-  billing.on('error', (err) => log.error({ err }, 'billing worker error'));
+  billing.on('error', logQueueError(log, 'billing worker error'));
   billing.on('failed', (job, err) => log.warn({ job: job?.name, err: err.message }, 'billing job failed'));
+  const schedule: Record<RecurringSchedulerId, () => Promise<void>> = {
+    [BILLING_SCHEDULER_ID]: () => svc.jobs.scheduleBillingCycle(config.billing.cycleMs),
+    [DOMAIN_VERIFY_SCHEDULER_ID]: () => svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs),
+    [AUDIT_SCHEDULER_ID]: () => svc.jobs.scheduleAudit(config.audit.cycleMs),
+  };
   await retryAtStart(log, 'schedule the repeatable jobs', async () => {
-    await svc.jobs.scheduleBillingCycle(config.billing.cycleMs);
-    await svc.jobs.scheduleDomainVerification(config.dns.verifyIntervalMs);
-    await svc.jobs.scheduleAudit(config.audit.cycleMs);
+    for (const id of RECURRING_SCHEDULER_IDS) await schedule[id]();
   });
+  // The schedules live only in Redis: a Redis flushed, failed over to an empty replica or restarted without its
+  // data loses them, and nothing else would bring them back before the next worker start.
+  const ensureSchedules = async (): Promise<RecurringSchedulerId[]> => {
+    const missing = await svc.jobs.missingSchedules();
+    for (const id of missing) await schedule[id]();
+    if (missing.length) log.warn({ schedules: missing }, 'recurring job schedules were missing from Redis: created again');
+    return missing;
+  };
+  const scheduleTimer = setInterval(() => {
+    ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
+  }, config.workerSweepIntervalMs);
+  scheduleTimer.unref();
 
   const notices: Worker<NoticeJob> = new Worker<NoticeJob>(
     QUEUE.notices,
@@ -136,7 +167,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     },
     { connection: connection as ConnectionOptions, prefix: config.redisPrefix, concurrency: 10 },
   );
-  notices.on('error', (err) => log.error({ err }, 'notice worker error'));
+  notices.on('error', logQueueError(log, 'notice worker error'));
 
   const sweepNotices = async () => {
     const pending = await svc.db.notice.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
@@ -148,12 +179,12 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     databaseUrl: config.databaseUrl,
     channel: NOTICES_CHANNEL,
     log,
-    onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch((err) => log.error({ err }, 'enqueue notice failed')),
-    onReconnect: () => void sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed')),
+    onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch(logQueueError(log, 'enqueue notice failed')),
+    onReconnect: () => void sweepNotices().catch(logQueueError(log, 'notice sweep failed')),
   });
   const timer = setInterval(() => {
-    sweepNotices().catch((err) => log.error({ err }, 'notice sweep failed'));
-    sweepForwardRuns(svc).catch((err) => log.error({ err }, 'forward sweep failed'));
+    sweepNotices().catch(logQueueError(log, 'notice sweep failed'));
+    sweepForwardRuns(svc).catch(logQueueError(log, 'forward sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
   timer.unref();
 
@@ -162,8 +193,10 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     cycle,
     audit,
     sweepNotices,
+    ensureSchedules,
     async stop() {
       clearInterval(timer);
+      clearInterval(scheduleTimer);
       await listener.close();
       await billing.close();
       await notices.close();

@@ -10,7 +10,7 @@ import { haltFailedBatch, runBulkBatch, sweepBulkJobs, type BulkDeps, type Deliv
 import { createRedis, QUEUE, type BulkBatchJob } from '@boxes/jobs';
 import { SmtpSender } from '@boxes/mail';
 import type { Logger } from 'pino';
-import { pauseOnOutage } from './outage';
+import { logQueueError, pauseOnOutage } from './outage';
 
 export interface BulkHandle {
   /** Enqueues the batch of every job whose next batch is overdue by graceMs; returns how many. */
@@ -63,7 +63,7 @@ export async function startBulk(config: Config, deps: { svc: Services; log: Logg
       maxStalledCount: 100,
     },
   );
-  worker.on('error', (err) => log.error({ err }, 'bulk worker error'));
+  worker.on('error', logQueueError(log, 'bulk worker error'));
   worker.on('failed', (job, err) => {
     log.warn({ job: job?.data, err: err.message }, 'bulk batch failed');
     // Every retry used up: halt the job rather than leave it sending with its credit held.
@@ -74,7 +74,7 @@ export async function startBulk(config: Config, deps: { svc: Services; log: Logg
 
   const sweep = (graceMs = 60_000) => sweepBulkJobs(svc, graceMs);
   const timer = setInterval(() => {
-    sweep().catch((err) => log.error({ err }, 'bulk sweep failed'));
+    sweep().catch(logQueueError(log, 'bulk sweep failed'));
   }, deps.sweepIntervalMs ?? 30_000);
   timer.unref();
   await worker.waitUntilReady();

@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { PublishFn } from '@boxes/core';
 import { startPush, type PushEngine } from './push';
 import { startBilling, type BillingHandle } from './billing';
-import { pauseOnOutage } from './outage';
+import { logQueueError, pauseOnOutage } from './outage';
 import { startBulk, type BulkHandle } from './bulk';
 
 export { startPush, type PushEngine } from './push';
@@ -29,8 +29,12 @@ export interface WorkerHandle {
   stop(): Promise<void>;
 }
 
-/** Queued deliveries older than this with no job, or deferred ones this far past due, are re-enqueued. */
+/**
+ * Deferred deliveries this far past due, or scheduled ones, are re-enqueued. Queued ones sooner (QUEUED_GRACE_MS):
+ * a send stored by a process that died before queueing its deliveries waits only for the next sweep after it.
+ */
 const SWEEP_GRACE_MS = 60_000;
+const QUEUED_GRACE_MS = 10_000;
 
 export async function start(
   config: Config,
@@ -54,7 +58,11 @@ export async function start(
     async (job): Promise<void> => {
       let result: Awaited<ReturnType<typeof attemptDelivery>>;
       try {
-        result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade);
+        result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade, {
+          accepted: job.data.accepted,
+          // Kept in the job (Redis), which outlives the database outage, so the retry does not send it twice.
+          keepAcceptance: (accepted) => job.updateData({ ...job.data, accepted }),
+        });
       } catch (err) {
         // The database away is no failed attempt: the queue pauses and the job waits (outage.ts).
         return pauseOnOutage(worker, svc, log, err);
@@ -67,24 +75,30 @@ export async function start(
       prefix: config.redisPrefix,
       concurrency: config.deliveryConcurrency,
       settings: { backoffStrategy: (attemptsMade: number) => retryDelayMs(attemptsMade) },
-      // A worker that dies (SIGKILL, a lost machine) holds its active deliveries until their locks expire: short
-      // locks (renewed every 5 s while a delivery runs) and a 5 s stalled check hand them to another worker
-      // within seconds instead of BullMQ's default 30 s + 30 s.
-      lockDuration: 10_000,
-      stalledInterval: 5_000,
+      // A worker that dies (SIGKILL, a lost machine) holds its active deliveries until their locks expire, and
+      // another worker takes them at its next stalled check: 4 s locks renewed every second and a check every
+      // second hand them over 3 to 5 s after the death (BullMQ's defaults, 30 s + 30 s; 10 s + 5 s here before
+      // gave pauses of 16-21 s with the restart). A live worker loses a lock only if its event loop stalls for 3 s.
+      // The check is one small script per second per worker. A delivery that stalls again and again (a worker
+      // dying each time) is still handed on rather than failed: failed, its job id would block the sweeper.
+      lockDuration: 4_000,
+      lockRenewTime: 1_000,
+      stalledInterval: 1_000,
+      maxStalledCount: 10,
     },
   );
   worker.on('failed', (job, err) => {
     if (job && job.attemptsMade >= DELIVERY_ATTEMPTS) log.warn({ deliveryId: job.data.deliveryId, err: err.message }, 'delivery failed for good');
   });
-  worker.on('error', (err) => log.error({ err }, 'worker error'));
+  worker.on('error', logQueueError(log, 'delivery worker error'));
 
   const sweep = async (graceMs = SWEEP_GRACE_MS): Promise<number> => {
     const now = Date.now();
     const stuck = await svc.db.delivery.findMany({
       where: {
         OR: [
-          { status: 'queued', createdAt: { lt: new Date(now - graceMs) } },
+          // Re-enqueueing a delivery whose job is only waiting its turn does nothing (the job id is the delivery id).
+          { status: 'queued', createdAt: { lt: new Date(now - Math.min(graceMs, QUEUED_GRACE_MS)) } },
           { status: 'deferred', nextAttemptAt: { lt: new Date(now - graceMs) } },
           // A scheduled send whose delayed job was lost (Redis lost its data): due is due.
           { status: 'scheduled', message: { sendAt: { lt: new Date(now - graceMs) } } },
@@ -97,19 +111,21 @@ export async function start(
     return stuck.length;
   };
   const timer = setInterval(() => {
-    sweep().catch((err) => log.error({ err }, 'sweep failed'));
-  }, deps.sweepIntervalMs ?? 30_000);
+    sweep().catch(logQueueError(log, 'sweep failed'));
+  }, deps.sweepIntervalMs ?? config.workerSweepIntervalMs);
   timer.unref();
   // Redis back after an outage: sends committed meanwhile could not enqueue their deliveries (and a Redis that
   // lost its data lost their jobs). Enqueueing is idempotent (the job id is the delivery id): sweep at once.
   // The queues' own connection (the one enqueueing goes through) says when Redis is back.
   const onRedisBack = () => {
-    log.info('redis is back: sweeping deliveries and bulk batches');
-    sweep(0).catch((err) => log.error({ err }, 'sweep failed'));
-    bulkHandle?.sweep(0).catch((err) => log.error({ err }, 'bulk sweep failed'));
+    log.info('redis is back: sweeping deliveries and bulk batches, checking the recurring job schedules');
+    sweep(0).catch(logQueueError(log, 'sweep failed'));
+    billingHandle?.ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
+    bulkHandle?.sweep(0).catch(logQueueError(log, 'bulk sweep failed'));
   };
   let lost = false;
   let bulkHandle: BulkHandle | null = null;
+  let billingHandle: BillingHandle | null = null;
   const onClose = () => {
     lost = true;
   };
@@ -126,6 +142,7 @@ export async function start(
   const billing = await startBilling(config, { svc, log, notice: { sender, resolver, relay: deliveryDeps.relay } });
   const bulk = await startBulk(config, { svc, log, delivery: deliveryDeps, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
   bulkHandle = bulk;
+  billingHandle = billing;
   return {
     sweep,
     push,

@@ -52,6 +52,18 @@ export async function retryAtStart<T>(log: Logger, what: string, fn: () => Promi
   }
 }
 
+/**
+ * The 'error' listener of a BullMQ worker or queue, and the catch of a periodic sweep: PostgreSQL or Redis
+ * unreachable is an expected condition (connections retry by themselves, the next sweep runs anyway), logged as a
+ * warning with its message; anything else as an error with its stack.
+ */
+export function logQueueError(log: Logger, what: string): (err: unknown) => void {
+  return (err) => {
+    if (isServiceUnavailable(err)) log.warn({ err: (err as Error).message }, `${what}: dependency unreachable, retrying`);
+    else log.error({ err }, what);
+  };
+}
+
 export interface Listener {
   close(): Promise<void>;
 }

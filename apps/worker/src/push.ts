@@ -10,7 +10,7 @@ import type { Config } from '@boxes/config';
 import { drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
-import { listenForever } from './outage';
+import { listenForever, logQueueError } from './outage';
 
 /**
  * A drainer's account lock lives this long unless renewed; the holder renews it every LOCK_RENEW_MS while it
@@ -32,6 +32,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
   const { svc, log } = deps;
   const redis = createRedis(config.redisUrl);
   const queue = new Queue<PushJob>(PUSH_QUEUE, { connection: redis as ConnectionOptions, prefix: config.redisPrefix });
+  queue.on('error', logQueueError(log, 'push queue error'));
   const webhookDeps: WebhookDeps = {
     ...webhookHttpDeps(config),
     retryDelayMs: (n) => webhookRetryDelayMs(n, config.webhook.retryScale),
@@ -147,7 +148,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       }
     } catch (err) {
       // The sweeper re-drives whatever this missed.
-      log.error({ err }, 'push wake-up check failed');
+      logQueueError(log, 'push wake-up check failed')(err);
     }
   }
 
@@ -157,7 +158,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     channel: EVENTS_CHANNEL,
     log,
     onNotify: kick,
-    onReconnect: () => void sweep().catch((err) => log.error({ err }, 'push sweep failed')),
+    onReconnect: () => void sweep().catch(logQueueError(log, 'push sweep failed')),
   });
 
   // Wake-ups: scheduled retries.
@@ -167,6 +168,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     prefix: config.redisPrefix,
     concurrency: 10,
   });
+  retryWorker.on('error', logQueueError(log, 'push retry worker error'));
 
   // Wake-ups: anything left behind.
   const sweep = async (): Promise<number> => {
@@ -179,7 +181,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     for (const r of rows) kick(r.id);
     return rows.length;
   };
-  const timer = setInterval(() => void sweep().catch((err) => log.error({ err }, 'push sweep failed')), SWEEP_MS);
+  const timer = setInterval(() => void sweep().catch(logQueueError(log, 'push sweep failed')), SWEEP_MS);
   timer.unref();
   void sweep().catch(() => undefined);
 

@@ -56,7 +56,8 @@ describe('loadConfig', () => {
         auth: { userMaxFailures: 10, addressMaxFailures: 30, windowSeconds: 900, freeFailures: 3, delayMs: 1000 },
       },
       deliveryConcurrency: 50,
-      bulk: { coolOffSeconds: 600, minCoolOffSeconds: 60, maxBounceRate: 0.02, maxComplaintRate: 0.005, concurrency: 64, connections: 16 },
+      workerSweepIntervalMs: 5000,
+      bulk: { coolOffSeconds: 600, minCoolOffSeconds: 600, maxBatchSize: 1000, maxActiveJobs: 3, maxBounceRate: 0.02, maxComplaintRate: 0.005, concurrency: 64, connections: 16 },
       billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
       noticeFrom: 'noreply@boxes.localhost',
       webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
@@ -110,15 +111,18 @@ describe('loadConfig', () => {
 
   it('bulk jobs: the default cool-off is never below the floor; rates and concurrency are read', () => {
     expect(loadConfig({ BULK_COOL_OFF_SECONDS: '10', BULK_MIN_COOL_OFF_SECONDS: '60' }).bulk.coolOffSeconds).toBe(60);
-    expect(loadConfig({ BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BOUNCE_RATE: '0.01', BULK_CONCURRENCY: '8', BULK_SMTP_CONNECTIONS: '4' }).bulk).toEqual({
+    expect(loadConfig({ BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BATCH_SIZE: '5000', BULK_MAX_ACTIVE_JOBS: '10', BULK_MAX_BOUNCE_RATE: '0.01', BULK_CONCURRENCY: '8', BULK_SMTP_CONNECTIONS: '4' }).bulk).toEqual({
       coolOffSeconds: 1,
       minCoolOffSeconds: 0,
+      maxBatchSize: 5000,
+      maxActiveJobs: 10,
       maxBounceRate: 0.01,
       maxComplaintRate: 0.005,
       concurrency: 8,
       connections: 4,
     });
     expect(() => loadConfig({ BULK_MAX_BOUNCE_RATE: '2' })).toThrow(/BULK_MAX_BOUNCE_RATE/);
+    expect(() => loadConfig({ BULK_MAX_BATCH_SIZE: '5001' })).toThrow(/BULK_MAX_BATCH_SIZE/);
   });
 
   it('reads the other settings', () => {

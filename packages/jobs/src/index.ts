@@ -25,6 +25,9 @@ export const BILLING_SCHEDULER_ID = 'billing-cycle';
 export const DOMAIN_VERIFY_SCHEDULER_ID = 'domain-verification';
 /** The repeatable audit job (on the billing queue): chain checkpoints, body retention, deletion of closed accounts. */
 export const AUDIT_SCHEDULER_ID = 'audit';
+/** The recurring jobs, by scheduler id: created at a worker's start and again whenever Redis lost them. */
+export const RECURRING_SCHEDULER_IDS = [BILLING_SCHEDULER_ID, DOMAIN_VERIFY_SCHEDULER_ID, AUDIT_SCHEDULER_ID] as const;
+export type RecurringSchedulerId = (typeof RECURRING_SCHEDULER_IDS)[number];
 /** Attempts of a notice (mail the service sends) before it is marked failed: about 2 days with exponential backoff. */
 export const NOTICE_ATTEMPTS = 12;
 
@@ -32,7 +35,11 @@ export const NOTICE_ATTEMPTS = 12;
 export const BulkBatchJob = z.object({ bulkJobId: z.string(), batch: z.number().int().min(0) });
 export type BulkBatchJob = z.infer<typeof BulkBatchJob>;
 
-export const DeliveryJob = z.object({ deliveryId: z.string() });
+export const DeliveryJob = z.object({
+  deliveryId: z.string(),
+  /** Set by a run whose remote 250 the database could not record: the next run records it instead of sending. */
+  accepted: z.object({ mta: z.string().nullable(), response: z.string() }).optional(),
+});
 export type DeliveryJob = z.infer<typeof DeliveryJob>;
 
 /**
@@ -64,11 +71,18 @@ export function createRedis(url: string): Redis {
  * back, so the caller can answer 503 (or leave the job to the sweeper). Not for workers' blocking reads.
  */
 export const REDIS_COMMAND_TIMEOUT_MS = 1000;
+/**
+ * How long one connection attempt may take. Not the command timeout: a process busy starting (loading and
+ * compiling its apps) can hold its event loop for more than a second while the socket connects, and a 1 s
+ * connect timeout then failed healthy connections. Commands still fail after REDIS_COMMAND_TIMEOUT_MS, queued
+ * or not, so a request never waits for this.
+ */
+export const REDIS_CONNECT_TIMEOUT_MS = 10_000;
 export function createCommandRedis(url: string, opts: { failFast?: boolean } = {}): Redis {
   return new Redis(url, {
     maxRetriesPerRequest: 1,
     commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
-    connectTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
     enableReadyCheck: true,
     // failFast: while disconnected a command fails at once instead of waiting for the next reconnection
     // (for counts that a call may skip, such as the per-key rate count).
@@ -90,6 +104,9 @@ export class Jobs {
     this.billing = new Queue<BillingJob>(QUEUE.billing, { connection: connection as ConnectionOptions, prefix });
     this.notices = new Queue<NoticeJob>(QUEUE.notices, { connection: connection as ConnectionOptions, prefix });
     this.bulk = new Queue<BulkBatchJob>(QUEUE.bulk, { connection: connection as ConnectionOptions, prefix });
+    // A queue re-emits its connection's errors, and with no listener BullMQ prints them with their stack. The
+    // connection's owner listens to the connection itself and logs them once.
+    for (const q of [this.deliveries, this.billing, this.notices, this.bulk]) q.on('error', () => undefined);
   }
 
   /**
@@ -122,6 +139,12 @@ export class Jobs {
   /** The repeatable audit job: one per instance, however many workers start it. */
   async scheduleAudit(everyMs: number): Promise<void> {
     await this.billing.upsertJobScheduler(AUDIT_SCHEDULER_ID, { every: everyMs }, { name: 'audit', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+  }
+
+  /** The recurring jobs whose scheduler is not in Redis (a flushed or replaced Redis). */
+  async missingSchedules(): Promise<RecurringSchedulerId[]> {
+    const found = await Promise.all(RECURRING_SCHEDULER_IDS.map((id) => this.billing.getJobScheduler(id)));
+    return RECURRING_SCHEDULER_IDS.filter((_, i) => !found[i]);
   }
 
   /** Builds a closing account's data export (the job id is the export id, so enqueueing twice is harmless). */

@@ -28,7 +28,7 @@ export const BulkSendInput = z
       .min(1)
       .max(MAX_BULK_MESSAGES)
       .default(1000)
-      .meta({ description: 'Messages per batch (default 1000). Batches go out one after another with the cool-off between them.', example: 1000 }),
+      .meta({ description: 'Messages per batch (default 1000, at most the instance setting BULK_MAX_BATCH_SIZE, default 1000: a larger one is refused with 400). Batches go out one after another with the cool-off between them.', example: 1000 }),
     from: z
       .string()
       .max(320)
@@ -42,7 +42,7 @@ export const BulkSendInput = z
       .optional()
       .meta({
         description:
-          'Pause between the end of one batch and the start of the next (default 600, the instance setting BULK_COOL_OFF_SECONDS). Not below the instance floor BULK_MIN_COOL_OFF_SECONDS (default 60): a lower value is refused with 400.',
+          'Pause between the end of one batch and the start of the next (default 600, the instance setting BULK_COOL_OFF_SECONDS). Not below the instance floor BULK_MIN_COOL_OFF_SECONDS (default 600: 10 minutes between batches is the rule; an operator may loosen it): a lower value is refused with 400.',
         example: 600,
       }),
     max_bounce_rate: z

@@ -15,6 +15,8 @@ import { TEST_DB_PREFIX, adminUrl, databaseUrlFor, templateName } from './databa
 import { checkEventsBeforeDrop } from './event-check';
 
 export { adminUrl, databaseUrlFor } from './databases';
+/** Deletes a Redis prefix's keys: what a test does to stand for a Redis that lost its data. */
+export { deleteKeysWithPrefix } from '@boxes/jobs';
 
 /** Creates a database cloned from the migrated template; returns its URL and a function that drops it. */
 export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
@@ -85,6 +87,11 @@ export interface TestServerOptions {
    * share). Its stop() leaves both to the first server.
    */
   sameStoreAs?: TestServer;
+  /**
+   * A Redis key prefix of its own for a process of sameStoreAs: its queues are then not the ones the service's
+   * workers take jobs from (a process whose enqueues are lost, as if it died between its commit and its enqueue).
+   */
+  ownQueues?: boolean;
   /** A database of the test's own (already migrated), used as it is and left in place by stop(). */
   databaseUrl?: string;
 }
@@ -114,7 +121,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     ...env,
     DATABASE_URL: database.url,
     PORT: '0',
-    REDIS_PREFIX: shared?.config.redisPrefix ?? `boxes-test-${randomBytes(5).toString('hex')}`,
+    REDIS_PREFIX: (!opts.ownQueues && shared?.config.redisPrefix) || `boxes-test-${randomBytes(5).toString('hex')}`,
     LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent',
   });
   const runtime = await startRuntime(config, {
@@ -145,9 +152,9 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     dnsPort: runtime.dns?.port ?? null,
     async stop() {
       await runtime.stop();
-      if (shared) return;
       // This file's queues and counters go with it, once nothing uses them any more.
-      await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
+      if (!shared || opts.ownQueues) await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
+      if (shared) return;
       await database.drop();
     },
   };

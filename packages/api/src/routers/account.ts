@@ -58,7 +58,7 @@ export const accountRouter = router({
     })
     .input(z.void())
     .output(ReputationOutput)
-    .query(({ ctx }) => reputationCounts(ctx.svc.db, ctx.account.id)),
+    .query(({ ctx }) => reputationCounts(ctx.svc.db, ctx.account.id, ctx.svc.clock.now())),
   closeProtection: keyProcedure
     .meta({ openapi: { method: 'GET', path: '/account/close-protection', tags: ['account'], summary: 'Close protection state', description: 'Any valid key.' } })
     .input(z.void())

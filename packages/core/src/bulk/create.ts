@@ -163,6 +163,9 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
   if (coolOff < cfg.minCoolOffSeconds) {
     throw invalid('cool_off_seconds', `at least ${cfg.minCoolOffSeconds} seconds on this instance (the floor; default ${cfg.coolOffSeconds})`);
   }
+  if (input.batch_size > cfg.maxBatchSize) {
+    throw invalid('batch_size', `at most ${cfg.maxBatchSize} on this instance: the cool-off between batches applies to every job`);
+  }
   const maxBounce = input.max_bounce_rate ?? cfg.maxBounceRate;
   const maxComplaint = input.max_complaint_rate ?? cfg.maxComplaintRate;
   if (maxBounce > cfg.maxBounceRate) throw invalid('max_bounce_rate', `at most ${cfg.maxBounceRate} on this instance`);
@@ -242,6 +245,16 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
     await svc.db.$transaction(
       async (tx) => {
         const a = await lockAccountCredit(tx, accountId);
+        // Counted under the account's lock, so two jobs created at once cannot both take the last place.
+        const [active] = await tx.$queryRaw<{ n: number }[]>`
+          SELECT count(*)::int AS n FROM bulk_jobs WHERE account_id = ${accountId} AND status IN ('queued', 'sending', 'cooling_off')`;
+        if ((active?.n ?? 0) >= cfg.maxActiveJobs) {
+          throw new AppError(
+            'too_many_bulk_jobs',
+            `This account already has ${active?.n} bulk job(s) queued or sending, the most this instance runs at once; nothing was queued. Send this job when one of them completes (or cancel one).`,
+            { active_jobs: active?.n, limit: cfg.maxActiveJobs },
+          );
+        }
         const plan = planJobCredit(
           svc,
           a,

@@ -34,6 +34,7 @@ import type { Services } from '../shared/context';
 import { open, sealBytes } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { isServiceUnavailable } from '../shared/unavailable';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
 
 export interface BulkDeps extends DeliveryDeps {
@@ -49,6 +50,12 @@ const FLUSH_MS = 200;
 /** The breaker looks at a batch in flight once this many of the job's recipients were attempted. */
 export const BREAKER_MIN_SAMPLE = 100;
 const TX = { maxWait: 10_000, timeout: 60_000 };
+/**
+ * How long a flush is tried again while the database is unreachable. Its outcomes hold remote 250s: a batch handed
+ * back unrecorded would send those messages again when it resumes. Sending waits meanwhile (at most two flushes
+ * are ever unrecorded), and a worker that stops gives up at once.
+ */
+const RECORD_OUTAGE_MS = 5 * 60_000;
 
 interface JobRow {
   id: string;
@@ -366,7 +373,7 @@ class BatchSender {
     this.queuedFlushes++;
     this.flushing = this.flushing.then(async () => {
       try {
-        if (!this.error) await this.record(outcomes, raws);
+        if (!this.error) await this.recordThroughOutage(outcomes, raws);
       } catch (err) {
         this.error = err;
       } finally {
@@ -446,6 +453,19 @@ class BatchSender {
     return { kind: 'deferred', d, error: lastError };
   }
 
+  /** record(), again after a pause while the database is unreachable (its transaction is all or nothing). */
+  private async recordThroughOutage(outcomes: Outcome[], raws: Map<string, Buffer>): Promise<void> {
+    const until = Date.now() + RECORD_OUTAGE_MS;
+    for (let wait = 250; ; wait = Math.min(wait * 2, 4000)) {
+      try {
+        return await this.record(outcomes, raws);
+      } catch (err) {
+        if (!isServiceUnavailable(err) || this.signal?.aborted || Date.now() + wait > until) throw err;
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
+  }
+
   /** One flush: stored bytes, charges, bounces, deferrals, message statuses, then the job's status and breaker. */
   private async record(outcomes: Outcome[], raws: Map<string, Buffer>): Promise<void> {
     const svc = this.svc;
@@ -490,7 +510,7 @@ class BatchSender {
       }
       for (const o of outcomes) {
         const attempts = o.d.attempts + 1;
-        if (o.kind === 'bounced') await markBounced(tx, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts });
+        if (o.kind === 'bounced') await markBounced(tx, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts, now: svc.clock.now() });
         else if (o.kind === 'failed') await markFailed(tx, o.d.id, { error: o.error, attempts });
         else if (o.kind === 'deferred') {
           const delayMs = this.deps.retryDelayMs(attempts);

@@ -39,6 +39,8 @@ export interface LockedAccount {
   /** The event chain's head (the same row lock serialises appends). */
   chain_seq: number;
   chain_hash: string;
+  /** The reputation state last announced (suppression/reputation.ts). */
+  reputation_state: string;
 }
 
 /** Locks the account row (the same lock the event log takes) and reads its credit. */
@@ -52,7 +54,8 @@ export async function lockAccountCredit(tx: Tx, accountId: string): Promise<Lock
 export async function lockAccountsCredit(tx: Tx, accountIds: string[]): Promise<LockedAccount[]> {
   return tx.$queryRaw<LockedAccount[]>`
     SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
-      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash
+      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash,
+      reputation_state
     FROM accounts WHERE id = ANY(${accountIds}::text[]) ORDER BY id FOR NO KEY UPDATE`;
 }
 

@@ -124,6 +124,22 @@ async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void
 
 export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
 
+/** A remote MX's 250 for a delivery: what recording it needs. */
+export interface Acceptance {
+  mta: string | null;
+  response: string;
+}
+
+/**
+ * What the run of a delivery knows beyond its row. A remote 250 that could not be written to the database (it went
+ * away just after the 250) is kept by the caller (the worker keeps it in the queue job) through keepAcceptance and
+ * comes back as accepted on the next run, which records it instead of sending the message again.
+ */
+export interface AttemptOptions {
+  accepted?: Acceptance | null | undefined;
+  keepAcceptance?: ((accepted: Acceptance) => Promise<void>) | undefined;
+}
+
 interface LoadedDelivery {
   id: string;
   status: string;
@@ -163,7 +179,7 @@ async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDe
   };
 }
 
-export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number): Promise<AttemptResult> {
+export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number, opts: AttemptOptions = {}): Promise<AttemptResult> {
   let delivery = await loadDelivery(svc, deliveryId);
   // A scheduled send's delayed job: release the message (unless it was cancelled first), then deliver.
   if (delivery?.status === 'scheduled') {
@@ -171,9 +187,10 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
     delivery = await loadDelivery(svc, deliveryId);
   }
   if (!delivery || ['delivered', 'bounced', 'failed', 'cancelled', 'scheduled'].includes(delivery.status)) return { done: true };
-  if (delivery.accepted) {
+  const accepted = delivery.accepted ?? opts.accepted;
+  if (accepted) {
     // The remote MX took it, then the run that sent it stopped before recording that: record it, send nothing.
-    const { mta, response } = delivery.accepted;
+    const { mta, response } = accepted;
     await svc.db.$transaction((tx) => markDelivered(svc, tx, deliveryId, { mta, response, attempts: Math.max(1, attemptsMade) }), RECORD_TX);
     return { done: true };
   }
@@ -183,7 +200,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   if (delivery.route === 'local') {
     const target = await resolveRecipient(svc, delivery.recipient);
     if (target.kind !== 'box') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts, now: svc.clock.now() }), RECORD_TX);
       return { done: true };
     }
     const mailFrom = bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!));
@@ -195,7 +212,7 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
         const fresh = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId }, select: { status: true } });
         if (['delivered', 'bounced', 'failed'].includes(fresh.status)) return;
         await countRefused(tx, [target.box.id]);
-        await markBounced(tx, deliveryId, { code: refusal.code, response: refusal.message, source: 'local', attempts });
+        await markBounced(tx, deliveryId, { code: refusal.code, response: refusal.message, source: 'local', attempts, now: svc.clock.now() });
       }, RECORD_TX);
       return { done: true };
     }
@@ -229,14 +246,14 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   } catch (err) {
     const code = (err as { code?: string }).code;
     if (code === 'ENOTFOUND') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
       return { done: true };
     }
     destinations = [];
     lastError = `DNS lookup for ${domain} failed: ${(err as Error).message}`;
   }
   if (!deps.relay && destinations.length === 0 && !lastError) {
-    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts }), RECORD_TX);
+    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
     return { done: true };
   }
   const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
@@ -245,11 +262,17 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   for (const dest of destinations) {
     const outcome = await deps.sender.send(dest, envelope, raw, source ?? undefined);
     if (outcome.kind === 'delivered') {
-      await recorderOf(svc).add({ deliveryId, mta: outcome.mta, response: outcome.response, attempts });
+      try {
+        await recorderOf(svc).add({ deliveryId, mta: outcome.mta, response: outcome.response, attempts });
+      } catch (err) {
+        // The database went away after the 250: what the next run needs to record it instead of sending again.
+        await opts.keepAcceptance?.({ mta: outcome.mta, response: outcome.response.slice(0, 500) }).catch(() => undefined);
+        throw err;
+      }
       return { done: true };
     }
     if (outcome.kind === 'permanent') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts }), RECORD_TX);
+      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
       return { done: true };
     }
     lastError = `${outcome.mta}: ${outcome.response}`;

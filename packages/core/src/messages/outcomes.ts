@@ -155,11 +155,16 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
     await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data: eventData(d) });
     await refreshMessageStatus(tx, d.message_id);
   }
+  // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
+  // get worse by a delivery, so the hot path skips it).
+  for (const accountId of accountIds) {
+    if (locked.get(accountId)!.reputation_state !== 'ok') await evaluateReputation(tx, accountId, svc.clock.now());
+  }
   return new Set(claimed.map((d) => d.id));
 }
 
 /** attempts: the attempts made when our own attempt bounced; omitted for a bounce reported later (DSN). */
-export async function markBounced(tx: Tx, deliveryId: string, info: { code: number | null; response: string; source: 'smtp' | 'dsn' | 'local'; attempts?: number }) {
+export async function markBounced(tx: Tx, deliveryId: string, info: { code: number | null; response: string; source: 'smtp' | 'dsn' | 'local'; attempts?: number; now: Date }) {
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
   const fresh = await claim(tx, deliveryId, 'bounced', { lastError: info.response.slice(0, 1000), nextAttemptAt: null, ...(info.attempts !== undefined ? { attempts: info.attempts } : {}) });
   // A DSN can arrive after we recorded the delivery as delivered (the remote accepted, then bounced): it still
@@ -173,10 +178,10 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
     type: 'mail.bounced',
     data: { message_id: d.messageId, recipient: d.recipient, code: info.code, response: info.response.slice(0, 500), source: info.source },
   });
-  await suppress(tx, { accountId: d.accountId, address: d.recipient, reason: 'bounce', detail: info.response.slice(0, 500), messageId: d.messageId });
+  await suppress(tx, { accountId: d.accountId, address: d.recipient, reason: 'bounce', detail: info.response.slice(0, 500), messageId: d.messageId, now: info.now });
   // A bounced auto-forwarded copy stops its forward.
   await stopForwardOnBounce(tx, { messageId: d.messageId, recipient: d.recipient, response: info.response });
-  await evaluateReputation(tx, d.accountId);
+  await evaluateReputation(tx, d.accountId, info.now);
   await refreshMessageStatus(tx, d.messageId);
 }
 

@@ -370,7 +370,7 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
   if (accounts.length > 1) await lockAccountsCredit(tx, accounts);
   for (const [i, r] of input.recipients.entries()) {
     if (r.kind === 'bounce') {
-      if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId });
+      if (report) await applyReport(tx, { report, accountId: r.accountId, deliveryId: r.deliveryId, now: svc.clock.now() });
       continue;
     }
     if (r.kind !== 'box') continue;
@@ -391,7 +391,7 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
     } else {
       await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
     }
-    if (report) await applyReport(tx, { report, accountId: box.accountId });
+    if (report) await applyReport(tx, { report, accountId: box.accountId, now: svc.clock.now() });
     messageIds.push(id);
     // Auto-forwarding: only boxes with an active forward look their forwards up (box.forwarding).
     if (box.forwarding && !report) forwardRunIds.push(...(await queueForwardRuns(tx, { box, messageId: id, parsed })));

@@ -14,7 +14,7 @@ const BOUNCE_ADDRESS = /^bounces\+(dlv_[0-9a-z]{20})@/i;
 
 export async function applyReport(
   tx: Tx,
-  input: { report: DeliveryStatusReport | FeedbackReport; accountId: string; deliveryId?: string },
+  input: { report: DeliveryStatusReport | FeedbackReport; accountId: string; deliveryId?: string; now: Date },
 ): Promise<void> {
   const { report, accountId } = input;
   if (report.kind === 'arf' && !(COMPLAINT_FEEDBACK_TYPES as readonly string[]).includes(report.feedbackType)) return;
@@ -37,7 +37,7 @@ export async function applyReport(
           ? exact
           : await tx.delivery.findFirst({ where: { accountId, messageId, recipient: r.address } });
       if (!delivery) continue;
-      await markBounced(tx, delivery.id, { code: null, response: `${r.status ?? ''} ${r.diagnostic ?? 'bounced (DSN)'}`.trim(), source: 'dsn' });
+      await markBounced(tx, delivery.id, { code: null, response: `${r.status ?? ''} ${r.diagnostic ?? 'bounced (DSN)'}`.trim(), source: 'dsn', now: input.now });
     }
     return;
   }
@@ -49,6 +49,6 @@ export async function applyReport(
       orderBy: { createdAt: 'desc' },
     });
     if (!delivery) continue;
-    await suppress(tx, { accountId, address, reason: 'complaint', detail: `feedback report: ${report.feedbackType}`, messageId: delivery.messageId });
+    await suppress(tx, { accountId, address, reason: 'complaint', detail: `feedback report: ${report.feedbackType}`, messageId: delivery.messageId, now: input.now });
   }
 }

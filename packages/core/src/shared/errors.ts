@@ -36,6 +36,8 @@ export const ERROR_CODES = {
   sending_ip_exists: { status: 409, trpc: 'CONFLICT' },
   sending_ip_unavailable: { status: 409, trpc: 'CONFLICT' },
   forward_exists: { status: 409, trpc: 'CONFLICT' },
+  /** The account's bulk jobs still running are as many as the instance runs at once (not a rate: no wait to tell). */
+  too_many_bulk_jobs: { status: 409, trpc: 'CONFLICT' },
   link_used: { status: 410, trpc: 'NOT_FOUND' },
   link_expired: { status: 410, trpc: 'NOT_FOUND' },
   mcp_disabled: { status: 403, trpc: 'FORBIDDEN' },

@@ -1,17 +1,21 @@
 /**
  * Per-account sending reputation over the last 7 days: sent, bounced and complained counts. Crossing a
  * threshold (bounce rate over 3%, complaint rate over 0.05%) appends reputation.warning; falling back under
- * both appends reputation.recovered. One account's bounces never touch another's counts.
+ * both appends reputation.recovered. The window is read on the service clock. A state other than ok can only
+ * improve without a new bounce or complaint, so it is evaluated again when the account's deliveries are
+ * recorded (more mail sent) and as the window slides past old bounces (the billing cycle runs
+ * reevaluateReputations). One account's bounces never touch another's counts.
  */
 import type { DbClient, Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
 
 export const BOUNCE_RATE_LIMIT = 0.03;
 export const COMPLAINT_RATE_LIMIT = 0.0005;
 const WEEK_MS = 7 * 86_400_000;
 
-export async function reputationCounts(db: DbClient, accountId: string) {
-  const since = new Date(Date.now() - WEEK_MS);
+export async function reputationCounts(db: DbClient, accountId: string, now: Date) {
+  const since = new Date(now.getTime() - WEEK_MS);
   const [sent, bounced, complained] = await Promise.all([
     db.delivery.count({ where: { accountId, createdAt: { gte: since } } }),
     db.delivery.count({ where: { accountId, createdAt: { gte: since }, status: 'bounced' } }),
@@ -41,8 +45,8 @@ export async function reputationCounts(db: DbClient, accountId: string) {
 }
 
 /** Recomputes the reputation and appends an event when its state changed. Call inside the change's transaction. */
-export async function evaluateReputation(tx: Tx, accountId: string): Promise<void> {
-  const r = await reputationCounts(tx, accountId);
+export async function evaluateReputation(tx: Tx, accountId: string, now: Date): Promise<void> {
+  const r = await reputationCounts(tx, accountId, now);
   const account = await tx.account.findUniqueOrThrow({ where: { id: accountId }, select: { reputationState: true } });
   if (account.reputationState === r.state) return;
   await tx.account.update({ where: { id: accountId }, data: { reputationState: r.state } });
@@ -52,4 +56,23 @@ export async function evaluateReputation(tx: Tx, accountId: string): Promise<voi
     accountId,
     ...(state === 'ok' ? { type: 'reputation.recovered', data: { ...rates, state } } : { type: 'reputation.warning', data: { ...rates, state } }),
   });
+}
+
+/**
+ * Accounts whose announced state is not ok, evaluated again: their bounces and complaints age out of the window
+ * with no new mail to prompt it. Each in its own transaction, under the account's lock as appending requires.
+ * Returns how many recovered.
+ */
+export async function reevaluateReputations(svc: Pick<Services, 'db' | 'clock'>): Promise<number> {
+  const flagged = await svc.db.account.findMany({ where: { reputationState: { not: 'ok' } }, select: { id: true }, take: 1000 });
+  let recovered = 0;
+  for (const { id } of flagged) {
+    await svc.db.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT id FROM accounts WHERE id = ${id} FOR NO KEY UPDATE`;
+      await evaluateReputation(tx, id, svc.clock.now());
+      const after = await tx.account.findUniqueOrThrow({ where: { id }, select: { reputationState: true } });
+      if (after.reputationState === 'ok') recovered++;
+    });
+  }
+  return recovered;
 }

@@ -9,7 +9,7 @@ export function presentSuppression(s: Suppression) {
 }
 
 /** Adds (or keeps) an address on one account's list, with its event, and re-evaluates reputation. */
-export async function suppress(tx: Tx, input: { accountId: string; address: string; reason: 'bounce' | 'complaint'; detail?: string | null; messageId?: string | null }) {
+export async function suppress(tx: Tx, input: { accountId: string; address: string; reason: 'bounce' | 'complaint'; detail?: string | null; messageId?: string | null; now: Date }) {
   const address = input.address.toLowerCase();
   const existing = await tx.suppression.findUnique({ where: { accountId_address: { accountId: input.accountId, address } } });
   if (existing && (existing.reason === input.reason || existing.reason === 'complaint')) return;
@@ -24,7 +24,7 @@ export async function suppress(tx: Tx, input: { accountId: string; address: stri
     type: 'suppression.added',
     data: { address, reason: input.reason, detail: input.detail ?? null, message_id: input.messageId ?? null },
   });
-  if (input.reason === 'complaint') await evaluateReputation(tx, input.accountId);
+  if (input.reason === 'complaint') await evaluateReputation(tx, input.accountId, input.now);
 }
 
 export async function listSuppressions(db: Db, accountId: string) {
