@@ -25,6 +25,7 @@ export * from './domains/move';
 export * from './dns/content';
 export * from './dns/zones';
 export * from './dns/lookup';
+export * from './dns/resolve';
 export * from './dns/managed';
 export * from './credit/prices';
 export * from './credit/ledger';
