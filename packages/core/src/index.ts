@@ -49,6 +49,7 @@ export * from './iot/drain';
 export * from './mcp/access';
 export * from './support/support';
 export * from './platform/updates';
+export * from './platform/mail-certificate';
 export * from './credit/alerts';
 export * from './credit/recurring';
 export * from './credit/account-credit';
