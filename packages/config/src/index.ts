@@ -145,7 +145,10 @@ const envSchema = z.object({
   /** The MQTT broker (mutual TLS). */
   MQTT_HOST: z.string().default('127.0.0.1'),
   MQTT_PORT: port.default(8883),
-  /** The endpoint clients are told to connect to; defaults to mqtts://<MAIL_HOST>:<MQTT_PORT>. */
+  /**
+   * The endpoint clients are told to connect to; defaults to mqtts://<MAIL_HOST>:<MQTT_PORT>, or, while MAIL_HOST
+   * is a *.localhost name, to the broker's own address (MQTT_HOST; 127.0.0.1 when it listens on every address).
+   */
   MQTT_PUBLIC_URL: z.string().optional(),
   /** Publish to an external broker (mqtts://...) instead of the built-in one. */
   MQTT_BROKER_URL: z.string().optional(),
@@ -246,6 +249,12 @@ export interface Config {
     imapAutologoutMs: number;
     submissionHost: string;
     submissionPort: number;
+    /**
+     * The hosts mail clients are told to connect to (app-passwords): MAIL_HOST, or while it is a *.localhost name
+     * (the local default mail.boxes.localhost, which resolvers and getaddrinfo do not know) the listener's address.
+     */
+    imapPublicHost: string;
+    submissionPublicHost: string;
     auth: { userMaxFailures: number; addressMaxFailures: number; windowSeconds: number; freeFailures: number; delayMs: number };
   };
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
@@ -281,6 +290,20 @@ export interface Config {
 
 const list = (v: string | undefined): string[] => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
 
+/**
+ * The host to tell clients for a server listening on `listener`. A public MAIL_HOST is what they use. A
+ * *.localhost MAIL_HOST (RFC 6761) names this machine only by convention: mosquitto, Python and most resolvers
+ * cannot resolve mail.boxes.localhost, so a local instance names the address the server listens on.
+ */
+function advertisedHost(mailHost: string, listener: string): string {
+  if (mailHost !== 'localhost' && !mailHost.endsWith('.localhost')) return mailHost;
+  const host = listener.trim().replace(/^\[|\]$/g, '');
+  return host === '' || host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+}
+
+/** host:port for a URL (IPv6 addresses in brackets). */
+const hostPort = (host: string, port: number): string => `${host.includes(':') ? `[${host}]` : host}:${port}`;
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
@@ -297,6 +320,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const e = parsed.data;
   const port = overrides.port ?? e.PORT;
   const siteUrl = (overrides.siteUrl ?? e.SITE_URL ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  const mailHost = (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase();
   return {
     nodeEnv: e.NODE_ENV,
     host: e.HOST,
@@ -305,7 +329,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     apiBaseUrl: `${siteUrl}/api/v1`,
     mcpUrl: e.MCP_URL?.replace(/\/+$/, ''),
     baseDomain: e.BASE_DOMAIN.toLowerCase(),
-    mailHost: (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase(),
+    mailHost,
     nameservers: e.NAMESERVERS.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean),
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
@@ -336,6 +360,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       imapAutologoutMs: e.IMAP_AUTOLOGOUT_MS,
       submissionHost: e.SUBMISSION_HOST,
       submissionPort: e.SUBMISSION_PORT,
+      imapPublicHost: advertisedHost(mailHost, e.IMAP_HOST),
+      submissionPublicHost: advertisedHost(mailHost, e.SUBMISSION_HOST),
       auth: {
         userMaxFailures: e.MAIL_AUTH_USER_MAX_FAILURES,
         addressMaxFailures: e.MAIL_AUTH_ADDRESS_MAX_FAILURES,
@@ -350,7 +376,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mqtt: {
       host: e.MQTT_HOST,
       port: e.MQTT_PORT,
-      publicUrl: e.MQTT_PUBLIC_URL ?? `mqtts://${(e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase()}:${e.MQTT_PORT}`,
+      publicUrl: e.MQTT_PUBLIC_URL ?? `mqtts://${hostPort(advertisedHost(mailHost, e.MQTT_HOST), e.MQTT_PORT)}`,
       brokerUrl: e.MQTT_BROKER_URL,
     },
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,

@@ -32,7 +32,7 @@ export const AppPasswordOutput = z
 
 export const MailServerSettings = z
   .object({
-    host: z.string().meta({ description: 'The mail-client host (MAIL_HOST)', example: 'mail.boxes.localhost' }),
+    host: z.string().meta({ description: 'The host to connect to: MAIL_HOST, or on a local instance (a *.localhost MAIL_HOST) the address the server listens on', example: 'mail.example.com' }),
     port: z.number().int().meta({ example: 993 }),
     security: z.literal('ssl/tls').meta({ description: 'Implicit TLS from the first byte (not STARTTLS)' }),
   })
