@@ -1,8 +1,8 @@
 /**
  * The certificate mail clients pin. Without SMTP_TLS_CERT_FILE the instance makes a self-signed certificate once
  * and keeps it: `boxes start server mx` as its own process, stopped and started again, serves the same
- * certificate on IMAP, submission and the MX's STARTTLS (openssl s_client), a client that pinned the first one
- * (openssl verifying against it, as mbsync's CertificateFile does) connects after the restart, and the start
+ * certificate on IMAP, submission and the MX's STARTTLS (openssl s_client), clients that pinned the first one
+ * (mbsync with it as CertificateFile, openssl verifying against it) connect after the restart, and the start
  * line and GET /mail-clients/certificate give its SHA-256 fingerprint. With SMTP_TLS_CERT_FILE and
  * SMTP_TLS_KEY_FILE that certificate is served, and the endpoint says so.
  */
@@ -15,6 +15,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generate } from 'selfsigned';
 import { createTestDatabase, freePort, rest, signupAccount, startTestServer, waitFor } from '@boxes/testing';
+import { requireTool } from './mail-receive-helpers';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
@@ -37,6 +38,48 @@ const fingerprint = (pem: string) => new X509Certificate(pem).fingerprint256;
 async function verifiesPinned(port: number, pinned: string): Promise<string> {
   const { stdout } = await run('bash', ['-c', `openssl s_client -connect 127.0.0.1:${port} -CAfile ${pinned} -verify_return_error -verify_ip 127.0.0.1 </dev/null 2>&1`], { timeout: 20_000 });
   return stdout;
+}
+
+/** mbsync syncing a box's folders into a Maildir, trusting only the pinned certificate (CertificateFile). */
+function mbsyncWith(port: number, pinned: string, user: string, password: string): () => Promise<{ code: number; out: string }> {
+  const maildir = path.join(dir, 'maildir');
+  fs.mkdirSync(maildir, { recursive: true });
+  const rc = path.join(dir, 'mbsyncrc');
+  fs.writeFileSync(
+    rc,
+    `IMAPAccount boxes
+Host 127.0.0.1
+Port ${port}
+User ${user}
+Pass ${password}
+SSLType IMAPS
+CertificateFile ${pinned}
+
+IMAPStore remote
+Account boxes
+
+MaildirStore local
+Path ${maildir}/
+Inbox ${maildir}/INBOX
+SubFolders Verbatim
+
+Channel boxes
+Far :remote:
+Near :local:
+Patterns *
+Create Near
+SyncState *
+`,
+  );
+  return async () => {
+    try {
+      const r = await run('mbsync', ['-c', rc, '-a'], { timeout: 60_000 });
+      return { code: 0, out: r.stdout + r.stderr };
+    } catch (err) {
+      const e = err as { code?: number; stdout?: string; stderr?: string };
+      return { code: typeof e.code === 'number' ? e.code : 1, out: `${e.stdout ?? ''}${e.stderr ?? ''}` };
+    }
+  };
 }
 
 describe('the self-signed certificate', () => {
@@ -89,25 +132,34 @@ describe('the self-signed certificate', () => {
   }
 
   it('is the same after a restart on IMAP, submission and STARTTLS; a client that pinned it connects; its fingerprint is published', async () => {
-    await start();
+    await requireTool('mbsync');
+    const first = await start();
     const imap1 = await presented(Number(env.IMAP_PORT));
     const fp = fingerprint(imap1);
     expect(fingerprint(await presented(Number(env.SUBMISSION_PORT)))).toBe(fp);
     expect(fingerprint(await presented(Number(env.SMTP_PORT), true))).toBe(fp);
-    // The client pins what it was shown the first time.
+    // The client pins what it was shown the first time: mbsync with it as CertificateFile syncs.
     const pinned = path.join(dir, 'pinned.pem');
     fs.writeFileSync(pinned, imap1);
+    const api = { apiBase: `${first.url}/api/v1` };
+    const account = await signupAccount(api);
+    const pw = await rest(api, 'POST', '/account/app-passwords', { key: account.apiKey, body: { label: 'mbsync' } });
+    expect(pw.status, JSON.stringify(pw.body)).toBe(200);
+    const mbsync = mbsyncWith(Number(env.IMAP_PORT), pinned, account.primaryAddress, pw.body.password);
+    const firstSync = await mbsync();
+    expect(firstSync.code, firstSync.out).toBe(0);
     await stop();
 
     const again = await start();
+    const synced = await mbsync();
+    expect(synced.code, `mbsync after a restart: ${synced.out}`).toBe(0);
     expect(fingerprint(await presented(Number(env.IMAP_PORT))), 'IMAP after a restart').toBe(fp);
     expect(fingerprint(await presented(Number(env.SUBMISSION_PORT))), 'submission after a restart').toBe(fp);
     expect(fingerprint(await presented(Number(env.SMTP_PORT), true)), 'STARTTLS after a restart').toBe(fp);
     for (const port of [env.IMAP_PORT, env.SUBMISSION_PORT]) expect(await verifiesPinned(Number(port), pinned)).toMatch(/Verify return code: 0 \(ok\)/);
     // Where a user finds it: the start line and the endpoint.
     expect(again.line).toContain(`mail TLS SHA-256 ${fp}`);
-    const api = { apiBase: `${again.url}/api/v1` };
-    const published = await rest(api, 'GET', '/mail-clients/certificate', { key: (await signupAccount(api)).apiKey });
+    const published = await rest({ apiBase: `${again.url}/api/v1` }, 'GET', '/mail-clients/certificate', { key: account.apiKey });
     expect(published.status, JSON.stringify(published.body)).toBe(200);
     expect(published.body).toMatchObject({ self_signed: true, sha256_fingerprint: fp });
     expect(fingerprint(published.body.certificate_pem)).toBe(fp);
