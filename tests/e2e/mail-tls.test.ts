@@ -1,9 +1,10 @@
 /**
  * The certificate mail clients pin. Without SMTP_TLS_CERT_FILE the instance makes a self-signed certificate once
- * and keeps it: `boxes start server mx` as its own process, stopped and started again, serves the same
+ * and keeps it: `boxes start server mx push` as its own process, stopped and started again, serves the same
  * certificate on IMAP, submission and the MX's STARTTLS (openssl s_client), clients that pinned the first one
- * (mbsync with it as CertificateFile, openssl verifying against it) connect after the restart, and the start
- * line and GET /mail-clients/certificate give its SHA-256 fingerprint. With SMTP_TLS_CERT_FILE and
+ * (mbsync with it as CertificateFile, openssl verifying against it) connect after the restart, as does an MQTT
+ * client provisioned before it (the broker's CA is kept too), and the start line and GET /mail-clients/certificate
+ * give its SHA-256 fingerprint. With SMTP_TLS_CERT_FILE and
  * SMTP_TLS_KEY_FILE that certificate is served, and the endpoint says so.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -82,6 +83,22 @@ SyncState *
   };
 }
 
+/** mosquitto_sub with a provisioned credential, as given: connects, subscribes and gives up after a second. */
+function mosquittoWith(p: { mqtt_endpoint: string; ca_certificate: string; certificate: string; private_key: string; client_id: string; topic: string }): () => Promise<string> {
+  const file = (name: string, pem: string) => {
+    const f = path.join(dir, name);
+    fs.writeFileSync(f, pem, { mode: 0o600 });
+    return f;
+  };
+  const url = new URL(p.mqtt_endpoint);
+  const args = ['-h', url.hostname, '-p', url.port, '--cafile', file('mqtt-ca.pem', p.ca_certificate), '--cert', file('mqtt-cert.pem', p.certificate), '--key', file('mqtt-key.pem', p.private_key)];
+  return async () => {
+    // -W 1: no event is coming; it exits (non-zero) after a second, having printed the CONNACK with -d.
+    const r = await run('mosquitto_sub', [...args, '-i', p.client_id, '-t', p.topic, '-C', '1', '-W', '1', '-d'], { timeout: 20_000 }).catch((e: { stdout?: string; stderr?: string }) => e);
+    return `${r.stdout ?? ''}${r.stderr ?? ''}`;
+  };
+}
+
 describe('the self-signed certificate', () => {
   let db: { url: string; drop: () => Promise<void> };
   let child: ChildProcess | null = null;
@@ -99,6 +116,7 @@ describe('the self-signed certificate', () => {
       SMTP_PORT: String(await freePort()),
       IMAP_PORT: String(await freePort()),
       SUBMISSION_PORT: String(await freePort()),
+      MQTT_PORT: String(await freePort()),
     };
   });
   afterAll(async () => {
@@ -107,7 +125,7 @@ describe('the self-signed certificate', () => {
   });
 
   async function start(): Promise<{ url: string; line: string }> {
-    const c = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', 'server', 'mx'], { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', 'server', 'mx', 'push'], { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     child = c;
     let out = '';
     c.stdout!.on('data', (d: Buffer) => (out += d.toString()));
@@ -133,6 +151,7 @@ describe('the self-signed certificate', () => {
 
   it('is the same after a restart on IMAP, submission and STARTTLS; a client that pinned it connects; its fingerprint is published', async () => {
     await requireTool('mbsync');
+    await requireTool('mosquitto_sub');
     const first = await start();
     const imap1 = await presented(Number(env.IMAP_PORT));
     const fp = fingerprint(imap1);
@@ -143,6 +162,11 @@ describe('the self-signed certificate', () => {
     fs.writeFileSync(pinned, imap1);
     const api = { apiBase: `${first.url}/api/v1` };
     const account = await signupAccount(api);
+    // An MQTT client provisioned now keeps connecting too: the broker's CA is kept as well.
+    const iot = await rest(api, 'POST', '/account/iot/provision', { key: account.apiKey, body: {} });
+    expect(iot.status, JSON.stringify(iot.body)).toBe(200);
+    const mqttConnects = mosquittoWith(iot.body);
+    expect(await mqttConnects()).toMatch(/received CONNACK \(0\)/);
     const pw = await rest(api, 'POST', '/account/app-passwords', { key: account.apiKey, body: { label: 'mbsync' } });
     expect(pw.status, JSON.stringify(pw.body)).toBe(200);
     const mbsync = mbsyncWith(Number(env.IMAP_PORT), pinned, account.primaryAddress, pw.body.password);
@@ -158,6 +182,7 @@ describe('the self-signed certificate', () => {
     expect(fingerprint(await presented(Number(env.SMTP_PORT), true)), 'STARTTLS after a restart').toBe(fp);
     for (const port of [env.IMAP_PORT, env.SUBMISSION_PORT]) expect(await verifiesPinned(Number(port), pinned)).toMatch(/Verify return code: 0 \(ok\)/);
     // Where a user finds it: the start line and the endpoint.
+    expect(await mqttConnects()).toMatch(/received CONNACK \(0\)/);
     expect(again.line).toContain(`mail TLS SHA-256 ${fp}`);
     const published = await rest({ apiBase: `${again.url}/api/v1` }, 'GET', '/mail-clients/certificate', { key: account.apiKey });
     expect(published.status, JSON.stringify(published.body)).toBe(200);
