@@ -172,6 +172,12 @@ describe('loadConfig', () => {
     expect(hosts({ MQTT_PUBLIC_URL: 'mqtts://push.example.org:443' }).mqtt).toBe('mqtts://push.example.org:443');
   });
 
+  it('takes the mail certificate and its key together', () => {
+    expect(loadConfig({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem', SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).smtp).toMatchObject({ tlsCertFile: '/etc/boxes/cert.pem', tlsKeyFile: '/etc/boxes/key.pem' });
+    expect(configError({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem' }).message).toMatch(/SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both/);
+    expect(configError({ SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).message).toMatch(/set both/);
+  });
+
   it('applies overrides, keeping the derived URLs consistent', () => {
     const c = loadConfig({}, { port: 4100 });
     expect(c).toMatchObject({ port: 4100, siteUrl: 'http://localhost:4100', apiBaseUrl: 'http://localhost:4100/api/v1' });

@@ -52,7 +52,10 @@ const envSchema = z.object({
   SSE_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
   /** Event streams (GET /events/stream) one API key may hold open at once on one server process. */
   SSE_MAX_STREAMS_PER_KEY: z.coerce.number().int().min(1).max(1000).default(10),
-  /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
+  /**
+   * PEM files of the certificate (with its chain) and key of the MX's STARTTLS, IMAP and submission; without them
+   * a self-signed certificate is made once and kept in the database (packages/core/src/platform/mail-certificate.ts).
+   */
   SMTP_TLS_CERT_FILE: z.string().optional(),
   SMTP_TLS_KEY_FILE: z.string().optional(),
   /** IMAP for mail clients (implicit TLS; 993 in production). */
@@ -318,6 +321,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration: ${lines.join('; ')}`);
   }
   const e = parsed.data;
+  // One without the other would quietly fall back to the self-signed certificate.
+  if (Boolean(e.SMTP_TLS_CERT_FILE) !== Boolean(e.SMTP_TLS_KEY_FILE)) {
+    throw new ConfigError('invalid configuration: SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both (the certificate and its private key, PEM files) or neither');
+  }
   const port = overrides.port ?? e.PORT;
   const siteUrl = (overrides.siteUrl ?? e.SITE_URL ?? `http://localhost:${port}`).replace(/\/+$/, '');
   const mailHost = (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase();
