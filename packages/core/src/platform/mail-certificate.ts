@@ -100,5 +100,11 @@ export async function mailTlsMaterial(svc: Pick<Services, 'db' | 'secretKey' | '
       return value;
     });
   }
-  return materialOf(stored.certPem, open(svc.secretKey, stored.keyEnc).toString('utf8'), true);
+  let key: string;
+  try {
+    key = open(svc.secretKey, stored.keyEnc).toString('utf8');
+  } catch {
+    throw new Error('the kept mail certificate (platform_settings mail_tls) does not open with this BOXES_SECRET_KEY: every process of an instance needs the same key');
+  }
+  return materialOf(stored.certPem, key, true);
 }
