@@ -3,13 +3,16 @@
  * stand-in DNS that knows nothing, as the system's resolvers know nothing of a local instance's zones) are not
  * asked about the zones this instance serves: their DKIM keys, DMARC policies and SPF records are read from the
  * instance's own records. The signature is really checked against the published key: once that record holds
- * another key, the same kind of message fails DKIM and is no longer sender_verified.
+ * another key, the same kind of message fails DKIM and is no longer sender_verified. A zone the instance only
+ * holds for a pending claim (SOA and NS, nobody proved the name yet) is not taken as the authority: mail from
+ * that domain is checked against what the outside DNS publishes.
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { dkimValue, txtContent } from '@boxes/core';
 import { rest, signupAccount, startStandInDns, startTestServer, type StandInDns, type TestAccount, type TestServer } from '@boxes/testing';
-import { waitForReceived } from './mail-receive-helpers';
+import { dkimSign } from 'mailauth';
+import { rawMessage, sendRaw, waitForReceived } from './mail-receive-helpers';
 
 let dns: StandInDns;
 let t: TestServer;
@@ -64,4 +67,26 @@ it('the published key is what the signature is checked against: another key in t
   expect(toB.authentication.dkim[0].result).not.toBe('pass');
   expect(toB.authentication.dmarc.result).toBe('fail');
   expect(toB.authentication.sender_verified).toBe(false);
+});
+
+it('a pending delegated claim does not stand in for the real domain: its signed mail is checked against the outside DNS', async () => {
+  const domain = `claimed-${Date.now().toString(36)}.test`;
+  // Someone claims the name on this instance; the claim stays pending (the parent zone never names us).
+  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'claimer@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain } } });
+  expect(intent.status, JSON.stringify(intent.body)).toBe(200);
+  const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
+  expect(done.status, JSON.stringify(done.body)).toBe(200);
+  expect(await t.db.dnsZone.findUnique({ where: { name: domain } })).toMatchObject({ domainId: null, kind: 'delegated' });
+  // The real owner publishes its key and policy where the world looks, and signs its mail.
+  const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  dns.set(`s1._domainkey.${domain}`, 'TXT', [`v=DKIM1; k=rsa; p=${publicKey.export({ type: 'spki', format: 'der' }).toString('base64')}`]);
+  dns.set(`_dmarc.${domain}`, 'TXT', ['v=DMARC1; p=reject']);
+  const subject = `from the real owner ${Date.now()}`;
+  const raw = rawMessage({ From: `ceo@${domain}`, To: b.primaryAddress, Subject: subject }, 'The real thing.');
+  const signed = await dkimSign(raw, { canonicalization: 'relaxed/relaxed', signatureData: [{ signingDomain: domain, selector: 's1', privateKey: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString() }] } as Parameters<typeof dkimSign>[1]);
+  await sendRaw(t.smtpPort!, { from: `ceo@${domain}`, to: [b.primaryAddress] }, signed.signatures + raw);
+  const listed = await waitForReceived(t, b.apiKey, subject);
+  const m = (await rest(t, 'GET', `/messages/${listed.id}`, { key: b.apiKey })).body;
+  expect(m.authentication.dkim).toEqual([{ domain, selector: 's1', result: 'pass', aligned: true, comment: null }]);
+  expect(m.authentication.sender_verified).toBe(true);
 });

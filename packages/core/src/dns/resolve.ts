@@ -7,7 +7,7 @@
  */
 import type { Db } from '@boxes/db';
 import { hostContent, txtStrings } from './content';
-import { lookupName, type ServedRecord } from './lookup';
+import { lookupName, type ServedRecord, type ServedZone } from './lookup';
 
 export type ResolvedRecords = string[] | string[][] | { exchange: string; priority: number }[];
 
@@ -36,8 +36,16 @@ function shape(rrtype: string, records: ServedRecord[]): ResolvedRecords {
 }
 
 /**
- * The answer for a name in a zone served here, or null when no zone here holds the name (or it is delegated
- * away below the apex): then the question is for the outside resolvers. A CNAME that leaves our zones is
+ * Whether the instance is the name's authority: the base zone, or the zone of a domain that went live here. A
+ * delegated zone without a domain is a pending claim (SOA and NS only, until the parent zone names this
+ * instance): anyone may claim any name, so such a zone must not hide what the real domain publishes.
+ */
+const authoritative = (z: ServedZone): boolean => z.kind === 'base' || z.domainId !== null;
+
+/**
+ * The answer for a name in a zone served here, or null when no zone here is the name's authority (none holds
+ * it, it is delegated away below the apex, or the zone is only a pending claim's): then the question is for
+ * the outside resolvers. A CNAME that leaves our zones is
  * followed by `outside`. Throws node:dns-shaped errors for NXDOMAIN and NODATA, as the resolvers would.
  */
 export async function resolveOwnZones(
@@ -49,7 +57,7 @@ export async function resolveOwnZones(
   let current = hostContent(name);
   for (let step = 0; step <= MAX_CNAME_CHAIN; step++) {
     const found = await lookupName(db, current);
-    if (!found.zone || found.delegation) return step === 0 ? null : outside(current, rrtype);
+    if (!found.zone || found.delegation || !authoritative(found.zone)) return step === 0 ? null : outside(current, rrtype);
     const records = found.exists ? found.records : found.wildcard;
     const wanted = records.filter((r) => r.type === rrtype);
     if (wanted.length) return shape(rrtype, wanted);
