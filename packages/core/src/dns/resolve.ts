@@ -1,8 +1,8 @@
 /**
  * This instance's own zones as a resolver would answer for them, in the shapes node:dns's `resolve` gives
  * (TXT as string[][], MX as { exchange, priority }[], A/AAAA/CNAME/NS/PTR as string[]), for the code that checks
- * inbound mail (SPF, DKIM, DMARC). The instance is authoritative for these zones and reads them from the same
- * rows apps/dns serves, so mail between its own boxes is verified whether or not the machine's resolvers can
+ * inbound mail (SPF, DKIM, DMARC). The instance is the authority for these zones and reads them from the
+ * same rows apps/dns serves, so mail between its own boxes is verified whether or not the machine's resolvers can
  * reach its DNS server (a local instance's zones, such as *.boxes.localhost, are known to no resolver).
  */
 import type { Db } from '@boxes/db';
@@ -45,8 +45,8 @@ const authoritative = (z: ServedZone): boolean => z.kind === 'base' || z.domainI
 /**
  * The answer for a name in a zone served here, or null when no zone here is the name's authority (none holds
  * it, it is delegated away below the apex, or the zone is only a pending claim's): then the question is for
- * the outside resolvers. A CNAME that leaves our zones is
- * followed by `outside`. Throws node:dns-shaped errors for NXDOMAIN and NODATA, as the resolvers would.
+ * the outside resolvers. A CNAME that leaves our zones is followed by `outside`. Throws node:dns-shaped errors
+ * for NXDOMAIN and NODATA, as the resolvers would.
  */
 export async function resolveOwnZones(
   db: Db,

@@ -73,8 +73,8 @@ async function makeSelfSigned(names: string[]): Promise<{ cert: string; key: str
   return { cert: pems.cert, key: pems.private };
 }
 
-function usable(stored: Stored | null, names: string[]): boolean {
-  if (!stored || !names.every((n) => stored.names.includes(n))) return false;
+function usable(stored: Stored, names: string[]): boolean {
+  if (!names.every((n) => stored.names.includes(n))) return false;
   return new X509Certificate(stored.certPem).validToDate.getTime() - Date.now() > RENEW_BEFORE_DAYS * DAY_MS;
 }
 

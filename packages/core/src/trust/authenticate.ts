@@ -1,7 +1,7 @@
 /**
  * Who really sent an inbound message: SPF, DKIM, DMARC and ARC checked with mailauth through the operator's
- * resolvers (DNS_RESOLVERS, the same ones the domain verifier asks), except for the zones this instance serves,
- * whose records it reads itself (dns/resolve.ts: it is their authority, and a local instance's zones are known
+ * resolvers (DNS_RESOLVERS, the same ones the domain verifier asks), except for the zones this instance is the
+ * authority for, whose records it reads itself (dns/resolve.ts: it is their authority, and a local instance's zones are known
  * to no resolver, so mail between its own boxes would never verify), reduced to the summary stored on the
  * message and shown in the API, mail.received and (as an Authentication-Results header) over IMAP.
  * `sender_verified` is the one field an agent acts on: DMARC passed, so the From domain is aligned with a
