@@ -129,7 +129,7 @@ describe('an MX killed in the middle of DATA', () => {
     // node itself with tsx's loader (not the tsx launcher, whose child would survive a SIGKILL of the launcher).
     child = spawn(process.execPath, ['--import', 'tsx', path.join(here, 'fixtures/mx-process.ts')], {
       cwd: path.resolve(here, '../..'),
-      env: { ...process.env, DATABASE_URL: t.config.databaseUrl, REDIS_URL: t.config.redisUrl, REDIS_PREFIX: t.config.redisPrefix, BASE_DOMAIN: t.config.baseDomain, LOG_LEVEL: 'silent' },
+      env: { ...process.env, DATABASE_URL: t.config.databaseUrl, REDIS_URL: t.config.redisUrl, REDIS_PREFIX: t.config.redisPrefix, BASE_DOMAIN: t.config.baseDomain, BOXES_SECRET_KEY: t.svc.secretKey.toString('hex'), LOG_LEVEL: 'silent' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const c = child;

@@ -8,9 +8,8 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
 import { startImap } from './imap/server';
 import { startSubmission } from './submission/server';
-import { tlsMaterial } from './tls';
 import type { Config } from '@boxes/config';
-import { receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
+import { mailTlsMaterial, receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { envelopeAddressProblem, headerHasNul } from './mx-input';
 import { decideAtData, rcptRefusal, type RcptRows } from './mx-trust';
@@ -25,6 +24,8 @@ export interface MailServerHandle {
   submissionPort: number;
   /** IMAP for mail clients (implicit TLS). */
   imapPort: number;
+  /** The certificate the three listeners serve (what mail clients pin when it is self-signed). */
+  tls: { sha256: string; selfSigned: boolean };
   stop(): Promise<void>;
 }
 
@@ -47,7 +48,7 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
   const { svc, log } = deps;
   const resolved = new Map<string, RecipientResolution[]>();
   const listRows = new Map<string, RcptRows>();
-  const tls = await tlsMaterial(config);
+  const tls = await mailTlsMaterial(svc);
 
   const server = new SMTPServer({
     name: config.mailHost,
@@ -140,6 +141,7 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
     port,
     submissionPort: submission.port,
     imapPort: imap.port,
+    tls: { sha256: tls.sha256, selfSigned: tls.selfSigned },
     stop: async () => {
       await Promise.all([new Promise<void>((resolve) => server.close(() => resolve())), submission.stop(), imap.stop()]);
     },

@@ -97,6 +97,8 @@ interface Ready {
   dnsPort: number | null;
   /** /metrics of a process without the HTTP server (METRICS_PORT). */
   metricsUrl: string | null;
+  /** The certificate of the mail listeners, when this process runs them. */
+  mailTls: { sha256: string; selfSigned: boolean } | null;
 }
 
 function parseApps(argv: string[]): AppName[] | null {
@@ -124,7 +126,9 @@ function banner(config: Config, r: Ready, layout: string, workerMetrics: string 
   MX (SMTP):    ${config.smtp.host}:${r.smtpPort} (mail for *.${config.baseDomain} and hosted domains)
   IMAP:         ${config.mailClients.imapHost}:${r.imapPort} (mail clients: implicit TLS, app-passwords)
   Submission:   ${config.mailClients.submissionHost}:${r.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
-  MQTT (mTLS):  ${config.mqtt.host}:${r.mqttPort ?? config.mqtt.brokerUrl}
+${r.mailTls ? `  Mail TLS:     ${r.mailTls.selfSigned ? 'self-signed (kept across restarts; pin it)' : 'SMTP_TLS_CERT_FILE'}, SHA-256 ${r.mailTls.sha256}
+                ${config.apiBaseUrl}/mail-clients/certificate
+` : ''}  MQTT (mTLS):  ${config.mqtt.host}:${r.mqttPort ?? config.mqtt.brokerUrl}
   DNS:          udp+tcp ${config.dns.host}:${r.dnsPort} (authoritative for ${config.baseDomain} and delegated domains)
   Listening on  ${r.url}`;
 }
@@ -147,7 +151,7 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   process.once('SIGTERM', shutdown);
   // A child whose supervisor is gone stops too.
   process.once('disconnect', shutdown);
-  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null, metricsUrl: runtime.metrics?.url ?? null };
+  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null, metricsUrl: runtime.metrics?.url ?? null, mailTls: runtime.mail?.tls ?? null };
 }
 
 /** A supervised child process running some apps; restarted when it dies, up to 5 times a minute. */
@@ -211,7 +215,11 @@ async function main(): Promise<void> {
     const list = apps ?? [...APPS];
     const ready = await runApps(config, list, secretKey);
     if (ready.url) publicUrl(config, ready.url);
-    console.log(apps ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}${ready.metricsUrl ? `; metrics on ${ready.metricsUrl}` : ''}` : banner(config, ready, 'one process'));
+    console.log(
+      apps
+        ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}${ready.metricsUrl ? `; metrics on ${ready.metricsUrl}` : ''}${ready.mailTls ? `; mail TLS SHA-256 ${ready.mailTls.sha256}` : ''}`
+        : banner(config, ready, 'one process'),
+    );
     return;
   }
   // Two processes: the front first (the worker publishes MQTT through its broker), then the worker.

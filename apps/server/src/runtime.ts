@@ -121,6 +121,7 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
   if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
+  if (push && config.mqtt.port === 0) config.mqtt.publicUrl = config.mqtt.publicUrl.replace(/:0$/, `:${push.port}`);
   const metrics = !server && config.metrics.port !== null ? await startMetricsEndpoint(config, svc) : null;
   return {
     svc,

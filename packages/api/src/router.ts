@@ -4,6 +4,7 @@ import { boxesRouter } from './routers/boxes';
 import { eventsRouter } from './routers/events';
 import { keysRouter } from './routers/keys';
 import { appPasswordsRouter } from './routers/app-passwords';
+import { mailClientsRouter } from './routers/mail-clients';
 import { signupRouter } from './routers/signup';
 import { messagesRouter } from './routers/messages';
 import { bulkRouter } from './routers/bulk';
@@ -30,6 +31,7 @@ export const appRouter = router({
   dns: dnsRouter,
   keys: keysRouter,
   appPasswords: appPasswordsRouter,
+  mailClients: mailClientsRouter,
   boxes: boxesRouter,
   events: eventsRouter,
   messages: messagesRouter,

@@ -53,6 +53,8 @@ describe('loadConfig', () => {
         imapAutologoutMs: 1_860_000,
         submissionHost: '127.0.0.1',
         submissionPort: 1465,
+        imapPublicHost: '127.0.0.1',
+        submissionPublicHost: '127.0.0.1',
         auth: { userMaxFailures: 10, addressMaxFailures: 30, windowSeconds: 900, freeFailures: 3, delayMs: 1000 },
       },
       deliveryConcurrency: 50,
@@ -61,7 +63,7 @@ describe('loadConfig', () => {
       billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
       noticeFrom: 'noreply@boxes.localhost',
       webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
-      mqtt: { host: '127.0.0.1', port: 8883, publicUrl: 'mqtts://mail.boxes.localhost:8883', brokerUrl: undefined },
+      mqtt: { host: '127.0.0.1', port: 8883, publicUrl: 'mqtts://127.0.0.1:8883', brokerUrl: undefined },
       logLevel: 'info',
       trustProxy: false,
       signupRateLimitPerHour: 30,
@@ -153,6 +155,31 @@ describe('loadConfig', () => {
     for (const [v, want] of [['true', true], ['1', true], ['yes', true], ['false', false], ['0', false], ['no', false], ['', false]] as const) {
       expect(loadConfig({ TRUST_PROXY: v }).trustProxy, v).toBe(want);
     }
+  });
+
+  it('advertises hosts clients can reach: the listener on a local instance, MAIL_HOST on a public one', () => {
+    const hosts = (env: Record<string, string>) => {
+      const c = loadConfig(env);
+      return { imap: c.mailClients.imapPublicHost, submission: c.mailClients.submissionPublicHost, mqtt: c.mqtt.publicUrl };
+    };
+    // mail.boxes.localhost resolves nowhere: the address each server listens on.
+    expect(hosts({})).toEqual({ imap: '127.0.0.1', submission: '127.0.0.1', mqtt: 'mqtts://127.0.0.1:8883' });
+    expect(hosts({ IMAP_HOST: '0.0.0.0', SUBMISSION_HOST: 'localhost', MQTT_HOST: '::1', MQTT_PORT: '9883' })).toEqual({ imap: '127.0.0.1', submission: 'localhost', mqtt: 'mqtts://[::1]:9883' });
+    expect(hosts({ MAIL_HOST: 'mail.dev.localhost', MQTT_HOST: '::' })).toEqual({ imap: '127.0.0.1', submission: '127.0.0.1', mqtt: 'mqtts://127.0.0.1:8883' });
+    // A public host is what clients use, wherever the servers listen.
+    expect(hosts({ BASE_DOMAIN: 'agents.example.com', IMAP_HOST: '0.0.0.0', MQTT_HOST: '0.0.0.0' })).toEqual({
+      imap: 'mail.agents.example.com',
+      submission: 'mail.agents.example.com',
+      mqtt: 'mqtts://mail.agents.example.com:8883',
+    });
+    expect(hosts({ MAIL_HOST: 'MX.Example.org' }).imap).toBe('mx.example.org');
+    expect(hosts({ MQTT_PUBLIC_URL: 'mqtts://push.example.org:443' }).mqtt).toBe('mqtts://push.example.org:443');
+  });
+
+  it('takes the mail certificate and its key together', () => {
+    expect(loadConfig({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem', SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).smtp).toMatchObject({ tlsCertFile: '/etc/boxes/cert.pem', tlsKeyFile: '/etc/boxes/key.pem' });
+    expect(configError({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem' }).message).toMatch(/SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both/);
+    expect(configError({ SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).message).toMatch(/set both/);
   });
 
   it('applies overrides, keeping the derived URLs consistent', () => {

@@ -52,7 +52,10 @@ const envSchema = z.object({
   SSE_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
   /** Event streams (GET /events/stream) one API key may hold open at once on one server process. */
   SSE_MAX_STREAMS_PER_KEY: z.coerce.number().int().min(1).max(1000).default(10),
-  /** PEM files for STARTTLS; without them a self-signed certificate for MAIL_HOST is made at start. */
+  /**
+   * PEM files of the certificate (with its chain) and key of the MX's STARTTLS, IMAP and submission; without them
+   * a self-signed certificate is made once and kept in the database (packages/core/src/platform/mail-certificate.ts).
+   */
   SMTP_TLS_CERT_FILE: z.string().optional(),
   SMTP_TLS_KEY_FILE: z.string().optional(),
   /** IMAP for mail clients (implicit TLS; 993 in production). */
@@ -157,7 +160,10 @@ const envSchema = z.object({
   /** The MQTT broker (mutual TLS). */
   MQTT_HOST: z.string().default('127.0.0.1'),
   MQTT_PORT: port.default(8883),
-  /** The endpoint clients are told to connect to; defaults to mqtts://<MAIL_HOST>:<MQTT_PORT>. */
+  /**
+   * The endpoint clients are told to connect to; defaults to mqtts://<MAIL_HOST>:<MQTT_PORT>, or, while MAIL_HOST
+   * is a *.localhost name, to the broker's own address (MQTT_HOST; 127.0.0.1 when it listens on every address).
+   */
   MQTT_PUBLIC_URL: z.string().optional(),
   /** Publish to an external broker (mqtts://...) instead of the built-in one. */
   MQTT_BROKER_URL: z.string().optional(),
@@ -258,6 +264,12 @@ export interface Config {
     imapAutologoutMs: number;
     submissionHost: string;
     submissionPort: number;
+    /**
+     * The hosts mail clients are told to connect to (app-passwords): MAIL_HOST, or while it is a *.localhost name
+     * (the local default mail.boxes.localhost, which resolvers and getaddrinfo do not know) the listener's address.
+     */
+    imapPublicHost: string;
+    submissionPublicHost: string;
     auth: { userMaxFailures: number; addressMaxFailures: number; windowSeconds: number; freeFailures: number; delayMs: number };
   };
   webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
@@ -295,6 +307,20 @@ export interface Config {
 
 const list = (v: string | undefined): string[] => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
 
+/**
+ * The host to tell clients for a server listening on `listener`. A public MAIL_HOST is what they use. A
+ * *.localhost MAIL_HOST (RFC 6761) names this machine only by convention: mosquitto, Python and most resolvers
+ * cannot resolve mail.boxes.localhost, so a local instance names the address the server listens on.
+ */
+function advertisedHost(mailHost: string, listener: string): string {
+  if (mailHost !== 'localhost' && !mailHost.endsWith('.localhost')) return mailHost;
+  const host = listener.trim().replace(/^\[|\]$/g, '');
+  return host === '' || host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+}
+
+/** host:port for a URL (IPv6 addresses in brackets). */
+const hostPort = (host: string, port: number): string => `${host.includes(':') ? `[${host}]` : host}:${port}`;
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
@@ -309,8 +335,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration: ${lines.join('; ')}`);
   }
   const e = parsed.data;
+  // One without the other would quietly fall back to the self-signed certificate.
+  if (Boolean(e.SMTP_TLS_CERT_FILE) !== Boolean(e.SMTP_TLS_KEY_FILE)) {
+    throw new ConfigError('invalid configuration: SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both (the certificate and its private key, PEM files) or neither');
+  }
   const port = overrides.port ?? e.PORT;
   const siteUrl = (overrides.siteUrl ?? e.SITE_URL ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  const mailHost = (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase();
   return {
     nodeEnv: e.NODE_ENV,
     host: e.HOST,
@@ -319,7 +350,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     apiBaseUrl: `${siteUrl}/api/v1`,
     mcpUrl: e.MCP_URL?.replace(/\/+$/, ''),
     baseDomain: e.BASE_DOMAIN.toLowerCase(),
-    mailHost: (e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase(),
+    mailHost,
     nameservers: e.NAMESERVERS.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean),
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
@@ -350,6 +381,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       imapAutologoutMs: e.IMAP_AUTOLOGOUT_MS,
       submissionHost: e.SUBMISSION_HOST,
       submissionPort: e.SUBMISSION_PORT,
+      imapPublicHost: advertisedHost(mailHost, e.IMAP_HOST),
+      submissionPublicHost: advertisedHost(mailHost, e.SUBMISSION_HOST),
       auth: {
         userMaxFailures: e.MAIL_AUTH_USER_MAX_FAILURES,
         addressMaxFailures: e.MAIL_AUTH_ADDRESS_MAX_FAILURES,
@@ -364,7 +397,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mqtt: {
       host: e.MQTT_HOST,
       port: e.MQTT_PORT,
-      publicUrl: e.MQTT_PUBLIC_URL ?? `mqtts://${(e.MAIL_HOST ?? `mail.${e.BASE_DOMAIN}`).toLowerCase()}:${e.MQTT_PORT}`,
+      publicUrl: e.MQTT_PUBLIC_URL ?? `mqtts://${hostPort(advertisedHost(mailHost, e.MQTT_HOST), e.MQTT_PORT)}`,
       brokerUrl: e.MQTT_BROKER_URL,
     },
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,

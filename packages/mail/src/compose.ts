@@ -29,6 +29,13 @@ export interface OutgoingMail {
   references?: string[] | undefined;
 }
 
+/**
+ * Every line break as CRLF (RFC 5322 section 2.1). MailComposer writes its own header and boundary lines with
+ * CRLF but copies a 7bit or quoted-printable body's line breaks as given, so text joined with LF (a request's
+ * text, the box's signature, the trailer) would leave bare LFs among the CRLFs that IMAP clients then serve.
+ */
+export const toCrlf = (s: string): string => s.replace(/\r\n|\r|\n/g, '\r\n');
+
 /** The RFC 5322 message, without Bcc (bcc recipients only appear in the SMTP envelope). */
 export async function composeMessage(m: OutgoingMail): Promise<Buffer> {
   const composer = new MailComposer({
@@ -37,8 +44,8 @@ export async function composeMessage(m: OutgoingMail): Promise<Buffer> {
     cc: m.cc.length ? m.cc : undefined,
     replyTo: m.replyTo.length ? m.replyTo : undefined,
     subject: m.subject,
-    text: m.text,
-    html: m.html,
+    text: m.text === undefined ? undefined : toCrlf(m.text),
+    html: m.html === undefined ? undefined : toCrlf(m.html),
     headers: m.headers,
     messageId: m.messageId,
     date: m.date,

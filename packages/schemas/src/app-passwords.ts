@@ -32,7 +32,7 @@ export const AppPasswordOutput = z
 
 export const MailServerSettings = z
   .object({
-    host: z.string().meta({ description: 'The mail-client host (MAIL_HOST)', example: 'mail.boxes.localhost' }),
+    host: z.string().meta({ description: 'The host to connect to: MAIL_HOST, or on a local instance (a *.localhost MAIL_HOST) the address the server listens on', example: 'mail.example.com' }),
     port: z.number().int().meta({ example: 993 }),
     security: z.literal('ssl/tls').meta({ description: 'Implicit TLS from the first byte (not STARTTLS)' }),
   })
@@ -60,3 +60,13 @@ export const RevokedAppPasswordOutput = z.object({
   revoked: z.literal(true),
   revoked_at: Timestamp.meta({ description: 'New logins fail from now on, and open IMAP sessions are closed' }),
 });
+
+export const MailCertificateOutput = z
+  .object({
+    self_signed: z.boolean().meta({ description: 'true: made by this instance (no SMTP_TLS_CERT_FILE); a mail client must be told to trust it, by this certificate or its fingerprint' }),
+    sha256_fingerprint: z.string().meta({ description: 'SHA-256 of the certificate (DER), as `openssl x509 -fingerprint -sha256` prints it', example: '3A:1F:...:9C' }),
+    certificate_pem: z.string().meta({ description: "The certificate (PEM): mbsync's CertificateFile, or a trust anchor for any TLS client" }),
+    names: z.array(z.string()).meta({ description: 'The host names and addresses it is valid for', example: ['mail.boxes.localhost', 'localhost', '127.0.0.1'] }),
+    not_after: Timestamp,
+  })
+  .meta({ id: 'MailCertificate' });

@@ -18,9 +18,8 @@ import tls from 'node:tls';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
 import { copyOutBinary, quietWhileCheckedOut } from '@boxes/db';
-import { EVENTS_CHANNEL, MAIL_FOLLOW_CHANNEL, syncMailboxes, type RawCopy, type Services } from '@boxes/core';
+import { EVENTS_CHANNEL, MAIL_FOLLOW_CHANNEL, syncMailboxes, type MailTls, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
-import type { TlsMaterial } from '../tls';
 import { Session, type Hub } from './session';
 
 export interface ImapHandle {
@@ -182,7 +181,7 @@ class SessionHub implements Hub {
   }
 }
 
-export async function startImap(config: Config, deps: { svc: Services; log: Logger; tls: TlsMaterial }): Promise<ImapHandle> {
+export async function startImap(config: Config, deps: { svc: Services; log: Logger; tls: MailTls }): Promise<ImapHandle> {
   const hub = new SessionHub(deps.svc, config, deps.log);
   // Message bytes are read through a small pool of its own, as binary COPY (see RawCopy in core).
   const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });

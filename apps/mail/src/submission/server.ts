@@ -9,10 +9,9 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerAuthentication, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
 import type { Config } from '@boxes/config';
 import type { ApiKey } from '@boxes/db';
-import { AppError, appPasswordActive, sendMessage, verifyMailLogin, type MailLogin, type Services } from '@boxes/core';
+import { AppError, appPasswordActive, sendMessage, verifyMailLogin, type MailLogin, type MailTls, type Services } from '@boxes/core';
 import { MAX_RECIPIENTS } from '@boxes/schemas';
 import type { Logger } from 'pino';
-import type { TlsMaterial } from '../tls';
 import { SubmissionRefused, toSendInput } from './message';
 import { rememberSubmission } from './recent';
 
@@ -70,7 +69,7 @@ async function maySendFrom(svc: Services, login: MailLogin, address: string): Pr
   return Boolean(box && (!login.sendBoxIds || login.sendBoxIds.includes(box.id)));
 }
 
-export async function startSubmission(config: Config, deps: { svc: Services; log: Logger; tls: TlsMaterial }): Promise<SubmissionHandle> {
+export async function startSubmission(config: Config, deps: { svc: Services; log: Logger; tls: MailTls }): Promise<SubmissionHandle> {
   const { svc, log } = deps;
   const rcptCount = new Map<string, number>();
 

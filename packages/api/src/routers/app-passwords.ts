@@ -34,8 +34,8 @@ export const appPasswordsRouter = router({
         ...view,
         password,
         usernames,
-        imap: { host: ctx.svc.config.mailHost, port: mc.imapPort, security: 'ssl/tls' as const },
-        smtp: { host: ctx.svc.config.mailHost, port: mc.submissionPort, security: 'ssl/tls' as const },
+        imap: { host: mc.imapPublicHost, port: mc.imapPort, security: 'ssl/tls' as const },
+        smtp: { host: mc.submissionPublicHost, port: mc.submissionPort, security: 'ssl/tls' as const },
       };
     }),
   list: keyProcedure

@@ -22,6 +22,8 @@ export const NEGATIVE_TTL = Math.min(SOA_TTL, SOA_TIMERS.minimum);
 export interface ServedZone {
   id: string;
   name: string;
+  /** base | delegated | registered */
+  kind: string;
   serial: number;
   soaMname: string;
   soaRname: string;
@@ -70,6 +72,7 @@ function suffixes(name: string): string[] {
 interface Row {
   id: string;
   name: string;
+  kind: string;
   serial: number;
   soa_mname: string;
   soa_rname: string;
@@ -85,7 +88,7 @@ export async function lookupName(db: Db, qname: string): Promise<Lookup> {
   const candidates = [...names, ...names.slice(1).map((a) => `*.${a}`)];
   const rows = await db.$queryRaw<Row[]>`
     WITH z AS (
-      SELECT id, name, serial, soa_mname, soa_rname, domain_id FROM dns_zones
+      SELECT id, name, kind, serial, soa_mname, soa_rname, domain_id FROM dns_zones
       WHERE name = ANY(${names}::text[]) ORDER BY length(name) DESC LIMIT 1
     )
     SELECT z.*,
@@ -98,7 +101,7 @@ export async function lookupName(db: Db, qname: string): Promise<Lookup> {
     FROM z`;
   const r = rows[0];
   if (!r) return { zone: null, records: [], exists: false, delegation: null, wildcard: [] };
-  const zone: ServedZone = { id: r.id, name: r.name, serial: r.serial, soaMname: r.soa_mname, soaRname: r.soa_rname, domainId: r.domain_id };
+  const zone: ServedZone = { id: r.id, name: r.name, kind: r.kind, serial: r.serial, soaMname: r.soa_mname, soaRname: r.soa_rname, domainId: r.domain_id };
   const all = r.records ?? [];
   const existing = new Set([zone.name, ...(r.existing ?? [])]);
   const inZone = names.filter((n) => n.length >= zone.name.length); // the name up to the apex

@@ -1,6 +1,8 @@
 /**
  * Who really sent an inbound message: SPF, DKIM, DMARC and ARC checked with mailauth through the operator's
- * resolvers (DNS_RESOLVERS, the same ones the domain verifier asks), reduced to the summary stored on the
+ * resolvers (DNS_RESOLVERS, the same ones the domain verifier asks), except for the zones this instance is the
+ * authority for, whose records it reads itself (dns/resolve.ts: it is their authority, and a local instance's zones are known
+ * to no resolver, so mail between its own boxes would never verify), reduced to the summary stored on the
  * message and shown in the API, mail.received and (as an Authentication-Results header) over IMAP.
  * `sender_verified` is the one field an agent acts on: DMARC passed, so the From domain is aligned with a
  * domain that proved itself (a passing DKIM signature or SPF).
@@ -8,6 +10,8 @@
 import { Resolver } from 'node:dns/promises';
 import { authenticate, type AuthenticateResult } from 'mailauth';
 import type { Config } from '@boxes/config';
+import type { Db } from '@boxes/db';
+import { resolveOwnZones, type ResolvedRecords } from '../dns/resolve';
 
 export interface DkimSignatureResult {
   domain: string;
@@ -89,6 +93,21 @@ export function summarize(r: AuthenticateResult, mailHost: string): Authenticati
   };
 }
 
+/**
+ * The lookup the checks use: the zones served here from their rows (never cached, so a changed key counts at
+ * once, as apps/dns serves it), every other name through dnsLookupFor.
+ */
+export function ownZonesFirst(config: Config, db: Db): DnsLookup {
+  const outside = dnsLookupFor(config);
+  const asResolved = (name: string, rrtype: string) => outside(name, rrtype) as Promise<ResolvedRecords>;
+  return async (name, rrtype) => {
+    // mailauth asks with the type's name as node:dns takes it; our rows keep types upper-case.
+    const own = await resolveOwnZones(db, name, rrtype.toUpperCase(), asResolved);
+    // MX answers are objects, as node:dns gives them (mailauth's type names only the TXT and address shapes).
+    return own === null ? outside(name, rrtype) : (own as string[][] | string[]);
+  };
+}
+
 export interface AuthenticateInput {
   raw: Buffer;
   /** The SMTP client's address; null for mail delivered inside this instance. */
@@ -98,9 +117,9 @@ export interface AuthenticateInput {
 }
 
 /** Verifies one message. Never throws for what the message or DNS contains; mailauth reports that as results. */
-export async function verifyMessage(config: Config, input: AuthenticateInput): Promise<{ authentication: Authentication; headers: string; fromAddresses: string[] }> {
+export async function verifyMessage(config: Config, db: Db, input: AuthenticateInput): Promise<{ authentication: Authentication; headers: string; fromAddresses: string[] }> {
   const r = await authenticate(input.raw, {
-    resolver: dnsLookupFor(config),
+    resolver: ownZonesFirst(config, db),
     mta: config.mailHost,
     // Mail between boxes of this instance never crossed SMTP: it left from this instance's own address.
     ip: input.ip ?? config.dns.publicAddresses[0] ?? '127.0.0.1',

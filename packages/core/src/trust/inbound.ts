@@ -5,7 +5,7 @@
  * clients over IMAP see the verdict too). A refused message is only counted on its box: never stored, never
  * charged, never announced.
  */
-import type { Box, DbClient } from '@boxes/db';
+import type { Box, Db, DbClient } from '@boxes/db';
 import type { Config } from '@boxes/config';
 import type { Services } from '../shared/context';
 import { verifyMessage, type Authentication } from './authenticate';
@@ -31,10 +31,11 @@ export interface Refusal {
 
 export async function inspectInbound(
   config: Config,
+  db: Db,
   input: { raw: Buffer; ip: string | null; helo: string | null; mailFrom: string | null; recipients: string[] },
 ): Promise<InboundTrust> {
   const [verified, scored] = await Promise.all([
-    verifyMessage(config, input),
+    verifyMessage(config, db, input),
     scoreMessage(config, input).then(
       (spam) => ({ spam, error: null }),
       (err: Error) => ({ spam: null, error: err.message }),
@@ -148,7 +149,7 @@ export const storedTrust = (trust: InboundTrust | null | undefined) => ({ authen
 
 /** One call for local delivery between boxes: inspect, decide, stamp. */
 export async function checkLocalDelivery(svc: Services, input: { raw: Buffer; box: Box; mailFrom: string | null }) {
-  const trust = await inspectInbound(svc.config, { raw: input.raw, ip: null, helo: null, mailFrom: input.mailFrom, recipients: [input.box.address] });
+  const trust = await inspectInbound(svc.config, svc.db, { raw: input.raw, ip: null, helo: null, mailFrom: input.mailFrom, recipients: [input.box.address] });
   const refusal = (await refusalsFor(svc.db, [input.box], trust, input.mailFrom)).get(input.box.id) ?? null;
   return { trust, refusal, raw: refusal ? input.raw : stampRaw(input.raw, trust, svc.config.mailHost) };
 }
