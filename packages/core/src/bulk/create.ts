@@ -1,9 +1,10 @@
 /**
- * POST /messages/send/bulk: every message is planned by the planner of a single send (messages/plan.ts:
+ * POST /messages/send/bulk: every message is planned by the planner of single sends (messages/plan.ts:
  * validation, sender, block lists, thread, configuration set, sealed body) before anything is stored; a message a
- * single send would refuse rejects the job with the same code, naming messages.<index>(.<field>). The credit for the whole job is checked
- * now (SPEC "Send rules" 1, per message) and reserved batch by batch when each batch starts (run.ts). The job,
- * its messages (bulk_job_items) and bulk.queued are written in one transaction; then the first batch is enqueued.
+ * single send would refuse rejects the whole job with the same code, naming messages.<index>(.<field>). The credit
+ * for the whole job is checked now (per message, as single sends price them) and reserved batch by batch when
+ * each batch starts (run.ts). The job, its messages (bulk_job_items) and bulk.queued are written in one
+ * transaction; then the first batch is enqueued.
  */
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';

@@ -1,12 +1,11 @@
 /**
- * POST /messages/send: plan the message (messages/plan.ts: validation, sender, lists, thread, sealed body), check
- * the credit and reserve, store the message and one delivery per recipient in one transaction, then enqueue the
- * deliveries. The call returns once the
- * message is durably queued; if enqueueing fails after commit, the sweeper (apps/worker) picks it up.
+ * POST /messages/send: plan the message (messages/plan.ts, shared with bulk jobs: validation, sender, lists,
+ * thread, sealed body), check the credit and reserve, store the message and one delivery per recipient in one
+ * transaction, then enqueue the deliveries. The call returns once the message is durably queued; if enqueueing
+ * fails after commit, the sweeper (apps/worker) picks it up.
  */
 import canonicalize from 'canonicalize';
-import type { Account, ApiKey, Box, Message, Tx } from '@boxes/db';
-import { Prisma } from '@boxes/db';
+import type { Account, ApiKey, Message, Tx } from '@boxes/db';
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type NewEvent, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
@@ -15,7 +14,7 @@ import { eventsInsert } from '../credit/lean';
 import { groupCommitOf } from '../shared/group-commit';
 import { chainEvent, EVENTS_CHANNEL } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
-import { seal, sha256Hex } from '../shared/crypto';
+import { sha256Hex } from '../shared/crypto';
 import type { Services } from '../shared/context';
 import { AppError, isUniqueViolation } from '../shared/errors';
 import { newId } from '../shared/ids';
