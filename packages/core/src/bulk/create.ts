@@ -1,22 +1,21 @@
 /**
- * POST /messages/send/bulk: every message is validated (the rules of a single send) and sealed before anything is
- * stored; one bad message rejects the job naming messages.<index>.<field>. The credit for the whole job is checked
- * now (SPEC "Send rules" 1, per message) and reserved batch by batch when each batch starts (run.ts). The job,
- * its messages (bulk_job_items) and bulk.queued are written in one transaction; then the first batch is enqueued.
+ * POST /messages/send/bulk: every message is planned by the planner of single sends (messages/plan.ts:
+ * validation, sender, block lists, thread, configuration set, sealed body) before anything is stored; a message a
+ * single send would refuse rejects the whole job with the same code, naming messages.<index>(.<field>). The credit
+ * for the whole job is checked now (per message, as single sends price them) and reserved batch by batch when
+ * each batch starts (run.ts). The job, its messages (bulk_job_items) and bulk.queued are written in one
+ * transaction; then the first batch is enqueued.
  */
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';
 import type { ApiKey, Account } from '@boxes/db';
-import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type BulkMessage, type BulkSendInput } from '@boxes/schemas';
+import type { BulkSendInput } from '@boxes/schemas';
 import type { BoxScope } from '../boxes/boxes';
 import { lockAccountCredit, paymentRequired, planReservation, type LockedAccount } from '../credit/ledger';
 import { microsToUsd } from '../credit/prices';
-import { assertSendable } from '../domains/verify';
 import { appendEvent } from '../events/append';
-import { domainOf, formatMailbox, parseMailbox, parseMailboxes, type Mailbox } from '../messages/addresses';
-import { sealBody, type StoredBody } from '../messages/body';
-import { validateHeaders } from '../messages/headers';
-import { appendSignature, appendTrailer } from '../messages/send';
+import { parseMailbox } from '../messages/addresses';
+import { checkMessage, loadSendState, planMessage, type MessagePlan } from '../messages/plan';
 import type { Services } from '../shared/context';
 import { sha256Hex } from '../shared/crypto';
 import { AppError, isUniqueViolation } from '../shared/errors';
@@ -24,7 +23,6 @@ import { newId } from '../shared/ids';
 import { bulkJobView, type BulkJobView } from './view';
 
 type Input = z.infer<typeof BulkSendInput>;
-type MessageInput = z.infer<typeof BulkMessage>;
 
 export interface BulkCaller {
   account: Account;
@@ -37,7 +35,9 @@ function atIndex(err: unknown, index: number): unknown {
   if (!(err instanceof AppError)) return err;
   const prefix = `messages.${index}`;
   const fields = Array.isArray(err.details.fields) ? (err.details.fields as { path: string; message: string }[]) : [];
-  return new AppError(err.code, `${prefix}.${err.message}`, {
+  // "to.2: not an email address" becomes "messages.3.to.2: ..."; a message that names no field gets "messages.3: ".
+  const named = fields.some((f) => err.message.startsWith(`${f.path}:`));
+  return new AppError(err.code, named ? `${prefix}.${err.message}` : `${prefix}: ${err.message}`, {
     ...err.details,
     index,
     ...(fields.length ? { fields: fields.map((f) => ({ ...f, path: `${prefix}.${f.path}` })) } : {}),
@@ -48,74 +48,37 @@ function invalid(path: string, message: string): AppError {
   return new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }] });
 }
 
-interface Prepared {
-  from: Mailbox;
-  to: Mailbox[];
-  cc: Mailbox[];
-  bcc: Mailbox[];
-  replyTo: Mailbox[];
-  recipients: string[];
-  headers: Record<string, string>;
-  attachments: { filename: string; content_type: string; content_id: string | null; content_b64: string }[];
-  attachmentBytes: number;
-}
-
-/** The checks of a single send that need no database (sendMessage runs the same ones, in the same order). */
-function prepare(input: MessageInput, defaultFrom: Mailbox): Prepared {
-  const to = parseMailboxes(input.to, 'to');
-  const cc = parseMailboxes(input.cc, 'cc');
-  const bcc = parseMailboxes(input.bcc, 'bcc');
-  const replyTo = parseMailboxes(input.reply_to, 'reply_to');
-  if (to.length === 0) throw invalid('to', 'give at least one recipient');
-  const headers = validateHeaders(input.headers);
-  if (input.context !== undefined && Buffer.byteLength(JSON.stringify(input.context)) > MAX_CONTEXT_BYTES) {
-    throw invalid('context', `at most ${MAX_CONTEXT_BYTES} bytes of JSON`);
+/** Runs one message's step, its error moved under messages.<index>. */
+function atEach<T>(index: number, step: () => T): T {
+  try {
+    return step();
+  } catch (err) {
+    throw atIndex(err, index);
   }
-  if (input.text === undefined && input.html === undefined && !input.attachments?.length) throw invalid('text', 'the message has no body: give text, html or attachments');
-  const unique = new Map<string, Mailbox>();
-  for (const m of [...to, ...cc, ...bcc]) if (!unique.has(m.address)) unique.set(m.address, m);
-  if (unique.size > MAX_RECIPIENTS) throw invalid('to', `at most ${MAX_RECIPIENTS} recipients per message (got ${unique.size})`);
-  const attachments = (input.attachments ?? []).map((a, i) => {
-    const content = Buffer.from(a.content_b64, 'base64');
-    if (content.length === 0 && a.content_b64.replace(/\s/g, '') !== '') throw invalid(`attachments.${i}.content_b64`, 'not valid base64');
-    return { filename: a.filename, content_type: a.content_type, content_id: a.content_id ?? null, content_b64: content.toString('base64') };
-  });
-  if (attachments.some((a) => a.content_id) && input.html === undefined) throw invalid('html', 'attachments with content_id are inline images for the html body; give html');
-  const from = input.from ? parseMailbox(input.from, 'from') : defaultFrom;
-  return {
-    from,
-    to,
-    cc,
-    bcc,
-    replyTo,
-    recipients: [...unique.keys()],
-    headers,
-    attachments,
-    attachmentBytes: attachments.reduce((n, a) => n + Buffer.byteLength(a.content_b64, 'base64'), 0),
-  };
 }
 
-interface AccountContext {
-  domains: { id: string; name: string; status: string; mode: string; checks: unknown; claimExpiresAt: Date | null; dkimSelector: string; dkimPublicKey: string }[];
-  boxes: Map<string, { id: string; address: string; signature: string | null }>;
-  suppressed: Set<string>;
-}
-
-/** The account's domains, the sending boxes and the suppressed recipients, in one round trip. */
-async function loadContext(svc: Services, accountId: string, fromAddresses: string[], recipients: string[]): Promise<AccountContext> {
-  const rows = await svc.db.$queryRaw<{ domains: AccountContext['domains'] | null; boxes: { id: string; address: string; signature: string | null }[] | null; suppressed: string[] | null }[]>`
-    SELECT
-      (SELECT json_agg(json_build_object('id', id, 'name', name, 'status', status, 'mode', mode, 'checks', checks,
-          'claimExpiresAt', claim_expires_at, 'dkimSelector', dkim_selector, 'dkimPublicKey', dkim_public_key))
-        FROM domains WHERE account_id = ${accountId}) AS domains,
-      (SELECT json_agg(json_build_object('id', id, 'address', address, 'signature', signature))
-        FROM boxes WHERE account_id = ${accountId} AND address = ANY(${fromAddresses}::text[])) AS boxes,
-      (SELECT array_agg(address) FROM suppressions WHERE account_id = ${accountId} AND address = ANY(${recipients}::text[])) AS suppressed`;
-  const r = rows[0]!;
+/** A planned message as the job stores it until its batch starts (bulk/run.ts writes the message then). */
+function itemOf(p: MessagePlan, index: number, batchSize: number) {
   return {
-    domains: (r.domains ?? []).map((d) => ({ ...d, claimExpiresAt: d.claimExpiresAt ? new Date(d.claimExpiresAt) : null })),
-    boxes: new Map((r.boxes ?? []).map((b) => [b.address, b])),
-    suppressed: new Set(r.suppressed ?? []),
+    index,
+    batch: Math.floor(index / batchSize),
+    message_id: p.messageId,
+    rfc_message_id: p.rfcMessageId,
+    thread_id: p.threadId,
+    box_id: p.box.id,
+    from_address: p.from,
+    to_addresses: p.to,
+    cc_addresses: p.cc,
+    bcc_addresses: p.bcc,
+    // Every distinct recipient: the suppression list is looked at again when the batch starts.
+    recipients: p.recipients,
+    subject: p.subject,
+    size_bytes: p.sizeBytes,
+    attachment_bytes: p.attachmentBytes,
+    body_enc: p.bodyEnc,
+    context: p.context ?? null,
+    in_reply_to: p.inReplyTo,
+    references: p.references,
   };
 }
 
@@ -172,74 +135,17 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
   if (maxComplaint > cfg.maxComplaintRate) throw invalid('max_complaint_rate', `at most ${cfg.maxComplaintRate} on this instance`);
 
   const defaultFrom = input.from ? parseMailbox(input.from, 'from') : { name: undefined, address: caller.account.primaryAddress };
-  const prepared = input.messages.map((m, i) => {
-    try {
-      return prepare(m, defaultFrom);
-    } catch (err) {
-      throw atIndex(err, i);
-    }
-  });
-  const fromAddresses = [...new Set(prepared.map((p) => p.from.address))];
-  const ctx = await loadContext(svc, accountId, fromAddresses, [...new Set(prepared.flatMap((p) => p.recipients))]);
-  // The sender of each message: a box of the account, on a live domain of it, usable by the key.
-  const senders = prepared.map((p, i) => {
-    try {
-      const fromDomain = ctx.domains.find((d) => d.name === domainOf(p.from.address));
-      if (!fromDomain) {
-        throw new AppError('from_domain_mismatch', 'from: from-address domain must match your account domain', { from: p.from.address, account_domains: ctx.domains.map((d) => d.name) });
-      }
-      assertSendable(svc.config, fromDomain as Parameters<typeof assertSendable>[1]);
-      const box = ctx.boxes.get(p.from.address);
-      if (!box) throw invalid('from', `${p.from.address} is not a box of this account; create it with POST /boxes`);
-      if (caller.boxScope && !caller.boxScope.includes(box.id)) throw new AppError('box_restricted_key', `from: this key may not send from ${box.address}`, { from: box.address });
-      return box;
-    } catch (err) {
-      throw atIndex(err, i);
-    }
-  });
+  const checked = input.messages.map((m, i) => atEach(i, () => checkMessage(svc.config, m, defaultFrom)));
+  const state = await loadSendState(svc, accountId, checked);
+  const date = new Date();
+  const plans = checked.map((m, i) => atEach(i, () => planMessage(svc, caller, m, state, date)));
 
-  const trailer = caller.account.trailerOptedOutAt === null;
   const jobId = newId('bulk');
   const batchSize = input.batch_size;
   const batchCount = Math.ceil(input.messages.length / batchSize);
-  const date = new Date();
-  const items = input.messages.map((m, i) => {
-    const p = prepared[i]!;
-    const box = senders[i]!;
-    const signedOnly = appendSignature({ text: m.text, html: m.html }, box.signature);
-    const signed = trailer ? appendTrailer(signedOnly, svc.config.siteUrl) : signedOnly;
-    const body: StoredBody = {
-      text: signed.text ?? null,
-      html: signed.html ?? null,
-      headers: p.headers,
-      attachments: p.attachments,
-      from_name: p.from.name ?? null,
-      reply_to: p.replyTo.map(formatMailbox),
-      to_display: p.to.map(formatMailbox),
-      cc_display: p.cc.map(formatMailbox),
-      date: date.toISOString(),
-      in_reply_to: p.headers['In-Reply-To'] ?? null,
-    };
-    return {
-      index: i,
-      batch: Math.floor(i / batchSize),
-      message_id: newId('msg'),
-      box_id: box.id,
-      from_address: p.from.address,
-      to_addresses: p.to.map((x) => x.address),
-      cc_addresses: p.cc.map((x) => x.address),
-      bcc_addresses: p.bcc.map((x) => x.address),
-      recipients: p.recipients,
-      subject: m.subject ?? null,
-      size_bytes: Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + p.attachmentBytes,
-      attachment_bytes: p.attachmentBytes,
-      body_enc: sealBody(svc.secretKey, body),
-      context: m.context ?? null,
-      in_reply_to: body.in_reply_to,
-      references: p.headers.References ? p.headers.References.split(/\s+/).filter(Boolean) : [],
-    };
-  });
-  const boxIds = [...new Set(senders.map((b) => b.id))];
+  const trailer = caller.account.trailerOptedOutAt === null;
+  const items = plans.map((p, i) => itemOf(p, i, batchSize));
+  const boxIds = [...new Set(plans.map((p) => p.box.id))];
 
   try {
     await svc.db.$transaction(
@@ -258,7 +164,7 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
         const plan = planJobCredit(
           svc,
           a,
-          prepared.map((p) => ({ recipients: p.recipients.filter((r) => !ctx.suppressed.has(r)).length, attachmentBytes: p.attachmentBytes })),
+          plans.map((p) => ({ recipients: p.deliverTo.length, attachmentBytes: p.attachmentBytes })),
           trailer,
         );
         await tx.$executeRaw`
@@ -267,13 +173,14 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
           VALUES (${jobId}, ${accountId}, 'queued', ${batchSize}, ${items.length}, ${batchCount}, ${coolOff}, ${maxBounce}, ${maxComplaint},
             ${trailer}, ${boxIds}::text[], ${date}, ${idemKey ?? null}, ${requestHash}, ${date}, ${date})`;
         await tx.$executeRaw`
-          INSERT INTO bulk_job_items (job_id, index, batch, message_id, box_id, from_address, to_addresses, cc_addresses, bcc_addresses, recipients,
-            subject, size_bytes, attachment_bytes, body_enc, context, in_reply_to, "references")
-          SELECT ${jobId}, i.index, i.batch, i.message_id, i.box_id, i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.recipients,
-            i.subject, i.size_bytes, i.attachment_bytes, i.body_enc, i.context, i.in_reply_to, i."references"
+          INSERT INTO bulk_job_items (job_id, index, batch, message_id, rfc_message_id, thread_id, box_id, from_address, to_addresses, cc_addresses,
+            bcc_addresses, recipients, subject, size_bytes, attachment_bytes, body_enc, context, in_reply_to, "references")
+          SELECT ${jobId}, i.index, i.batch, i.message_id, i.rfc_message_id, i.thread_id, i.box_id, i.from_address, i.to_addresses, i.cc_addresses,
+            i.bcc_addresses, i.recipients, i.subject, i.size_bytes, i.attachment_bytes, i.body_enc, i.context, i.in_reply_to, i."references"
           FROM jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
-            AS i(index int, batch int, message_id text, box_id text, from_address text, to_addresses text[], cc_addresses text[], bcc_addresses text[],
-              recipients text[], subject text, size_bytes int, attachment_bytes int, body_enc text, context jsonb, in_reply_to text, "references" text[])`;
+            AS i(index int, batch int, message_id text, rfc_message_id text, thread_id text, box_id text, from_address text, to_addresses text[],
+              cc_addresses text[], bcc_addresses text[], recipients text[], subject text, size_bytes int, attachment_bytes int, body_enc text,
+              context jsonb, in_reply_to text, "references" text[])`;
         await appendEvent({
           db: tx,
           accountId,

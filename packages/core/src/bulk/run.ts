@@ -219,10 +219,9 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
         SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text)
       ), msg AS (
         INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, recorded_at)
-        SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', x.status, '<' || i.message_id || '@' || split_part(i.from_address, '@', 2) || '>',
-          i.message_id, i.in_reply_to, i."references", i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.subject, i.size_bytes,
-          i.body_enc, i.context, now()
+          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, recorded_at, thread_id)
+        SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', x.status, i.rfc_message_id, i.message_id, i.in_reply_to, i."references",
+          i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.subject, i.size_bytes, i.body_enc, i.context, now(), i.thread_id
         FROM bulk_job_items i JOIN x ON x.index = i.index WHERE i.job_id = ${jobId}
       ), dlv AS (
         INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
