@@ -1,6 +1,7 @@
 // The README's first curl blocks must work as pasted: run them with bash and curl against a real server.
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -17,6 +18,7 @@ const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.m
 const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
 const signupBlock = blocks.find((b) => b.includes('/signup/agentic/confirm'));
 const sendBlock = blocks.find((b) => b.includes('/messages/send'));
+const mbsyncBlock = blocks.find((b) => b.includes('mbsync -c'));
 
 // Asynchronously: the server answering the script runs in this process.
 const bash = async (script: string) =>
@@ -111,3 +113,22 @@ it('has an MCP section: the endpoint, the Bearer key, how to connect, and tool n
   expect(named.length).toBeGreaterThan(0);
   for (const n of named) expect(tools.has(n), `tool ${n}`).toBe(true);
 });
+
+it('the mail-client block pins the certificate, makes an app-password and syncs the mail with mbsync, as pasted', async () => {
+  expect(mbsyncBlock, 'README has a block that syncs with mbsync').toBeDefined();
+  const mail = await startTestServer({ worker: true, mail: true });
+  const cwd = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-readme-mbsync-'));
+  try {
+    const script = `${signupBlock!.trimEnd().replace('BASE=http://localhost:3000/api/v1', `BASE=${mail.apiBase}`)} >/dev/null\n${sendBlock!.trimEnd()} >/dev/null\n${mbsyncBlock}`;
+    const { stdout } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script], { cwd, encoding: 'utf8', timeout: 60_000 });
+    // The message the send block mailed to the account itself is now a file of the local INBOX.
+    const inbox = ['cur', 'new'].flatMap((d) => fs.readdirSync(path.join(cwd, 'boxes-mail/INBOX', d)).map((f) => path.join(cwd, 'boxes-mail/INBOX', d, f)));
+    expect(inbox.length, stdout).toBe(1);
+    expect(fs.readFileSync(inbox[0]!, 'utf8')).toMatch(/^Subject: hello\r?$/m);
+    expect(fs.readFileSync(path.join(cwd, 'boxes-mail.pem'), 'utf8')).toMatch(/^-----BEGIN CERTIFICATE-----/);
+  } finally {
+    fs.rmSync(cwd, { recursive: true, force: true });
+    await mail.stop();
+  }
+}, 120_000);
+
