@@ -23,6 +23,7 @@ import { checkCallbackUrl } from '../webhooks/url-guard';
 import { createSignupPayment } from '../payments/payments';
 import { postEntries } from '../credit/ledger';
 import { centsToMicros } from '../credit/prices';
+import type { DomainStatus, SignupIntentStatus } from '@boxes/schemas';
 
 type DkimKey = Awaited<ReturnType<typeof createDkimKey>>;
 
@@ -34,7 +35,7 @@ async function subdomainInUse(svc: Services, name: string): Promise<boolean> {
   const [domain, intent] = await Promise.all([
     svc.db.domain.findFirst({ where: { name }, select: { id: true } }),
     svc.db.signupIntent.findFirst({
-      where: { fullDomain: name, status: 'pending', expiresAt: { gt: svc.clock.now() } },
+      where: { fullDomain: name, status: 'pending' satisfies SignupIntentStatus, expiresAt: { gt: svc.clock.now() } },
       select: { id: true },
     }),
   ]);
@@ -219,7 +220,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
   const accountId = newId('acct');
   const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
   // A free subdomain is ours to give and a registered domain was just registered for this account: live at once.
-  const domainStatus = intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
+  const domainStatus = (intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns') satisfies DomainStatus;
   await tx.account.create({
     data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
   });
@@ -274,7 +275,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
   await tx.signupIntent.update({
     where: { id: intent.id },
     data: {
-      status: 'completed',
+      status: 'completed' satisfies SignupIntentStatus,
       accountId,
       confirmedAt: new Date(),
       // signup.completed carries the key to the callback; kept sealed only until that delivery.

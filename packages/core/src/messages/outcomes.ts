@@ -11,8 +11,9 @@ import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
 import { stopForwardOnBounce } from '../forwarding/forwards';
+import { FINAL_DELIVERY_STATUSES, type DeliveryStatus } from '@boxes/schemas';
 
-const FINAL = ['delivered', 'bounced', 'failed'];
+const FINAL: DeliveryStatus[] = [...FINAL_DELIVERY_STATUSES];
 
 /** Sets the messages' statuses from their deliveries, each once every one of its deliveries is final (one statement). */
 export async function refreshMessageStatuses(tx: Tx, messageIds: string[]): Promise<void> {
@@ -45,7 +46,7 @@ function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
 }
 
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
-async function claim(tx: Tx, deliveryId: string, status: string, data: Record<string, unknown>): Promise<boolean> {
+async function claim(tx: Tx, deliveryId: string, status: DeliveryStatus, data: Record<string, unknown>): Promise<boolean> {
   const r = await tx.delivery.updateMany({
     where: { id: deliveryId, status: { notIn: FINAL } },
     data: { status, ...data },
@@ -166,7 +167,7 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
   // counts as a bounce for the suppression list.
   if (!fresh && d.status !== 'delivered') return;
   if (fresh) await releaseDelivery(tx, d);
-  else await tx.delivery.update({ where: { id: d.id }, data: { status: 'bounced', lastError: info.response.slice(0, 1000) } });
+  else await tx.delivery.update({ where: { id: d.id }, data: { status: 'bounced' satisfies DeliveryStatus, lastError: info.response.slice(0, 1000) } });
   await appendEvent({
     db: tx,
     accountId: d.accountId,
@@ -183,7 +184,7 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
 export async function markDeferred(tx: Tx, deliveryId: string, info: { error: string; nextAttemptAt: Date; attempts: number }) {
   await tx.delivery.updateMany({
     where: { id: deliveryId, status: { notIn: FINAL } },
-    data: { status: 'deferred', lastError: info.error.slice(0, 1000), nextAttemptAt: info.nextAttemptAt, attempts: info.attempts },
+    data: { status: 'deferred' satisfies DeliveryStatus, lastError: info.error.slice(0, 1000), nextAttemptAt: info.nextAttemptAt, attempts: info.attempts },
   });
 }
 

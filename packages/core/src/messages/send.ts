@@ -28,6 +28,7 @@ import { headerValue, parentIds, pickThread, splitReferences } from '../threads/
 import { scheduledTime } from './schedule';
 import { CONFIGURATION_SET_HEADER, configurationSetName } from '../sending-ips/sending-ips';
 import { assertRecipientsAllowed, candidatesOf, type ListedRow } from '../trust/lists';
+import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -346,7 +347,7 @@ type SendResult = { out: Output; deliveryIds: string[] } | { error: unknown };
  */
 function stageSend(svc: Services, a: LockedAccount, p: SendPlan): StagedSend {
   const reservation = p.recipients.length ? planReservation(svc, a, p.recipients.length, { attachmentBytes: p.attachmentBytes, trailer: p.withTrailer }) : null;
-  const status = p.recipients.length ? (p.sendAt ? 'scheduled' : 'queued') : 'suppressed';
+  const status = (p.recipients.length ? (p.sendAt ? 'scheduled' : 'queued') : 'suppressed') satisfies MessageStatus;
   const deliveries = p.recipients.map((r, i) => ({
     id: newId('dlv'),
     recipient: r,
@@ -443,7 +444,7 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
       send_at: p.sendAt?.toISOString() ?? null,
     };
   });
-  const deliveries = staged.flatMap((s) => s.deliveries.map((d) => ({ ...d, message_id: s.plan.messageId, account_id: s.plan.accountId, status: s.plan.sendAt ? 'scheduled' : 'queued' })));
+  const deliveries = staged.flatMap((s) => s.deliveries.map((d) => ({ ...d, message_id: s.plan.messageId, account_id: s.plan.accountId, status: (s.plan.sendAt ? 'scheduled' : 'queued') satisfies DeliveryStatus })));
   const events = staged.map((s) => ({
     id: s.event.id,
     account_id: s.plan.accountId,

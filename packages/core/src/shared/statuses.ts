@@ -71,3 +71,25 @@ export function statusList<const V extends readonly string[]>(vocabulary: V, val
   }
   return Prisma.raw(`(${values.map((v) => `'${v}'`).join(', ')})`);
 }
+
+/** The unions, for the apps that take their types from packages/core only. */
+export type {
+  AccountStatus,
+  BulkStatus,
+  CloseRequestStatus,
+  DeliveryStatus,
+  DomainRegistrationStatus,
+  DomainStatus,
+  ExportStatus,
+  FeatureRequestStatus,
+  ForwardRunStatus,
+  ForwardStatus,
+  MessageStatus,
+  NoticeStatus,
+  PaymentStatus,
+  SendingIpMode,
+  SendingIpStatus,
+  SignupIntentStatus,
+  SupportQuestionStatus,
+  WebhookDeliveryStatus,
+} from '@boxes/schemas';

@@ -5,6 +5,7 @@
  */
 import type { DbClient, Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
+import type { DeliveryStatus } from '@boxes/schemas';
 
 export const BOUNCE_RATE_LIMIT = 0.03;
 export const COMPLAINT_RATE_LIMIT = 0.0005;
@@ -14,7 +15,7 @@ export async function reputationCounts(db: DbClient, accountId: string) {
   const since = new Date(Date.now() - WEEK_MS);
   const [sent, bounced, complained] = await Promise.all([
     db.delivery.count({ where: { accountId, createdAt: { gte: since } } }),
-    db.delivery.count({ where: { accountId, createdAt: { gte: since }, status: 'bounced' } }),
+    db.delivery.count({ where: { accountId, createdAt: { gte: since }, status: 'bounced' satisfies DeliveryStatus } }),
     db.suppression.count({ where: { accountId, reason: 'complaint', createdAt: { gte: since } } }),
   ]);
   const bounceRate = sent ? bounced / sent : 0;
