@@ -11,7 +11,8 @@ import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
 import { stopForwardOnBounce } from '../forwarding/forwards';
-import { FINAL_DELIVERY_STATUSES, type DeliveryStatus } from '@boxes/schemas';
+import { FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus } from '@boxes/schemas';
+import { statusLiteral } from '../shared/statuses';
 
 const FINAL: DeliveryStatus[] = [...FINAL_DELIVERY_STATUSES];
 
@@ -31,10 +32,10 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
 function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
   return Prisma.sql`
       UPDATE messages m SET status = CASE
-          WHEN s.delivered = s.total THEN 'delivered'
-          WHEN s.delivered > 0 THEN 'partially_delivered'
-          WHEN s.bounced > 0 THEN 'bounced'
-          ELSE 'failed' END
+          WHEN s.delivered = s.total THEN ${statusLiteral(MESSAGE_STATUSES, 'delivered')}
+          WHEN s.delivered > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'partially_delivered')}
+          WHEN s.bounced > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'bounced')}
+          ELSE ${statusLiteral(MESSAGE_STATUSES, 'failed')} END
       FROM (
         SELECT message_id, count(*) AS total,
           count(*) FILTER (WHERE status = 'delivered') AS delivered,

@@ -10,6 +10,8 @@ import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import { DELIVERY_STATUSES, MESSAGE_STATUSES } from '@boxes/schemas';
+import { statusLiteral } from '../shared/statuses';
 
 /** How far ahead a send may be scheduled. */
 export const MAX_SCHEDULE_MS = 30 * 86_400_000;
@@ -41,10 +43,10 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
       await lockAccountCredit(tx, m.accountId);
       const rows = await tx.$queryRaw<{ id: string; box_id: string | null; rfc_message_id: string; thread_id: string; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; send_at: Date | null; context: unknown; recipients: number }[]>`
         WITH m AS (
-          UPDATE messages SET status = 'queued' WHERE id = ${messageId} AND status = 'scheduled'
+          UPDATE messages SET status = ${statusLiteral(MESSAGE_STATUSES, 'queued')} WHERE id = ${messageId} AND status = 'scheduled'
           RETURNING id, box_id, rfc_message_id, thread_id, from_address, to_addresses, cc_addresses, subject, send_at, context
         ), d AS (
-          UPDATE deliveries SET status = 'queued', updated_at = now() WHERE message_id IN (SELECT id FROM m) AND status = 'scheduled' RETURNING id
+          UPDATE deliveries SET status = ${statusLiteral(DELIVERY_STATUSES, 'queued')}, updated_at = now() WHERE message_id IN (SELECT id FROM m) AND status = 'scheduled' RETURNING id
         )
         SELECT m.*, (SELECT count(*) FROM d)::int AS recipients FROM m`;
       const r = rows[0];

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { narrowStatus, STATUS_COLUMNS, statusList } from './statuses';
+import { narrowStatus, STATUS_COLUMNS, statusList, statusLiteral } from './statuses';
 import { DELIVERY_STATUSES } from '@boxes/schemas';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
@@ -114,5 +114,13 @@ describe('narrowStatus and statusList', () => {
     expect(statusList(DELIVERY_STATUSES, ['delivered', 'bounced']).sql).toBe("('delivered', 'bounced')");
     // @ts-expect-error a misspelt status does not compile
     expect(() => statusList(DELIVERY_STATUSES, ['delivred'])).toThrow(/not a status/);
+  });
+});
+
+describe('statusLiteral', () => {
+  it('renders one checked literal', () => {
+    expect(statusLiteral(DELIVERY_STATUSES, 'queued').sql).toBe("'queued'");
+    // @ts-expect-error a status of another column does not compile
+    expect(() => statusLiteral(DELIVERY_STATUSES, 'partially_delivered')).toThrow(/not a status/);
   });
 });

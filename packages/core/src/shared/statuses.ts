@@ -60,16 +60,23 @@ export function narrowStatus<const V extends readonly string[]>(vocabulary: V, v
   return value;
 }
 
+/** A status as an SQL literal; refused unless it is a value of vocabulary (only [a-z_], so quoting is safe). */
+function literal(vocabulary: readonly string[], value: string): string {
+  if (!isOneOf(vocabulary, value) || !/^[a-z_]+$/.test(value)) throw new Error(`'${value}' is not a status of ${vocabulary.join(', ')}`);
+  return `'${value}'`;
+}
+
 /**
- * Some statuses of a vocabulary as a parenthesised SQL list of literals, for `status IN ${statusList(...)}`:
- * the values are checked by tsc, and the statement keeps constants (as a literal list would) rather than
- * parameters.
+ * One status as an SQL literal, for typed SQL that writes or compares it: `SET status = ${statusLiteral(
+ * DELIVERY_STATUSES, 'queued')}`. tsc checks the value; the statement keeps a constant, as if written inline.
  */
+export function statusLiteral<const V extends readonly string[]>(vocabulary: V, value: V[number]): Prisma.Sql {
+  return Prisma.raw(literal(vocabulary, value));
+}
+
+/** Some statuses of a vocabulary as a parenthesised list of literals, for `status IN ${statusList(...)}`. */
 export function statusList<const V extends readonly string[]>(vocabulary: V, values: readonly V[number][]): Prisma.Sql {
-  for (const v of values) {
-    if (!isOneOf(vocabulary, v) || !/^[a-z_]+$/.test(v)) throw new Error(`'${v}' is not a status of ${vocabulary.join(', ')}`);
-  }
-  return Prisma.raw(`(${values.map((v) => `'${v}'`).join(', ')})`);
+  return Prisma.raw(`(${values.map((v) => literal(vocabulary, v)).join(', ')})`);
 }
 
 /** The unions, for the apps that take their types from packages/core only. */
