@@ -42,6 +42,7 @@ import {
 } from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { listenForever, logQueueError, pauseOnOutage, retryAtStart } from './outage';
+import type { ExportStatus, NoticeStatus, PaymentStatus } from '@boxes/core';
 
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
@@ -60,8 +61,8 @@ async function sweepPayments(svc: Services): Promise<number> {
   const due = await svc.db.payment.findMany({
     where: {
       OR: [
-        { status: { in: ['requires_approval', 'pending_approval'] }, expiresAt: { lte: now } },
-        { status: 'approved', tokenDueAt: { lte: now } },
+        { status: { in: ['requires_approval', 'pending_approval'] satisfies PaymentStatus[] }, expiresAt: { lte: now } },
+        { status: 'approved' satisfies PaymentStatus, tokenDueAt: { lte: now } },
       ],
     },
     select: { id: true },
@@ -100,7 +101,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     } catch (err) {
       // The last attempt marks the export failed (the download link says so) instead of leaving it building.
       if (!isServiceUnavailable(err) && job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
-        await svc.db.accountExport.updateMany({ where: { id: exportId, status: 'building' }, data: { status: 'failed', error: (err as Error).message.slice(0, 1000) } });
+        await svc.db.accountExport.updateMany({ where: { id: exportId, status: 'building' satisfies ExportStatus }, data: { status: 'failed' satisfies ExportStatus, error: (err as Error).message.slice(0, 1000) } });
         log.error({ err, exportId }, 'data export failed');
       }
       throw err;
@@ -170,7 +171,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   notices.on('error', logQueueError(log, 'notice worker error'));
 
   const sweepNotices = async () => {
-    const pending = await svc.db.notice.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
+    const pending = await svc.db.notice.findMany({ where: { status: 'pending' satisfies NoticeStatus, createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
     await svc.jobs.enqueueNotices(pending.map((n) => n.id));
     return pending.length;
   };

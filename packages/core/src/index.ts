@@ -7,6 +7,7 @@ export * from './shared/context';
 export * from './shared/clock';
 export * from './shared/rate-limit';
 export * from './shared/group-commit';
+export * from './shared/statuses';
 export * from './events/chain';
 export * from './events/append';
 export * from './events/read';

@@ -11,7 +11,10 @@ import { loadConfig } from '@boxes/config';
 
 const here = path.dirname(path.dirname(new URL(import.meta.url).pathname));
 const repo = path.resolve(here, '..', '..');
-const [command, name] = process.argv.slice(2);
+const [command, name, flag] = process.argv.slice(2);
+// What the schema cannot say (CHECK constraints, triggers) goes into a migration written by hand: `--empty`
+// creates it, named and stamped like any other, when the schema itself has not changed.
+const empty = flag === '--empty';
 
 function fail(message: string): never {
   console.error(`db-migrate: ${message}`);
@@ -29,6 +32,25 @@ function writeSchemaCopy(): void {
     );
   fs.mkdirSync(path.join(here, '.tmp'), { recursive: true });
   fs.writeFileSync(path.join(here, '.tmp', 'schema.prisma'), withUrl);
+}
+
+/**
+ * A copy of the migrations without their CHECK constraints, for the diff: the schema cannot express them (so
+ * they never appear in a diff), and Prisma 6's WASM engine aborts ("RuntimeError: unreachable") when it meets
+ * one while introspecting the shadow database.
+ */
+function migrationsWithoutChecks(dir: string): string {
+  const copy = path.join(here, '.tmp', 'migrations');
+  fs.rmSync(copy, { recursive: true, force: true });
+  fs.cpSync(dir, copy, { recursive: true });
+  const check = /^ALTER TABLE "[^"]+" (ADD CONSTRAINT "[^"]+" CHECK \(.*\)|DROP CONSTRAINT "[^"]+_check");$/;
+  for (const entry of fs.readdirSync(copy, { withFileTypes: true })) {
+    const file = path.join(copy, entry.name, 'migration.sql');
+    if (!entry.isDirectory() || !fs.existsSync(file)) continue;
+    const sql = fs.readFileSync(file, 'utf8');
+    fs.writeFileSync(file, sql.split('\n').filter((line) => !check.test(line.trim())).join('\n'));
+  }
+  return copy;
 }
 
 async function recreate(base: URL, db: string): Promise<void> {
@@ -53,7 +75,7 @@ function prisma(args: string[], databaseUrl: string, capture = false) {
 const config = loadConfig();
 writeSchemaCopy();
 if (command === 'new') {
-  if (!name || !/^[a-z0-9_]+$/.test(name)) fail('usage: pnpm db:migrate:new <snake_case_name>');
+  if (!name || !/^[a-z0-9_]+$/.test(name) || (flag !== undefined && !empty)) fail('usage: pnpm db:migrate:new <snake_case_name> [--empty]');
   const dev = new URL(config.databaseUrl);
   dev.pathname = '/boxes_migrate_dev';
   // `migrate diff` replays the existing migrations into the shadow database and diffs the result against
@@ -62,12 +84,17 @@ if (command === 'new') {
   await recreate(dev, 'boxes_migrate_dev');
   await recreate(dev, 'boxes_migrate_dev_shadow');
   const dir = path.join(repo, 'prisma', 'migrations');
-  const out = prisma(['migrate', 'diff', '--from-migrations', dir, '--to-schema-datamodel', path.join(here, '.tmp', 'schema.prisma'), '--script'], dev.toString(), true);
+  const out = prisma(['migrate', 'diff', '--from-migrations', migrationsWithoutChecks(dir), '--to-schema-datamodel', path.join(here, '.tmp', 'schema.prisma'), '--script'], dev.toString(), true);
   if (out.status !== 0) fail(`prisma migrate diff failed:\n${out.stderr}`);
-  const sql = out.stdout.trim();
+  let sql = out.stdout.trim();
   if (!sql || /^-- This is an empty migration\.?$/.test(sql)) {
-    console.log('db-migrate: prisma/schema.prisma matches the migrations; nothing to write.');
-    process.exit(0);
+    if (!empty) {
+      console.log('db-migrate: prisma/schema.prisma matches the migrations; nothing to write (--empty writes a migration to fill by hand).');
+      process.exit(0);
+    }
+    sql = '-- Written by hand: prisma/schema.prisma matched the migrations when this was created.';
+  } else if (empty) {
+    fail('prisma/schema.prisma differs from the migrations: write that migration first, without --empty.');
   }
   const stamp = new Date().toISOString().replace(/\D/g, '').slice(0, 14);
   const target = path.join(dir, `${stamp}_${name}`);

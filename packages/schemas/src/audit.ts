@@ -1,5 +1,6 @@
 /** Audit bundles, the signing key, chain checkpoints, the evidence envelope (beta), usermetadata and closing. */
 import { z } from 'zod';
+import { ACCOUNT_STATUSES, EXPORT_STATUSES } from './statuses';
 import { Timestamp } from './common';
 import { EventOutput } from './events';
 
@@ -129,7 +130,7 @@ export const CloseAccountInput = z.strictObject({
 
 export const CloseAccountOutput = z.object({
   status: z.enum(['closing', 'pending_owner_approval']),
-  account_status: z.enum(['active', 'closing']),
+  account_status: z.enum(ACCOUNT_STATUSES),
   message: z.string(),
   closed_at: Timestamp.nullable(),
   delete_after: Timestamp.nullable().meta({ description: 'When every piece of the account data is deleted for good' }),
@@ -139,7 +140,7 @@ export const CloseAccountOutput = z.object({
   export: z
     .object({
       id: z.string(),
-      status: z.enum(['building', 'ready', 'failed']),
+      status: z.enum(EXPORT_STATUSES),
       download_url: z.string().meta({ description: 'Works without a key until expires_at (any number of downloads); 202 while the archive is being built' }),
       expires_at: Timestamp,
       format: z.literal('application/x-tar'),

@@ -1,5 +1,6 @@
 /** Bulk send jobs: POST /messages/send/bulk, the job resource, its list and cancel. */
 import { z } from 'zod';
+import { BULK_STATUSES } from './statuses';
 import { Timestamp } from './common';
 import { MESSAGE_BODY_RULE, SendInput } from './messages';
 
@@ -65,8 +66,6 @@ export const BulkSendInput = z
       .meta({ description: 'Create the job at most once: the same key with the same request answers the existing job; with a different request 409 idempotency_key_reused', example: 'newsletter-2026-11' }),
   })
   .meta({ id: 'BulkSendRequest' });
-
-export const BULK_STATUSES = ['queued', 'sending', 'cooling_off', 'halted', 'completed', 'cancelled'] as const;
 
 const Counts = z
   .object({

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PUBLIC_DOMAIN_STATUSES } from './statuses';
 import { Timestamp } from './common';
 import { DOMAIN_MODES } from './signup';
 
@@ -19,7 +20,7 @@ export const DomainOutput = z
     id: z.string().meta({ example: 'dom_0a1b2c3d4e5f6g7h8j9k' }),
     name: z.string().meta({ example: 'example.com' }),
     mode: z.enum(DOMAIN_MODES),
-    status: z.enum(['active', 'pending_dns', 'pending_delegation', 'expired', 'retiring', 'retired']).meta({ description: 'retiring: the account moved to another domain; mail to this one is still delivered until grace_until' }),
+    status: z.enum(PUBLIC_DOMAIN_STATUSES).meta({ description: 'retiring: the account moved to another domain; mail to this one is still delivered until grace_until' }),
     primary: z.boolean(),
     created_at: Timestamp,
     verified_at: Timestamp.nullable().meta({ description: 'When the domain went live (domain.ready)' }),

@@ -1,5 +1,6 @@
 /** Auto-forwarding: /boxes/{id}/forwards. */
 import { z } from 'zod';
+import { FORWARD_STATUSES } from './statuses';
 import { Timestamp } from './common';
 
 export const ForwardOutput = z
@@ -15,7 +16,7 @@ export const ForwardOutput = z
       })
       .meta({ description: 'Which mail is forwarded: both conditions must hold; nulls match everything' }),
     status: z
-      .enum(['pending_confirmation', 'active', 'stopped'])
+      .enum(FORWARD_STATUSES)
       .meta({ description: 'pending_confirmation until the target confirms by the mailed link; active: forwarding; stopped: for good (see stop_reason)', example: 'active' }),
     stop_reason: z.string().nullable().meta({ description: 'bounced (a copy bounced) or declined (the target declined)', example: 'bounced' }),
     confirmation_expires_at: Timestamp.nullable().meta({ description: 'Until when the confirmation link works (pending only)', example: '2026-11-30T10:00:00.000Z' }),

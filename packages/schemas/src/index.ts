@@ -3,6 +3,7 @@
  * that text is the API reference. No server dependencies here.
  */
 export * from './common';
+export * from './statuses';
 export * from './strings';
 export * from './signup';
 export * from './account';

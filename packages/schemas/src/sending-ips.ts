@@ -1,10 +1,11 @@
 /** Dedicated sending IPs: POST, GET and DELETE /account/sending-ip. */
 import { z } from 'zod';
+import { SENDING_IP_MODES, SENDING_IP_STATUSES } from './statuses';
 import { Timestamp } from './common';
 
 export const SendingIpInput = z.strictObject({
   mode: z
-    .enum(['live', 'simulated'])
+    .enum(SENDING_IP_MODES)
     .default('live')
     .meta({
       description:
@@ -19,9 +20,9 @@ export const SendingIpOutput = z
     ip: z.string().meta({ description: 'The address (a documentation address, RFC 5737, for a simulated row)', example: '203.0.113.25' }),
     helo_name: z.string().meta({ description: 'The name its SMTP connections announce in EHLO/HELO', example: 'mail2.example.net' }),
     status: z
-      .enum(['provisioning', 'warming', 'active'])
+      .enum(SENDING_IP_STATUSES)
       .meta({ description: 'provisioning: the worker checks the address can be bound; warming: daily caps apply (see warmup); active: no cap', example: 'warming' }),
-    provisioning_mode: z.enum(['live', 'simulated']).meta({ description: 'live binds outbound SMTP to the address; simulated routes nothing', example: 'live' }),
+    provisioning_mode: z.enum(SENDING_IP_MODES).meta({ description: 'live binds outbound SMTP to the address; simulated routes nothing', example: 'live' }),
     phase: z
       .string()
       .meta({ description: 'checking_address, warmup_day_<n>_of_<days>, warmed_up, or simulated', example: 'warmup_day_1_of_7' }),

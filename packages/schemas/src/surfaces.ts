@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { FEATURE_REQUEST_STATUSES, SUPPORT_QUESTION_STATUSES } from './statuses';
 import { Timestamp } from './common';
 import { text } from './strings';
 
@@ -28,7 +29,7 @@ const QuestionBase = z.object({
   subject: z.string(),
   body: z.string().meta({ description: 'The initial question' }),
   context: z.record(z.string(), z.unknown()).nullable(),
-  status: z.enum(['open', 'answered']).meta({ description: 'open: waiting for an operator; answered: an operator replied last' }),
+  status: z.enum(SUPPORT_QUESTION_STATUSES).meta({ description: 'open: waiting for an operator; answered: an operator replied last' }),
   created_at: Timestamp,
   updated_at: Timestamp,
 });
@@ -46,7 +47,7 @@ export const FeatureRequestOutput = z
     id: z.string().meta({ example: 'fr_0a1b2c3d4e5f6g7h8j9k' }),
     title: z.string(),
     description: z.string(),
-    status: z.enum(['open', 'shipped']),
+    status: z.enum(FEATURE_REQUEST_STATUSES),
     votes: z.number().int(),
     voted: z.boolean().meta({ description: 'Whether your account has upvoted it' }),
     mine: z.boolean().meta({ description: 'Whether your account asked for it' }),

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { WEBHOOK_DELIVERY_STATUSES } from './statuses';
 import { Timestamp } from './common';
 
 const Scheme = z.record(z.string(), z.unknown()).meta({ description: 'How deliveries are signed and how to verify them' });
@@ -24,7 +25,7 @@ export const WebhookDeliveryOutput = z
     event_type: z.string(),
     url: z.string(),
     attempt: z.number().int(),
-    status: z.enum(['delivered', 'retrying', 'failed']),
+    status: z.enum(WEBHOOK_DELIVERY_STATUSES),
     status_code: z.number().int().nullable().meta({ description: 'HTTP status, or null when no response came' }),
     error: z.string().nullable(),
     latency_ms: z.number().int().nullable(),
@@ -35,7 +36,7 @@ export const WebhookDeliveryOutput = z
   .meta({ id: 'WebhookDelivery' });
 
 export const ListDeliveriesInput = z.strictObject({
-  status: z.enum(['delivered', 'retrying', 'failed']).optional(),
+  status: z.enum(WEBHOOK_DELIVERY_STATUSES).optional(),
   limit: z.coerce.number<number>().int().min(1).max(200).default(50),
 });
 export const ListDeliveriesOutput = z.object({ deliveries: z.array(WebhookDeliveryOutput) });

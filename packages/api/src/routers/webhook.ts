@@ -1,8 +1,8 @@
 /** The webhook: signing secret and scheme, rotation, the delivery log and redelivery (admin scope). */
 import { z } from 'zod';
-import { AppError, provisionIot, redeliver, rotateWebhookSecret, webhookConfig, webhookHttpDeps } from '@boxes/core';
+import { AppError, narrowStatus, provisionIot, redeliver, rotateWebhookSecret, webhookConfig, webhookHttpDeps } from '@boxes/core';
 import type { WebhookDelivery } from '@boxes/db';
-import { DeliveryIdInput, IotProvisionOutput, ListDeliveriesInput, ListDeliveriesOutput, RotateSecretOutput, WebhookConfigOutput, WebhookDeliveryOutput } from '@boxes/schemas';
+import { DeliveryIdInput, IotProvisionOutput, ListDeliveriesInput, ListDeliveriesOutput, RotateSecretOutput, WEBHOOK_DELIVERY_STATUSES, WebhookConfigOutput, WebhookDeliveryOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 const present = (d: WebhookDelivery) => ({
@@ -12,7 +12,7 @@ const present = (d: WebhookDelivery) => ({
   event_type: d.eventType,
   url: d.url,
   attempt: d.attempt,
-  status: d.status as 'delivered' | 'retrying' | 'failed',
+  status: narrowStatus(WEBHOOK_DELIVERY_STATUSES, d.status),
   status_code: d.statusCode,
   error: d.error,
   latency_ms: d.latencyMs,

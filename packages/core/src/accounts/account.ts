@@ -5,6 +5,8 @@ import type { Services } from '../shared/context';
 import { checkCallbackUrl } from '../webhooks/url-guard';
 import { retentionOf } from '../audit/retention';
 import { closeProtectionOf } from './close';
+import { ACCOUNT_STATUSES, PUBLIC_DOMAIN_STATUSES } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 
 export async function getAccount(svc: Services, input: { accountId: string }) {
   const credit = await creditBalance(svc, input.accountId);
@@ -15,13 +17,13 @@ export async function getAccount(svc: Services, input: { accountId: string }) {
   const d = a.domains[0]!;
   return {
     id: a.id,
-    account_status: a.status as 'active' | 'closing',
+    account_status: narrowStatus(ACCOUNT_STATUSES, a.status),
     primary_address: a.primaryAddress,
     owner_email: a.humanEmail,
     domain: {
       name: d.name,
       mode: d.mode as 'subdomain' | 'register' | 'byo_manual' | 'byo_delegated',
-      status: d.status as 'active' | 'pending_dns' | 'pending_delegation',
+      status: narrowStatus(PUBLIC_DOMAIN_STATUSES, d.status),
     },
     agent_callback_webhook: a.callbackWebhook,
     credit_balance_cents: credit.credit_balance_cents,

@@ -23,6 +23,9 @@ import { seal, sha256Hex } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { stopBulkJobs } from '../bulk/cancel';
+import type { AccountStatus, CloseRequestStatus, DeliveryStatus, DomainRegistrationStatus, DomainStatus, ExportStatus } from '@boxes/schemas';
+import { CLOSE_REQUEST_STATUSES } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 
 export const CLOSE_REQUEST_TTL_MS = 24 * 60 * 60 * 1000;
 const REFUSAL_MAIL_EVERY_MS = 10 * 60 * 1000;
@@ -65,14 +68,14 @@ export const exportUrl = (svc: Services, token: string): string => `${svc.config
 
 export type CloseResult = {
   status: 'closing' | 'pending_owner_approval';
-  account_status: 'active' | 'closing';
+  account_status: AccountStatus;
   message: string;
   closed_at: string | null;
   delete_after: string | null;
   keys_revoked: number;
   deliveries_stopped: number;
   domains_held_for_transfer: string[];
-  export: { id: string; status: 'building' | 'ready' | 'failed'; download_url: string; expires_at: string; format: 'application/x-tar' } | null;
+  export: { id: string; status: ExportStatus; download_url: string; expires_at: string; format: 'application/x-tar' } | null;
   close_request: { id: string; status: 'pending_owner_approval'; expires_at: string } | null;
 };
 
@@ -108,7 +111,7 @@ export async function requestClose(svc: Services, input: { accountId: string; ke
 
   return svc.db.$transaction(async (tx) => {
     const now = svc.clock.now();
-    await tx.accountCloseRequest.updateMany({ where: { accountId: input.accountId, status: 'pending' }, data: { status: 'replaced', decidedAt: now } });
+    await tx.accountCloseRequest.updateMany({ where: { accountId: input.accountId, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'replaced' satisfies CloseRequestStatus, decidedAt: now } });
     const req = await tx.accountCloseRequest.create({
       data: { id: newId('clr'), accountId: input.accountId, requestedByKeyId: input.keyId, expiresAt: new Date(now.getTime() + CLOSE_REQUEST_TTL_MS) },
     });
@@ -141,13 +144,13 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
   const token = randomBytes(32).toString('base64url');
   const result = await svc.db.$transaction(
     async (tx) => {
-      const locked = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE`;
+      const locked = await tx.$queryRaw<{ status: AccountStatus }[]>`SELECT status FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE`;
       if (locked[0]?.status !== 'active') throw new AppError('conflict', 'This account is already closing');
       const now = svc.clock.now();
       const deleteAfter = new Date(now.getTime() + svc.config.audit.deletionGraceDays * DAY_MS);
       const account = await tx.account.update({
         where: { id: input.accountId },
-        data: { status: 'closing', closedAt: now, deleteAfter },
+        data: { status: 'closing' satisfies AccountStatus, closedAt: now, deleteAfter },
         select: { humanEmail: true, domains: { select: { id: true, name: true, status: true, isPrimary: true, registration: true } } },
       });
       const keys = await tx.apiKey.updateMany({ where: { accountId: input.accountId, revokedAt: null }, data: { revokedAt: now } });
@@ -155,9 +158,9 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
       const held = await holdAndUnpublish(svc, tx, account.domains);
       const primary = account.domains.find((d) => d.isPrimary)?.name ?? account.domains[0]?.name ?? input.accountId;
       if ('closeRequestId' in input.by) {
-        await tx.accountCloseRequest.update({ where: { id: input.by.closeRequestId }, data: { status: 'approved', decidedAt: now } });
+        await tx.accountCloseRequest.update({ where: { id: input.by.closeRequestId }, data: { status: 'approved' satisfies CloseRequestStatus, decidedAt: now } });
       }
-      await tx.accountCloseRequest.updateMany({ where: { accountId: input.accountId, status: 'pending' }, data: { status: 'replaced', decidedAt: now } });
+      await tx.accountCloseRequest.updateMany({ where: { accountId: input.accountId, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'replaced' satisfies CloseRequestStatus, decidedAt: now } });
       const exportExpires = new Date(Math.min(now.getTime() + svc.config.audit.exportLinkTtlDays * DAY_MS, deleteAfter.getTime()));
       const exp = await tx.accountExport.create({
         data: { id: newId('exp'), accountId: input.accountId, tokenHash: sha256Hex(token), tokenEnc: seal(svc.secretKey, token), expiresAt: exportExpires },
@@ -215,7 +218,7 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
 /** Bulk jobs are cancelled; queued, deferred and scheduled deliveries (and those waiting for a bulk batch) fail now (holds released, mail.failed each); returns how many. */
 async function stopDeliveries(tx: Tx, accountId: string): Promise<number> {
   await stopBulkJobs(tx, accountId);
-  const open = await tx.delivery.findMany({ where: { accountId, status: { in: ['queued', 'deferred', 'bulk', 'scheduled'] } }, select: { id: true, attempts: true } });
+  const open = await tx.delivery.findMany({ where: { accountId, status: { in: ['queued', 'deferred', 'bulk', 'scheduled'] satisfies DeliveryStatus[] } }, select: { id: true, attempts: true } });
   for (const d of open) await markFailed(tx, d.id, { error: 'stopped: the account is closing', attempts: d.attempts });
   return open.length;
 }
@@ -228,14 +231,14 @@ async function holdAndUnpublish(
 ): Promise<{ name: string; authCode: string }[]> {
   const held: { name: string; authCode: string }[] = [];
   const ids = domains.map((d) => d.id);
-  await tx.domain.updateMany({ where: { id: { in: ids } }, data: { status: 'closed', liveName: null } });
+  await tx.domain.updateMany({ where: { id: { in: ids } }, data: { status: 'closed' satisfies DomainStatus, liveName: null } });
   await tx.box.updateMany({ where: { domainId: { in: ids } }, data: { liveAddress: null } });
   await tx.dnsRecord.deleteMany({ where: { domainId: { in: ids } } });
   await tx.dnsZone.deleteMany({ where: { domainId: { in: ids } } });
   for (const d of domains) {
     if (d.registration && d.registration.status === 'active') {
       const { authCode } = await svc.registrar.holdForTransfer(tx, d.registration.name);
-      await tx.domainRegistration.update({ where: { id: d.registration.id }, data: { status: 'held_for_transfer' } });
+      await tx.domainRegistration.update({ where: { id: d.registration.id }, data: { status: 'held_for_transfer' satisfies DomainRegistrationStatus } });
       held.push({ name: d.registration.name, authCode });
     }
   }
@@ -249,21 +252,21 @@ export async function ownerCloseRequest(svc: Services, ownerEmail: string, id: s
     include: { account: { select: { id: true, humanEmail: true, status: true, primaryAddress: true, domains: { where: { isPrimary: true }, select: { name: true } } } } },
   });
   if (!req || req.account.humanEmail.toLowerCase() !== ownerEmail.toLowerCase()) throw new AppError('not_found', 'No such close request for you.');
-  let status = req.status;
+  let status = narrowStatus(CLOSE_REQUEST_STATUSES, req.status);
   if (status === 'pending' && req.expiresAt < svc.clock.now()) {
-    await svc.db.accountCloseRequest.updateMany({ where: { id, status: 'pending' }, data: { status: 'expired', decidedAt: svc.clock.now() } });
+    await svc.db.accountCloseRequest.updateMany({ where: { id, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'expired' satisfies CloseRequestStatus, decidedAt: svc.clock.now() } });
     status = 'expired';
   }
   return { id: req.id, status, expiresAt: req.expiresAt, accountId: req.account.id, domain: req.account.domains[0]?.name ?? '', primaryAddress: req.account.primaryAddress, requestedByKeyId: req.requestedByKeyId };
 }
 
 /** The owner approves (the account closes now) or denies a pending close request. */
-export async function decideCloseRequest(svc: Services, ownerEmail: string, id: string, action: 'approve' | 'deny'): Promise<{ status: string; result: CloseResult | null }> {
+export async function decideCloseRequest(svc: Services, ownerEmail: string, id: string, action: 'approve' | 'deny'): Promise<{ status: CloseRequestStatus; result: CloseResult | null }> {
   const req = await ownerCloseRequest(svc, ownerEmail, id);
   if (req.status !== 'pending') throw new AppError('conflict', `This request is ${req.status}; nothing to decide.`);
   if (action === 'deny') {
     await svc.db.$transaction(async (tx) => {
-      const r = await tx.accountCloseRequest.updateMany({ where: { id, status: 'pending' }, data: { status: 'denied', decidedAt: svc.clock.now() } });
+      const r = await tx.accountCloseRequest.updateMany({ where: { id, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'denied' satisfies CloseRequestStatus, decidedAt: svc.clock.now() } });
       if (r.count === 1) await appendEvent({ db: tx, accountId: req.accountId, type: 'account.close_denied', data: { close_request_id: id } });
     });
     return { status: 'denied', result: null };

@@ -25,6 +25,7 @@ import { open, seal, sha256Hex } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { retentionOf } from '../audit/retention';
 import { exportUrl } from './close';
+import type { AccountStatus, ExportStatus } from '@boxes/schemas';
 
 const json = (v: unknown) => Buffer.from(`${JSON.stringify(v, (_k, x) => (typeof x === 'bigint' ? x.toString() : x), 2)}\n`);
 
@@ -161,8 +162,8 @@ export async function buildExport(svc: Services, exportId: string): Promise<{ do
   const sha = sha256Hex(archive);
   await svc.db.$transaction(async (tx) => {
     const r = await tx.accountExport.updateMany({
-      where: { id: exportId, status: 'building' },
-      data: { status: 'ready', archiveEnc: seal(svc.secretKey, archive), sizeBytes: archive.length, sha256: sha, readyAt: svc.clock.now() },
+      where: { id: exportId, status: 'building' satisfies ExportStatus },
+      data: { status: 'ready' satisfies ExportStatus, archiveEnc: seal(svc.secretKey, archive), sizeBytes: archive.length, sha256: sha, readyAt: svc.clock.now() },
     });
     if (r.count !== 1) return;
     await appendEvent({ db: tx, accountId, type: 'account.export_ready', data: { export_id: exportId, size_bytes: archive.length, sha256: sha, expires_at: exp.expiresAt.toISOString() } });
@@ -193,7 +194,7 @@ export async function exportByToken(svc: Services, token: string) {
 
 /** Exports left building (their job lost): enqueued again. */
 export async function pendingExports(svc: Services): Promise<string[]> {
-  const rows = await svc.db.accountExport.findMany({ where: { status: 'building', createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 100 });
+  const rows = await svc.db.accountExport.findMany({ where: { status: 'building' satisfies ExportStatus, createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 100 });
   return rows.map((r) => r.id);
 }
 
@@ -202,7 +203,7 @@ export async function pendingExports(svc: Services): Promise<string[]> {
  * cascade, its domains, boxes, keys, messages, events, ledger, payments, notices, exports, checkpoints, ...).
  */
 export async function deleteClosedAccounts(svc: Services): Promise<string[]> {
-  const due = await svc.db.account.findMany({ where: { status: 'closing', deleteAfter: { lte: svc.clock.now() } }, select: { id: true }, take: 100 });
+  const due = await svc.db.account.findMany({ where: { status: 'closing' satisfies AccountStatus, deleteAfter: { lte: svc.clock.now() } }, select: { id: true }, take: 100 });
   for (const { id } of due) {
     await svc.db.$transaction(
       async (tx) => {

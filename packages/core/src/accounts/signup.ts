@@ -27,6 +27,7 @@ import { checkCallbackUrl } from '../webhooks/url-guard';
 import { createSignupPayment, refreshPayment } from '../payments/payments';
 import { postEntries } from '../credit/ledger';
 import { centsToMicros } from '../credit/prices';
+import type { DomainStatus, SignupIntentStatus } from '@boxes/schemas';
 
 type DkimKey = Awaited<ReturnType<typeof createDkimKey>>;
 
@@ -38,7 +39,7 @@ async function subdomainInUse(svc: Services, name: string): Promise<boolean> {
   const [domain, intent] = await Promise.all([
     svc.db.domain.findFirst({ where: { name }, select: { id: true } }),
     svc.db.signupIntent.findFirst({
-      where: { fullDomain: name, status: 'pending', expiresAt: { gt: svc.clock.now() } },
+      where: { fullDomain: name, status: 'pending' satisfies SignupIntentStatus, expiresAt: { gt: svc.clock.now() } },
       select: { id: true },
     }),
   ]);
@@ -215,7 +216,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
   const accountId = newId('acct');
   const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
   // A free subdomain is ours to give and a registered domain was just registered for this account: live at once.
-  const domainStatus = intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns';
+  const domainStatus = (intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns') satisfies DomainStatus;
   await tx.account.create({
     data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
   });
@@ -270,7 +271,7 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
   await tx.signupIntent.update({
     where: { id: intent.id },
     data: {
-      status: 'completed',
+      status: 'completed' satisfies SignupIntentStatus,
       accountId,
       confirmedAt: new Date(),
       // The key for signup.completed at the callback, or for the claim: kept sealed only until it is handed over.

@@ -6,6 +6,7 @@ import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { releaseUnsent } from './run';
 import { bulkJobView, type BulkJobView } from './view';
+import type { BulkStatus } from '@boxes/schemas';
 
 export async function cancelBulkJob(svc: Services, input: { accountId: string; id: string; scope: BoxScope; keyId: string }): Promise<BulkJobView> {
   const before = await bulkJobView(svc, { accountId: input.accountId, id: input.id, scope: input.scope });
@@ -14,7 +15,7 @@ export async function cancelBulkJob(svc: Services, input: { accountId: string; i
     throw new AppError('conflict', `This bulk job is ${before.status}; there is nothing left to cancel.`, { bulk_job_id: input.id, status: before.status });
   }
   const wasSending = await svc.db.$transaction(async (tx) => {
-    const rows = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM bulk_jobs WHERE id = ${input.id} FOR UPDATE`;
+    const rows = await tx.$queryRaw<{ status: BulkStatus }[]>`SELECT status FROM bulk_jobs WHERE id = ${input.id} FOR UPDATE`;
     const status = rows[0]?.status;
     if (!status || !['queued', 'sending', 'cooling_off'].includes(status)) return null;
     await tx.$executeRaw`UPDATE bulk_jobs SET status = 'cancelled', finished_at = now(), next_batch_at = NULL, updated_at = now() WHERE id = ${input.id}`;

@@ -36,6 +36,7 @@ import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { isServiceUnavailable } from '../shared/unavailable';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
+import type { BulkStatus, DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 export interface BulkDeps extends DeliveryDeps {
   /** SMTP transactions in flight. */
@@ -172,8 +173,8 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     let sim: LockedAccount = { ...a };
     let held = 0n;
     let free = 0;
-    const deliveries: { id: string; message_id: string; recipient: string; route: string; status: string; held_micros: string; used_free: boolean; attachment_micros: string; surcharge_micros: string }[] = [];
-    const marks: { index: number; suppressed: number; status: string }[] = [];
+    const deliveries: { id: string; message_id: string; recipient: string; route: string; status: DeliveryStatus; held_micros: string; used_free: boolean; attachment_micros: string; surcharge_micros: string }[] = [];
+    const marks: { index: number; suppressed: number; status: MessageStatus }[] = [];
     for (const item of items) {
       const recipients = item.recipients.filter((r) => !suppressed.has(r));
       marks.push({ index: item.index, suppressed: item.recipients.length - recipients.length, status: recipients.length ? 'queued' : 'suppressed' });
@@ -518,7 +519,7 @@ class BatchSender {
         }
       }
       await refreshMessageStatuses(tx, [...touched]);
-      const [j] = await tx.$queryRaw<{ status: string }[]>`SELECT status FROM bulk_jobs WHERE id = ${this.job.id}`;
+      const [j] = await tx.$queryRaw<{ status: BulkStatus }[]>`SELECT status FROM bulk_jobs WHERE id = ${this.job.id}`;
       return j?.status ?? 'cancelled';
     }, TX);
     // 4xx: the ordinary delivery jobs retry them on the delivery schedule (the sweeper re-drives a lost enqueue).
@@ -560,7 +561,7 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
     const entry = { index: batch, started_at: job.next_batch_at?.toISOString() ?? null, completed_at: now.toISOString() };
     await tx.$executeRaw`
       UPDATE bulk_jobs SET batches_done = ${batch + 1}, batch_log = batch_log || ${JSON.stringify([entry])}::jsonb,
-        status = ${last ? 'completed' : 'cooling_off'}, next_batch_at = ${nextAt}, finished_at = ${last ? now : null}, updated_at = now()
+        status = ${(last ? 'completed' : 'cooling_off') satisfies BulkStatus}, next_batch_at = ${nextAt}, finished_at = ${last ? now : null}, updated_at = now()
       WHERE id = ${jobId}`;
     const { attempted: _a, lastStartedBatch: _l, ...totals } = o;
     await appendEvent({

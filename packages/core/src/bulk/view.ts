@@ -7,9 +7,11 @@ import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import type { DbClient } from '@boxes/db';
 import { AppError } from '../shared/errors';
+import { BULK_STATUSES, FINAL_BULK_STATUSES, type BulkStatus } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 
-export type BulkStatus = 'queued' | 'sending' | 'cooling_off' | 'halted' | 'completed' | 'cancelled';
-export const FINISHED_BULK: readonly string[] = ['halted', 'completed', 'cancelled'];
+export type { BulkStatus };
+export const FINISHED_BULK: readonly string[] = FINAL_BULK_STATUSES;
 
 export interface BulkOutcomes {
   recipients: number;
@@ -102,7 +104,7 @@ function toView(job: BulkJob, o: BulkOutcomes): BulkJobView {
   const { attempted, lastStartedBatch: _last, ...counts } = o;
   return {
     id: job.id,
-    status: job.status as BulkStatus,
+    status: narrowStatus(BULK_STATUSES, job.status),
     batch_size: job.batchSize,
     cool_off_seconds: job.coolOffSeconds,
     max_bounce_rate: job.maxBounceRate,

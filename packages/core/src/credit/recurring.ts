@@ -11,6 +11,7 @@ import type { Services } from '../shared/context';
 import { postedKeys, postEntries, type Posting } from './ledger';
 import { centsToMicros, dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
 import { sendingIpPostings } from '../sending-ips/sending-ips';
+import type { AccountStatus, DomainRegistrationStatus, DomainStatus } from '@boxes/schemas';
 
 const DAY_MS = 86_400_000;
 /** At most this many days of storage are caught up per account and run (the next run continues). */
@@ -52,10 +53,10 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
   const result: CycleResult = { accounts: 0, entries: 0 };
   for (;;) {
     const accounts = await svc.db.account.findMany({
-      where: { id: { gt: cursor }, status: 'active' },
+      where: { id: { gt: cursor }, status: 'active' satisfies AccountStatus },
       orderBy: { id: 'asc' },
       take: 200,
-      select: { id: true, createdAt: true, storageBilledThrough: true, sendingIp: { select: { id: true, ip: true, mode: true, createdAt: true } }, domains: { where: { status: { in: ['active', 'retiring'] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },
+      select: { id: true, createdAt: true, storageBilledThrough: true, sendingIp: { select: { id: true, ip: true, mode: true, createdAt: true } }, domains: { where: { status: { in: ['active', 'retiring'] satisfies DomainStatus[] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },
     });
     if (!accounts.length) break;
     cursor = accounts[accounts.length - 1]!.id;
@@ -138,7 +139,7 @@ async function billAccount(
  * its debit commit together.
  */
 async function renewRegistrations(svc: Services, accountId: string, now: Date): Promise<number> {
-  const due = await svc.db.domainRegistration.findMany({ where: { domain: { accountId, status: 'active' }, status: 'active', expiresAt: { lte: now } } });
+  const due = await svc.db.domainRegistration.findMany({ where: { domain: { accountId, status: 'active' satisfies DomainStatus }, status: 'active' satisfies DomainRegistrationStatus, expiresAt: { lte: now } } });
   let posted = 0;
   for (const reg of due) {
     posted += await svc.db.$transaction(

@@ -8,6 +8,7 @@ import { appendEvent } from '../events/append';
 import { publishLiveDomain } from '../dns/zones';
 import type { Services } from '../shared/context';
 import type { DomainChecks } from './verify';
+import type { DomainStatus } from '@boxes/schemas';
 
 const DAY_MS = 24 * 60 * 60_000;
 
@@ -18,7 +19,7 @@ export async function goLive(svc: Services, tx: Tx, d: Domain): Promise<Domain> 
   try {
     // A savepoint, so that losing the race for the name leaves the transaction usable.
     await tx.$executeRaw`SAVEPOINT go_live`;
-    live = await tx.domain.update({ where: { id: d.id }, data: { status: 'active', liveName: d.name, verifiedAt: now, nextCheckAt: null, claimExpiresAt: null } });
+    live = await tx.domain.update({ where: { id: d.id }, data: { status: 'active' satisfies DomainStatus, liveName: d.name, verifiedAt: now, nextCheckAt: null, claimExpiresAt: null } });
     await tx.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${d.id}`;
   } catch (err) {
     if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
@@ -43,7 +44,7 @@ export async function completeMove(svc: Services, tx: Tx, target: Domain): Promi
   const old = await tx.domain.findFirst({ where: { accountId: target.accountId, isPrimary: true } });
   if (!old || old.id === target.id) return;
   const graceUntil = new Date(svc.clock.now().getTime() + svc.config.dns.moveGraceDays * DAY_MS);
-  await tx.domain.update({ where: { id: old.id }, data: { isPrimary: false, status: 'retiring', graceUntil } });
+  await tx.domain.update({ where: { id: old.id }, data: { isPrimary: false, status: 'retiring' satisfies DomainStatus, graceUntil } });
   await tx.domain.update({ where: { id: target.id }, data: { isPrimary: true } });
   await tx.$executeRaw`
     UPDATE boxes SET domain_id = ${target.id}, address = local_part || '@' || ${target.name}, live_address = local_part || '@' || ${target.name}
@@ -55,12 +56,12 @@ export async function completeMove(svc: Services, tx: Tx, target: Domain): Promi
 
 /** Retiring domains past their grace period: retired, their name freed and their records no longer served. */
 export async function retireMovedDomains(svc: Services): Promise<number> {
-  const due = await svc.db.domain.findMany({ where: { status: 'retiring', graceUntil: { lte: svc.clock.now() } }, select: { id: true } });
+  const due = await svc.db.domain.findMany({ where: { status: 'retiring' satisfies DomainStatus, graceUntil: { lte: svc.clock.now() } }, select: { id: true } });
   for (const { id } of due) {
     await svc.db.$transaction(async (tx) => {
       const d = await tx.domain.findUniqueOrThrow({ where: { id } });
       if (d.status !== 'retiring') return;
-      await tx.domain.update({ where: { id }, data: { status: 'retired', liveName: null } });
+      await tx.domain.update({ where: { id }, data: { status: 'retired' satisfies DomainStatus, liveName: null } });
       await tx.dnsRecord.deleteMany({ where: { domainId: id } });
       await tx.dnsZone.deleteMany({ where: { domainId: id } });
       await appendEvent({ db: tx, accountId: d.accountId, type: 'domain.retired', data: { domain: d.name, retired_at: svc.clock.now().toISOString() } });

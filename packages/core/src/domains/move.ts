@@ -20,6 +20,7 @@ import { ensureOwnZone } from '../dns/zones';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
+import type { DomainStatus } from '@boxes/schemas';
 
 export type MoveMode = 'byo_manual' | 'byo_delegated' | 'register';
 
@@ -57,7 +58,7 @@ export async function startDomainMove(svc: Services, accountId: string, input: {
   return svc.db.$transaction(
     async (tx) => {
       // One move at a time: a pending one is replaced (its claim withdrawn).
-      const replaced = await tx.domain.findMany({ where: { accountId, isPrimary: false, status: { in: ['pending_dns', 'pending_delegation'] } } });
+      const replaced = await tx.domain.findMany({ where: { accountId, isPrimary: false, status: { in: ['pending_dns', 'pending_delegation'] satisfies DomainStatus[] } } });
       if (replaced.length) {
         await tx.domain.deleteMany({ where: { id: { in: replaced.map((d) => d.id) } } });
         await appendEvent({ db: tx, accountId, type: 'domain.move_replaced', data: { replaced: replaced.map((d) => d.name), by: name } });
@@ -78,7 +79,7 @@ export async function startDomainMove(svc: Services, accountId: string, input: {
           accountId,
           name,
           mode: input.mode,
-          status: registering ? 'pending_dns' : input.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns',
+          status: (registering ? 'pending_dns' : input.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns') satisfies DomainStatus,
           isPrimary: false,
           dkimSelector: dkim.selector,
           dkimPublicKey: dkim.publicKey,
@@ -103,7 +104,7 @@ export async function startDomainMove(svc: Services, accountId: string, input: {
         await ensureOwnZone(tx, svc.config, name, 'delegated');
         await appendEvent({ db: tx, accountId, type: 'domain.delegation_required', data: { domain: name, nameservers: svc.config.nameservers, claim_expires_at: domain.claimExpiresAt?.toISOString() ?? null } });
       }
-      const domains = await tx.domain.findMany({ where: { accountId, status: { not: 'retired' } }, orderBy: { createdAt: 'asc' } });
+      const domains = await tx.domain.findMany({ where: { accountId, status: { not: 'retired' satisfies DomainStatus } }, orderBy: { createdAt: 'asc' } });
       return { domains: domains.map((d) => presentDomain(svc.config, d)) };
     },
     { maxWait: 10_000, timeout: 30_000 },

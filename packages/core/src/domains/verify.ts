@@ -19,6 +19,9 @@ import { AppError } from '../shared/errors';
 import { DMARC_VALUE, dkimValue, spfValue } from '../dns/zones';
 import { goLive, retireMovedDomains } from './live';
 import { hostContent } from '../dns/content';
+import type { DomainStatus } from '@boxes/schemas';
+import { PUBLIC_DOMAIN_STATUSES } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 
 export type CheckState = 'found' | 'missing' | 'different';
 
@@ -42,7 +45,7 @@ const MIN_BACKOFF_MS = 60_000;
 const MAX_BACKOFF_MS = 60 * 60_000;
 const DAY_MS = 24 * 60 * 60_000;
 
-export const isPending = (status: string): boolean => status === 'pending_dns' || status === 'pending_delegation';
+export const isPending = (status: string): boolean => status === ('pending_dns' satisfies DomainStatus) || status === ('pending_delegation' satisfies DomainStatus);
 
 export function claimDeadline(config: Config, from: Date): Date {
   return new Date(from.getTime() + config.dns.claimTtlDays * DAY_MS);
@@ -146,7 +149,7 @@ export async function verifyDomain(svc: Services, domainId: string, resolver: Re
     const live = await svc.db.domain.findUnique({ where: { liveName: d.name }, select: { accountId: true } });
     if (live) blockedBy = 'another account proved this domain first';
     else if (d.mode === 'byo_delegated' && !proofSeen && !d.proofSeenAt) {
-      const rivals = await svc.db.domain.count({ where: { name: d.name, id: { not: d.id }, status: { in: ['pending_dns', 'pending_delegation'] } } });
+      const rivals = await svc.db.domain.count({ where: { name: d.name, id: { not: d.id }, status: { in: ['pending_dns', 'pending_delegation'] satisfies DomainStatus[] } } });
       if (rivals) blockedBy = `another account also claims this domain: publish the DKIM record ${d.dkimSelector}._domainkey.${d.name} (see expected) where the domain's DNS is served, so the verifier can tell your claim apart`;
     }
   }
@@ -181,9 +184,9 @@ export async function expireClaim(svc: Services, domainId: string): Promise<Doma
     const locked = await lockDomain(tx, domainId);
     const d = await tx.domain.findUniqueOrThrow({ where: { id: domainId } });
     if (!locked || !isPending(locked.status)) return d;
-    const expired = await tx.domain.update({ where: { id: domainId }, data: { status: 'expired', nextCheckAt: null } });
+    const expired = await tx.domain.update({ where: { id: domainId }, data: { status: 'expired' satisfies DomainStatus, nextCheckAt: null } });
     await appendEvent({ db: tx, accountId: d.accountId, type: 'domain.claim_expired', data: { domain: d.name, mode: d.mode, expired_at: svc.clock.now().toISOString() } });
-    const others = await tx.domain.count({ where: { name: d.name, id: { not: d.id }, status: { in: ['pending_delegation', 'active'] } } });
+    const others = await tx.domain.count({ where: { name: d.name, id: { not: d.id }, status: { in: ['pending_delegation', 'active'] satisfies DomainStatus[] } } });
     if (!others) await tx.dnsZone.deleteMany({ where: { name: d.name, domainId: null, kind: 'delegated' } });
     return expired;
   });
@@ -203,8 +206,8 @@ export async function runDomainVerification(svc: Services, opts: { limit?: numbe
   let expired = 0;
   for (const { id } of due) {
     const d = await verifyDomain(svc, id, resolver);
-    if (d.status === 'active') live++;
-    if (d.status === 'expired') expired++;
+    if (d.status === ('active' satisfies DomainStatus)) live++;
+    if (d.status === ('expired' satisfies DomainStatus)) expired++;
   }
   const retired = await retireMovedDomains(svc);
   return { checked: due.length, live, expired, retired };
@@ -222,7 +225,7 @@ export function presentDomain(config: Config, d: Domain) {
     id: d.id,
     name: d.name,
     mode: d.mode as 'subdomain' | 'byo_manual' | 'byo_delegated' | 'register',
-    status: d.status as 'active' | 'pending_dns' | 'pending_delegation' | 'expired' | 'retiring' | 'retired',
+    status: narrowStatus(PUBLIC_DOMAIN_STATUSES, d.status),
     primary: d.isPrimary,
     created_at: d.createdAt.toISOString(),
     verified_at: d.verifiedAt?.toISOString() ?? null,
@@ -238,7 +241,7 @@ export function presentDomain(config: Config, d: Domain) {
 
 /** POST /account/domain/verify: checks the account's pending claims now (or says why there is nothing to check). */
 export async function verifyAccountDomains(svc: Services, accountId: string) {
-  const pending = await svc.db.domain.findMany({ where: { accountId, status: { in: ['pending_dns', 'pending_delegation', 'expired'] } } });
+  const pending = await svc.db.domain.findMany({ where: { accountId, status: { in: ['pending_dns', 'pending_delegation', 'expired'] satisfies DomainStatus[] } } });
   if (!pending.length) return accountDomains(svc, accountId);
   const resolver = createResolver(svc.config);
   for (const d of pending) {

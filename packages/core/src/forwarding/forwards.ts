@@ -15,6 +15,9 @@ import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { parseMailbox } from '../messages/addresses';
+import type { ForwardStatus } from '@boxes/schemas';
+import { FORWARD_STATUSES } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 
 /** Forwards a box may have at once (pending and active). */
 export const MAX_FORWARDS_PER_BOX = 10;
@@ -31,7 +34,7 @@ export function presentForward(f: BoxForward & { box?: { address: string } }) {
     ...(f.box ? { box: f.box.address } : {}),
     to: f.target,
     match: { from_contains: f.matchFrom, subject_contains: f.matchSubject },
-    status: f.status as 'pending_confirmation' | 'active' | 'stopped',
+    status: narrowStatus(FORWARD_STATUSES, f.status),
     stop_reason: f.stopReason,
     confirmation_expires_at: f.status === 'pending_confirmation' ? f.confirmExpiresAt.toISOString() : null,
     confirmed_at: f.confirmedAt?.toISOString() ?? null,
@@ -67,7 +70,7 @@ export async function createForward(
   const row = await svc.db.$transaction(async (tx) => {
     // Serialises forward changes of one box.
     await tx.$queryRaw`SELECT id FROM boxes WHERE id = ${box.id} FOR UPDATE`;
-    const open = await tx.boxForward.findMany({ where: { boxId: box.id, status: { in: ['pending_confirmation', 'active'] } } });
+    const open = await tx.boxForward.findMany({ where: { boxId: box.id, status: { in: ['pending_confirmation', 'active'] satisfies ForwardStatus[] } } });
     const same = open.find((f) => f.target === target);
     if (same) throw new AppError('forward_exists', `${box.address} already forwards to ${target} (${same.status})`, { forward_id: same.id, status: same.status });
     // Counted from the outbox, so deleting forwards does not reset it.
@@ -159,8 +162,8 @@ export async function answerForwardConfirmation(svc: Services, token: string, an
     if (f.confirmExpiresAt <= now) throw new AppError('link_expired', 'This confirmation link has expired; nothing will be forwarded');
     const updated =
       answer === 'confirm'
-        ? await tx.boxForward.update({ where: { id: f.id }, data: { status: 'active', confirmedAt: now }, include: { box: { select: { address: true } } } })
-        : await tx.boxForward.update({ where: { id: f.id }, data: { status: 'stopped', stopReason: 'declined', stoppedAt: now }, include: { box: { select: { address: true } } } });
+        ? await tx.boxForward.update({ where: { id: f.id }, data: { status: 'active' satisfies ForwardStatus, confirmedAt: now }, include: { box: { select: { address: true } } } })
+        : await tx.boxForward.update({ where: { id: f.id }, data: { status: 'stopped' satisfies ForwardStatus, stopReason: 'declined', stoppedAt: now }, include: { box: { select: { address: true } } } });
     await refreshBoxFlag(tx, f.boxId);
     const ref = { id: f.id, box_id: f.boxId, to: f.target };
     await appendEvent({
@@ -175,7 +178,7 @@ export async function answerForwardConfirmation(svc: Services, token: string, an
 
 /** Stops a forward for good and says why (box.forward.stopped). */
 export async function stopForward(tx: Tx, f: Pick<BoxForward, 'id' | 'accountId' | 'boxId' | 'target'>, reason: string, detail: Record<string, unknown> = {}) {
-  const done = await tx.boxForward.updateMany({ where: { id: f.id, status: { not: 'stopped' } }, data: { status: 'stopped', stopReason: reason, stoppedAt: new Date() } });
+  const done = await tx.boxForward.updateMany({ where: { id: f.id, status: { not: 'stopped' satisfies ForwardStatus } }, data: { status: 'stopped' satisfies ForwardStatus, stopReason: reason, stoppedAt: new Date() } });
   if (done.count !== 1) return;
   await refreshBoxFlag(tx, f.boxId);
   await appendEvent({ db: tx, accountId: f.accountId, type: 'box.forward.stopped', boxId: f.boxId, data: { id: f.id, box_id: f.boxId, to: f.target, reason, ...detail } });

@@ -18,6 +18,7 @@
 import type { Box, Tx } from '@boxes/db';
 import type { ParsedMessage } from '@boxes/mail';
 import type { SendInput } from '@boxes/schemas';
+import type { ForwardRunStatus, ForwardStatus } from '@boxes/schemas';
 import type { z } from 'zod';
 import { appendEvent } from '../events/append';
 import { sendMessage } from '../messages/send';
@@ -36,13 +37,13 @@ function matches(f: { matchFrom: string | null; matchSubject: string | null }, p
 
 /** In the receiving transaction: one run per active, matching forward. Returns the runs to enqueue. */
 export async function queueForwardRuns(tx: Tx, input: { box: Pick<Box, 'id' | 'accountId' | 'address'>; messageId: string; parsed: ParsedMessage }): Promise<string[]> {
-  const forwards = await tx.boxForward.findMany({ where: { boxId: input.box.id, status: 'active' } });
+  const forwards = await tx.boxForward.findMany({ where: { boxId: input.box.id, status: 'active' satisfies ForwardStatus } });
   const loop = Object.keys(input.parsed.headers).some((k) => k.toLowerCase() === FORWARDED_BY_HEADER.toLowerCase());
   const pending: string[] = [];
   for (const f of forwards) {
     if (!matches(f, input.parsed)) continue;
     const id = newId('fwr');
-    await tx.forwardRun.create({ data: { id, forwardId: f.id, messageId: input.messageId, status: loop ? 'skipped' : 'pending', reason: loop ? 'loop' : null } });
+    await tx.forwardRun.create({ data: { id, forwardId: f.id, messageId: input.messageId, status: (loop ? 'skipped' : 'pending') satisfies ForwardRunStatus, reason: loop ? 'loop' : null } });
     if (loop) {
       await appendEvent({
         db: tx,
@@ -73,14 +74,14 @@ export async function enqueueForwardRuns(svc: Services, runIds: string[]): Promi
 
 /** Pending runs older than graceMs (their enqueue lost): enqueued again; the job id makes that harmless. */
 export async function sweepForwardRuns(svc: Services, graceMs = 30_000): Promise<number> {
-  const rows = await svc.db.forwardRun.findMany({ where: { status: 'pending', createdAt: { lt: new Date(Date.now() - graceMs) } }, select: { id: true }, take: 1000 });
+  const rows = await svc.db.forwardRun.findMany({ where: { status: 'pending' satisfies ForwardRunStatus, createdAt: { lt: new Date(Date.now() - graceMs) } }, select: { id: true }, take: 1000 });
   await enqueueForwardRuns(svc, rows.map((r) => r.id));
   return rows.length;
 }
 
 async function skip(svc: Services, run: { id: string; forward: { id: string; accountId: string; boxId: string; target: string } }, messageId: string, reason: string, detail?: string) {
   await svc.db.$transaction(async (tx) => {
-    const done = await tx.forwardRun.updateMany({ where: { id: run.id, status: 'pending' }, data: { status: 'skipped', reason } });
+    const done = await tx.forwardRun.updateMany({ where: { id: run.id, status: 'pending' satisfies ForwardRunStatus }, data: { status: 'skipped' satisfies ForwardRunStatus, reason } });
     if (done.count !== 1) return;
     const f = run.forward;
     await appendEvent({ db: tx, accountId: f.accountId, type: 'box.forward.skipped', boxId: f.boxId, data: { id: f.id, box_id: f.boxId, to: f.target, message_id: messageId, reason, ...(detail ? { detail } : {}) } });
@@ -131,7 +132,7 @@ export async function runForward(svc: Services, runId: string): Promise<'sent' |
     const sent = await sendMessage(svc, { account, boxScope: null }, input);
     messageId = sent.message_id;
     if (sent.status === 'suppressed') {
-      await svc.db.forwardRun.updateMany({ where: { id: run.id, status: 'pending' }, data: { sentMessageId: messageId } });
+      await svc.db.forwardRun.updateMany({ where: { id: run.id, status: 'pending' satisfies ForwardRunStatus }, data: { sentMessageId: messageId } });
       await skip(svc, run, run.messageId, 'suppressed', `${f.target} is on the suppression list`);
       return 'skipped';
     }
@@ -143,6 +144,6 @@ export async function runForward(svc: Services, runId: string): Promise<'sent' |
     }
     throw err;
   }
-  await svc.db.forwardRun.updateMany({ where: { id: run.id, status: 'pending' }, data: { status: 'sent', sentMessageId: messageId } });
+  await svc.db.forwardRun.updateMany({ where: { id: run.id, status: 'pending' satisfies ForwardRunStatus }, data: { status: 'sent' satisfies ForwardRunStatus, sentMessageId: messageId } });
   return 'sent';
 }

@@ -11,8 +11,10 @@ import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
 import { stopForwardOnBounce } from '../forwarding/forwards';
+import { FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus } from '@boxes/schemas';
+import { statusLiteral } from '../shared/statuses';
 
-const FINAL = ['delivered', 'bounced', 'failed'];
+const FINAL: DeliveryStatus[] = [...FINAL_DELIVERY_STATUSES];
 
 /** Sets the messages' statuses from their deliveries, each once every one of its deliveries is final (one statement). */
 export async function refreshMessageStatuses(tx: Tx, messageIds: string[]): Promise<void> {
@@ -30,10 +32,10 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
 function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
   return Prisma.sql`
       UPDATE messages m SET status = CASE
-          WHEN s.delivered = s.total THEN 'delivered'
-          WHEN s.delivered > 0 THEN 'partially_delivered'
-          WHEN s.bounced > 0 THEN 'bounced'
-          ELSE 'failed' END
+          WHEN s.delivered = s.total THEN ${statusLiteral(MESSAGE_STATUSES, 'delivered')}
+          WHEN s.delivered > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'partially_delivered')}
+          WHEN s.bounced > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'bounced')}
+          ELSE ${statusLiteral(MESSAGE_STATUSES, 'failed')} END
       FROM (
         SELECT message_id, count(*) AS total,
           count(*) FILTER (WHERE status = 'delivered') AS delivered,
@@ -45,7 +47,7 @@ function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
 }
 
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
-async function claim(tx: Tx, deliveryId: string, status: string, data: Record<string, unknown>): Promise<boolean> {
+async function claim(tx: Tx, deliveryId: string, status: DeliveryStatus, data: Record<string, unknown>): Promise<boolean> {
   const r = await tx.delivery.updateMany({
     where: { id: deliveryId, status: { notIn: FINAL } },
     data: { status, ...data },
@@ -171,7 +173,7 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
   // counts as a bounce for the suppression list.
   if (!fresh && d.status !== 'delivered') return;
   if (fresh) await releaseDelivery(tx, d);
-  else await tx.delivery.update({ where: { id: d.id }, data: { status: 'bounced', lastError: info.response.slice(0, 1000) } });
+  else await tx.delivery.update({ where: { id: d.id }, data: { status: 'bounced' satisfies DeliveryStatus, lastError: info.response.slice(0, 1000) } });
   await appendEvent({
     db: tx,
     accountId: d.accountId,
@@ -188,7 +190,7 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
 export async function markDeferred(tx: Tx, deliveryId: string, info: { error: string; nextAttemptAt: Date; attempts: number }) {
   await tx.delivery.updateMany({
     where: { id: deliveryId, status: { notIn: FINAL } },
-    data: { status: 'deferred', lastError: info.error.slice(0, 1000), nextAttemptAt: info.nextAttemptAt, attempts: info.attempts },
+    data: { status: 'deferred' satisfies DeliveryStatus, lastError: info.error.slice(0, 1000), nextAttemptAt: info.nextAttemptAt, attempts: info.attempts },
   });
 }
 

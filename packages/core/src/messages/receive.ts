@@ -19,6 +19,7 @@ import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
 import { storedTrust, type InboundTrust } from '../trust/inbound';
+import type { MessageStatus } from '@boxes/schemas';
 
 export type RecipientResolution =
   | { kind: 'box'; box: Box }
@@ -334,7 +335,7 @@ async function storeOne(svc: Services, tx: Tx, p: Prepared, i: number, box: Box,
       accountId: box.accountId,
       boxId: box.id,
       direction: 'received',
-      status: 'received',
+      status: 'received' satisfies MessageStatus,
       rfcMessageId: m.rfcMessageId,
       providerMessageId: m.id,
       inReplyTo: parsed.inReplyTo,

@@ -9,6 +9,9 @@ import { lockAccountCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
+import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import { DELIVERY_STATUSES, MESSAGE_STATUSES } from '@boxes/schemas';
+import { statusLiteral } from '../shared/statuses';
 
 /** How far ahead a send may be scheduled. */
 export const MAX_SCHEDULE_MS = 30 * 86_400_000;
@@ -36,14 +39,14 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
   return svc.db.$transaction(
     async (tx) => {
       const m = await tx.message.findUnique({ where: { id: messageId }, select: { accountId: true, status: true } });
-      if (!m || m.status !== 'scheduled') return false;
+      if (!m || m.status !== ('scheduled' satisfies MessageStatus)) return false;
       await lockAccountCredit(tx, m.accountId);
       const rows = await tx.$queryRaw<{ id: string; box_id: string | null; rfc_message_id: string; thread_id: string; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; send_at: Date | null; context: unknown; recipients: number }[]>`
         WITH m AS (
-          UPDATE messages SET status = 'queued' WHERE id = ${messageId} AND status = 'scheduled'
+          UPDATE messages SET status = ${statusLiteral(MESSAGE_STATUSES, 'queued')} WHERE id = ${messageId} AND status = 'scheduled'
           RETURNING id, box_id, rfc_message_id, thread_id, from_address, to_addresses, cc_addresses, subject, send_at, context
         ), d AS (
-          UPDATE deliveries SET status = 'queued', updated_at = now() WHERE message_id IN (SELECT id FROM m) AND status = 'scheduled' RETURNING id
+          UPDATE deliveries SET status = ${statusLiteral(DELIVERY_STATUSES, 'queued')}, updated_at = now() WHERE message_id IN (SELECT id FROM m) AND status = 'scheduled' RETURNING id
         )
         SELECT m.*, (SELECT count(*) FROM d)::int AS recipients FROM m`;
       const r = rows[0];
@@ -81,7 +84,7 @@ export async function cancelScheduled(svc: Services, input: { accountId: string;
       if (!m || (input.scope && (!m.boxId || !input.scope.includes(m.boxId)))) throw notFound('message', input.id);
       // The account first, as every writer of credit and events locks it, then the message row.
       await lockAccountCredit(tx, input.accountId);
-      const cancelled = await tx.message.updateMany({ where: { id: m.id, status: 'scheduled' }, data: { status: 'cancelled' } });
+      const cancelled = await tx.message.updateMany({ where: { id: m.id, status: 'scheduled' satisfies MessageStatus }, data: { status: 'cancelled' satisfies MessageStatus } });
       if (cancelled.count === 0) {
         const now = await tx.message.findUniqueOrThrow({ where: { id: m.id }, select: { status: true } });
         if (now.status === 'cancelled') throw new AppError('conflict', `message ${m.id} was already cancelled`, { status: now.status });
@@ -89,8 +92,8 @@ export async function cancelScheduled(svc: Services, input: { accountId: string;
           status: now.status,
         });
       }
-      const deliveries = await tx.delivery.findMany({ where: { messageId: m.id, status: 'scheduled' } });
-      await tx.delivery.updateMany({ where: { messageId: m.id, status: 'scheduled' }, data: { status: 'cancelled' } });
+      const deliveries = await tx.delivery.findMany({ where: { messageId: m.id, status: 'scheduled' satisfies DeliveryStatus } });
+      await tx.delivery.updateMany({ where: { messageId: m.id, status: 'scheduled' satisfies DeliveryStatus }, data: { status: 'cancelled' satisfies DeliveryStatus } });
       for (const d of deliveries) await releaseDelivery(tx, d);
       await appendEvent({ db: tx, accountId: input.accountId, type: 'mail.cancelled', boxId: m.boxId, data: { message_id: m.id, send_at: m.sendAt?.toISOString() ?? null, recipients: deliveries.length, by_key_id: input.actorKeyId } });
       return { id: m.id, status: 'cancelled' as const, send_at: m.sendAt?.toISOString() ?? null, released_messages: deliveries.length, deliveryIds: deliveries.map((d) => d.id) };

@@ -22,6 +22,7 @@ import { checkSendLoop } from './loop';
 import { checkMessage, loadSendState, planMessage, type MessagePlan } from './plan';
 import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
+import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -150,7 +151,7 @@ function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
   const p = sp.planned;
   const recipients = p.deliverTo;
   const reservation = recipients.length ? planReservation(svc, a, recipients.length, { attachmentBytes: p.attachmentBytes, trailer: p.withTrailer }) : null;
-  const status = recipients.length ? (sp.sendAt ? 'scheduled' : 'queued') : 'suppressed';
+  const status = (recipients.length ? (sp.sendAt ? 'scheduled' : 'queued') : 'suppressed') satisfies MessageStatus;
   const deliveries = recipients.map((r, i) => ({
     id: newId('dlv'),
     recipient: r,
@@ -246,7 +247,9 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
       send_at: s.plan.sendAt?.toISOString() ?? null,
     };
   });
-  const deliveries = staged.flatMap((s) => s.deliveries.map((d) => ({ ...d, message_id: s.plan.planned.messageId, account_id: s.plan.accountId, status: s.plan.sendAt ? 'scheduled' : 'queued' })));
+  const deliveries = staged.flatMap((s) =>
+    s.deliveries.map((d) => ({ ...d, message_id: s.plan.planned.messageId, account_id: s.plan.accountId, status: (s.plan.sendAt ? 'scheduled' : 'queued') satisfies DeliveryStatus })),
+  );
   const events = staged.map((s) => s.event);
   await tx.$queryRaw`
     WITH acc AS (

@@ -9,6 +9,7 @@
  * double click or two workers cannot pay twice; the credit entry also carries the key payment:<id>.
  */
 import type { EventDataInput, NewEvent } from '@boxes/schemas';
+import type { PaymentStatus } from '@boxes/schemas';
 import { randomBytes } from 'node:crypto';
 import type { Account, Payment, Tx, Wallet } from '@boxes/db';
 import type { Prisma } from '@boxes/db';
@@ -43,7 +44,7 @@ export const MANDATE_TIERS = [
 ] as const;
 const DAY_MS = 86_400_000;
 
-const PENDING = ['requires_approval', 'pending_approval'];
+const PENDING: string[] = ['requires_approval', 'pending_approval'] satisfies PaymentStatus[];
 
 /** Whose wallet pays a payment, and so who may approve it. */
 export const payerOf = (p: Pick<Payment, 'payerEmail' | 'ownerEmail'>): string => p.payerEmail ?? p.ownerEmail;
@@ -72,7 +73,7 @@ function checkAmount(amountCents: number): void {
   }
 }
 
-type NewPayment = Omit<Prisma.PaymentUncheckedCreateInput, 'id' | 'provider' | 'createdAt'>;
+type NewPayment = Omit<Prisma.PaymentUncheckedCreateInput, 'id' | 'provider' | 'createdAt' | 'status'> & { status: PaymentStatus };
 
 /**
  * Creates a payment with its id (pi_ for card payments, mpp_ for challenges), the provider's name and the
@@ -118,7 +119,7 @@ async function announce(tx: Tx, p: Payment): Promise<void> {
 }
 
 /** Moves a locked payment to a final status and announces it. */
-async function conclude(tx: Tx, id: string, data: Prisma.PaymentUncheckedUpdateInput): Promise<Payment> {
+async function conclude(tx: Tx, id: string, data: Prisma.PaymentUncheckedUpdateInput & { status: PaymentStatus }): Promise<Payment> {
   const done = await tx.payment.update({ where: { id }, data });
   await announce(tx, done);
   return done;
@@ -140,7 +141,7 @@ async function accountTrustedByWallet(svc: Services, accountId: string, email: s
   const n = await svc.db.payment.count({
     where: {
       accountId,
-      status: 'succeeded',
+      status: 'succeeded' satisfies PaymentStatus,
       paidVia: { in: ['owner', 'wallet'] },
       OR: [{ payerEmail: email }, { payerEmail: null, ownerEmail: email }],
     },
@@ -152,7 +153,7 @@ async function accountTrustedByWallet(svc: Services, accountId: string, email: s
 async function mandateUsed30d(svc: Services, email: string): Promise<number> {
   const since = new Date(svc.clock.now().getTime() - 30 * DAY_MS);
   const r = await svc.db.payment.aggregate({
-    where: { ownerEmail: email.toLowerCase(), paidVia: 'mandate', status: 'succeeded', createdAt: { gte: since } },
+    where: { ownerEmail: email.toLowerCase(), paidVia: 'mandate', status: 'succeeded' satisfies PaymentStatus, createdAt: { gte: since } },
     _sum: { amountCents: true },
   });
   return r._sum.amountCents ?? 0;
@@ -258,7 +259,7 @@ export async function refreshPayment(svc: Services, id: string): Promise<Payment
       if (!charge.ok) {
         return conclude(tx, id, { status: 'failed', sharedPaymentToken: token, declineCode: charge.declineCode });
       }
-      const done = await tx.payment.update({ where: { id }, data: { status: 'succeeded', sharedPaymentToken: token, settledAt: now, paidVia: 'wallet' } });
+      const done = await tx.payment.update({ where: { id }, data: { status: 'succeeded' satisfies PaymentStatus, sharedPaymentToken: token, settledAt: now, paidVia: 'wallet' } });
       await landCredit(svc, tx, done, done.accountId!, 'topup');
       await announce(tx, done);
       return done;
@@ -609,7 +610,7 @@ export async function decidePayment(svc: Services, email: string, id: string, de
       }
       if (!cardRef) throw new AppError('validation_error', 'Enter a card to pay with.', { fields: [{ path: 'card', message: 'required' }] });
       if (p.kind === 'mpp') {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'approved', decidedAt: now, tokenDueAt: new Date(now.getTime() + TOKEN_DELAY_MS) } });
+        const done = await tx.payment.update({ where: { id }, data: { status: 'approved' satisfies PaymentStatus, decidedAt: now, tokenDueAt: new Date(now.getTime() + TOKEN_DELAY_MS) } });
         return { p: done, error: null };
       }
       const charge = await svc.payments.chargeCard(tx, cardRef, p.amountCents, what(p), `${p.id}:${cardRef}`);
@@ -620,7 +621,7 @@ export async function decidePayment(svc: Services, email: string, id: string, de
         }
         return { p: done, error: `${charge.message} (${charge.declineCode}) Try another card.` };
       }
-      let done = await tx.payment.update({ where: { id }, data: { status: 'succeeded', decidedAt: now, settledAt: now, paidVia: 'owner', declineCode: null } });
+      let done = await tx.payment.update({ where: { id }, data: { status: 'succeeded' satisfies PaymentStatus, decidedAt: now, settledAt: now, paidVia: 'owner', declineCode: null } });
       if (p.kind === 'signup') {
         const accountId = await provisionFunded(svc, tx, p.signupIntentId!, dkim!);
         done = await tx.payment.update({ where: { id }, data: { accountId } });

@@ -19,14 +19,15 @@ import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError, isUniqueViolation } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { narrowStatus } from '../shared/statuses';
+import { SENDING_IP_MODES, type SendingIpMode, type SendingIpStatus } from '@boxes/schemas';
 
 const DAY_MS = 86_400_000;
 const dayStart = (d: Date) => Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
 const dayKey = (d: Date) => new Date(dayStart(d)).toISOString().slice(0, 10);
 const monthKey = (d: Date) => `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
 
-export type SendingIpMode = 'live' | 'simulated';
-export type SendingIpStatus = 'provisioning' | 'warming' | 'active';
+export type { SendingIpMode, SendingIpStatus };
 
 /** The name of the account's own configuration set, carried by its sends in X-Boxes-Configuration-Set. */
 export const configurationSetName = (accountId: string): string => `dedicated-${accountId}`;
@@ -88,7 +89,7 @@ export async function presentSendingIp(svc: Services, row: SendingIp) {
     ip: row.ip,
     helo_name: row.heloName,
     status,
-    provisioning_mode: row.mode as SendingIpMode,
+    provisioning_mode: narrowStatus(SENDING_IP_MODES, row.mode),
     phase,
     note,
     configuration_set: configurationSetName(row.accountId),

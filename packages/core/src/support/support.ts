@@ -8,6 +8,9 @@ import { Prisma } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { AppError, notFound } from '../shared/errors';
 import { newId } from '../shared/ids';
+import type { FeatureRequestStatus, SupportQuestionStatus } from '@boxes/schemas';
+import { FEATURE_REQUEST_STATUSES, SUPPORT_QUESTION_STATUSES } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 
 type QuestionWithThread = SupportQuestion & { messages: SupportMessage[] };
 
@@ -17,7 +20,7 @@ function presentBase(q: QuestionWithThread) {
     subject: q.subject,
     body: q.messages[0]?.body ?? '',
     context: (q.context as Record<string, unknown> | null) ?? null,
-    status: q.status as 'open' | 'answered',
+    status: narrowStatus(SUPPORT_QUESTION_STATUSES, q.status),
     created_at: q.createdAt.toISOString(),
     updated_at: q.updatedAt.toISOString(),
   };
@@ -66,7 +69,7 @@ export async function replyToQuestion(db: Db, accountId: string, id: string, bod
     const q = await tx.supportQuestion.findFirst({ where: { id, accountId } });
     if (!q) throw notFound('support question', id);
     await tx.supportMessage.create({ data: { id: newId('sm'), questionId: id, author: 'agent', body } });
-    await tx.supportQuestion.update({ where: { id }, data: { status: 'open' } });
+    await tx.supportQuestion.update({ where: { id }, data: { status: 'open' satisfies SupportQuestionStatus } });
     const full = await tx.supportQuestion.findUniqueOrThrow({ where: { id }, include: { messages: { orderBy: { createdAt: 'asc' } } } });
     return presentThread(full);
   });
@@ -78,7 +81,7 @@ export async function answerQuestion(db: Db, id: string, body: string) {
     const q = await tx.supportQuestion.findUnique({ where: { id } });
     if (!q) throw notFound('support question', id);
     const m = await tx.supportMessage.create({ data: { id: newId('sm'), questionId: id, author: 'operator', body } });
-    await tx.supportQuestion.update({ where: { id }, data: { status: 'answered' } });
+    await tx.supportQuestion.update({ where: { id }, data: { status: 'answered' satisfies SupportQuestionStatus } });
     await appendEvent({
       db: tx,
       accountId: q.accountId,
@@ -90,7 +93,7 @@ export async function answerQuestion(db: Db, id: string, body: string) {
 }
 
 export async function openQuestions(db: Db) {
-  return db.supportQuestion.findMany({ where: { status: 'open' }, orderBy: { updatedAt: 'asc' }, include: { messages: { orderBy: { createdAt: 'asc' } } } });
+  return db.supportQuestion.findMany({ where: { status: 'open' satisfies SupportQuestionStatus }, orderBy: { updatedAt: 'asc' }, include: { messages: { orderBy: { createdAt: 'asc' } } } });
 }
 
 type FeatureWithVotes = FeatureRequest & { _count: { votes: number } };
@@ -100,7 +103,7 @@ function presentFeature(f: FeatureWithVotes, accountId: string, votedIds: Set<st
     id: f.id,
     title: f.title,
     description: f.description,
-    status: f.status as 'open' | 'shipped',
+    status: narrowStatus(FEATURE_REQUEST_STATUSES, f.status),
     votes: f._count.votes,
     voted: votedIds.has(f.id),
     mine: f.accountId === accountId,
@@ -156,7 +159,7 @@ export async function shipFeature(db: Db, id: string, note?: string) {
     if (!f) throw notFound('feature request', id);
     if (f.status === 'shipped') return { id, notified: 0 };
     const shippedAt = new Date();
-    await tx.featureRequest.update({ where: { id }, data: { status: 'shipped', shippedAt } });
+    await tx.featureRequest.update({ where: { id }, data: { status: 'shipped' satisfies FeatureRequestStatus, shippedAt } });
     const accounts = [...new Set([f.accountId, ...f.votes.map((v) => v.accountId)])];
     for (const accountId of accounts) {
       await appendEvent({
@@ -171,7 +174,7 @@ export async function shipFeature(db: Db, id: string, note?: string) {
 }
 
 export async function openFeatures(db: Db) {
-  return db.featureRequest.findMany({ where: { status: 'open' }, orderBy: { createdAt: 'asc' }, include: { _count: { select: { votes: true } } } });
+  return db.featureRequest.findMany({ where: { status: 'open' satisfies FeatureRequestStatus }, orderBy: { createdAt: 'asc' }, include: { _count: { select: { votes: true } } } });
 }
 
 export async function saveMcpFeedback(db: Db, accountId: string, notes: Record<string, unknown>) {

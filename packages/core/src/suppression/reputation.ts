@@ -8,6 +8,7 @@
  */
 import type { DbClient, Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
+import type { DeliveryStatus } from '@boxes/schemas';
 import type { Services } from '../shared/context';
 
 export const BOUNCE_RATE_LIMIT = 0.03;
@@ -18,7 +19,7 @@ export async function reputationCounts(db: DbClient, accountId: string, now: Dat
   const since = new Date(now.getTime() - WEEK_MS);
   const [sent, bounced, complained] = await Promise.all([
     db.delivery.count({ where: { accountId, createdAt: { gte: since } } }),
-    db.delivery.count({ where: { accountId, createdAt: { gte: since }, status: 'bounced' } }),
+    db.delivery.count({ where: { accountId, createdAt: { gte: since }, status: 'bounced' satisfies DeliveryStatus } }),
     db.suppression.count({ where: { accountId, reason: 'complaint', createdAt: { gte: since } } }),
   ]);
   const bounceRate = sent ? bounced / sent : 0;

@@ -17,6 +17,7 @@ import { newId } from '../shared/ids';
 import { secretsOf, signatureHeaders, signingSecrets } from './secret';
 import { readFileSync } from 'node:fs';
 import { guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
+import type { WebhookDeliveryStatus } from '@boxes/schemas';
 
 export interface WebhookDeps {
   lookup: ReturnType<typeof guardedLookup>;
@@ -166,7 +167,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
     // Successes are recorded (cursor and delivery log) once per run of them, not per event: a crash re-sends at
     // most that run, which at-least-once delivery allows; every failure path records first. One statement.
     let stored = a.cursor;
-    let pending: Omit<Prisma.WebhookDeliveryCreateManyInput, 'accountId'>[] = [];
+    let pending: (Omit<Prisma.WebhookDeliveryCreateManyInput, 'accountId' | 'status'> & { status: WebhookDeliveryStatus })[] = [];
     let clearKey = false;
     const flush = async () => {
       if (cursor === stored) return;
@@ -208,7 +209,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
       if (attempt >= WEBHOOK_MAX_ATTEMPTS || old) {
         await svc.db.$transaction(async (tx) => {
           await tx.account.updateMany({ where: at, data: { webhookCursor: event.seq, webhookAttempts: 0, webhookNextAttemptAt: null } });
-          await tx.webhookDelivery.create({ data: { ...base, status: 'failed' } });
+          await tx.webhookDelivery.create({ data: { ...base, status: 'failed' satisfies WebhookDeliveryStatus } });
           // A signup with a claim keeps the key for it: the callback gave up, the claim is the way left.
           if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId, claimSecretHash: null }, data: { apiKeyEnc: null } });
           // No failure event for a failure event: a dead endpoint must not grow the log without end.
@@ -229,7 +230,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
       const next = new Date(Date.now() + deps.retryDelayMs(attempt));
       await svc.db.$transaction([
         svc.db.account.updateMany({ where: at, data: { webhookAttempts: attempt, webhookNextAttemptAt: next } }),
-        svc.db.webhookDelivery.create({ data: { ...base, status: 'retrying', nextRetryAt: next } }),
+        svc.db.webhookDelivery.create({ data: { ...base, status: 'retrying' satisfies WebhookDeliveryStatus, nextRetryAt: next } }),
       ]);
       await deps.scheduleRetry(accountId, next);
       return;
@@ -258,7 +259,7 @@ export async function redeliver(svc: Services, deps: Pick<WebhookDeps, 'lookup' 
       eventType: event.type,
       url: a.callbackWebhook,
       attempt: 1,
-      status: result.ok ? 'delivered' : 'failed',
+      status: (result.ok ? 'delivered' : 'failed') satisfies WebhookDeliveryStatus,
       statusCode: result.status,
       error: result.error,
       latencyMs: result.latencyMs,
