@@ -109,6 +109,7 @@ const ROUTES: RouteCase[] = [
   { proc: 'webhook.deliveries',         method: 'GET',    path: '/account/webhook/deliveries', scope: 'admin', restricted: 'account_wide' },
   { proc: 'webhook.redeliver',          method: 'POST',   path: '/account/webhook/deliveries/{delivery}/redeliver', scope: 'admin', restricted: 'account_wide' },
   { proc: 'iot.provision',              method: 'POST',   path: '/account/iot/provision',    scope: 'admin',   restricted: 'account_wide' },
+  { proc: 'mailClients.certificate',    method: 'GET',    path: '/mail-clients/certificate', scope: null,      restricted: 'allowed' },
   { proc: 'mcp.status',                 method: 'GET',    path: '/account/mcp/status',       scope: null,      restricted: 'allowed' },
   { proc: 'mcp.enable',                 method: 'POST',   path: '/account/mcp/enable',       scope: 'admin',   restricted: 'account_wide' },
   { proc: 'mcp.disable',                method: 'POST',   path: '/account/mcp/disable',      scope: 'admin',   restricted: 'account_wide' },
