@@ -100,7 +100,7 @@ describe('audit bundles', () => {
     bundle = r.body.bundle;
   });
 
-  it('verifies with jose, unchanged, and says what the SPEC asks', async () => {
+  it('verifies with jose, unchanged, and carries the message, its evidence, retention, raw hash, events and signing key', async () => {
     const pk = await publicKey();
     const { payload, protectedHeader } = await compactVerify(bundle, await importSPKI(pk.public_key_pem, 'EdDSA'));
     expect(protectedHeader).toMatchObject({ alg: 'EdDSA', kid: pk.key_id });

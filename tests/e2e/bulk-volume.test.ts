@@ -1,5 +1,5 @@
 /**
- * A bulk job at the SPEC's cap: 5,000 messages in batches of 1,000, sent over real SMTP to a stand-in MX. Every
+ * A bulk job at its cap: 5,000 messages in batches of 1,000, sent over real SMTP to a stand-in MX. Every
  * recipient gets its message exactly once, the batches go out one after another with the cool-off between them,
  * and the events, counts, message rows and the ledger agree.
  */

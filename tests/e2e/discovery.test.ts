@@ -1,4 +1,4 @@
-// Discovery and versioning (SPEC "Versioning", "Other surfaces"): /.well-known/agentic.json and every URL in it,
+// Discovery and versioning: /.well-known/agentic.json and every URL in it,
 // /skill.md with this instance's addresses and its shell examples run as pasted, every route family of the router
 // in both, MCP_URL, and platform.updated when the API version changes.
 import { execFile } from 'node:child_process';
@@ -261,7 +261,7 @@ describe('GET /skill.md', () => {
 });
 
 describe('platform.updated', () => {
-  it('a new API version is announced once to every account, with the spec and skill URLs; announcing again appends nothing', async () => {
+  it('a new API version is announced once to every account, with the OpenAPI and skill URLs; announcing again appends nothing', async () => {
     const b = await signupAccount(t);
     const c = await signupAccount(t);
     // The start recorded the running version.
@@ -295,7 +295,7 @@ describe('platform.updated', () => {
         skill_url: `${t.url}/skill.md`,
       });
     }
-    // The URLs it carries resolve, and the spec it points to is the announced version.
+    // The URLs it carries resolve, and the OpenAPI document it points to is the announced version.
     const data = (await rest(t, 'GET', '/events?type=platform.updated', { key: a.apiKey })).body.events[0].data;
     const spec = await fetch(data.openapi_url);
     expect(spec.status).toBe(200);

@@ -6,7 +6,7 @@ import { type Browser, type Page } from 'playwright-core';
 import { launchChromium } from './browser-helpers';
 import { startTestServer, type TestServer } from '@boxes/testing';
 
-// A host name that is not localhost: Swagger UI treats loopback spec URLs specially, and a deployed /docs is
+// A host name that is not localhost: Swagger UI treats loopback OpenAPI URLs specially, and a deployed /docs is
 // served under a real name. Chromium resolves it to the test server and every other name to nothing, so no
 // request can leave the machine even if the page tries one.
 const DOCS_HOST = 'docs.boxes.test';

@@ -1,7 +1,6 @@
 // Reading and deleting mail that arrived over real SMTP: GET /messages filters (direction, box by id or
 // address, since/before), cursor paging without duplicates or skips, box-restricted keys, and DELETE
-// /messages/{id} reclaiming the body, with purge (JSON body or query) removing subject, from, to and cc
-// (SPEC "Mail", "States and transitions": Message body available -> DELETE).
+// /messages/{id} reclaiming the body, with purge (JSON body or query) removing subject, from, to and cc.
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';

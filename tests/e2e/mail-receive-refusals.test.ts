@@ -1,7 +1,7 @@
 // What the MX refuses, over real SMTP: unknown boxes (550), relaying to domains not hosted here (550, nothing
 // stored), messages over SMTP_MAX_MESSAGE_BYTES (552; EHLO advertises SIZE), recipients beyond
 // SMTP_MAX_RECIPIENTS (452), mail loops (554 above 30 Received headers); and what it does not refuse: mail
-// for an account whose balance is negative (SPEC "States and transitions": inbound mail continues).
+// for an account whose balance is negative (inbound mail continues while sends are blocked).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';

@@ -1,7 +1,7 @@
 // Delivery reports arriving at the MX over real SMTP: DSNs (RFC 3464) at the envelope bounce address of a
 // delivery or at the account's agent@ address, and ARF complaints (RFC 5965). They bounce the delivery, put the
-// address on THAT account's suppression list, and move its reputation (SPEC "What the service does" 8:
-// one account's bounces or complaints do not affect another's; "Limits": 3% bounce, 0.05% complaint).
+// address on THAT account's suppression list, and move its reputation (one
+// account's bounces or complaints do not affect another's; the limits are 3% bounce, 0.05% complaint).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { staticResolver } from '@boxes/mail';

@@ -1,6 +1,6 @@
 // Inbound mail over real SMTP to the MX: outside senders using nodemailer, swaks (plain and STARTTLS) and curl;
 // what mail.received, GET /messages and GET /messages/{id} show; encryption at rest; reply context
-// (SPEC "Send rules" 7, "Events" mail.received).
+// (a reply to a message sent with context arrives with the same context).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, startTestServer, type TestServer } from '@boxes/testing';

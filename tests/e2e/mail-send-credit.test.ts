@@ -1,5 +1,5 @@
 /**
- * Sending against credit (SPEC "Send rules" 1, Errors 402): a send without free messages or credit is refused
+ * Sending against credit: a send without free messages or credit is refused (402)
  * with top-up guidance and leaves nothing behind; parallel sends cannot overspend; delivered messages are
  * charged in the ledger. Then the same mail calls through the typed SDK (@boxes/sdk), 402 included.
  */

@@ -1,6 +1,6 @@
 /**
  * POST /messages/send over real HTTP, delivered over real SMTP to a local server standing in for the remote
- * MX: the DKIM signature verifies (mailauth), the send rules of SPEC "Send rules" 2-6 (recipients, bcc,
+ * MX: the DKIM signature verifies (mailauth), the send rules (recipients, bcc,
  * de-duplication, reply_to, custom headers, from, context, inline attachments, the box signature) and
  * idempotency. Credit, delivery outcomes and local delivery live in mail-send-credit / mail-send-delivery.
  */
@@ -207,7 +207,7 @@ describe('send rules', () => {
     expect(await messageRows(a.accountId)).toBe(before);
   });
 
-  it('from on another domain is 403 with the spec message; "Name <agent@domain>" is accepted', async () => {
+  it('from on another domain is 403 with the documented message; "Name <agent@domain>" is accepted', async () => {
     const before = await messageRows(a.accountId);
     for (const from of ['agent@someone-else.test', `Agent <agent@not-${a.domain}>`]) {
       const r = await send(t, a.apiKey, { from, to: outside('from'), subject: 's', text: 'x' });

@@ -1,4 +1,4 @@
-// MCP at {mcp_url}/mcp (SPEC "Other surfaces", "States and transitions" MCP access): the official SDK client and
+// MCP at /mcp: the official SDK client and
 // the MCP Inspector CLI against a real server. Same keys, scopes, billing and box restrictions as REST; every
 // keyed REST procedure is a tool with the same input fields; access can be disabled and enabled per account.
 import { execFile } from 'node:child_process';
@@ -334,7 +334,7 @@ describe('MCP Inspector CLI', () => {
   });
 });
 
-describe('/beta/mcp/* (SPEC "Versioning" 5: moved paths answer 308)', () => {
+describe('/beta/mcp/* (moved paths answer 308)', () => {
   it('POST /beta/mcp/opt-in (admin) and GET /beta/mcp/status answer with the status and change nothing', async () => {
     const a = await signupAccount(t);
     const status = (await rest(t, 'GET', '/account/mcp/status', { key: a.apiKey })).body;

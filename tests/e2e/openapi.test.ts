@@ -145,7 +145,7 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     const stream = doc.paths['/events/stream']!.get!;
     expect(Object.keys(stream.responses['200']!.content ?? {})).toEqual(['text/event-stream']);
     expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '431', '500', '503']);
-    // Spot-check the spec's paths are there under their spec names.
+    // Spot-check the documented paths are there under their documented names.
     for (const want of ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /boxes', 'GET /boxes', 'DELETE /boxes/{id}', 'PUT /boxes/{id}/signature', 'GET /events', 'GET /events/verify', 'POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}']) {
       expect(fromDoc).toContain(want);
     }
@@ -178,12 +178,12 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     const keyed = operations().filter((o) => byKey.get(`${o.method} ${o.path}`)!.protect);
     const open = operations().filter((o) => !byKey.get(`${o.method} ${o.path}`)!.protect);
     expect(keyed.length).toBeGreaterThanOrEqual(12);
-    // SPEC "Authentication" 9: only these need no key.
-    const specPublic = ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /signup/agentic/claim', 'GET /audit/public-key'];
+    // Only these need no key.
+    const keyless = ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /signup/agentic/claim', 'GET /audit/public-key'];
     const openNames = open.map((o) => `${o.method.toUpperCase()} ${o.path}`);
     expect(openNames).toContain('POST /signup/agentic');
     expect(openNames).toContain('POST /signup/agentic/confirm');
-    expect(openNames.filter((n) => !specPublic.includes(n))).toEqual([]);
+    expect(openNames.filter((n) => !keyless.includes(n))).toEqual([]);
 
     for (const { method, path, op } of keyed) {
       const where = `${method.toUpperCase()} ${path}`;

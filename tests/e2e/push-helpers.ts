@@ -184,7 +184,7 @@ export function parseBoxesSignature(header: string): { t: number; v1: string[] }
   return { t, v1: parts.filter((p) => p.startsWith('v1=')).map((p) => p.slice(3)) };
 }
 
-/** By hand, per SPEC "Authentication" 6: some v1 equals hex HMAC-SHA256 of `${t}.${body}` keyed by the secret string. */
+/** By hand: some v1 equals hex HMAC-SHA256 of `${t}.${body}` keyed by the secret string. */
 export function boxesSignatureMatches(r: Pick<Received, 'body' | 'headers'>, secret: string): boolean {
   const { t, v1 } = parseBoxesSignature(r.headers['x-boxes-signature'] as string);
   const expected = Buffer.from(createHmac('sha256', secret).update(`${t}.${r.body}`).digest('hex'));

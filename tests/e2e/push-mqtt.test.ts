@@ -1,4 +1,4 @@
-// MQTT push over mutual TLS (SPEC "Authentication" 7, "Other surfaces" MQTT, IoT credentials): a certificate
+// MQTT push over mutual TLS (IoT credentials): a certificate
 // from POST /account/iot/provision lets mosquitto_sub and the mqtt package receive the account's events
 // (mail.received through the MX); without a certificate, with a foreign or revoked one, or with another client
 // id the broker refuses; a client sees only its own topic and may not publish.

@@ -1,4 +1,4 @@
-// Callback URLs may reach only the public internet (SPEC "Authentication" 6: https only). On a server with the
+// Callback URLs may reach only the public internet (and https only). On a server with the
 // default configuration (no WEBHOOK_ALLOW_PRIVATE): loopback, private, link-local, carrier-grade NAT,
 // unspecified and IPv6 local addresses are refused however they are spelled, at PUT /account/callback-webhook
 // and at signup, with a 400 naming the field; nothing connects to them; and a name that resolves to a private

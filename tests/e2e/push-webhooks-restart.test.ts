@@ -1,6 +1,6 @@
 // The worker that pushes webhooks stops (a deploy, a crash) with deliveries pending or in flight; events keep
 // being appended; a new worker starts on the same services. Nothing is lost: every event reaches the receiver,
-// at least once and in seq order (SPEC "Events": webhook push over the one ordered stream).
+// at least once and in seq order (webhook push reads the one ordered stream of the account).
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { start as startWorker, type WorkerHandle } from '@boxes/worker';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';

@@ -1,4 +1,4 @@
-// Webhook push end to end (SPEC "Authentication" 6, "Events", webhook rows of "Endpoints"): a real https
+// Webhook push end to end: a real https
 // receiver gets signed events (signup.completed with the api_key, mail.received through the MX), verified with
 // the stripe and standardwebhooks libraries and by hand; retries with the attempt log; a receiver that is down
 // gets everything in order when it comes back; secret rotation signs under both secrets; redirects are not
@@ -69,7 +69,7 @@ describe('signed deliveries', () => {
     expect(signup.event.api_key).toBe(key);
     expect(signup.headers['content-type']).toMatch(/^application\/json/);
 
-    // GET /account/webhook: the secret and the scheme (SPEC "Endpoints": signing secret and scheme).
+    // GET /account/webhook: the signing secret and the scheme.
     const cfg = await rest(t, 'GET', '/account/webhook', { key });
     expect(cfg.status).toBe(200);
     expect(cfg.body.agent_callback_webhook).toBe(url);

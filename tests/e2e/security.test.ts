@@ -1,5 +1,5 @@
 /**
- * The shared security cases of DESIGN.md "Tests", for every keyed route, driven by ROUTES:
+ * The security cases every keyed route must pass, driven by ROUTES:
  *   (a) no key, a malformed header, an unknown or a revoked key: 401 with getting_started;
  *   (b) a key without the route's scope: 403 insufficient_scope (and a key with only that scope gets through);
  *   (c) another account's resource: 404, never 403;

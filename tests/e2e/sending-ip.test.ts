@@ -256,7 +256,7 @@ describe('a simulated dedicated IP', () => {
 
     const seen = await sendEach(s, 3, 'sim');
     expect(fromShared(seen)).toBe(3);
-    // The configuration set is carried while the row exists, simulated too (SPEC's state row).
+    // The configuration set is carried while the row exists, simulated too.
     for (const m of seen) expect(m.raw).toContain(`X-Boxes-Configuration-Set: dedicated-${s.accountId}`);
     // Over MCP, the same row.
     const client = new Client({ name: 'boxes-e2e', version: '1.0.0' });

@@ -1,4 +1,4 @@
-// Support questions and feature requests (SPEC "Managed DNS and support", Events support.answered and
+// Support questions and feature requests (events support.answered and
 // feature_request.shipped): agents ask and vote over REST; operators answer and ship with the operator CLI
 // (`pnpm boxes admin ...`, run here as a real process on the test database); the events reach GET /events and the
 // account's signed webhook (a real https receiver).

@@ -99,7 +99,7 @@ export function errorResponse(err: AppError, requestId: string, headers: Record<
 const WITH_BODY = new Set(['POST', 'PUT', 'PATCH']);
 
 /**
- * trpc-to-openapi reads DELETE input from the query string only; a DELETE with a JSON object body (SPEC:
+ * trpc-to-openapi reads DELETE input from the query string only; a DELETE with a JSON object body (e.g.
  * DELETE /messages/{id} with {"purge": true}) has its scalar members moved there.
  */
 async function deleteBodyToQuery(req: Request, url: URL): Promise<AppError | null> {

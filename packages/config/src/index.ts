@@ -102,13 +102,13 @@ const envSchema = z.object({
       }
       return out;
     }),
+  /** Confirmation mails of new auto-forwards an account may cause per 24 hours (so forwards cannot spam). */
+  FORWARD_CONFIRMATIONS_PER_DAY: z.coerce.number().int().min(1).max(10_000).default(20),
   /**
    * The warm-up of a dedicated IP: its daily caps (messages per UTC day through the address), one per day from
    * the day provisioning finished; after the last day it is active with no cap. Volume over a day's cap goes
    * through the shared addresses.
    */
-  /** Confirmation mails of new auto-forwards an account may cause per 24 hours (so forwards cannot spam). */
-  FORWARD_CONFIRMATIONS_PER_DAY: z.coerce.number().int().min(1).max(10_000).default(20),
   SENDING_IP_WARMUP_CAPS: z
     .string()
     .default('5000,10000,20000,40000,80000,160000,320000')

@@ -7,7 +7,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { BoxesEvent } from './index';
 
 export interface VerifyWebhookOptions {
-  /** Oldest accepted t, in seconds before now (default 300, as SPEC says). */
+  /** Oldest accepted t, in seconds before now (default 300; an older one is refused as a possible replay). */
   toleranceSeconds?: number;
   /** The current time in milliseconds (tests). */
   now?: number;

@@ -46,7 +46,6 @@ export interface Hub {
 }
 
 const LIMITS = { maxLine: 64 * 1024, maxLiteral: 50 * 1024 * 1024 };
-/** Inactivity before the server logs a client out (RFC 3501 5.4: at least 30 minutes), and before logging in. */
 /** Failed logins one connection may make before it is closed (the account and address counts go on elsewhere). */
 const MAX_FAILED_LOGINS = 3;
 /** Output gathered before it is sent, and how much may wait in the socket before a large FETCH pauses. */

@@ -1,5 +1,5 @@
 /**
- * The internal verify call of the mail servers (SPEC Authentication 8): a username and an app-password in, a
+ * The internal verify call of the mail servers: a username and an app-password in, a
  * login (which account, which boxes it sees and may send from) or a refusal out. The mail servers never see API
  * keys, and nothing but an app-password's shape ever reaches a hash.
  *

@@ -1,5 +1,5 @@
 /**
- * The audit retention window (SPEC: default 14 days, usermetadata.audit_retention_days 1 to 90): a stored
+ * The audit retention window (default 14 days, usermetadata.audit_retention_days 1 to 90): a stored
  * message keeps its body (parsed and raw) for that many days after it was recorded; the audit job then
  * reclaims it as DELETE /messages/{id} would (a message.deleted event with reason retention), keeping the
  * metadata, the SHA-256 of the raw bytes and every event, so its audit bundle still verifies. Closing accounts
@@ -21,7 +21,7 @@ export function retentionOf(account: { auditRetentionDays: number | null }) {
   };
 }
 
-/** SPEC's evidence.body_state: "available", or {reclaimed_at_utc}. */
+/** The evidence.body_state of a message: "available", or {reclaimed_at_utc}. */
 export function bodyState(m: Pick<Message, 'bodyReclaimedAt'>): 'available' | { reclaimed_at_utc: string } {
   return m.bodyReclaimedAt ? { reclaimed_at_utc: m.bodyReclaimedAt.toISOString() } : 'available';
 }

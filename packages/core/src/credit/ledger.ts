@@ -255,7 +255,6 @@ export async function releaseDelivery(tx: Tx, d: SettledDelivery): Promise<void>
   await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${d.usedFree ? 1 : 0} WHERE id = ${d.accountId}`;
 }
 
-/** Charges a delivered recipient's hold: message_sent, attachments and trailer_surcharge entries. */
 /** What settling a delivered recipient's hold posts: the message, its attachments and the surcharge still owed. */
 export function deliveryCharge(a: Pick<LockedAccount, 'trailer_paid_micros'>, d: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }) {
   const free = d.used_free ? 1 : 0;
@@ -269,6 +268,7 @@ export function deliveryCharge(a: Pick<LockedAccount, 'trailer_paid_micros'>, d:
   return { postings, free, surcharge };
 }
 
+/** Charges a delivered recipient's hold: message_sent, attachments and trailer_surcharge entries. */
 export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery): Promise<void> {
   if (!(await claimHold(tx, d))) return;
   const a = await lockAccountCredit(tx, d.accountId);

@@ -134,8 +134,8 @@ async function billAccount(
 
 /**
  * Registered domains whose year has run out are renewed for another year at the registrar and the year is
- * debited (domain_renewal), whatever the balance: a mandatory debit that may take it below zero (SPEC's
- * deficit rules). One renewal per registration year: the ledger key names the year's end, and the renewal and
+ * debited (domain_renewal), whatever the balance: a mandatory debit that may take it below zero (a
+ * deficit: mandatory debits are never skipped). One renewal per registration year: the ledger key names the year's end, and the renewal and
  * its debit commit together.
  */
 async function renewRegistrations(svc: Services, accountId: string, now: Date): Promise<number> {

@@ -1,4 +1,4 @@
-/** Custom header rules of POST /messages/send (SPEC "Send rules" 6). */
+/** Custom header rules of POST /messages/send. */
 import { MAX_HEADERS } from '@boxes/schemas';
 import { AppError } from '../shared/errors';
 

@@ -1,5 +1,5 @@
 /**
- * Looping single sends (SPEC "Send rules" 8): many one-recipient sends to different addresses within a
+ * Looping single sends: many one-recipient sends to different addresses within a
  * minute are flagged with a warning, and once per ten minutes with a send.loop_detected event.
  */
 import { appendEvent } from '../events/append';

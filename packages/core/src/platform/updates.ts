@@ -1,6 +1,6 @@
 /**
  * platform.updated: when a start finds an API version other than the last one recorded, every account's stream
- * gets one event with the new version and where the spec and the skill file are. The compare-and-set on the
+ * gets one event with the new version and where the OpenAPI document and the skill file are. The compare-and-set on the
  * recorded version makes exactly one of several instances starting at once announce it.
  */
 import type { Services } from '../shared/context';
