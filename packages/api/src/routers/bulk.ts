@@ -6,7 +6,7 @@ import { keyProcedure, router } from '../trpc';
 export const bulkRouter = router({
   send: keyProcedure
     .meta({
-      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'not_found', 'payment_required', 'too_many_bulk_jobs'],
+      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'not_found', 'payment_required', 'recipient_blocked', 'too_many_bulk_jobs'],
       scope: 'send',
       openapi: {
         method: 'POST',
