@@ -3,7 +3,7 @@
 // wallet payments approved and denied; then what the agent sees over the API. The pages are plain HTML
 // forms, so the card flow runs with JavaScript switched off. scripts/start-services.sh installs chromium.
 import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
-import { type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { launchChromium } from './browser-helpers';
 import { rest, signupAccount, type TestServer } from '@boxes/testing';
 import { CARDS, enrollWallet, linkIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';

@@ -304,7 +304,7 @@ describe('payments (real time)', () => {
     t.svc.payments.lookupPayer = async () => {
       throw new Error('payer lookup unavailable');
     };
-    let ch;
+    let ch: Awaited<ReturnType<typeof mpp>>;
     try {
       ch = await mpp(t, a.apiKey, 600);
     } finally {

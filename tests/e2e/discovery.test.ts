@@ -191,7 +191,7 @@ describe('GET /skill.md', () => {
     // Run as served: the base is this instance's.
     expect(blocks[0]).toContain(`BASE=${t.apiBase}\n`);
     const kinds = ['/signup/agentic/confirm', '/messages/send', '/events?type=mail.received', '/account/webhook', '/account/credit/balance', '/events/verify'];
-    kinds.forEach((k, i) => expect(blocks[i], `block ${i} is the ${k} example`).toContain(k));
+    kinds.forEach((k, i) => { expect(blocks[i], `block ${i} is the ${k} example`).toContain(k); });
 
     const marker = (i: number) => `@@BOXES-BLOCK-${i}@@`;
     const script = [

@@ -19,7 +19,7 @@ let zone: string;
 let zoneId: string;
 let domainId: string;
 
-const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 beforeAll(async () => {
   t = await startTestServer();
@@ -55,7 +55,7 @@ describe('the base zone and free subdomains', () => {
     const soa = await dig(port, t.config.baseDomain, 'SOA');
     expect(soa.rcode).toBe('NOERROR');
     expect(soa.flags).toContain('aa');
-    expect(rdata(soa.answer, 'SOA')[0]).toMatch(new RegExp(`^${escape(t.config.nameservers[0]!)}\\. hostmaster\\.${escape(t.config.baseDomain)}\\. \\d+ 3600 600 1209600 300$`));
+    expect(rdata(soa.answer, 'SOA')[0]).toMatch(new RegExp(`^${escapeRegExp(t.config.nameservers[0]!)}\\. hostmaster\\.${escapeRegExp(t.config.baseDomain)}\\. \\d+ 3600 600 1209600 300$`));
     expect(soa.answer[0]).toMatch(/ 3600 IN SOA /);
     const ns = await dig(port, t.config.baseDomain, 'NS');
     expect(ns.flags).toContain('aa');
@@ -90,7 +90,7 @@ describe('the base zone and free subdomains', () => {
     const ent = await dig(port, `_domainkey.${subDomain}`, 'TXT');
     expect(ent.rcode).toBe('NOERROR');
     expect(ent.answer).toEqual([]);
-    expect(ent.authority[0]).toMatch(new RegExp(`^${escape(t.config.baseDomain)}\\. 300 IN SOA `));
+    expect(ent.authority[0]).toMatch(new RegExp(`^${escapeRegExp(t.config.baseDomain)}\\. 300 IN SOA `));
   });
 });
 
@@ -145,12 +145,12 @@ describe('a delegated zone with managed records', () => {
     expect(nx.answer).toEqual([]);
     expect(nx.authority).toHaveLength(1);
     // The SOA's TTL is min(SOA TTL 3600, minimum 300) (RFC 2308).
-    expect(nx.authority[0]).toMatch(new RegExp(`^${escape(zone)}\\. 300 IN SOA `));
+    expect(nx.authority[0]).toMatch(new RegExp(`^${escapeRegExp(zone)}\\. 300 IN SOA `));
     const nodata = await dig(port, `www.${zone}`, 'MX');
     expect(nodata.rcode).toBe('NOERROR');
     expect(nodata.flags).toContain('aa');
     expect(nodata.answer).toEqual([]);
-    expect(nodata.authority[0]).toMatch(new RegExp(`^${escape(zone)}\\. 300 IN SOA `));
+    expect(nodata.authority[0]).toMatch(new RegExp(`^${escapeRegExp(zone)}\\. 300 IN SOA `));
     for (const ent of [`a.b.${zone}`, `b.${zone}`]) {
       const r = await dig(port, ent, 'A');
       expect(r.rcode).toBe('NOERROR');

@@ -2,7 +2,7 @@
 // reference from the server's own /openapi.json and its own assets, and the page makes no request off the host
 // that served it. scripts/start-services.sh installs chromium.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from './browser-helpers';
 import { startTestServer, type TestServer } from '@boxes/testing';
 

@@ -2,7 +2,7 @@
 // link, sees what the payment is for (the registration with the simulated local registrar) and approves with a
 // card, JavaScript off; the account then arrives at the callback with its domain registered and live.
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { rest, waitFor, type TestServer } from '@boxes/testing';
 import { launchChromium } from './browser-helpers';
 import { CARDS, linkIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';

@@ -111,7 +111,7 @@ describe('imapflow', () => {
         expect(msg.size).toBe(msg.source!.length);
       }
       expect(got.size).toBe(3);
-      raws.forEach((raw, i) => expect(got.get(`${subject} ${i}`)!.endsWith(raw)).toBe(true));
+      raws.forEach((raw, i) => { expect(got.get(`${subject} ${i}`)!.endsWith(raw)).toBe(true); });
       const one = await c.fetchOne('*', { source: true });
       expect(one && one.source!.toString().endsWith(raws[2]!)).toBe(true);
     });

@@ -77,7 +77,7 @@ describe('GET /messages', () => {
     const trio = await mail(a, [a.primaryAddress, sales.address, support.address], `to all three ${tag()}`);
     expect(trio).toHaveLength(3);
     const byBox = await Promise.all(trio.map(async (id) => (await rest(t, 'GET', `/messages/${id}`, { key: a.apiKey })).body.box_id as string));
-    trio.forEach((id, i) => (byBox[i] === sales.id ? salesIds : byBox[i] === support.id ? supportIds : agentIds).push(id));
+    trio.forEach((id, i) => { (byBox[i] === sales.id ? salesIds : byBox[i] === support.id ? supportIds : agentIds).push(id); });
     for (let i = 0; i < 2; i++) {
       const s = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'someone@outside.test', subject: `sent ${i}`, text: 'out' } });
       expect(s.status).toBe(200);

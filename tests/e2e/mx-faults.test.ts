@@ -38,11 +38,11 @@ class RawSmtp {
     socket.setEncoding('latin1');
     socket.on('data', (d: string) => {
       this.buf += d;
-      this.waiters.splice(0).forEach((w) => w());
+      this.waiters.splice(0).forEach((w) => { w(); });
     });
     socket.on('close', () => {
       this.closed = true;
-      this.waiters.splice(0).forEach((w) => w());
+      this.waiters.splice(0).forEach((w) => { w(); });
     });
     socket.on('error', () => undefined);
   }

@@ -302,7 +302,8 @@ describe('request schemas say what the server enforces', () => {
       const s = node as Record<string, any>;
       if (typeof s.$ref === 'string') {
         if (seen.has(s.$ref)) return;
-        return walk(resolvePointer(s.$ref), where, new Set([...seen, s.$ref]));
+        walk(resolvePointer(s.$ref), where, new Set([...seen, s.$ref]));
+        return;
       }
       if (s.type === 'string' && !s.enum && s.const === undefined) out.push({ where, schema: s });
       walk(s.items, `${where}[]`, seen);

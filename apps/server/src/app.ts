@@ -139,7 +139,10 @@ export function createApp(svc: Services, log: Logger): Hono {
   // Built on first use, as the OpenAPI document is (the URLs and ports are known once everything listens).
   const skillTemplate = readFileSync(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../SKILL.md'), 'utf8');
   let skill: string | null = null;
-  app.get('/skill.md', (c) => c.body((skill ??= renderSkill(skillTemplate, svc)), 200, { 'content-type': 'text/markdown; charset=utf-8' }));
+  app.get('/skill.md', (c) => {
+    skill ??= renderSkill(skillTemplate, svc);
+    return c.body(skill, 200, { 'content-type': 'text/markdown; charset=utf-8' });
+  });
   app.get('/.well-known/agentic.json', (c) => c.json(discoveryManifest(svc)));
 
   app.get('/', (c) =>

@@ -36,7 +36,10 @@ class EventWakeHub {
   /** Registers a stream; resolves once notifications are being received (or the retry loop has taken over). */
   async subscribe(accountId: string, wake: Waker): Promise<() => void> {
     let set = this.wakers.get(accountId);
-    if (!set) this.wakers.set(accountId, (set = new Set()));
+    if (!set) {
+      set = new Set();
+      this.wakers.set(accountId, set);
+    }
     set.add(wake);
     await this.ensureListening();
     return () => {

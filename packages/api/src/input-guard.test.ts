@@ -56,7 +56,7 @@ function inputStrings(schema: unknown, path: string, out: { path: string; node: 
   if (node.type === 'string' && !node.enum && node.const === undefined) out.push({ path, node });
   for (const [k, v] of Object.entries(node.properties ?? {})) inputStrings(v, `${path}.${k}`, out);
   for (const key of ['items', 'additionalProperties', 'propertyNames'] as const) if (node[key] && typeof node[key] === 'object') inputStrings(node[key], `${path}[${key}]`, out);
-  for (const key of ['anyOf', 'oneOf', 'allOf'] as const) ((node[key] as unknown[]) ?? []).forEach((v, i) => inputStrings(v, `${path}|${i}`, out));
+  for (const key of ['anyOf', 'oneOf', 'allOf'] as const) ((node[key] as unknown[]) ?? []).forEach((v, i) => { inputStrings(v, `${path}|${i}`, out); });
   for (const [k, v] of Object.entries((node.$defs as Record<string, unknown>) ?? {})) inputStrings(v, `$defs.${k}`, out);
 }
 

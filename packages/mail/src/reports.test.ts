@@ -408,7 +408,10 @@ describe('parseReport: everything else', () => {
     // a Postfix bounce cut off at arbitrary points, and with bytes flipped: never throws
     const full = await postfixBounce();
     let seed = 42;
-    const rand = (n: number): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    const rand = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
     for (let i = 0; i < 150; i++) {
       const cut = Buffer.from(full.subarray(0, rand(full.length)));
       for (let j = 0; j < 20; j++) cut[rand(Math.max(cut.length, 1))] = rand(256);

@@ -142,7 +142,7 @@ const squash = (s: string, max: number): string => s.replace(/\s+/g, ' ').trim()
 
 /** "dns; mx.example.net" -> { type: 'dns', value: 'mx.example.net' }; no type -> type null. */
 function typed(v: string): { type: string | null; value: string } {
-  const m = /^([A-Za-z0-9][A-Za-z0-9.+-]*)[ \t]*;[ \t]*([^]*)$/.exec(v);
+  const m = /^([A-Za-z0-9][A-Za-z0-9.+-]*)[ \t]*;[ \t]*([\s\S]*)$/.exec(v);
   return m ? { type: m[1]!.toLowerCase(), value: m[2]!.trim() } : { type: null, value: v.trim() };
 }
 

@@ -58,7 +58,10 @@ class SessionHub implements Hub {
   register(session: Session): void {
     const id = session.login!.accountId;
     let set = this.byAccount.get(id);
-    if (!set) this.byAccount.set(id, (set = new Set()));
+    if (!set) {
+      set = new Set();
+      this.byAccount.set(id, set);
+    }
     set.add(session);
     this.follow(id);
   }

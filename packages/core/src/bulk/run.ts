@@ -179,7 +179,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       const recipients = item.recipients.filter((r) => !suppressed.has(r));
       marks.push({ index: item.index, suppressed: item.recipients.length - recipients.length, status: recipients.length ? 'queued' : 'suppressed' });
       if (!recipients.length) continue;
-      let r;
+      let r: ReturnType<typeof planReservation>;
       try {
         r = planReservation(svc, sim, recipients.length, { attachmentBytes: item.attachment_bytes, trailer: job.trailer });
       } catch (err) {

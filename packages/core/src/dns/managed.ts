@@ -96,7 +96,7 @@ export function contentOf(type: ManagedType, value: string, path: string): strin
 }
 
 /** A stored content shown as a value: TXT unquoted, the rest as stored (host names without the trailing dot). */
-const valueOf = (type: string, content: string): string => (type === 'TXT' ? txtText(content) : content);
+const recordValue = (type: string, content: string): string => (type === 'TXT' ? txtText(content) : content);
 
 interface ZoneOf {
   id: string;
@@ -170,7 +170,7 @@ function group(zoneId: string, rows: Row[]): RecordSet[] {
   for (const r of rows) {
     const key = `${r.name} ${r.type} ${r.reserved}`;
     const s = sets.get(key) ?? { id: setId(zoneId, r.name, r.type, r.reserved), name: r.name, type: r.type, ttl: r.ttl, values: [], reserved: r.reserved };
-    s.values.push(valueOf(r.type, r.content));
+    s.values.push(recordValue(r.type, r.content));
     sets.set(key, s);
   }
   return [...sets.values()].sort(
@@ -256,13 +256,13 @@ export async function changeZoneRecord(
     }
     await bumpSerial(tx, zone.id);
     const after = await tx.dnsZone.findUniqueOrThrow({ where: { id: zone.id }, select: { serial: true } });
-    const values = contents.map((c) => valueOf(type, c));
+    const values = contents.map((c) => recordValue(type, c));
     const set: RecordSet = { id: setId(zone.id, name, type, false), name, type, ttl: action === 'delete' ? null : ttl, values, reserved: false };
     await appendEvent({
       db: tx,
       accountId: input.accountId,
       type: 'domain.dns.changed',
-      data: { zone: zone.name, action, id: set.id, name, type, ttl: set.ttl, values, previous: managed.length ? { ttl: managed[0]!.ttl, values: managed.map((r) => valueOf(type, r.content)) } : null, serial: after.serial, by_key_id: input.actorKeyId },
+      data: { zone: zone.name, action, id: set.id, name, type, ttl: set.ttl, values, previous: managed.length ? { ttl: managed[0]!.ttl, values: managed.map((r) => recordValue(type, r.content)) } : null, serial: after.serial, by_key_id: input.actorKeyId },
     });
     return { zone: zone.name, serial: after.serial, action, record: set };
   });

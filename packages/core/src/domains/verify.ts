@@ -12,7 +12,7 @@
  */
 import { Resolver } from 'node:dns/promises';
 import type { Config } from '@boxes/config';
-import { Prisma, type Domain, type Tx } from '@boxes/db';
+import type { Prisma, Domain, Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';

@@ -79,10 +79,10 @@ function quoted(parent: Message, body: StoredBody, author: string) {
   const when = parent.recordedAt.toUTCString();
   const intro = `On ${when}, ${author} wrote:`;
   const text = body.text ?? (body.html ? body.html.replace(/<[^>]*>/g, '') : '');
-  const escape = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+  const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   return {
     text: `${intro}\n${text.replace(/\r?\n$/, '').split(/\r?\n/).map((l) => (l ? `> ${l}` : '>')).join('\n')}`,
-    html: `<p>${escape(intro)}</p><blockquote style="margin:0 0 0 .8ex;border-left:1px solid #ccc;padding-left:1ex">${body.html ?? escape(text).replace(/\r?\n/g, '<br>')}</blockquote>`,
+    html: `<p>${escapeHtml(intro)}</p><blockquote style="margin:0 0 0 .8ex;border-left:1px solid #ccc;padding-left:1ex">${body.html ?? escapeHtml(text).replace(/\r?\n/g, '<br>')}</blockquote>`,
   };
 }
 

@@ -28,7 +28,10 @@ export function seal(key: Buffer, plaintext: string | Buffer): string {
 const keyObjects = new WeakMap<Buffer, KeyObject>();
 function keyObject(key: Buffer): KeyObject {
   let k = keyObjects.get(key);
-  if (!k) keyObjects.set(key, (k = createSecretKey(key)));
+  if (!k) {
+    k = createSecretKey(key);
+    keyObjects.set(key, k);
+  }
   return k;
 }
 

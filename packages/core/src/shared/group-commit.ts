@@ -55,7 +55,7 @@ export class GroupCommit<T, R> {
           await Promise.all(batch.map((b) => this.flush([b.item]).then((r) => b.resolve(r[0]!), b.reject)));
           continue;
         }
-        batch.forEach((b, i) => b.resolve(results[i]!));
+        batch.forEach((b, i) => { b.resolve(results[i]!); });
       }
     } finally {
       this.running = false;
@@ -73,7 +73,10 @@ export function groupCommitStats(owner: object): GroupCommitStats[] {
 /** The group commit `name` of `owner` (a process's Services): one per process, made on first use. */
 export function groupCommitOf<T, R>(owner: object, name: string, flush: (items: T[]) => Promise<R[]>): GroupCommit<T, R> {
   let byName = owned.get(owner);
-  if (!byName) owned.set(owner, (byName = new Map()));
+  if (!byName) {
+    byName = new Map();
+    owned.set(owner, byName);
+  }
   let g = byName.get(name) as GroupCommit<T, R> | undefined;
   if (!g) {
     g = new GroupCommit<T, R>(name, flush);

@@ -8,7 +8,7 @@
  * Entries are matched with one indexed query: the address and each of its parent domains.
  */
 import type { Box, Db, DbClient, TrustListEntry, Tx } from '@boxes/db';
-import { Prisma } from '@boxes/db';
+import type { Prisma } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvent } from '../events/append';
 import { inTransaction } from '../shared/context';

@@ -16,7 +16,7 @@ import { open } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { secretsOf, signatureHeaders, signingSecrets } from './secret';
 import { readFileSync } from 'node:fs';
-import { guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
+import { type guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
 import type { WebhookDeliveryStatus } from '@boxes/schemas';
 
 export interface WebhookDeps {
