@@ -57,12 +57,23 @@ await main('bench:bulk', async (onCleanup) => {
   const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);
   await rt.runtime.svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${SENDS + BULK + 1000}`;
-  console.log(`bench:bulk: ${SENDS} single sends (${CONCURRENCY} in flight, ${ACCOUNTS} accounts), then one bulk job of ${BULK} messages in batches of ${BATCH}, no cool-off; ${loadNote()}`);
+  console.log(
+    `bench:bulk: ${SENDS} single sends (${CONCURRENCY} in flight, ${ACCOUNTS} accounts), then one bulk job of ${BULK} messages in batches of ${BATCH}, no cool-off; ${loadNote()}`,
+  );
 
   // 1. Single sends.
   rss.start();
   const cpuSingle = new CpuMeter(db.name);
-  const run = await load.call({ op: 'httpSends', apiBase: rt.apiBase, accounts, concurrency: CONCURRENCY, deadline, sinkDomain: SINK_DOMAIN, count: SENDS, startSeq: 0 });
+  const run = await load.call({
+    op: 'httpSends',
+    apiBase: rt.apiBase,
+    accounts,
+    concurrency: CONCURRENCY,
+    deadline,
+    sinkDomain: SINK_DOMAIN,
+    count: SENDS,
+    startSeq: 0,
+  });
   if (run.ok !== SENDS) throw new Error(`single sends: ${run.ok}/${SENDS} answered 200; first failure: ${run.firstError}`);
   const single = await load.call({ op: 'waitSink', target: SENDS, deadline });
   if (single.at === null) throw new Error(`single sends: ${single.count}/${SENDS} delivered in time`);
@@ -109,7 +120,9 @@ await main('bench:bulk', async (onCleanup) => {
   // A PostgreSQL backend that exits during a phase takes its CPU time with it: a negative difference is unknown.
   const ms = (x: number) => (x < 0 ? 'n/a' : x.toFixed(2));
   console.log(`  single sends: ${SENDS} delivered in ${(singleMs / 1000).toFixed(2)} s; ${singleReport}`);
-  console.log(`  bulk job: accepted in ${(acceptedMs / 1000).toFixed(2)} s, ${BULK} delivered in ${(bulkMs / 1000).toFixed(2)} s; job ${job?.status}, counts ${JSON.stringify(job?.counts)}; ${bulkReport}`);
+  console.log(
+    `  bulk job: accepted in ${(acceptedMs / 1000).toFixed(2)} s, ${BULK} delivered in ${(bulkMs / 1000).toFixed(2)} s; job ${job?.status}, counts ${JSON.stringify(job?.counts)}; ${bulkReport}`,
+  );
   console.log(`  recipients the sink saw more than once: ${bulk.duplicates}`);
   for (const line of rss.lines('over both phases')) console.log(line);
   console.log(

@@ -234,7 +234,8 @@ export async function startBenchRuntime(
       if (opts.push) procs.push(await startAppProcess(['push'], childEnv));
       const broker = procs.find((p) => p.name === 'push');
       if (opts.mail) procs.push(await startAppProcess(['mx'], childEnv));
-      if (opts.worker) procs.push(await startAppProcess(['worker'], { ...childEnv, ...(broker ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${broker.ports.mqtt}` } : {}) }));
+      if (opts.worker)
+        procs.push(await startAppProcess(['worker'], { ...childEnv, ...(broker ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${broker.ports.mqtt}` } : {}) }));
     } catch (err) {
       await stopProcs();
       await runtime.stop();
@@ -670,7 +671,9 @@ export class RssMeter {
 
   /** One line per process: `  RSS <name>: idle N MB, peak under load M MB`. */
   lines(label = 'under load'): string[] {
-    return [...this.idle].map(([name, idle]) => `  RSS ${name}: idle ${mb(idle)}, peak ${label} ${mb(this.peak.get(name) ?? NaN)} (sampled every ${this.intervalMs} ms)`);
+    return [...this.idle].map(
+      ([name, idle]) => `  RSS ${name}: idle ${mb(idle)}, peak ${label} ${mb(this.peak.get(name) ?? NaN)} (sampled every ${this.intervalMs} ms)`,
+    );
   }
 }
 

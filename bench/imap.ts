@@ -50,7 +50,10 @@ function rng(seed: number) {
   };
 }
 
-const WORDS = 'the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their been has when who will more no if out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man me even most made after also did many before must through back years where much your way well down should because each just those people how too little state good very make world still own see men work long get here between both life being under never day same another know while last might us great old year off come since against go came right used take three'.split(' ');
+const WORDS =
+  'the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their been has when who will more no if out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man me even most made after also did many before must through back years where much your way well down should because each just those people how too little state good very make world still own see men work long get here between both life being under never day same another know while last might us great old year off come since against go came right used take three'.split(
+    ' ',
+  );
 
 function makeMessages(n: number, to: string): Buffer[] {
   const r = rng(envInt('BENCH_IMAP_SEED', 1));
@@ -68,11 +71,20 @@ function makeMessages(n: number, to: string): Buffer[] {
   const out: Buffer[] = [];
   for (let i = 1; i <= n; i++) {
     const date = new Date(Date.UTC(2026, 0, 1) + i * 60_000).toUTCString().replace('GMT', '+0000');
-    const head = [`From: Sender ${i % 97} <sender${i % 97}@outside.test>`, `To: ${to}`, `Subject: ${words(4 + (i % 5))} #${i}`, `Date: ${date}`, `Message-ID: <bench-${i}@outside.test>`, 'MIME-Version: 1.0'];
+    const head = [
+      `From: Sender ${i % 97} <sender${i % 97}@outside.test>`,
+      `To: ${to}`,
+      `Subject: ${words(4 + (i % 5))} #${i}`,
+      `Date: ${date}`,
+      `Message-ID: <bench-${i}@outside.test>`,
+      'MIME-Version: 1.0',
+    ];
     const text = lines(400 + Math.floor(r() * 4000));
     let body: string;
     if (i % 10 === 0) {
-      const attachment = randomBytes(8_000 + Math.floor(r() * 40_000)).toString('base64').replace(/.{76}/g, '$&\r\n');
+      const attachment = randomBytes(8_000 + Math.floor(r() * 40_000))
+        .toString('base64')
+        .replace(/.{76}/g, '$&\r\n');
       body = [
         'Content-Type: multipart/mixed; boundary="mixed"',
         '',
@@ -142,7 +154,10 @@ async function ensureTool(cmd: string, pkg: string): Promise<void> {
   }
   if (process.getuid?.() !== 0) throw new Error(`${cmd} is missing: apt-get install -y ${pkg}`);
   console.log(`bench:imap: installing ${pkg} from Debian packages`);
-  await run('sh', ['-c', `(apt-get install -y -qq ${pkg} || (apt-get update -qq && apt-get install -y -qq ${pkg})) >/dev/null`], { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, timeout: 600_000 });
+  await run('sh', ['-c', `(apt-get install -y -qq ${pkg} || (apt-get update -qq && apt-get install -y -qq ${pkg})) >/dev/null`], {
+    env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    timeout: 600_000,
+  });
 }
 
 /**
@@ -177,7 +192,11 @@ new PerformanceObserver((list) => {
  * this process meanwhile (the Boxes server's, when it is the one synced) and mbsync's own. BENCH_IMAP_TRACE=<dir>
  * writes each sync's IMAP dialogue (mbsync -Dn) there, for looking at what the client asks with a small box.
  */
-async function mbsync(root: string, name: string, server: { port: number; user: string; pass: string; cert: string }): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string }> {
+async function mbsync(
+  root: string,
+  name: string,
+  server: { port: number; user: string; pass: string; cert: string },
+): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
@@ -238,7 +257,11 @@ async function stopProcess(proc: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-async function startDovecot(root: string, messages: Buffer[], cert: { key: string; cert: string }): Promise<{ port: number; proc: ChildProcess; user: string; pass: string }> {
+async function startDovecot(
+  root: string,
+  messages: Buffer[],
+  cert: { key: string; cert: string },
+): Promise<{ port: number; proc: ChildProcess; user: string; pass: string }> {
   await ensureTool('dovecot', 'dovecot-imapd');
   const base = path.join(root, 'dovecot');
   const maildir = path.join(base, 'maildir');
@@ -252,8 +275,12 @@ async function startDovecot(root: string, messages: Buffer[], cert: { key: strin
   fs.writeFileSync(path.join(base, 'cert.pem'), cert.cert);
   fs.writeFileSync(path.join(base, 'key.pem'), cert.key, { mode: 0o600 });
   const { uid, gid } = fs.statSync('/proc/self');
-  const mailUser = await run('id', ['-u', 'dovecot']).then((r) => Number(r.stdout.trim())).catch(() => uid);
-  const mailGroup = await run('id', ['-g', 'dovecot']).then((r) => Number(r.stdout.trim())).catch(() => gid);
+  const mailUser = await run('id', ['-u', 'dovecot'])
+    .then((r) => Number(r.stdout.trim()))
+    .catch(() => uid);
+  const mailGroup = await run('id', ['-g', 'dovecot'])
+    .then((r) => Number(r.stdout.trim()))
+    .catch(() => gid);
   await run('chown', ['-R', `${mailUser}:${mailGroup}`, maildir]).catch(() => undefined);
   const port = await freePort();
   const pass = 'bench-password';
@@ -314,7 +341,8 @@ await main('bench:imap', async (onCleanup) => {
   // mbsync's Maildirs (10,000 new files per sync) go to memory where there is a tmpfs: on this machine's disk
   // creating them took anywhere from 0.3 to 3.6 s of system time from one run to the next, for either server.
   const shm = '/dev/shm';
-  const clientRoot = process.env.BENCH_IMAP_CLIENT_DIR ?? (fs.existsSync(shm) && fs.statSync(shm).isDirectory() ? fs.mkdtempSync(path.join(shm, 'boxes-bench-imap-')) : root);
+  const clientRoot =
+    process.env.BENCH_IMAP_CLIENT_DIR ?? (fs.existsSync(shm) && fs.statSync(shm).isDirectory() ? fs.mkdtempSync(path.join(shm, 'boxes-bench-imap-')) : root);
   onCleanup(async () => {
     if (process.env.BENCH_KEEP) console.log(`kept ${root}`);
     else fs.rmSync(root, { recursive: true, force: true });
@@ -349,7 +377,9 @@ await main('bench:imap', async (onCleanup) => {
       }
     }),
   );
-  console.log(`  stored ${stored} messages (${(bytes / 1e6).toFixed(1)} MB) through the receive path in ${((performance.now() - storeStarted) / 1000).toFixed(1)} s`);
+  console.log(
+    `  stored ${stored} messages (${(bytes / 1e6).toFixed(1)} MB) through the receive path in ${((performance.now() - storeStarted) / 1000).toFixed(1)} s`,
+  );
 
   // The account has an app-password, so the IMAP server folded its mail in as it arrived (no client connected):
   // how far behind the last message that left it.
@@ -470,14 +500,29 @@ await main('bench:imap', async (onCleanup) => {
   const b = times.boxes;
   const d = times.dovecot;
   console.log(`  mbsync, full sync of INBOX (${N} messages, ${(bytes / 1e6).toFixed(1)} MB) over implicit TLS, best of ${RUNS} (all runs in s):`);
-  console.log(`    boxes:   first sync ${s(first.ms)} (the folder as the receive path left it: ${followLag === null ? 'not folded 30 s after the last message, so the login folded it' : `folded as the mail arrived, ${followLag.toFixed(0)} ms behind the last message`}; server CPU ${s(first.cpuMs)})`);
-  console.log(`             cold ${s(best(b.cold))} (folder dropped, the login folds the whole stream again; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`);
+  console.log(
+    `    boxes:   first sync ${s(first.ms)} (the folder as the receive path left it: ${followLag === null ? 'not folded 30 s after the last message, so the login folded it' : `folded as the mail arrived, ${followLag.toFixed(0)} ms behind the last message`}; server CPU ${s(first.cpuMs)})`,
+  );
+  console.log(
+    `             cold ${s(best(b.cold))} (folder dropped, the login folds the whole stream again; ${all(b.cold)}), warm ${s(best(b.warm))} (${all(b.warm)})`,
+  );
   console.log(`    dovecot: cold ${s(best(d.cold))} (first login builds its index; ${all(d.cold)}), warm ${s(best(d.warm))} (${all(d.warm)})`);
-  console.log(`    server CPU (user + system) per sync, best: boxes cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`);
-  if (dovecotCpu.cold.length) console.log(`                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`);
-  if (pgCpu.cold.length) console.log(`    PostgreSQL CPU per Boxes sync (its backends for this database), best: cold ${s(best(pgCpu.cold))} (${all(pgCpu.cold)}), warm ${s(best(pgCpu.warm))} (${all(pgCpu.warm)})`);
+  console.log(
+    `    server CPU (user + system) per sync, best: boxes cold ${s(best(cpu.cold))} (${all(cpu.cold)}), warm ${s(best(cpu.warm))} (${all(cpu.warm)})`,
+  );
+  if (dovecotCpu.cold.length)
+    console.log(
+      `                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`,
+    );
+  if (pgCpu.cold.length)
+    console.log(
+      `    PostgreSQL CPU per Boxes sync (its backends for this database), best: cold ${s(best(pgCpu.cold))} (${all(pgCpu.cold)}), warm ${s(best(pgCpu.warm))} (${all(pgCpu.warm)})`,
+    );
   console.log(`    boxes server garbage collections in the last round: cold ${gcLast.cold}; warm ${gcLast.warm}`);
-  if (clientCpu.boxes.length && clientCpu.dovecot.length) console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))}`);
-  console.log(`    ratio boxes / dovecot: first sync / cold ${(first.ms / best(d.cold)).toFixed(2)}, cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`);
+  if (clientCpu.boxes.length && clientCpu.dovecot.length)
+    console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))}`);
+  console.log(
+    `    ratio boxes / dovecot: first sync / cold ${(first.ms / best(d.cold)).toFixed(2)}, cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`,
+  );
   for (const line of [...rss.lines('over the syncs'), ...dovecotRss.lines('over the syncs')]) console.log(line);
 });

@@ -57,7 +57,12 @@ function post(agent: http.Agent, url: string, body: unknown, key: string): Promi
   return new Promise((resolve, reject) => {
     const req = http.request(
       url,
-      { method: 'POST', agent, timeout: 60_000, headers: { 'content-type': 'application/json', 'content-length': payload.length, authorization: `Bearer ${key}` } },
+      {
+        method: 'POST',
+        agent,
+        timeout: 60_000,
+        headers: { 'content-type': 'application/json', 'content-length': payload.length, authorization: `Bearer ${key}` },
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));

@@ -32,7 +32,23 @@ import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { generate } from 'selfsigned';
 import { SMTPServer } from 'smtp-server';
-import { CpuMeter, createBenchDatabase, envInt, freePort, loadNote, main, percentile, rate, request, RssMeter, runtimeRss, signupAccounts, sleep, startBenchRuntime, waitForPort } from './common';
+import {
+  CpuMeter,
+  createBenchDatabase,
+  envInt,
+  freePort,
+  loadNote,
+  main,
+  percentile,
+  rate,
+  request,
+  RssMeter,
+  runtimeRss,
+  signupAccounts,
+  sleep,
+  startBenchRuntime,
+  waitForPort,
+} from './common';
 import { LoadClient, now } from './load';
 
 const M = envInt('BENCH_MX', 5000);
@@ -115,7 +131,9 @@ await main('bench:mx', async (onCleanup) => {
   const a = await load.call({ op: 'smtpSends', ...anchor, count: M, startSeq: WARMUP });
   const bareRate = rate(a.ok, a.t1 - a.t0);
   console.log(`  anchor: bare smtp-server (accept and discard; same connections, same STARTTLS): ${a.ok}/${M} accepted; ${cpuBare.report(a.ok)}`);
-  console.log(`mx anchor: bare smtp-server ${bareRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, bareRate)).toFixed(0)}% of it`);
+  console.log(
+    `mx anchor: bare smtp-server ${bareRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, bareRate)).toFixed(0)}% of it`,
+  );
 
   if (process.env.BENCH_HARAKA === '0') return;
   const haraka = await startHaraka().catch((err: Error) => err);
@@ -132,11 +150,14 @@ await main('bench:mx', async (onCleanup) => {
   const hr = await load.call({ op: 'smtpSends', ...h, count: M, startSeq: WARMUP });
   harakaRss.stop();
   const harakaRate = rate(hr.ok, hr.t1 - hr.t0);
-  console.log(`  anchor: Haraka ${haraka.version} (tls, accept every recipient, queue/discard; its own process): ${hr.ok}/${M} accepted; ${cpuHaraka.report(hr.ok)}`);
+  console.log(
+    `  anchor: Haraka ${haraka.version} (tls, accept every recipient, queue/discard; its own process): ${hr.ok}/${M} accepted; ${cpuHaraka.report(hr.ok)}`,
+  );
   for (const line of harakaRss.lines()) console.log(line);
-  console.log(`mx anchor: Haraka ${harakaRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, harakaRate)).toFixed(0)}% of it`);
+  console.log(
+    `mx anchor: Haraka ${harakaRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, harakaRate)).toFixed(0)}% of it`,
+  );
 });
-
 
 /**
  * Haraka as the MTA operators run, in its own process on a free port: installed from npm into a cache folder the
@@ -166,7 +187,10 @@ async function startHaraka(): Promise<{ port: number; pid: number; version: stri
   // Haraka 3.3's connection code reads a greeting that its shipped connection.ini does not define.
   fs.appendFileSync(cfg('connection.ini'), '\n[message]\ngreeting[]=Haraka (boxes bench anchor)\n');
   fs.writeFileSync(path.join(dir, 'plugins', 'accept_all.js'), 'exports.hook_rcpt = function (next) { next(OK); };\n');
-  const child: ChildProcess = spawn(process.execPath, [bin, '-c', dir], { env: { ...process.env, YES_REALLY_DO_DISCARD: '1' }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child: ChildProcess = spawn(process.execPath, [bin, '-c', dir], {
+    env: { ...process.env, YES_REALLY_DO_DISCARD: '1' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let err = '';
   child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
   const exited = new Promise<never>((_, reject) => child.once('exit', (code) => reject(new Error(`Haraka exited ${code}: ${err.slice(-500)}`))));

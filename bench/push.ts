@@ -91,7 +91,13 @@ await main('bench:push', async (onCleanup) => {
     if (cb.status !== 200) throw new Error(`setting the webhook failed: ${cb.status} ${JSON.stringify(cb.body)}`);
     const prov = await request(agent, `${apiBase}/account/iot/provision`, 'POST', undefined, a.apiKey);
     if (prov.status !== 200) throw new Error(`provisioning failed: ${prov.status} ${JSON.stringify(prov.body)}`);
-    subscribers.push({ clientId: prov.body.client_id, key: prov.body.private_key, cert: prov.body.certificate, ca: prov.body.ca_certificate, topic: prov.body.topic });
+    subscribers.push({
+      clientId: prov.body.client_id,
+      key: prov.body.private_key,
+      cert: prov.body.certificate,
+      ca: prov.body.ca_certificate,
+      topic: prov.body.topic,
+    });
   }
   peer.postMessage({ op: 'subscribe', mqttPort: rt.mqttPort!, subscribers });
   await nextReply();
@@ -115,7 +121,13 @@ await main('bench:push', async (onCleanup) => {
         db: runtime.svc.db,
         accountId: a.accountId,
         type: 'mail.delivered',
-        data: { message_id: `msg_bench${appended}`, recipient: 'someone@example.com', route: 'mx', remote_mta: 'mx.example.com', response: '250 2.0.0 Ok: queued' },
+        data: {
+          message_id: `msg_bench${appended}`,
+          recipient: 'someone@example.com',
+          route: 'mx',
+          remote_mta: 'mx.example.com',
+          response: '250 2.0.0 Ok: queued',
+        },
       }).finally(() => inflight.delete(p));
       inflight.add(p);
       appended += 1;
@@ -151,6 +163,14 @@ await main('bench:push', async (onCleanup) => {
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
   console.log(`  until every event arrived: ${cpuReport}`);
   for (const line of rss.lines('until every event arrived')) console.log(line);
-  console.log(`push: webhook p99 ${percentile([...webhookLatency].sort((x, y) => x - y), 99).toFixed(1)} ms, mqtt p99 ${percentile([...mqttLatency].sort((x, y) => x - y), 99).toFixed(1)} ms at ${RATE} events/s (machine: ${os.cpus().length} cores)`);
+  console.log(
+    `push: webhook p99 ${percentile(
+      [...webhookLatency].sort((x, y) => x - y),
+      99,
+    ).toFixed(1)} ms, mqtt p99 ${percentile(
+      [...mqttLatency].sort((x, y) => x - y),
+      99,
+    ).toFixed(1)} ms at ${RATE} events/s (machine: ${os.cpus().length} cores)`,
+  );
   if (seenWebhook.size < total || seenMqtt.size < total) throw new Error('some events did not arrive within 60 s');
 });

@@ -172,5 +172,7 @@ await main('bench:send', async (onCleanup) => {
   const rawRate = rate(N, rawMs);
   console.log(`  anchor: ${N} hash-chained appends with plain SQL (pg, ${CONCURRENCY} in flight, ${accounts.length} accounts); ${cpuRaw.report(N)}`);
   const ours = DELIVER && deliveredMs !== null ? rate(sink.count, deliveredMs) : rate(run.ok, acceptedMs);
-  console.log(`send anchor: plain-SQL appends ${rawRate}/s; Boxes ${DELIVER ? 'delivered' : 'accepted'} ${ours}/s = ${((100 * ours) / Math.max(1, rawRate)).toFixed(0)}% of it`);
+  console.log(
+    `send anchor: plain-SQL appends ${rawRate}/s; Boxes ${DELIVER ? 'delivered' : 'accepted'} ${ours}/s = ${((100 * ours) / Math.max(1, rawRate)).toFixed(0)}% of it`,
+  );
 });

@@ -79,7 +79,11 @@ describe('confirm_domain', () => {
     expect(mail.text).toContain(a.keyId);
     expect(mail.text).toMatch(/Nothing was closed/);
     const refused = await rest(t, 'GET', '/events?type=account.close_refused', { key: a.apiKey });
-    expect(refused.body.events.map((e: ApiEvent) => e.data.reason)).toEqual(['confirm_domain missing', 'confirm_domain does not match', 'confirm_domain does not match']);
+    expect(refused.body.events.map((e: ApiEvent) => e.data.reason)).toEqual([
+      'confirm_domain missing',
+      'confirm_domain does not match',
+      'confirm_domain does not match',
+    ]);
     // One mail per 10 minutes, however many attempts.
     await new Promise((r) => setTimeout(r, 500));
     expect((await inbox.all()).filter((m) => m.to.includes('wrong@owner.test'))).toHaveLength(1);
@@ -102,7 +106,13 @@ describe('close protection', () => {
 
     const del = await rest(t, 'DELETE', '/account', { key: a.apiKey, body: { confirm_domain: a.domain } });
     expect(del.status, JSON.stringify(del.body)).toBe(200);
-    expect(del.body).toMatchObject({ status: 'pending_owner_approval', account_status: 'active', export: null, keys_revoked: 0, close_request: { id: expect.stringMatching(/^clr_/) } });
+    expect(del.body).toMatchObject({
+      status: 'pending_owner_approval',
+      account_status: 'active',
+      export: null,
+      keys_revoked: 0,
+      close_request: { id: expect.stringMatching(/^clr_/) },
+    });
     // Nothing closed: the key still works.
     expect((await rest(t, 'GET', '/account', { key: a.apiKey })).body.account_status).toBe('active');
 
@@ -114,16 +124,26 @@ describe('close protection', () => {
     expect(page.html).toContain(`Close ${a.domain}?`);
     // Without the session the page asks to sign in; without the form token the decision is refused.
     expect((await fetch(`${t.url}${s.landing}`)).status).toBe(401);
-    const forged = await fetch(`${t.url}${s.landing}`, { method: 'POST', headers: { cookie: s.cookie, 'content-type': 'application/x-www-form-urlencoded' }, body: 'action=approve' });
+    const forged = await fetch(`${t.url}${s.landing}`, {
+      method: 'POST',
+      headers: { cookie: s.cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'action=approve',
+    });
     expect(forged.status).toBe(403);
     expect((await rest(t, 'GET', '/account', { key: a.apiKey })).body.account_status).toBe('active');
     const kept = await s.post(s.landing, { action: 'deny' });
     expect(kept.html).toContain('You kept the account open');
     expect((await rest(t, 'GET', '/account', { key: a.apiKey })).body.account_status).toBe('active');
-    expect(await eventTypes(a.accountId)).toEqual(expect.arrayContaining(['account.close_protection.enabled', 'account.close_requested', 'account.close_denied']));
+    expect(await eventTypes(a.accountId)).toEqual(
+      expect.arrayContaining(['account.close_protection.enabled', 'account.close_requested', 'account.close_denied']),
+    );
     // Another owner, signed in, cannot see the request.
     await signupAccount(t, 'someone-else@owner.test');
-    await fetch(`${t.url}/owner/link`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'email=someone-else%40owner.test' });
+    await fetch(`${t.url}/owner/link`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'email=someone-else%40owner.test',
+    });
     const otherSession = await ownerSignIn(t, linkIn(await inbox.waitFor('someone-else@owner.test', /sign-in link/)));
     const hidden = await otherSession.get(`/owner/close/${del.body.close_request.id}`);
     expect(hidden.status).toBe(404);
@@ -146,7 +166,15 @@ describe('a registered domain', () => {
     const domain = await t.db.domain.findFirstOrThrow({ where: { accountId: a.accountId } });
     await t.db.simulatedRegistryName.create({ data: { name: domain.name, holder: a.accountId, expiresAt: new Date(Date.now() + 365 * DAY) } });
     await t.db.domainRegistration.create({
-      data: { id: `reg_${a.accountId.slice(5)}`, domainId: domain.id, name: domain.name, registrar: 'local', priceCentsPerYear: 600, registeredAt: new Date(), expiresAt: new Date(Date.now() + 365 * DAY) },
+      data: {
+        id: `reg_${a.accountId.slice(5)}`,
+        domainId: domain.id,
+        name: domain.name,
+        registrar: 'local',
+        priceCentsPerYear: 600,
+        registeredAt: new Date(),
+        expiresAt: new Date(Date.now() + 365 * DAY),
+      },
     });
     const r = await rest(t, 'DELETE', '/account', { key: a.apiKey, body: { confirm_domain: a.domain } });
     expect(r.body.domains_held_for_transfer).toEqual([a.domain]);
@@ -184,14 +212,18 @@ describe('closing for real', () => {
     const slow = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'someone@slow.test', subject: 'stuck', text: 'stuck' } });
     deferredId = slow.body.message_id;
     let seen = '';
-    await waitFor('deliveries settled', async () => {
-      const got = await rest(t, 'GET', '/messages?limit=50', { key: a.apiKey });
-      const msgs = got.body.messages as any[];
-      const slowMsg = (await rest(t, 'GET', `/messages/${deferredId}`, { key: a.apiKey })).body;
-      const toBMsg = (await rest(t, 'GET', `/messages/${toB.body.message_id}`, { key: a.apiKey })).body;
-      seen = JSON.stringify({ messages: msgs.length, slow: slowMsg.deliveries, toB: toBMsg.status });
-      return msgs.length === 5 && slowMsg.deliveries[0].status === 'deferred' && toBMsg.status === 'delivered';
-    }, 30_000).catch((err: Error) => {
+    await waitFor(
+      'deliveries settled',
+      async () => {
+        const got = await rest(t, 'GET', '/messages?limit=50', { key: a.apiKey });
+        const msgs = got.body.messages as any[];
+        const slowMsg = (await rest(t, 'GET', `/messages/${deferredId}`, { key: a.apiKey })).body;
+        const toBMsg = (await rest(t, 'GET', `/messages/${toB.body.message_id}`, { key: a.apiKey })).body;
+        seen = JSON.stringify({ messages: msgs.length, slow: slowMsg.deliveries, toB: toBMsg.status });
+        return msgs.length === 5 && slowMsg.deliveries[0].status === 'deferred' && toBMsg.status === 'delivered';
+      },
+      30_000,
+    ).catch((err: Error) => {
       throw new Error(`${err.message}: ${seen}`);
     });
     closeBody = (await rest(t, 'DELETE', '/account', { key: a.apiKey, body: { confirm_domain: ` ${a.domain.toUpperCase()}. ` } })).body;
@@ -204,7 +236,12 @@ describe('closing for real', () => {
       keys_revoked: 2,
       deliveries_stopped: 1,
       domains_held_for_transfer: [],
-      export: { id: expect.stringMatching(/^exp_/), status: 'building', download_url: expect.stringMatching(new RegExp(`^${t.url}/exports/[\\w-]{40,}$`)), format: 'application/x-tar' },
+      export: {
+        id: expect.stringMatching(/^exp_/),
+        status: 'building',
+        download_url: expect.stringMatching(new RegExp(`^${t.url}/exports/[\\w-]{40,}$`)),
+        format: 'application/x-tar',
+      },
       close_request: null,
     });
     expect(Date.parse(closeBody.delete_after) - Date.parse(closeBody.closed_at)).toBe(30 * DAY);
@@ -236,7 +273,11 @@ describe('closing for real', () => {
 
   it('the MX refuses new mail for the domain (550), and mail from this instance no longer lands there', async () => {
     for (const to of [a.primaryAddress, `sales@${a.domain}`]) {
-      const err = await sendRawExpectingError(t.smtpPort!, { from: 'late@outside.test', to: [to] }, rawMessage({ From: 'late@outside.test', To: to, Subject: 'late' }, 'late'));
+      const err = await sendRawExpectingError(
+        t.smtpPort!,
+        { from: 'late@outside.test', to: [to] },
+        rawMessage({ From: 'late@outside.test', To: to, Subject: 'late' }, 'late'),
+      );
       expect(err.responseCode, err.message).toBe(550);
     }
     const before = await t.db.message.count({ where: { accountId: a.accountId } });
@@ -266,7 +307,9 @@ describe('closing for real', () => {
     try {
       fs.writeFileSync(path.join(dir, 'export.tar'), archive);
       const listing = (await run('tar', ['-tf', 'export.tar'], { cwd: dir })).stdout.trim().split('\n');
-      expect(listing).toEqual(expect.arrayContaining(['README.txt', 'account.json', 'messages.json', 'events.json', 'ledger.json', 'boxes.json', 'keys.json', 'checkpoints.json']));
+      expect(listing).toEqual(
+        expect.arrayContaining(['README.txt', 'account.json', 'messages.json', 'events.json', 'ledger.json', 'boxes.json', 'keys.json', 'checkpoints.json']),
+      );
       fs.mkdirSync(path.join(dir, 'x'));
       await run('tar', ['-xf', '../export.tar'], { cwd: path.join(dir, 'x') });
       const read = (f: string) => fs.readFileSync(path.join(dir, 'x', f));
@@ -292,7 +335,12 @@ describe('closing for real', () => {
         expect(eml.endsWith(i.raw)).toBe(true);
         expect(eml.slice(0, eml.length - i.raw.length)).toMatch(/^Received-SPF: [\s\S]*\r\nAuthentication-Results: /);
       }
-      expect(messages.filter((m) => m.direction === 'sent').map((m) => m.subject).sort()).toEqual(['stuck', 'to the neighbour']);
+      expect(
+        messages
+          .filter((m) => m.direction === 'sent')
+          .map((m) => m.subject)
+          .sort(),
+      ).toEqual(['stuck', 'to the neighbour']);
       expect(messages.find((m) => m.id === deferredId).status).toBe('failed');
 
       // The events, chained as served; the ledger, boxes and keys (metadata, never a key).

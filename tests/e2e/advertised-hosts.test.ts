@@ -60,7 +60,11 @@ out['smtp'] = S.login(user, pw)[0]
 S.quit()
 print(json.dumps(out))
 `;
-  const { stdout } = await execFileAsync('python3', ['-c', script, imap.host, String(imap.port), smtp.host, String(smtp.port), a.primaryAddress, password, ca], { timeout: 30_000 });
+  const { stdout } = await execFileAsync(
+    'python3',
+    ['-c', script, imap.host, String(imap.port), smtp.host, String(smtp.port), a.primaryAddress, password, ca],
+    { timeout: 30_000 },
+  );
   expect(JSON.parse(stdout)).toEqual({ imap: 'OK', smtp: 235 });
 });
 
@@ -70,9 +74,22 @@ it('mosquitto_sub connects to the provisioned mqtt_endpoint as given and receive
   expect(p.status, JSON.stringify(p.body)).toBe(200);
   const endpoint = new URL(p.body.mqtt_endpoint);
   expect(endpoint.protocol).toBe('mqtts:');
-  const args = ['-h', endpoint.hostname, '-p', endpoint.port, '--cafile', file('ca.pem', p.body.ca_certificate), '--cert', file('cert.pem', p.body.certificate), '--key', file('key.pem', p.body.private_key)];
+  const args = [
+    '-h',
+    endpoint.hostname,
+    '-p',
+    endpoint.port,
+    '--cafile',
+    file('ca.pem', p.body.ca_certificate),
+    '--cert',
+    file('cert.pem', p.body.certificate),
+    '--key',
+    file('key.pem', p.body.private_key),
+  ];
   // -d prints the SUBACK, so the mail is sent only once subscribed; stdbuf keeps the debug lines coming as they happen.
-  const child = spawn('stdbuf', ['-oL', 'mosquitto_sub', ...args, '-i', p.body.client_id, '-t', p.body.topic, '-q', '1', '-C', '1', '-W', '20', '-d'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('stdbuf', ['-oL', 'mosquitto_sub', ...args, '-i', p.body.client_id, '-t', p.body.topic, '-q', '1', '-C', '1', '-W', '20', '-d'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));

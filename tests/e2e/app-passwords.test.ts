@@ -20,7 +20,13 @@ async function events(key: string, type: string) {
 
 beforeAll(async () => {
   t = await startTestServer({
-    env: { MAIL_AUTH_USER_MAX_FAILURES: '4', MAIL_AUTH_ADDRESS_MAX_FAILURES: '6', MAIL_AUTH_FREE_FAILURES: '1', MAIL_AUTH_DELAY_MS: '20', MAIL_AUTH_LOCKOUT_SECONDS: '60' },
+    env: {
+      MAIL_AUTH_USER_MAX_FAILURES: '4',
+      MAIL_AUTH_ADDRESS_MAX_FAILURES: '6',
+      MAIL_AUTH_FREE_FAILURES: '1',
+      MAIL_AUTH_DELAY_MS: '20',
+      MAIL_AUTH_LOCKOUT_SECONDS: '60',
+    },
   });
   a = await signupAccount(t, 'apw-owner@example.com');
 });
@@ -88,7 +94,8 @@ describe('POST /account/app-passwords', () => {
 });
 
 describe('verifyMailLogin (the internal verify call)', () => {
-  const verify = (username: string, password: string, remoteAddress = '192.0.2.1') => verifyMailLogin(t.svc, { username, password, service: 'imap', remoteAddress });
+  const verify = (username: string, password: string, remoteAddress = '192.0.2.1') =>
+    verifyMailLogin(t.svc, { username, password, service: 'imap', remoteAddress });
 
   it("logs in with the owner's email (every box) or a box address (that box); case and hyphens do not matter", async () => {
     const acct = await signupAccount(t, 'verify-owner@example.com');

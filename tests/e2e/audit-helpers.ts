@@ -20,7 +20,9 @@ export async function opensslVerify(jws: string, publicKeyPem: string): Promise<
     fs.writeFileSync(path.join(dir, 'pub.pem'), publicKeyPem);
     fs.writeFileSync(path.join(dir, 'signing-input'), `${h}.${p}`);
     fs.writeFileSync(path.join(dir, 'sig.bin'), Buffer.from(s!, 'base64url'));
-    const r = await run('openssl', ['pkeyutl', '-verify', '-pubin', '-inkey', 'pub.pem', '-rawin', '-in', 'signing-input', '-sigfile', 'sig.bin'], { cwd: dir }).then(
+    const r = await run('openssl', ['pkeyutl', '-verify', '-pubin', '-inkey', 'pub.pem', '-rawin', '-in', 'signing-input', '-sigfile', 'sig.bin'], {
+      cwd: dir,
+    }).then(
       (x) => ({ code: 0, out: x.stdout }),
       (err: { code?: number; stdout?: string }) => ({ code: err.code ?? 1, out: err.stdout ?? '' }),
     );
@@ -36,7 +38,9 @@ export const payloadOf = (jws: string): any => JSON.parse(Buffer.from(jws.split(
 /** hash = hex(SHA-256(prev_hash + "\n" + JCS(body))) over the event as served without _chain (README). */
 export function eventHash(prevHash: string, e: ApiEvent): string {
   const { _chain, ...body } = e;
-  return createHash('sha256').update(`${prevHash}\n${canonicalize(body)}`).digest('hex');
+  return createHash('sha256')
+    .update(`${prevHash}\n${canonicalize(body)}`)
+    .digest('hex');
 }
 
 /** Recomputes the chain from the genesis hash; returns the recomputed hash after each seq. */

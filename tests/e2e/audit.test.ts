@@ -31,7 +31,10 @@ afterAll(() => t?.stop());
  * bytes sent, below the MX's trace headers (Received-SPF, Authentication-Results).
  */
 async function receive(subject: string): Promise<{ id: string; raw: string }> {
-  const raw = rawMessage({ From: 'Sender <sender@outside.test>', To: a.primaryAddress, Subject: subject, 'Message-ID': `<${subject.replace(/\W/g, '')}@outside.test>` }, `body of ${subject}`);
+  const raw = rawMessage(
+    { From: 'Sender <sender@outside.test>', To: a.primaryAddress, Subject: subject, 'Message-ID': `<${subject.replace(/\W/g, '')}@outside.test>` },
+    `body of ${subject}`,
+  );
   const r = await sendRaw(t.smtpPort!, { from: 'sender@outside.test', to: [a.primaryAddress] }, raw);
   expect(r.accepted).toEqual([a.primaryAddress]);
   const m = await waitFor(`received ${subject}`, async () => {
@@ -154,7 +157,12 @@ describe('audit bundles', () => {
     expect(p.retention.body_reclaim_due_at_utc).toBeNull();
     expect(p.events.map((e: ApiEvent) => e.type)).toEqual(['mail.received', 'message.deleted']);
     const got = await rest(t, 'GET', `/messages/${received.id}`, { key: a.apiKey });
-    expect(got.body).toMatchObject({ body: null, body_state: 'reclaimed', body_reclaimed_at_utc: del.body.body_state.reclaimed_at_utc, body_reclaim_due_at_utc: null });
+    expect(got.body).toMatchObject({
+      body: null,
+      body_state: 'reclaimed',
+      body_reclaimed_at_utc: del.body.body_state.reclaimed_at_utc,
+      body_reclaim_due_at_utc: null,
+    });
   });
 
   it("another account's message is 404", async () => {
@@ -206,7 +214,13 @@ describe('chain checkpoints', () => {
     expect(await opensslVerify(c.body.checkpoint, pk.public_key_pem)).toBe(true);
     const p = JSON.parse(new TextDecoder().decode((await compactVerify(c.body.checkpoint, await importSPKI(pk.public_key_pem, 'EdDSA'))).payload));
     const stream = await allEvents(a.apiKey);
-    expect(p).toMatchObject({ typ: 'boxes.chain_checkpoint', account_id: a.accountId, seq: stream.length, hash: stream[stream.length - 1]!._chain.hash, key_id: pk.key_id });
+    expect(p).toMatchObject({
+      typ: 'boxes.chain_checkpoint',
+      account_id: a.accountId,
+      seq: stream.length,
+      hash: stream[stream.length - 1]!._chain.hash,
+      key_id: pk.key_id,
+    });
     // Offline: the chain recomputed from GET /events reaches the signed hash at the signed seq.
     expect(recomputeChain(stream).get(p.seq)).toBe(p.hash);
 
@@ -226,7 +240,10 @@ describe('chain checkpoints', () => {
     await rest(t, 'POST', '/boxes', { key: victim.apiKey, body: { address: 'first' } });
     await rest(t, 'POST', '/boxes', { key: victim.apiKey, body: { address: 'second' } });
     const kept = (await rest(t, 'POST', '/events/checkpoints', { key: victim.apiKey })).body.checkpoint as string;
-    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: victim.apiKey, body: { checkpoint: kept } })).body).toMatchObject({ ok: true, signature_valid: true });
+    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: victim.apiKey, body: { checkpoint: kept } })).body).toMatchObject({
+      ok: true,
+      signature_valid: true,
+    });
 
     // The operator rewrites an event (the box's address) and recomputes every hash after it and the head.
     const rows = await t.db.event.findMany({ where: { accountId: victim.accountId }, orderBy: { seq: 'asc' } });
@@ -236,7 +253,15 @@ describe('chain checkpoints', () => {
     await t.db.event.update({ where: { id: target.id }, data: { data } });
     let prev = '0'.repeat(64);
     for (const r of await t.db.event.findMany({ where: { accountId: victim.accountId }, orderBy: { seq: 'asc' } })) {
-      const hash = eventHash(prev, { id: r.id, seq: r.seq, type: r.type, account_id: r.accountId, created_at: r.createdAt.toISOString(), data: r.data, _chain: { prev_hash: prev, hash: '' } });
+      const hash = eventHash(prev, {
+        id: r.id,
+        seq: r.seq,
+        type: r.type,
+        account_id: r.accountId,
+        created_at: r.createdAt.toISOString(),
+        data: r.data,
+        _chain: { prev_hash: prev, hash: '' },
+      });
       await t.db.event.update({ where: { id: r.id }, data: { prevHash: prev, hash } });
       prev = hash;
     }
@@ -254,11 +279,17 @@ describe('chain checkpoints', () => {
     expect(recomputeChain(await allEvents(victim.apiKey)).get(claim.seq)).not.toBe(claim.hash);
   });
 
-  it("a checkpoint of another account, or not a checkpoint at all, does not verify", async () => {
+  it('a checkpoint of another account, or not a checkpoint at all, does not verify', async () => {
     const other = await signupAccount(t, 'audit-other2@example.com');
     const theirs = (await rest(t, 'POST', '/events/checkpoints', { key: other.apiKey })).body.checkpoint as string;
-    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: theirs } })).body).toMatchObject({ ok: false, reason: 'this checkpoint is of another account' });
-    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: 'a.b.c' } })).body).toMatchObject({ ok: false, signature_valid: false });
+    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: theirs } })).body).toMatchObject({
+      ok: false,
+      reason: 'this checkpoint is of another account',
+    });
+    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: 'a.b.c' } })).body).toMatchObject({
+      ok: false,
+      signature_valid: false,
+    });
   });
 });
 
@@ -296,19 +327,26 @@ describe('key rotation', () => {
     expect(await opensslVerify(oldBundle, byKid.public_key_pem)).toBe(true);
     expect(await opensslVerify(oldBundle, current.public_key_pem)).toBe(false);
     // A checkpoint kept from before the rotation still verifies against the chain.
-    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: oldCheckpoint } })).body).toMatchObject({ ok: true, key_id: oldKey.key_id });
+    expect((await rest(t, 'POST', '/events/checkpoints/verify', { key: a.apiKey, body: { checkpoint: oldCheckpoint } })).body).toMatchObject({
+      ok: true,
+      key_id: oldKey.key_id,
+    });
     // An unknown key id is 404.
     expect((await fetch(`${t.apiBase}/audit/public-key?key_id=ask_00000000000000000000`)).status).toBe(404);
   });
 });
 
 describe('the README', () => {
-  it("the checkpoint block works as pasted: openssl verifies the signature and the chain matches", async () => {
+  it('the checkpoint block works as pasted: openssl verifies the signature and the chain matches', async () => {
     const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
     const block = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('openssl pkeyutl -verify'));
     expect(block, 'README has the openssl checkpoint block').toBeDefined();
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-readme-ckp-'));
-    const { stdout, stderr } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', `BASE=${t.apiBase}\nKEY=${a.apiKey}\n${block}`], { cwd: dir, encoding: 'utf8', timeout: 30_000 });
+    const { stdout, stderr } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', `BASE=${t.apiBase}\nKEY=${a.apiKey}\n${block}`], {
+      cwd: dir,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
     expect(stdout, stderr).toMatch(/Signature Verified Successfully/);
     expect(stdout).toMatch(/chain matches at seq \d+/);
   });

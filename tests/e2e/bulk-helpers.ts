@@ -14,7 +14,11 @@ export interface BulkMessageInput {
 
 /** n messages to <prefix>-<i>@<domain>, one recipient each. */
 export function messagesTo(n: number, prefix: string, domain = 'remote.test', start = 0): BulkMessageInput[] {
-  return Array.from({ length: n }, (_, i) => ({ to: `${prefix}-${start + i}@${domain}`, subject: `bulk ${prefix} ${start + i}`, text: `message ${start + i}` }));
+  return Array.from({ length: n }, (_, i) => ({
+    to: `${prefix}-${start + i}@${domain}`,
+    subject: `bulk ${prefix} ${start + i}`,
+    text: `message ${start + i}`,
+  }));
 }
 
 export function createJob(t: Pick<TestServer, 'apiBase'>, key: string, body: Record<string, unknown>) {

@@ -31,7 +31,17 @@ it('5,000 messages in batches of 1,000 reach the MX exactly once each, with cool
 
   const job = await waitForJob(t, a.apiKey, r.body.id, ['completed', 'halted', 'cancelled'], 100_000);
   expect(job.status).toBe('completed');
-  expect(job.counts).toEqual({ messages: 5000, recipients: 5000, pending: 0, delivered: 5000, deferred: 0, bounced: 0, failed: 0, suppressed: 0, complaints: 0 });
+  expect(job.counts).toEqual({
+    messages: 5000,
+    recipients: 5000,
+    pending: 0,
+    delivered: 5000,
+    deferred: 0,
+    bounced: 0,
+    failed: 0,
+    suppressed: 0,
+    complaints: 0,
+  });
   expect(job.batches.map((b: any) => [b.messages, b.status])).toEqual(Array.from({ length: 5 }, () => [1000, 'completed']));
 
   // Exactly once per recipient.
@@ -65,9 +75,17 @@ it('5,000 messages in batches of 1,000 reach the MX exactly once each, with cool
   expect({ delivered: Number(rows!.delivered), raw: Number(rows!.raw) }).toEqual({ delivered: 5000, raw: 5000 });
   const [ledger] = await t.db.$queryRaw<{ entries: bigint; free: bigint; micros: bigint }[]>`
     SELECT count(*) AS entries, sum(free_messages) AS free, sum(amount_micros) AS micros FROM ledger_entries WHERE account_id = ${a.accountId} AND type = 'message_sent'`;
-  expect({ entries: Number(ledger!.entries), free: Number(ledger!.free), micros: Number(ledger!.micros) }).toEqual({ entries: 5000, free: 250, micros: -4750 * 1600 });
+  expect({ entries: Number(ledger!.entries), free: Number(ledger!.free), micros: Number(ledger!.micros) }).toEqual({
+    entries: 5000,
+    free: 250,
+    micros: -4750 * 1600,
+  });
   const acct = await t.db.account.findUniqueOrThrow({ where: { id: a.accountId } });
-  expect({ held: acct.heldMicros, heldFree: acct.heldFreeMessages, balance: acct.balanceMicros }).toEqual({ held: 0n, heldFree: 0, balance: 100_000_000n - 4750n * 1600n });
+  expect({ held: acct.heldMicros, heldFree: acct.heldFreeMessages, balance: acct.balanceMicros }).toEqual({
+    held: 0n,
+    heldFree: 0,
+    balance: 100_000_000n - 4750n * 1600n,
+  });
 
   // The same request again: the same job, nothing more sent.
   const again = await createJob(t, a.apiKey, { messages, batch_size: 1000, idempotency_key: 'volume-1' });

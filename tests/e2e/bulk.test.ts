@@ -55,7 +55,12 @@ const extraWorkers: WorkerHandle[] = [];
 beforeAll(async () => {
   sink = new MailSink();
   await sink.start();
-  t = await startTestServer({ worker: true, mail: true, resolver: sink.resolver(), env: { BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BATCH_SIZE: '5000', BULK_MAX_ACTIVE_JOBS: '100' } });
+  t = await startTestServer({
+    worker: true,
+    mail: true,
+    resolver: sink.resolver(),
+    env: { BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BATCH_SIZE: '5000', BULK_MAX_ACTIVE_JOBS: '100' },
+  });
 });
 afterAll(async () => {
   for (const w of extraWorkers) await w.stop();
@@ -189,7 +194,9 @@ describe('a job in batches with cool-offs', () => {
       expect(Date.parse(job.batches[i].started_at) - Date.parse(job.batches[i - 1].completed_at)).toBeGreaterThanOrEqual(1000);
     }
 
-    const bulkEvents = (await events(t, a.apiKey, 'bulk.queued,bulk.batch_completed,bulk.completed,bulk.halted')).filter((e) => e.data.bulk_job_id === r.body.id);
+    const bulkEvents = (await events(t, a.apiKey, 'bulk.queued,bulk.batch_completed,bulk.completed,bulk.halted')).filter(
+      (e) => e.data.bulk_job_id === r.body.id,
+    );
     expect(bulkEvents.map((e) => e.type)).toEqual(['bulk.queued', 'bulk.batch_completed', 'bulk.batch_completed', 'bulk.batch_completed', 'bulk.completed']);
     expect(bulkEvents[0]!.data).toMatchObject({ messages: 25, recipients: 26, batches: 3, batch_size: 10 });
     expect(bulkEvents.slice(1, 4).map((e) => [e.data.batch, e.data.counts.messages, e.data.counts.delivered])).toEqual([

@@ -8,7 +8,6 @@ import { launchChromium } from './browser-helpers';
 import { rest, signupAccount, type TestServer } from '@boxes/testing';
 import { CARDS, enrollWallet, linkIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
 
-
 let t: TestServer;
 let inbox: OwnerInbox;
 let browser: Browser;

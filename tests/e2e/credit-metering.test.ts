@@ -105,7 +105,11 @@ const monthKey = (d: Date) => `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 
 
 function monthsBetween(start: Date, end: Date): string[] {
   const out: string[] = [];
-  for (let d = new Date(Date.UTC(start.getUTCFullYear(), start.getUTCMonth(), 1)); d <= end; d = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1))) {
+  for (
+    let d = new Date(Date.UTC(start.getUTCFullYear(), start.getUTCMonth(), 1));
+    d <= end;
+    d = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1))
+  ) {
     out.push(monthKey(d));
   }
   return out;
@@ -123,7 +127,14 @@ async function signupDelegated(s: TestServer, human: string): Promise<TestAccoun
   const pending = await s.db.domain.findFirstOrThrow({ where: { name } });
   const domain = await s.db.domain.update({ where: { id: pending.id }, data: { status: 'active', liveName: name, verifiedAt: pending.createdAt } });
   await s.db.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${domain.id}`;
-  return { accountId: done.body.account_id, apiKey: done.body.api_key, keyId: done.body.key_id, primaryAddress: done.body.primary_address, domain: name, domainId: domain.id };
+  return {
+    accountId: done.body.account_id,
+    apiKey: done.body.api_key,
+    keyId: done.body.key_id,
+    primaryAddress: done.body.primary_address,
+    domain: name,
+    domainId: domain.id,
+  };
 }
 
 /** The text part of what the sink received for a recipient. */
@@ -211,7 +222,11 @@ describe('a negative balance', () => {
     await useUpFreeMessages(t, a.accountId);
     const subjects = [`inbound one ${tag()}`, `inbound two ${tag()}`];
     for (const subject of subjects) {
-      const r = await sendRaw(t.smtpPort!, { from: 'alice@outside.test', to: [a.primaryAddress] }, rawMessage({ From: 'alice@outside.test', To: a.primaryAddress, Subject: subject }, 'hello'));
+      const r = await sendRaw(
+        t.smtpPort!,
+        { from: 'alice@outside.test', to: [a.primaryAddress] },
+        rawMessage({ From: 'alice@outside.test', To: a.primaryAddress, Subject: subject }, 'hello'),
+      );
       expect(r.accepted).toEqual([a.primaryAddress]);
     }
 
@@ -233,7 +248,13 @@ describe('a negative balance', () => {
     ]);
     const deficit = await eventsOf(t, a.apiKey, 'billing.deficit');
     expect(deficit).toHaveLength(1);
-    expect(deficit[0]!.data).toMatchObject({ credit_balance_cents: -1, credit_balance_usd: '-0.0016', cause: 'message_received', sending_blocked: true, inbound_continues: true });
+    expect(deficit[0]!.data).toMatchObject({
+      credit_balance_cents: -1,
+      credit_balance_usd: '-0.0016',
+      cause: 'message_received',
+      sending_blocked: true,
+      inbound_continues: true,
+    });
     expect(await balance(t, a.apiKey)).toMatchObject({
       credit_balance_cents: -1,
       credit_balance_usd: '-0.0032',
@@ -290,7 +311,14 @@ describe('low-balance thresholds', () => {
     // 600,000 -> 440,000: the 63rd recipient takes it from 500,800 to 499,200.
     await sendAndSettle(t, a.apiKey, [recipients(50, `${p}-a`), recipients(50, `${p}-b`)]);
     expect(await alerts()).toEqual([
-      { alert: 'first', threshold_cents: 50, credit_balance_cents: 49, balance_state: 'low', cause: 'message_sent', top_up: `${t.apiBase}/account/credit/topup/mpp` },
+      {
+        alert: 'first',
+        threshold_cents: 50,
+        credit_balance_cents: 49,
+        balance_state: 'low',
+        cause: 'message_sent',
+        top_up: `${t.apiBase}/account/credit/topup/mpp`,
+      },
     ]);
     expect(await state()).toEqual([44, 'low', true]);
 
@@ -385,7 +413,9 @@ describe('the trailer', () => {
     const to1 = `trailer-on-${tag()}@remote.test`;
     const [m1] = await sendAndSettle(t, a.apiKey, [[to1]], { text: 'first message' });
     expect((await sinkText(to1)).trimEnd().endsWith(`first message\n\n${trailer}`)).toBe(true);
-    expect((await t.db.ledgerEntry.findMany({ where: { messageId: m1.message_id } })).map((e) => [e.type, e.amountMicros])).toEqual([['message_sent', -1_600n]]);
+    expect((await t.db.ledgerEntry.findMany({ where: { messageId: m1.message_id } })).map((e) => [e.type, e.amountMicros])).toEqual([
+      ['message_sent', -1_600n],
+    ]);
     expect((await balance(t, a.apiKey)).trailer).toMatchObject({ enabled: true, status: 'on', surcharge_per_message_usd: '0' });
 
     const out = await rest(t, 'POST', '/account/trailer', { key: a.apiKey });
@@ -525,7 +555,9 @@ describe('usage', () => {
       expect(r.status, JSON.stringify(r.body)).toBe(200);
       const rows = await sqlRows(since, before);
       const api = [...r.body.usage].sort((x: any, y: any) => (x.type < y.type ? -1 : 1));
-      expect(api.map((u: any) => [u.type, u.entries, u.amount_micros, u.free_messages])).toEqual(rows.map((x) => [x.type, Number(x.n), Number(x.sum), Number(x.free)]));
+      expect(api.map((u: any) => [u.type, u.entries, u.amount_micros, u.free_messages])).toEqual(
+        rows.map((x) => [x.type, Number(x.n), Number(x.sum), Number(x.free)]),
+      );
       const charges = rows.filter((x) => x.sum < 0n).reduce((n, x) => n + x.sum, 0n);
       const creditSum = rows.filter((x) => x.sum > 0n).reduce((n, x) => n + x.sum, 0n);
       expect(r.body.totals).toMatchObject({ charges_micros: Number(charges), credits_micros: Number(creditSum), net_micros: Number(charges + creditSum) });
@@ -600,7 +632,13 @@ describe('recurring debits (the repeatable billing job, BILLING_CYCLE_MS=500)', 
     expect(owner.text).toContain('-0.5 USD');
     expect(owner.text).toContain(`${tb.apiBase}/account/credit/topup/mpp`);
 
-    expect(await balance(tb, a.apiKey)).toMatchObject({ credit_balance_cents: -50, balance_state: 'critical', deficit: true, sending_blocked: true, emails_covered: 0 });
+    expect(await balance(tb, a.apiKey)).toMatchObject({
+      credit_balance_cents: -50,
+      balance_state: 'critical',
+      deficit: true,
+      sending_blocked: true,
+      emails_covered: 0,
+    });
     const blocked = await send(tb, a.apiKey, { to: `friend-${tag()}@owner.test`, subject: 'blocked', text: 'x' });
     expectPaymentRequired(tb, blocked);
     expect(blocked.body.error.message).toMatch(/balance is negative/);

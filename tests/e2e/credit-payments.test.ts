@@ -435,7 +435,11 @@ describe('payments (real time)', () => {
     const r = await rest(t, 'POST', '/signup/agentic', { body: { ...body, initial_credit_cents: 500, agent_callback_webhook: hook } });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body.status).toBe('pending_payment');
-    expect(r.body.next_step).toEqual({ method: 'POST', url: `${t.apiBase}/signup/agentic/claim`, body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
+    expect(r.body.next_step).toEqual({
+      method: 'POST',
+      url: `${t.apiBase}/signup/agentic/claim`,
+      body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret },
+    });
     const lpi = r.body.local_payment_intent;
     expect(lpi.id).toMatch(/^pi_/);
     expect(lpi.status).toBe('requires_approval');
@@ -465,7 +469,11 @@ describe('payments (real time)', () => {
     const late = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: r.body.intent_id } });
     expect(late.status).toBe(409);
     // The callback took the key: the claim does not hand it out a second time.
-    await waitFor('the delivered key to be dropped', async () => ((await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } })).apiKeyEnc === null ? true : null), 15_000);
+    await waitFor(
+      'the delivered key to be dropped',
+      async () => ((await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } })).apiKeyEnc === null ? true : null),
+      15_000,
+    );
     const claim = await rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
     expect(claim.status, JSON.stringify(claim.body)).toBe(409);
     expect(claim.body.error).toMatchObject({ code: 'intent_already_confirmed', primary_address: `agent@${r.body.full_domain}` });
@@ -487,7 +495,13 @@ describe('payments (real time)', () => {
     // Before payment: pending, with when to ask again; the same over the SDK (tRPC).
     const pending = await rest(t, 'POST', '/signup/agentic/claim', { body: r.body.next_step.body });
     expect(pending.status, JSON.stringify(pending.body)).toBe(200);
-    expect(pending.body).toMatchObject({ intent_id: r.body.intent_id, status: 'pending_payment', retry_after_seconds: 5, account: null, payment: { id: r.body.local_payment_intent.id, status: 'requires_approval' } });
+    expect(pending.body).toMatchObject({
+      intent_id: r.body.intent_id,
+      status: 'pending_payment',
+      retry_after_seconds: 5,
+      account: null,
+      payment: { id: r.body.local_payment_intent.id, status: 'requires_approval' },
+    });
     expect((await claimSignup(t.url, { intent_id: r.body.intent_id, claim_secret: secret })).status).toBe('pending_payment');
 
     // A wrong secret, an unknown intent and a signup without a claim all look the same: 404.
@@ -510,7 +524,12 @@ describe('payments (real time)', () => {
     expect(ap.html).toContain('Approved and paid');
     const done = await waiting;
     expect(done).toMatchObject({ status: 'completed', payment: null, retry_after_seconds: null });
-    expect(done.account).toMatchObject({ primary_address: `agent@${r.body.full_domain}`, account_status: 'active', domain: r.body.full_domain, domain_status: 'active' });
+    expect(done.account).toMatchObject({
+      primary_address: `agent@${r.body.full_domain}`,
+      account_status: 'active',
+      domain: r.body.full_domain,
+      domain_status: 'active',
+    });
     const key = done.account!.api_key;
     expect(key).toMatch(/^bxs_live_/);
     expect(await balance(t, key)).toBe(600);
@@ -527,7 +546,9 @@ describe('payments (real time)', () => {
   test('funded signup whose callback never answers: once the delivery is given up, the claim still hands out the key', async () => {
     const email = 'funded-dead-hook@owner.test';
     receiver.behave('/dead-funded', () => 500);
-    const r = await rest(t, 'POST', '/signup/agentic', { body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 700, agent_callback_webhook: receiver.url('/dead-funded') } });
+    const r = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 700, agent_callback_webhook: receiver.url('/dead-funded') },
+    });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     const s = await approvalSession(t, inbox, email, 700, r.body.local_payment_intent.id);
     expect((await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' })).html).toContain('Approved and paid');

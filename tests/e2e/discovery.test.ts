@@ -46,7 +46,11 @@ describe('GET /.well-known/agentic.json', () => {
     expect(m.openapi_url).toBe(`${t.url}/openapi.json`);
     expect(m.skill_url).toBe(`${t.url}/skill.md`);
     expect(m.mcp).toMatchObject({ url: `${t.url}/mcp`, transport: 'streamable-http' });
-    expect(m.signup).toMatchObject({ url: `${t.apiBase}/signup/agentic`, confirm_url: `${t.apiBase}/signup/agentic/confirm`, claim_url: `${t.apiBase}/signup/agentic/claim` });
+    expect(m.signup).toMatchObject({
+      url: `${t.apiBase}/signup/agentic`,
+      confirm_url: `${t.apiBase}/signup/agentic/confirm`,
+      claim_url: `${t.apiBase}/signup/agentic/claim`,
+    });
     expect(m.signup.modes).toEqual(['subdomain', 'register', 'byo_manual', 'byo_delegated']);
     // What a registration costs, and who registers it.
     expect(m.signup.register.registrar).toBe(t.svc.registrar.label);
@@ -97,10 +101,18 @@ describe('GET /.well-known/agentic.json', () => {
     await ok(`${m.trpc_url}/mcp.status`, { headers: auth });
     checked.add(m.trpc_url);
     // Signup: the example body, then confirm.
-    const intent = (await (await ok(m.signup.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(m.signup.example) })).json()) as { intent_id: string };
-    const done = (await (await ok(m.signup.confirm_url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ intent_id: intent.intent_id }) })).json()) as { api_key: string };
+    const intent = (await (
+      await ok(m.signup.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(m.signup.example) })
+    ).json()) as { intent_id: string };
+    const done = (await (
+      await ok(m.signup.confirm_url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ intent_id: intent.intent_id }) })
+    ).json()) as { api_key: string };
     // The claim is for funded and register signups: this one has none, so it is not found (and says so in JSON).
-    const claim = await fetch(m.signup.claim_url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ intent_id: intent.intent_id, claim_secret: 'bxs_claim_x' }) });
+    const claim = await fetch(m.signup.claim_url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ intent_id: intent.intent_id, claim_secret: 'bxs_claim_x' }),
+    });
     expect(claim.status).toBe(404);
     expect(((await claim.json()) as { error: { code: string } }).error.code).toBe('not_found');
     checked.add(m.signup.claim_url);
@@ -113,7 +125,10 @@ describe('GET /.well-known/agentic.json', () => {
 
     const all = urlsIn(m);
     expect(all.length).toBeGreaterThan(10);
-    expect(all.filter((u) => !checked.has(u.url)), 'every URL in the manifest was exercised').toEqual([]);
+    expect(
+      all.filter((u) => !checked.has(u.url)),
+      'every URL in the manifest was exercised',
+    ).toEqual([]);
     for (const u of all) expect(u.url.startsWith(t.url), `${u.at} is on this server`).toBe(true);
   });
 
@@ -138,7 +153,9 @@ describe('every route family', () => {
   it('appears in the manifest (all its operations) and in a curated skill; every curated operation exists', async () => {
     const m = await manifest(t);
     const doc = (await (await fetch(m.openapi_url)).json()) as { paths: Record<string, Record<string, unknown>> };
-    const documented = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops).map((method) => `${method.toUpperCase()} ${p}`)).sort();
+    const documented = Object.entries(doc.paths)
+      .flatMap(([p, ops]) => Object.keys(ops).map((method) => `${method.toUpperCase()} ${p}`))
+      .sort();
     const families = routeFamilies().map((f) => f.name);
     expect(families.length).toBeGreaterThanOrEqual(15);
     expect(m.route_families.map((f: { name: string }) => f.name)).toEqual(families);
@@ -146,7 +163,10 @@ describe('every route family', () => {
     const curated = new Set<string>(m.skills.flatMap((s: { operations: string[] }) => s.operations));
     for (const op of curated) expect(documented, `skill operation ${op}`).toContain(op);
     for (const f of m.route_families as { name: string; operations: string[] }[]) {
-      expect(f.operations.some((op) => curated.has(op)), `family ${f.name} has a skill`).toBe(true);
+      expect(
+        f.operations.some((op) => curated.has(op)),
+        `family ${f.name} has a skill`,
+      ).toBe(true);
     }
   });
 
@@ -191,7 +211,9 @@ describe('GET /skill.md', () => {
     // Run as served: the base is this instance's.
     expect(blocks[0]).toContain(`BASE=${t.apiBase}\n`);
     const kinds = ['/signup/agentic/confirm', '/messages/send', '/events?type=mail.received', '/account/webhook', '/account/credit/balance', '/events/verify'];
-    kinds.forEach((k, i) => { expect(blocks[i], `block ${i} is the ${k} example`).toContain(k); });
+    kinds.forEach((k, i) => {
+      expect(blocks[i], `block ${i} is the ${k} example`).toContain(k);
+    });
 
     const marker = (i: number) => `@@BOXES-BLOCK-${i}@@`;
     const script = [
@@ -232,7 +254,10 @@ describe('GET /skill.md', () => {
     let received = parseReceive(outputs[2]!);
     if (!received.messages.length) {
       received = await waitFor('the receive block to show the message', async () => {
-        const { stdout: again } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', `BASE=${t.apiBase}\nKEY=${key}\n${blocks[2]}`], { encoding: 'utf8', timeout: 10_000 });
+        const { stdout: again } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', `BASE=${t.apiBase}\nKEY=${key}\n${blocks[2]}`], {
+          encoding: 'utf8',
+          timeout: 10_000,
+        });
         const r = parseReceive(again.trim());
         return r.messages.length && r.events.length ? r : null;
       });

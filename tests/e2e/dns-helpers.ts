@@ -28,7 +28,9 @@ export async function dig(port: number, name: string, type: string, opts: string
   const lines = (section: unknown) => ((section as string[] | undefined) ?? []).map((l) => l.replace(/\s+/g, ' ').trim());
   return {
     rcode: data.status,
-    flags: String(data.flags ?? '').split(/\s+/).filter(Boolean),
+    flags: String(data.flags ?? '')
+      .split(/\s+/)
+      .filter(Boolean),
     answer: lines(data.ANSWER_SECTION),
     authority: lines(data.AUTHORITY_SECTION),
     additional: lines(data.ADDITIONAL_SECTION),
@@ -50,7 +52,9 @@ export const rdata = (lines: string[], type?: string): string[] =>
  * tests/e2e/domains.test.ts proves the DNS part), or still pending with live: false.
  */
 export async function delegatedAccount(t: TestServer, zone: string, live = true): Promise<{ zone: string; key: string; zoneId: string; domainId: string }> {
-  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'dns-owner@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: zone } } });
+  const intent = await rest(t, 'POST', '/signup/agentic', {
+    body: { human_email: 'dns-owner@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: zone } },
+  });
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
   if (done.status !== 200) throw new Error(`signup failed: ${JSON.stringify(done.body)}`);
   const d = await t.db.domain.findFirstOrThrow({ where: { name: zone, accountId: done.body.account_id } });

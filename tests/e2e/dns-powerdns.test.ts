@@ -22,7 +22,8 @@ import { addRecords, dig, liveDelegatedZone, rdata, type DigResult } from './dns
 const PDNS = ['/usr/sbin/pdns_server', '/usr/bin/pdns_server'].find((p) => fs.existsSync(p));
 const CONF = path.resolve(import.meta.dirname, '../../deploy/powerdns/pdns.conf');
 
-if (!PDNS) console.warn('dns-powerdns.test.ts skipped: pdns_server is not installed (bash scripts/start-services.sh installs pdns-server and pdns-backend-pgsql)');
+if (!PDNS)
+  console.warn('dns-powerdns.test.ts skipped: pdns_server is not installed (bash scripts/start-services.sh installs pdns-server and pdns-backend-pgsql)');
 
 interface PowerDns {
   port: number;
@@ -82,7 +83,13 @@ async function startPowerDns(databaseUrl: string, attempt = 1): Promise<PowerDns
       throw new Error(`pdns_server exited (${child.exitCode}):\n${output}`);
     }
     // Any answer means it listens (a name outside its zones is REFUSED).
-    if (await dig(port, 'ready.invalid', 'SOA', ['+time=1']).then(() => true, () => false)) break;
+    if (
+      await dig(port, 'ready.invalid', 'SOA', ['+time=1']).then(
+        () => true,
+        () => false,
+      )
+    )
+      break;
     if (Date.now() > deadline) {
       await stop();
       throw new Error(`pdns_server did not answer within 15 s:\n${output}`);
@@ -126,7 +133,9 @@ describe.skipIf(!PDNS)('PowerDNS on the same rows as apps/dns', () => {
     ]);
     // A pending delegated claim: its zone holds the SOA and NS only.
     pending = `pending-${Date.now().toString(36)}.example`;
-    const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'p@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: pending } } });
+    const intent = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: 'p@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: pending } },
+    });
     await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
     await t.db.dnsZone.findUniqueOrThrow({ where: { name: pending } });
     pdns = await startPowerDns(t.config.databaseUrl);
@@ -206,9 +215,14 @@ describe.skipIf(!PDNS)('PowerDNS on the same rows as apps/dns', () => {
     const differences: string[] = [];
     for (const transport of [[], ['+tcp']]) {
       for (const [name, type, extra] of questions()) {
-        const ask = (port: number) => dig(port, name, type, transport).then((r) => comparable(r, extra === 'additional'), (err: Error) => ({ error: err.message }));
+        const ask = (port: number) =>
+          dig(port, name, type, transport).then(
+            (r) => comparable(r, extra === 'additional'),
+            (err: Error) => ({ error: err.message }),
+          );
         const [ours, theirs] = await Promise.all([ask(t.dnsPort!), ask(pdns!.port)]);
-        if (JSON.stringify(ours) !== JSON.stringify(theirs)) differences.push(`${name} ${type} ${transport.join(' ')}\n  apps/dns: ${JSON.stringify(ours)}\n  PowerDNS: ${JSON.stringify(theirs)}`);
+        if (JSON.stringify(ours) !== JSON.stringify(theirs))
+          differences.push(`${name} ${type} ${transport.join(' ')}\n  apps/dns: ${JSON.stringify(ours)}\n  PowerDNS: ${JSON.stringify(theirs)}`);
       }
     }
     expect(differences.join('\n'), pdns!.log()).toBe('');
@@ -227,11 +241,15 @@ describe.skipIf(!PDNS)('PowerDNS on the same rows as apps/dns', () => {
     const { zoneId } = await liveDelegatedZone(t, other);
     await addRecords(t, zoneId, [[`www.${other}`, 'TXT', txtContent('new zone')]]);
     const started = Date.now();
-    await waitFor('PowerDNS to serve the new rows', async () => {
-      const a = await dig(pdns!.port, `later.${zone}`, 'A');
-      const b = await dig(pdns!.port, `www.${other}`, 'TXT');
-      return a.answer.length === 1 && b.answer.length === 1;
-    }, 5000);
+    await waitFor(
+      'PowerDNS to serve the new rows',
+      async () => {
+        const a = await dig(pdns!.port, `later.${zone}`, 'A');
+        const b = await dig(pdns!.port, `www.${other}`, 'TXT');
+        return a.answer.length === 1 && b.answer.length === 1;
+      },
+      5000,
+    );
     expect(Date.now() - started).toBeLessThan(3000); // a 1-second cache, and the runs of dig
     const serial = async (port: number) => rdata((await dig(port, zone, 'SOA')).answer)[0]!.split(' ')[2];
     await waitFor('PowerDNS to serve the new serial', async () => (await serial(pdns!.port)) === String(z.serial + 1), 3000);

@@ -55,7 +55,9 @@ describe('the base zone and free subdomains', () => {
     const soa = await dig(port, t.config.baseDomain, 'SOA');
     expect(soa.rcode).toBe('NOERROR');
     expect(soa.flags).toContain('aa');
-    expect(rdata(soa.answer, 'SOA')[0]).toMatch(new RegExp(`^${escapeRegExp(t.config.nameservers[0]!)}\\. hostmaster\\.${escapeRegExp(t.config.baseDomain)}\\. \\d+ 3600 600 1209600 300$`));
+    expect(rdata(soa.answer, 'SOA')[0]).toMatch(
+      new RegExp(`^${escapeRegExp(t.config.nameservers[0]!)}\\. hostmaster\\.${escapeRegExp(t.config.baseDomain)}\\. \\d+ 3600 600 1209600 300$`),
+    );
     expect(soa.answer[0]).toMatch(/ 3600 IN SOA /);
     const ns = await dig(port, t.config.baseDomain, 'NS');
     expect(ns.flags).toContain('aa');
@@ -120,7 +122,7 @@ describe('a delegated zone with managed records', () => {
     expect(a.answer[0]!.startsWith(`WwW.${zone.toUpperCase()}. `)).toBe(true);
   });
 
-  it('CNAME: answered and followed inside our zones; the rcode is the last name\'s; a target elsewhere ends the answer', async () => {
+  it("CNAME: answered and followed inside our zones; the rcode is the last name's; a target elsewhere ends the answer", async () => {
     const a = await dig(port, `alias.${zone}`, 'A');
     expect(a.answer.map((l) => l.split(' ')[3])).toEqual(['CNAME', 'A', 'A']);
     expect(rdata(a.answer, 'CNAME')).toEqual([`www.${zone}.`]);
@@ -183,7 +185,11 @@ describe('a delegated zone with managed records', () => {
   });
 
   it('REFUSED for a name in no zone served here and for other classes, without AA', async () => {
-    for (const [name, opts] of [['www.example.org', []], ['example', []], [`www.${zone}`, ['-c', 'CH']]] as [string, string[]][]) {
+    for (const [name, opts] of [
+      ['www.example.org', []],
+      ['example', []],
+      [`www.${zone}`, ['-c', 'CH']],
+    ] as [string, string[]][]) {
       const r = await dig(port, name, 'A', opts);
       expect(r.rcode).toBe('REFUSED');
       expect(r.flags).not.toContain('aa');

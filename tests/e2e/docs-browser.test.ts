@@ -47,11 +47,17 @@ it('renders the API reference with the send endpoint, from local assets only', a
   expect(await page.title()).toBe('Boxes API reference');
   expect(await page.locator('.info .title').first().textContent()).toContain('Boxes API');
 
-  const send = page.locator('.opblock-post').filter({ has: page.locator('.opblock-summary-path[data-path="/messages/send"]') }).first();
+  const send = page
+    .locator('.opblock-post')
+    .filter({ has: page.locator('.opblock-summary-path[data-path="/messages/send"]') })
+    .first();
   expect(await send.locator('.opblock-summary-method').textContent()).toBe('POST');
   // Every operation of the OpenAPI document is on the page.
   const spec = (await (await fetch(`${t.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
-  const operations = Object.values(spec.paths).reduce((n, item) => n + Object.keys(item).filter((m) => ['get', 'post', 'put', 'delete', 'patch'].includes(m)).length, 0);
+  const operations = Object.values(spec.paths).reduce(
+    (n, item) => n + Object.keys(item).filter((m) => ['get', 'post', 'put', 'delete', 'patch'].includes(m)).length,
+    0,
+  );
   expect(await page.locator('.opblock').count()).toBe(operations);
   // Expanded, the send operation shows its request body fields.
   await send.locator('.opblock-summary').click();

@@ -31,7 +31,8 @@ afterAll(async () => {
 let n = 0;
 const fresh = (tag: string, tld = 'example') => `${tag}-${Date.now().toString(36)}${n++}.${tld}`;
 const move = (key: string, body: unknown) => rest(t, 'POST', '/account/domain', { key, body });
-const received = async (key: string, subject: string) => (await rest(t, 'GET', '/messages?direction=received&limit=200', { key })).body.messages.find((m: any) => m.subject === subject);
+const received = async (key: string, subject: string) =>
+  (await rest(t, 'GET', '/messages?direction=received&limit=200', { key })).body.messages.find((m: any) => m.subject === subject);
 
 async function publishFor(key: string, domain: string) {
   const ev = (await eventsOf(t, key, 'domain.dns_required')).find((e) => e.data.domain === domain)!;
@@ -41,7 +42,11 @@ async function publishFor(key: string, domain: string) {
 }
 
 async function credit(accountId: string, cents: number) {
-  await t.db.$transaction((tx) => postEntries(t.svc, tx, accountId, [{ type: 'topup', amountMicros: BigInt(cents) * 10_000n, idempotencyKey: `test-credit:${accountId}:${n++}`, description: 'test credit' }]));
+  await t.db.$transaction((tx) =>
+    postEntries(t.svc, tx, accountId, [
+      { type: 'topup', amountMicros: BigInt(cents) * 10_000n, idempotencyKey: `test-credit:${accountId}:${n++}`, description: 'test credit' },
+    ]),
+  );
 }
 
 describe('POST /account/domain', () => {
@@ -61,7 +66,14 @@ describe('POST /account/domain', () => {
     // Meanwhile everything runs on the old domain.
     const before = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'friend@outside.test', subject: 'before the move', text: 'x' } });
     expect(before.body.from).toBe(`agent@${oldDomain}`);
-    expect((await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { from: `agent@${target}`, to: 'friend@outside.test', subject: 'too early', text: 'x' } })).status).toBe(403);
+    expect(
+      (
+        await rest(t, 'POST', '/messages/send', {
+          key: a.apiKey,
+          body: { from: `agent@${target}`, to: 'friend@outside.test', subject: 'too early', text: 'x' },
+        })
+      ).status,
+    ).toBe(403);
 
     await publishFor(a.apiKey, target);
     const done = await rest(t, 'POST', '/account/domain/verify', { key: a.apiKey });
@@ -91,9 +103,20 @@ describe('POST /account/domain', () => {
     const after = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'friend@outside.test', subject: 'after the move', text: 'x' } });
     expect(after.body.from).toBe(`agent@${target}`);
     // Mail to the new address and, during the grace period, to the old one reaches the box.
-    await sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [`billing@${target}`] }, rawMessage({ From: 'x@outside.test', To: `billing@${target}`, Subject: 'to the new address' }, 'hi'));
-    await sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [`billing@${oldDomain}`] }, rawMessage({ From: 'x@outside.test', To: `billing@${oldDomain}`, Subject: 'to the old address' }, 'hi'));
-    await waitFor('both messages', async () => (await received(restricted.api_key, 'to the new address')) && (await received(restricted.api_key, 'to the old address')));
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'x@outside.test', to: [`billing@${target}`] },
+      rawMessage({ From: 'x@outside.test', To: `billing@${target}`, Subject: 'to the new address' }, 'hi'),
+    );
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'x@outside.test', to: [`billing@${oldDomain}`] },
+      rawMessage({ From: 'x@outside.test', To: `billing@${oldDomain}`, Subject: 'to the old address' }, 'hi'),
+    );
+    await waitFor(
+      'both messages',
+      async () => (await received(restricted.api_key, 'to the new address')) && (await received(restricted.api_key, 'to the old address')),
+    );
     // Another account on the instance reaching the old address: still local, still delivered.
     const other = await signupAccount(t);
     await rest(t, 'POST', '/messages/send', { key: other.apiKey, body: { to: `agent@${oldDomain}`, subject: 'neighbour to the old address', text: 'hi' } });
@@ -104,7 +127,11 @@ describe('POST /account/domain', () => {
     const r = await runDomainVerification(t.svc);
     expect(r.retired).toBeGreaterThanOrEqual(1);
     expect((await eventsOf(t, a.apiKey, 'domain.retired'))[0]!.data).toMatchObject({ domain: oldDomain });
-    const refused = await sendRawExpectingError(t.smtpPort!, { from: 'x@outside.test', to: [`billing@${oldDomain}`] }, rawMessage({ From: 'x@outside.test', To: `billing@${oldDomain}`, Subject: 'too late' }, 'hi'));
+    const refused = await sendRawExpectingError(
+      t.smtpPort!,
+      { from: 'x@outside.test', to: [`billing@${oldDomain}`] },
+      rawMessage({ From: 'x@outside.test', To: `billing@${oldDomain}`, Subject: 'too late' }, 'hi'),
+    );
     expect(refused.responseCode).toBe(550);
     expect(await t.db.dnsRecord.count({ where: { name: { endsWith: oldDomain } } })).toBe(0);
   });
@@ -139,7 +166,10 @@ describe('POST /account/domain', () => {
     expect(zone.kind).toBe('registered');
     expect(zone.records.some((r) => r.type === 'MX')).toBe(true);
     // Mail goes out from the registered domain.
-    const sent = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'reader@outside.test', subject: 'from the registered domain', text: 'x' } });
+    const sent = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: { to: 'reader@outside.test', subject: 'from the registered domain', text: 'x' },
+    });
     expect(sent.body.from).toBe(`agent@${name}`);
     await waitFor('delivery', () => sink.to('reader@outside.test').find((m) => m.raw.toString().includes('from the registered domain')));
   });

@@ -31,7 +31,12 @@ test('the owner approves a registration in the browser; the domain is registered
   const email = 'register-browser@owner.test';
   const name = `browser-${Date.now().toString(36)}.com`;
   const r = await rest(t, 'POST', '/signup/agentic', {
-    body: { human_email: email, domain_intent: { mode: 'register', register_domain: name }, agent_callback_webhook: receiver.url('/register'), initial_credit_cents: 300 },
+    body: {
+      human_email: email,
+      domain_intent: { mode: 'register', register_domain: name },
+      agent_callback_webhook: receiver.url('/register'),
+      initial_credit_cents: 300,
+    },
   });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
   const id: string = r.body.local_payment_intent.id;

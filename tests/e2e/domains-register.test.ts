@@ -62,7 +62,9 @@ describe('POST /signup/agentic with mode register', () => {
       expect(tryIt.status, JSON.stringify(tryIt.body)).toBe(200);
     }
     // Without a callback the registration is claimed instead: the answer carries the claim_secret and the claim call.
-    const noHook = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'x@owner.test', domain_intent: { mode: 'register', register_domain: freshName() } } });
+    const noHook = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: 'x@owner.test', domain_intent: { mode: 'register', register_domain: freshName() } },
+    });
     expect(noHook.status, JSON.stringify(noHook.body)).toBe(200);
     expect(noHook.body.claim_secret).toMatch(/^bxs_claim_/);
     expect(noHook.body.next_step).toMatchObject({ url: `${t.apiBase}/signup/agentic/claim`, body: { claim_secret: noHook.body.claim_secret } });
@@ -79,7 +81,12 @@ describe('POST /signup/agentic with mode register', () => {
     expect(r.body.registration).toMatchObject({ domain: name, price_cents_per_year: 600, years: 1 });
     expect(r.body.registration.registrar).toContain('simulated');
     expect(r.body.local_payment_intent).toMatchObject({ kind: 'signup', status: 'requires_approval', amount_cents: 1100 });
-    expect(r.body.local_wallet_spend_request).toMatchObject({ id: expect.stringMatching(/^spr_/), status: 'pending_approval', amount_cents: 1100, payer_email: email });
+    expect(r.body.local_wallet_spend_request).toMatchObject({
+      id: expect.stringMatching(/^spr_/),
+      status: 'pending_approval',
+      amount_cents: 1100,
+      payer_email: email,
+    });
     // Nothing is registered before the owner approves.
     expect(await t.db.simulatedRegistryName.count({ where: { name } })).toBe(0);
     const confirm = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: r.body.intent_id } });
@@ -91,7 +98,11 @@ describe('POST /signup/agentic with mode register', () => {
     const ap = await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' });
     expect(ap.html).toContain('Approved and paid');
 
-    const completed = await waitFor('signup.completed at the callback', () => receiver.at(`/${email}`).find((x) => x.event.type === 'signup.completed'), 15_000);
+    const completed = await waitFor(
+      'signup.completed at the callback',
+      () => receiver.at(`/${email}`).find((x) => x.event.type === 'signup.completed'),
+      15_000,
+    );
     const key = completed.event.api_key!;
     expect(completed.event.data).toMatchObject({ primary_address: `agent@${name}`, mode: 'register' });
     const domains = (await rest(t, 'GET', '/account/domain', { key })).body.domains;
@@ -134,7 +145,11 @@ describe('POST /signup/agentic with mode register', () => {
     expect((await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' })).html).toContain('Approved and paid');
     const done = await claim();
     expect(done.status, JSON.stringify(done.body)).toBe(200);
-    expect(done.body).toMatchObject({ status: 'completed', full_domain: name, account: { primary_address: `agent@${name}`, domain: name, domain_status: 'active' } });
+    expect(done.body).toMatchObject({
+      status: 'completed',
+      full_domain: name,
+      account: { primary_address: `agent@${name}`, domain: name, domain_status: 'active' },
+    });
     const key = done.body.account.api_key;
     expect((await rest(t, 'GET', '/account/domain', { key })).body.domains[0]).toMatchObject({ name, mode: 'register', status: 'active' });
     expect((await claim()).status).toBe(409);

@@ -43,7 +43,12 @@ async function claim(mode: 'byo_manual' | 'byo_delegated', domain: string, human
   expect(intent.status, JSON.stringify(intent.body)).toBe(200);
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
   expect(done.status, JSON.stringify(done.body)).toBe(200);
-  return { key: done.body.api_key as string, accountId: done.body.account_id as string, address: done.body.primary_address as string, status: done.body.domain_status as string };
+  return {
+    key: done.body.api_key as string,
+    accountId: done.body.account_id as string,
+    address: done.body.primary_address as string,
+    status: done.body.domain_status as string,
+  };
 }
 
 /** The records domain.dns_required asked this account to publish, published at the stand-in DNS. */
@@ -51,7 +56,12 @@ async function publishRequired(key: string, only?: (r: { name: string; type: str
   const [ev] = await eventsOf(t, key, 'domain.dns_required');
   const records = ev!.data.records as { name: string; type: 'MX' | 'TXT'; values: string[]; purpose: string }[];
   for (const r of records.filter((x) => !only || only(x))) {
-    if (r.type === 'MX') dns.set(r.name, 'MX', r.values.map((v) => v.replace(/\.$/, '')));
+    if (r.type === 'MX')
+      dns.set(
+        r.name,
+        'MX',
+        r.values.map((v) => v.replace(/\.$/, '')),
+      );
     else dns.set(r.name, 'TXT', r.values);
   }
   return records;
@@ -81,12 +91,19 @@ describe('an unproven domain is not usable (the interception and spoofing hole)'
       expect(inbox.body.messages.filter((m: any) => m.subject === `intercept ${mode}`)).toEqual([]);
 
       // ... and the instance's MX refuses mail for it like any domain it does not host.
-      const refused = await sendRawExpectingError(t.smtpPort!, { from: 'someone@outside.test', to: [`ceo@${domain}`] }, rawMessage({ From: 'someone@outside.test', To: `ceo@${domain}`, Subject: 'direct' }, 'hi'));
+      const refused = await sendRawExpectingError(
+        t.smtpPort!,
+        { from: 'someone@outside.test', to: [`ceo@${domain}`] },
+        rawMessage({ From: 'someone@outside.test', To: `ceo@${domain}`, Subject: 'direct' }, 'hi'),
+      );
       expect(refused.responseCode).toBe(550);
       expect(await t.db.message.count({ where: { accountId: claimer.accountId, direction: 'received' } })).toBe(0);
 
       // (2) The claimer cannot send as ceo@<domain>: 403 domain_not_verified listing what is missing.
-      const spoof = await rest(t, 'POST', '/messages/send', { key: claimer.key, body: { from: `ceo@${domain}`, to: 'victim@outside.test', subject: 'wire the money', text: 'now' } });
+      const spoof = await rest(t, 'POST', '/messages/send', {
+        key: claimer.key,
+        body: { from: `ceo@${domain}`, to: 'victim@outside.test', subject: 'wire the money', text: 'now' },
+      });
       expect(spoof.status).toBe(403);
       expect(spoof.body.error.code).toBe('domain_not_verified');
       expect(spoof.body.error.message).toContain(domain);
@@ -105,7 +122,12 @@ describe('byo_manual: records missing, then partly there, then all there', () =>
     const none = await verifyNow(a.key);
     expect(none.status, JSON.stringify(none.body)).toBe(200);
     expect(none.body.domains[0].status).toBe('pending_dns');
-    expect(none.body.domains[0].records.map((r: any) => [r.type, r.state])).toEqual([['MX', 'missing'], ['TXT', 'missing'], ['TXT', 'missing'], ['TXT', 'missing']]);
+    expect(none.body.domains[0].records.map((r: any) => [r.type, r.state])).toEqual([
+      ['MX', 'missing'],
+      ['TXT', 'missing'],
+      ['TXT', 'missing'],
+      ['TXT', 'missing'],
+    ]);
     expect(none.body.domains[0].records[0].last_checked_at).toEqual(expect.any(String));
 
     // MX and SPF, and a DKIM record with another key (someone else's, or an old one): different, not found.
@@ -115,7 +137,11 @@ describe('byo_manual: records missing, then partly there, then all there', () =>
     dns.set(dkimName, 'TXT', ['v=DKIM1; k=rsa; p=MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAnotthekey']);
     const partly = (await verifyNow(a.key)).body.domains[0];
     expect(partly.status).toBe('pending_dns');
-    expect(Object.fromEntries(partly.records.map((r: any) => [r.name === domain ? r.type : r.name.split('.')[0], r.state]))).toMatchObject({ MX: 'found', boxes1: 'different', _dmarc: 'missing' });
+    expect(Object.fromEntries(partly.records.map((r: any) => [r.name === domain ? r.type : r.name.split('.')[0], r.state]))).toMatchObject({
+      MX: 'found',
+      boxes1: 'different',
+      _dmarc: 'missing',
+    });
     const stillRefused = await rest(t, 'POST', '/messages/send', { key: a.key, body: { to: 'x@outside.test', subject: 's', text: 't' } });
     expect(stillRefused.body.error.code).toBe('domain_not_verified');
     expect(stillRefused.body.error.missing_records.map((r: any) => r.state).sort()).toEqual(['different', 'missing']);
@@ -131,13 +157,19 @@ describe('byo_manual: records missing, then partly there, then all there', () =>
     expect((await rest(t, 'GET', '/account', { key: a.key })).body.domain.status).toBe('active');
 
     // Inbound through the MX.
-    await sendRaw(t.smtpPort!, { from: 'friend@outside.test', to: [a.address] }, rawMessage({ From: 'friend@outside.test', To: a.address, Subject: 'welcome' }, 'hello'));
-    await waitFor('the inbound message', async () => (await rest(t, 'GET', '/messages?direction=received', { key: a.key })).body.messages.find((m: any) => m.subject === 'welcome'));
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'friend@outside.test', to: [a.address] },
+      rawMessage({ From: 'friend@outside.test', To: a.address, Subject: 'welcome' }, 'hello'),
+    );
+    await waitFor('the inbound message', async () =>
+      (await rest(t, 'GET', '/messages?direction=received', { key: a.key })).body.messages.find((m: any) => m.subject === 'welcome'),
+    );
     // Outbound, DKIM-signed with the key published in the claim's record.
     const out = await rest(t, 'POST', '/messages/send', { key: a.key, body: { to: 'reader@outside.test', subject: 'from my domain', text: 'signed' } });
     expect(out.status, JSON.stringify(out.body)).toBe(200);
     const got = await waitFor('the outbound message', () => sink.to('reader@outside.test')[0]);
-    const dkimRecord = (ev!.data.records.find((r: any) => r.name === dkimName).values[0] as string);
+    const dkimRecord = ev!.data.records.find((r: any) => r.name === dkimName).values[0] as string;
     const verified = await dkimVerify(got.raw, {
       resolver: async (name: string, type: string) => {
         if (type === 'TXT' && name === dkimName) return [[dkimRecord]];
@@ -148,7 +180,9 @@ describe('byo_manual: records missing, then partly there, then all there', () =>
     // Local delivery from another account now stays on the instance.
     const other = await signupAccount(t);
     await rest(t, 'POST', '/messages/send', { key: other.apiKey, body: { to: a.address, subject: 'neighbour', text: 'hi' } });
-    await waitFor('the local message', async () => (await rest(t, 'GET', '/messages?direction=received', { key: a.key })).body.messages.find((m: any) => m.subject === 'neighbour'));
+    await waitFor('the local message', async () =>
+      (await rest(t, 'GET', '/messages?direction=received', { key: a.key })).body.messages.find((m: any) => m.subject === 'neighbour'),
+    );
     expect(sink.to(a.address)).toEqual([]);
   });
 });
@@ -221,17 +255,27 @@ describe('claims', () => {
     expect(sq.records.find((r: any) => r.name.includes('._domainkey.')).state).toBe('different');
 
     // Mail for the domain now reaches the owner only.
-    await sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [owner.address] }, rawMessage({ From: 'x@outside.test', To: owner.address, Subject: 'for the owner' }, 'hi'));
-    await waitFor('the owner to receive it', async () => (await rest(t, 'GET', '/messages?direction=received', { key: owner.key })).body.messages.find((m: any) => m.subject === 'for the owner'));
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'x@outside.test', to: [owner.address] },
+      rawMessage({ From: 'x@outside.test', To: owner.address, Subject: 'for the owner' }, 'hi'),
+    );
+    await waitFor('the owner to receive it', async () =>
+      (await rest(t, 'GET', '/messages?direction=received', { key: owner.key })).body.messages.find((m: any) => m.subject === 'for the owner'),
+    );
     expect(await t.db.message.count({ where: { accountId: squatter.accountId, direction: 'received' } })).toBe(0);
 
     // Even if the squatter's records were all published too, the name is taken.
-    const third = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'third@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain.toUpperCase() } } });
+    const third = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: 'third@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain.toUpperCase() } },
+    });
     expect(third.status).toBe(409);
     expect(third.body.error.code).toBe('domain_taken');
     expect(third.body.error.suggestions.length).toBeGreaterThan(0);
     // A name inside the live domain is the owner's too: a claim there would shadow its records.
-    const inside = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'third@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: `www.${domain}` } } });
+    const inside = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: 'third@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: `www.${domain}` } },
+    });
     expect(inside.status).toBe(409);
     expect(inside.body.error.code).toBe('domain_taken');
     expect(inside.body.error.message).toContain(`inside ${domain}`);

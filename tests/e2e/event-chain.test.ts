@@ -8,7 +8,6 @@ import canonicalize from 'canonicalize';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
 
-
 interface Page {
   events: ApiEvent[];
   next_cursor: string;
@@ -74,7 +73,9 @@ function recompute(prevHash: string, e: ApiEvent): string {
   const body = { id: e.id, seq: e.seq, type: e.type, account_id: e.account_id, created_at: e.created_at, data: e.data };
   const jcs = canonicalize(body);
   if (jcs === undefined) throw new Error('not canonicalizable');
-  return createHash('sha256').update(Buffer.from(`${prevHash}\n${jcs}`, 'utf8')).digest('hex');
+  return createHash('sha256')
+    .update(Buffer.from(`${prevHash}\n${jcs}`, 'utf8'))
+    .digest('hex');
 }
 
 /** The box an event concerns, as its payload names it. */
@@ -106,8 +107,18 @@ describe('concurrent appends', () => {
     expect(new Set(all.map((e) => e.id)).size).toBe(n);
 
     const added = all.slice(initial);
-    expect(added.filter((e) => e.type === 'box.created').map((e) => e.data.box.local_part).sort()).toEqual(addresses);
-    expect(added.filter((e) => e.type === 'box.signature_updated').map((e) => e.data.signature).sort()).toEqual([...signatures].sort());
+    expect(
+      added
+        .filter((e) => e.type === 'box.created')
+        .map((e) => e.data.box.local_part)
+        .sort(),
+    ).toEqual(addresses);
+    expect(
+      added
+        .filter((e) => e.type === 'box.signature_updated')
+        .map((e) => e.data.signature)
+        .sort(),
+    ).toEqual([...signatures].sort());
 
     // Chain links hold in storage order.
     for (let i = 0; i < all.length; i++) {
@@ -155,7 +166,14 @@ describe('tamper evidence', () => {
     const a = await signupAccount(t);
     const all = (await drain(a.apiKey)).events;
     const v = await verify(a.apiKey);
-    expect(v).toMatchObject({ ok: true, events_verified: all.length, last_verified_seq: all.length, hash_at_seq: all.at(-1)!._chain.hash, anomalies: [], reason: null });
+    expect(v).toMatchObject({
+      ok: true,
+      events_verified: all.length,
+      last_verified_seq: all.length,
+      hash_at_seq: all.at(-1)!._chain.hash,
+      anomalies: [],
+      reason: null,
+    });
   });
 
   it('reports an altered row at its seq', async () => {

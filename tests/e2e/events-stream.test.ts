@@ -137,7 +137,10 @@ describe('curl -N', () => {
       const seen = [one, two, parseSse(third.out()).messages].flatMap((ms) => ms.filter((m) => m.data).map((m) => JSON.parse(m.data!) as ApiEvent));
       for (const e of seen) expect(e.account_id).toBe(a.accountId);
       // Each message's id is its seq, and the events are those of GET /events, hashes included.
-      expectExactly(seen.map((e) => e.seq), all);
+      expectExactly(
+        seen.map((e) => e.seq),
+        all,
+      );
       expect(seen.map((e) => e._chain.hash)).toEqual(all.map((e) => e._chain.hash));
       expect(writing.made()).toBeGreaterThan(0);
     } finally {
@@ -277,7 +280,10 @@ async function cutThreeTimesThenCompare(
   await writing.stop();
   const all = await allEvents(apiKey);
   await waitFor(`${client} to reach the head`, () => seen.length >= all.length && seen[seen.length - 1]!.seq === all[all.length - 1]!.seq, 20_000);
-  expectExactly(seen.map((e) => e.seq), all);
+  expectExactly(
+    seen.map((e) => e.seq),
+    all,
+  );
 }
 
 describe('the eventsource package', () => {
@@ -306,9 +312,13 @@ describe('the eventsource package', () => {
     const seen: ApiEvent[] = [];
     const typed: ApiEvent[] = [];
     // On the second server: its own LISTEN connection, its own process state.
-    const restricted = new EventSource(`${t2.apiBase}/events/stream`, { fetch: (i, init) => fetch(i, { ...init, headers: { ...init.headers, authorization: `Bearer ${k.api_key}` } }) });
+    const restricted = new EventSource(`${t2.apiBase}/events/stream`, {
+      fetch: (i, init) => fetch(i, { ...init, headers: { ...init.headers, authorization: `Bearer ${k.api_key}` } }),
+    });
     restricted.onmessage = (m) => seen.push(JSON.parse(m.data) as ApiEvent);
-    const byType = new EventSource(`${t2.apiBase}/events/stream?type=box.signature_updated`, { fetch: (i, init) => fetch(i, { ...init, headers: { ...init.headers, authorization: `Bearer ${a.apiKey}` } }) });
+    const byType = new EventSource(`${t2.apiBase}/events/stream?type=box.signature_updated`, {
+      fetch: (i, init) => fetch(i, { ...init, headers: { ...init.headers, authorization: `Bearer ${a.apiKey}` } }),
+    });
     byType.onmessage = (m) => typed.push(JSON.parse(m.data) as ApiEvent);
     try {
       await waitFor('the watched box.created', () => seen.some((e) => e.type === 'box.created'), 20_000);
@@ -337,7 +347,8 @@ describe('the SDK', () => {
     const seen: ApiEvent[] = [];
     const stop = new AbortController();
     const loop = (async () => {
-      for await (const e of streamEvents({ baseUrl: `${proxy.url}/api/v1`, apiKey: a.apiKey, signal: stop.signal, reconnectDelayMs: 50 })) seen.push(e as ApiEvent);
+      for await (const e of streamEvents({ baseUrl: `${proxy.url}/api/v1`, apiKey: a.apiKey, signal: stop.signal, reconnectDelayMs: 50 }))
+        seen.push(e as ApiEvent);
     })();
     try {
       await cutThreeTimesThenCompare(proxy, writing, seen, a.apiKey, 'the iterator');

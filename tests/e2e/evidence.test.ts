@@ -54,7 +54,15 @@ describe('enrolled', () => {
   it('a send with a restricted key, headers, context and an idempotency_key: every check that ran', async () => {
     const res = await rest(t, 'POST', '/messages/send', {
       key: restricted.api_key,
-      body: { from: boxAddress, to: ['one@remote.invalid', 'two@remote.invalid'], subject: 'evidence', text: 'hi', headers: { 'X-Campaign': 'nov' }, context: { ticket: 7 }, idempotency_key: 'ev-1' },
+      body: {
+        from: boxAddress,
+        to: ['one@remote.invalid', 'two@remote.invalid'],
+        subject: 'evidence',
+        text: 'hi',
+        headers: { 'X-Campaign': 'nov' },
+        context: { ticket: 7 },
+        idempotency_key: 'ev-1',
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const ev = res.body.evidence;
@@ -66,7 +74,19 @@ describe('enrolled', () => {
       idempotency_key: 'ev-1',
       next_verification_step: { method: 'GET', url: `${t.apiBase}/messages/${res.body.message_id}/audit` },
     });
-    expect(names(ev)).toEqual(['api_key', 'scope', 'idempotency', 'recipients', 'header_rules', 'context_size', 'from_domain', 'domain_verified', 'box_restriction', 'suppression', 'credit']);
+    expect(names(ev)).toEqual([
+      'api_key',
+      'scope',
+      'idempotency',
+      'recipients',
+      'header_rules',
+      'context_size',
+      'from_domain',
+      'domain_verified',
+      'box_restriction',
+      'suppression',
+      'credit',
+    ]);
     expect(ev.policy_checks.every((c: any) => c.result === 'passed' && c.detail.length > 0)).toBe(true);
     expect(ev.policy_checks.find((c: any) => c.check === 'from_domain').detail).toContain(boxAddress);
     expect(ev.policy_checks.find((c: any) => c.check === 'credit').detail).toMatch(/2 message\(s\) reserved/);
@@ -80,7 +100,15 @@ describe('enrolled', () => {
     // The replay of the same idempotency_key: only what ran for it.
     const replay = await rest(t, 'POST', '/messages/send', {
       key: restricted.api_key,
-      body: { from: boxAddress, to: ['one@remote.invalid', 'two@remote.invalid'], subject: 'evidence', text: 'hi', headers: { 'X-Campaign': 'nov' }, context: { ticket: 7 }, idempotency_key: 'ev-1' },
+      body: {
+        from: boxAddress,
+        to: ['one@remote.invalid', 'two@remote.invalid'],
+        subject: 'evidence',
+        text: 'hi',
+        headers: { 'X-Campaign': 'nov' },
+        context: { ticket: 7 },
+        idempotency_key: 'ev-1',
+      },
     });
     expect(replay.body.idempotent_replay).toBe(true);
     expect(names(replay.body.evidence)).toEqual(['api_key', 'scope', 'idempotency']);
@@ -112,9 +140,19 @@ describe('enrolled', () => {
   it('message delete, key mint and key revoke carry evidence too', async () => {
     const sent = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'four@remote.invalid', text: 'x' } });
     const del = await rest(t, 'DELETE', `/messages/${sent.body.message_id}`, { key: a.apiKey });
-    expect(del.body.evidence).toMatchObject({ capability: 'messages.delete', action: 'taken', acted_by_key: a.keyId, next_verification_step: { url: `${t.apiBase}/messages/${sent.body.message_id}/audit` } });
+    expect(del.body.evidence).toMatchObject({
+      capability: 'messages.delete',
+      action: 'taken',
+      acted_by_key: a.keyId,
+      next_verification_step: { url: `${t.apiBase}/messages/${sent.body.message_id}/audit` },
+    });
     expect(names(del.body.evidence)).toEqual(['api_key', 'scope', 'ownership']);
-    const restrictedDel = await rest(t, 'DELETE', `/messages/${(await rest(t, 'POST', '/messages/send', { key: restricted.api_key, body: { from: boxAddress, to: 'five@remote.invalid', text: 'x' } })).body.message_id}`, { key: restricted.api_key });
+    const restrictedDel = await rest(
+      t,
+      'DELETE',
+      `/messages/${(await rest(t, 'POST', '/messages/send', { key: restricted.api_key, body: { from: boxAddress, to: 'five@remote.invalid', text: 'x' } })).body.message_id}`,
+      { key: restricted.api_key },
+    );
     expect(names(restrictedDel.body.evidence)).toEqual(['api_key', 'scope', 'box_restriction', 'ownership']);
 
     const k = await rest(t, 'POST', '/account/keys', { key: a.apiKey, body: { label: 'restricted', scopes: ['receive'], allowed_boxes: ['billing'] } });

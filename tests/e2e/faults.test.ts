@@ -93,7 +93,11 @@ async function trpcAndMcp(): Promise<{ name: string; status: number; text: strin
   const headers = { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
   const trpc = await timed(() => fetch(`${t.url}/trpc/account.get`, { headers }));
   const mcp = await timed(() =>
-    fetch(`${t.url}/mcp`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'account_get', arguments: {} } }) }),
+    fetch(`${t.url}/mcp`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'account_get', arguments: {} } }),
+    }),
   );
   return [
     { name: 'tRPC account.get', status: trpc.value.status, text: await trpc.value.text(), ms: trpc.ms },
@@ -102,7 +106,10 @@ async function trpcAndMcp(): Promise<{ name: string; status: number; text: strin
 }
 
 function expectAllUnavailable(routes: Awaited<ReturnType<typeof everyRoute>>, others: Awaited<ReturnType<typeof trpcAndMcp>>) {
-  const wrong = routes.filter((r) => r.status !== 503 || r.body?.error?.code !== 'service_unavailable' || r.retryAfter === null || r.ms > BOUND_MS || /stack/.test(JSON.stringify(r.body)));
+  const wrong = routes.filter(
+    (r) =>
+      r.status !== 503 || r.body?.error?.code !== 'service_unavailable' || r.retryAfter === null || r.ms > BOUND_MS || /stack/.test(JSON.stringify(r.body)),
+  );
   expect(wrong.map((r) => `${r.name}: ${r.status} in ${r.ms} ms ${JSON.stringify(r.body).slice(0, 200)}`)).toEqual([]);
   for (const o of others) {
     expect(o.ms, o.name).toBeLessThan(BOUND_MS);
@@ -114,7 +121,13 @@ function expectAllUnavailable(routes: Awaited<ReturnType<typeof everyRoute>>, ot
 
 /** Smtp answers while a dependency is away: a 4xx, never 250 for mail that cannot be stored. */
 async function mxAnswer(subject: string): Promise<number> {
-  const transport = nodemailer.createTransport({ host: '127.0.0.1', port: t.smtpPort!, secure: false, tls: { rejectUnauthorized: false }, name: 'sender.outside.test' });
+  const transport = nodemailer.createTransport({
+    host: '127.0.0.1',
+    port: t.smtpPort!,
+    secure: false,
+    tls: { rejectUnauthorized: false },
+    name: 'sender.outside.test',
+  });
   try {
     await transport.sendMail({ from: 'probe@outside.test', to: b.primaryAddress, subject, text: 'probe' });
     return 250;
@@ -145,7 +158,12 @@ function startLoad(): Load {
       for (;;) {
         let res: { status: number; body: any } | null = null;
         try {
-          res = await timed(() => rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: b.primaryAddress, subject: `load-${i}`, text: `message ${i}`, idempotency_key: `load-${i}` } })).then((r) => {
+          res = await timed(() =>
+            rest(t, 'POST', '/messages/send', {
+              key: a.apiKey,
+              body: { to: b.primaryAddress, subject: `load-${i}`, text: `message ${i}`, idempotency_key: `load-${i}` },
+            }),
+          ).then((r) => {
             if (r.ms > BOUND_MS) load.unexpected.push(`send ${i} took ${r.ms} ms`);
             return r.value;
           });
@@ -164,13 +182,25 @@ function startLoad(): Load {
     }
   };
   let smtpNext = 0;
-  const transport = nodemailer.createTransport({ host: '127.0.0.1', port: t.smtpPort!, secure: false, tls: { rejectUnauthorized: false }, name: 'sender.outside.test' });
+  const transport = nodemailer.createTransport({
+    host: '127.0.0.1',
+    port: t.smtpPort!,
+    secure: false,
+    tls: { rejectUnauthorized: false },
+    name: 'sender.outside.test',
+  });
   const smtpSender = async () => {
     while (running) {
       const i = smtpNext++;
       for (;;) {
         try {
-          await transport.sendMail({ from: 'load@outside.test', to: b.primaryAddress, subject: `smtp-${i}`, text: `inbound ${i}`, messageId: `<smtp-${i}@outside.test>` });
+          await transport.sendMail({
+            from: 'load@outside.test',
+            to: b.primaryAddress,
+            subject: `smtp-${i}`,
+            text: `inbound ${i}`,
+            messageId: `<smtp-${i}@outside.test>`,
+          });
           load.smtpAccepted.add(i);
           break;
         } catch (err) {
@@ -258,11 +288,17 @@ describe('PostgreSQL and Redis going away under load', () => {
         // such deliveries up once they are 10 s old (it runs every 5 s).
         120_000,
       ).catch(async (err) => {
-        const r = await db.query(`SELECT d.id, d.status, d.attempts, d.created_at, m.subject FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE d.account_id = $1 AND d.status <> 'delivered'`, [a.accountId]);
+        const r = await db.query(
+          `SELECT d.id, d.status, d.attempts, d.created_at, m.subject FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE d.account_id = $1 AND d.status <> 'delivered'`,
+          [a.accountId],
+        );
         throw new Error(`${(err as Error).message}: ${JSON.stringify(r.rows)}`);
       });
       mark('every delivery done');
-      const received = await db.query<{ subject: string; n: number }>(`SELECT subject, count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'received' GROUP BY subject`, [b.accountId]);
+      const received = await db.query<{ subject: string; n: number }>(
+        `SELECT subject, count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'received' GROUP BY subject`,
+        [b.accountId],
+      );
       const counts = new Map(received.rows.map((r) => [r.subject, r.n]));
       const sent = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'sent'`, [a.accountId]);
       // The accepted sends, and nothing the probes sent while a dependency was away.

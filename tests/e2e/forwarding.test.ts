@@ -73,7 +73,13 @@ describe('confirm, match, forward, bill', () => {
   it('creating a forward mails the target a link and forwards nothing until it is confirmed', async () => {
     const r = await rest(t, 'POST', `/boxes/${support.id}/forwards`, { key: a.apiKey, body: { to: person, subject_contains: 'Invoice' } });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.body).toMatchObject({ box_id: support.id, box: support.address, to: person, status: 'pending_confirmation', match: { from_contains: null, subject_contains: 'invoice' } });
+    expect(r.body).toMatchObject({
+      box_id: support.id,
+      box: support.address,
+      to: person,
+      status: 'pending_confirmation',
+      match: { from_contains: null, subject_contains: 'invoice' },
+    });
     forwardId = r.body.id;
     link = await linkAtSink(person);
     expect(link.startsWith(t.url)).toBe(true);
@@ -157,7 +163,9 @@ describe('confirm, match, forward, bill', () => {
     try {
       const r = await client.callTool({ name: 'forwards_list', arguments: { id: support.id } });
       expect(r.isError, JSON.stringify(r.content)).toBeFalsy();
-      expect((r.structuredContent as { forwards: { id: string; status: string }[] }).forwards).toEqual([expect.objectContaining({ id: forwardId, status: 'active' })]);
+      expect((r.structuredContent as { forwards: { id: string; status: string }[] }).forwards).toEqual([
+        expect.objectContaining({ id: forwardId, status: 'active' }),
+      ]);
     } finally {
       await client.close();
     }
@@ -286,7 +294,8 @@ describe('validation', () => {
     const eleventh = await rest(t, 'POST', `/boxes/${one.id}/forwards`, { key: a.apiKey, body: { to: 'p10@limits.invalid' } });
     expect(eleventh.status).toBe(400);
     for (const id of ids) expect((await rest(t, 'DELETE', `/boxes/${one.id}/forwards/${id}`, { key: a.apiKey })).status).toBe(200);
-    for (let i = 0; i < 10; i++) expect((await rest(t, 'POST', `/boxes/${two.id}/forwards`, { key: a.apiKey, body: { to: `q${i}@limits.invalid` } })).status).toBe(200);
+    for (let i = 0; i < 10; i++)
+      expect((await rest(t, 'POST', `/boxes/${two.id}/forwards`, { key: a.apiKey, body: { to: `q${i}@limits.invalid` } })).status).toBe(200);
     const over = await rest(t, 'POST', `/boxes/${three.id}/forwards`, { key: a.apiKey, body: { to: 'r@limits.invalid' } });
     expect(over.status).toBe(429);
     expect(over.body.error).toMatchObject({ code: 'rate_limited', limit: 20 });

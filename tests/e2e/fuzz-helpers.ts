@@ -174,7 +174,8 @@ export function encode(v: string): string {
   } catch {
     return v.replace(/[\s\S]/g, (ch) => {
       const c = ch.charCodeAt(0);
-      if (c >= 0xd800 && c <= 0xdfff) return `%${(0xe0 | (c >> 12)).toString(16)}%${(0x80 | ((c >> 6) & 0x3f)).toString(16)}%${(0x80 | (c & 0x3f)).toString(16)}`;
+      if (c >= 0xd800 && c <= 0xdfff)
+        return `%${(0xe0 | (c >> 12)).toString(16)}%${(0x80 | ((c >> 6) & 0x3f)).toString(16)}%${(0x80 | (c & 0x3f)).toString(16)}`;
       return encodeURIComponent(ch);
     });
   }
@@ -192,7 +193,11 @@ export class Generator {
 
   private resolve(schema: Schema): Schema {
     let s = schema;
-    for (let i = 0; i < 10 && s?.$ref; i++) s = s.$ref.replace(/^#\/components\/schemas\//, '').split('/').reduce((acc: Schema, k: string) => acc?.[k], this.doc.components.schemas);
+    for (let i = 0; i < 10 && s?.$ref; i++)
+      s = s.$ref
+        .replace(/^#\/components\/schemas\//, '')
+        .split('/')
+        .reduce((acc: Schema, k: string) => acc?.[k], this.doc.components.schemas);
     return s ?? {};
   }
 
@@ -227,7 +232,11 @@ export class Generator {
     const union = s.anyOf ?? s.oneOf;
     // An object with alternatives of required members (a message: text, html or attachments): one of them.
     if (union && s.type === 'object') {
-      return fc.oneof(...union.map((u: Schema) => this.object({ ...s, anyOf: undefined, oneOf: undefined, required: [...(s.required ?? []), ...(u.required ?? [])] }, depth, 0)));
+      return fc.oneof(
+        ...union.map((u: Schema) =>
+          this.object({ ...s, anyOf: undefined, oneOf: undefined, required: [...(s.required ?? []), ...(u.required ?? [])] }, depth, 0),
+        ),
+      );
     }
     if (union) return fc.oneof(...union.map((u: Schema) => this.valid(u, name, depth + 1)));
     if (s.allOf) return this.valid(Object.assign({}, ...s.allOf.map((x: Schema) => this.resolve(x))), name, depth + 1);
@@ -255,7 +264,12 @@ export class Generator {
   /** A member value: valid, or (with odds `chaos`) hostile or of the wrong type. */
   member(schema: Schema, name: string, chaos: number, depth: number): fc.Arbitrary<unknown> {
     const s = this.resolve(schema);
-    const inner = s.type === 'object' || (s.type === 'array' && this.resolve(s.items ?? {}).type === 'object') ? (s.type === 'object' ? this.object(s, depth + 1, chaos) : fc.array(this.object(this.resolve(s.items), depth + 1, chaos), { maxLength: 3 })) : this.valid(s, name, depth);
+    const inner =
+      s.type === 'object' || (s.type === 'array' && this.resolve(s.items ?? {}).type === 'object')
+        ? s.type === 'object'
+          ? this.object(s, depth + 1, chaos)
+          : fc.array(this.object(this.resolve(s.items), depth + 1, chaos), { maxLength: 3 })
+        : this.valid(s, name, depth);
     if (chaos === 0) return inner;
     const good = Math.max(1, Math.round((1 - chaos) * 10));
     const bad = Math.max(1, Math.round(chaos * 10));
@@ -275,14 +289,29 @@ export class Generator {
           fc.record(model, { requiredKeys: [] });
     const free = s.additionalProperties && typeof s.additionalProperties === 'object' && !Object.keys(s.additionalProperties).length;
     const extras: fc.Arbitrary<Record<string, unknown>> = free
-      ? fc.dictionary(chaos ? fc.oneof(fc.string({ maxLength: 12 }), hostileString) : fc.string({ minLength: 1, maxLength: 12 }), chaos ? fc.oneof(fc.jsonValue({ maxDepth: 3 }), hostileString, deepNest) : fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 })
+      ? fc.dictionary(
+          chaos ? fc.oneof(fc.string({ maxLength: 12 }), hostileString) : fc.string({ minLength: 1, maxLength: 12 }),
+          chaos ? fc.oneof(fc.jsonValue({ maxDepth: 3 }), hostileString, deepNest) : fc.jsonValue({ maxDepth: 3 }),
+          { maxKeys: 4 },
+        )
       : chaos
-        ? fc.oneof({ weight: 4, arbitrary: fc.constant({}) }, { weight: 1, arbitrary: fc.dictionary(fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('__proto__', 'constructor', 'toString', 'id')), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }) })
+        ? fc.oneof(
+            { weight: 4, arbitrary: fc.constant({}) },
+            {
+              weight: 1,
+              arbitrary: fc.dictionary(
+                fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('__proto__', 'constructor', 'toString', 'id')),
+                fc.jsonValue({ maxDepth: 2 }),
+                { maxKeys: 3 },
+              ),
+            },
+          )
         : fc.constant({});
     return fc.tuple(base, extras).map(([b, e]) => {
       const out: Record<string, unknown> = {};
       // Own members even for __proto__ (JSON.stringify sends them as written).
-      for (const [k, v] of [...Object.entries(e), ...Object.entries(b)]) Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+      for (const [k, v] of [...Object.entries(e), ...Object.entries(b)])
+        Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
       return out;
     });
   }
@@ -302,31 +331,76 @@ export class Generator {
     const params = op.params.filter((p) => p.in === 'query');
     const each = params.map((p) =>
       fc.option(
-        (chaos ? fc.oneof({ weight: 3, arbitrary: this.valid(p.schema, p.name) }, { weight: 2, arbitrary: hostileString }, { weight: 1, arbitrary: wrongType }) : this.valid(p.schema, p.name)).map(
-          (v) => [p.name, typeof v === 'string' ? v : JSON.stringify(v)] as [string, string],
-        ),
+        (chaos
+          ? fc.oneof({ weight: 3, arbitrary: this.valid(p.schema, p.name) }, { weight: 2, arbitrary: hostileString }, { weight: 1, arbitrary: wrongType })
+          : this.valid(p.schema, p.name)
+        ).map((v) => [p.name, typeof v === 'string' ? v : JSON.stringify(v)] as [string, string]),
         { freq: 2 },
       ),
     );
-    const extra = chaos ? fc.array(fc.tuple(fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom(...params.map((p) => p.name), 'input', '__proto__')), fc.oneof(fc.string({ maxLength: 12 }), hostileString)), { maxLength: 2 }) : fc.constant([]);
+    const extra = chaos
+      ? fc.array(
+          fc.tuple(
+            fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom(...params.map((p) => p.name), 'input', '__proto__')),
+            fc.oneof(fc.string({ maxLength: 12 }), hostileString),
+          ),
+          { maxLength: 2 },
+        )
+      : fc.constant([]);
     return fc.tuple(fc.tuple(...each), extra).map(([vals, ex]) => [...vals.filter((v): v is [string, string] => v !== null), ...ex]);
   }
 
   private bodyOf(op: Operation, chaos: number): fc.Arbitrary<FuzzRequest['body']> {
     if (!op.body) {
-      return chaos ? fc.oneof({ weight: 5, arbitrary: fc.constant({ kind: 'none' as const }) }, { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }).map((value) => ({ kind: 'json' as const, value })) }) : fc.constant({ kind: 'none' as const });
+      return chaos
+        ? fc.oneof(
+            { weight: 5, arbitrary: fc.constant({ kind: 'none' as const }) },
+            { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }).map((value) => ({ kind: 'json' as const, value })) },
+          )
+        : fc.constant({ kind: 'none' as const });
     }
     const json = this.object(this.resolve(op.body), 0, chaos).map((value) => ({ kind: 'json' as const, value }));
     if (!chaos) return json;
     const malformed = fc.oneof(
-      fc.constantFrom('{', '{"a":', '[1,2', 'nul', '{"to": "a@b.example",}', "{'a': 1}", '\u0000', '{"a":"\\u0000"}', '{"a":"\\ud800"}', '{"__proto__":{"x":1}}', '1e999', '"str"', '[]', 'null', '9'.repeat(400)),
+      fc.constantFrom(
+        '{',
+        '{"a":',
+        '[1,2',
+        'nul',
+        '{"to": "a@b.example",}',
+        "{'a': 1}",
+        '\u0000',
+        '{"a":"\\u0000"}',
+        '{"a":"\\ud800"}',
+        '{"__proto__":{"x":1}}',
+        '1e999',
+        '"str"',
+        '[]',
+        'null',
+        '9'.repeat(400),
+      ),
       fc.string({ maxLength: 40 }),
       deepNest.map((v) => JSON.stringify(v)),
     );
     return fc.oneof(
       { weight: 8, arbitrary: json },
       { weight: 1, arbitrary: wrongType.map((value) => ({ kind: 'json' as const, value })) },
-      { weight: 1, arbitrary: fc.tuple(malformed, fc.constantFrom<string | null>('application/json', 'application/json; charset=utf-8', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', null)).map(([text, contentType]) => ({ kind: 'raw' as const, text, contentType })) },
+      {
+        weight: 1,
+        arbitrary: fc
+          .tuple(
+            malformed,
+            fc.constantFrom<string | null>(
+              'application/json',
+              'application/json; charset=utf-8',
+              'text/plain',
+              'application/x-www-form-urlencoded',
+              'multipart/form-data; boundary=x',
+              null,
+            ),
+          )
+          .map(([text, contentType]) => ({ kind: 'raw' as const, text, contentType })),
+      },
     );
   }
 
@@ -344,7 +418,9 @@ export class Generator {
           op: fc.constant(op),
           transport: fc.constant(transport),
           key: fc.constant(key),
-          pathValues: fc.record(Object.fromEntries(op.params.filter((p) => p.in === 'path').map((p) => [p.name, this.pathValue(p.schema, p.name, chaos)]))) as fc.Arbitrary<Record<string, { raw: string }>>,
+          pathValues: fc.record(
+            Object.fromEntries(op.params.filter((p) => p.in === 'path').map((p) => [p.name, this.pathValue(p.schema, p.name, chaos)])),
+          ) as fc.Arbitrary<Record<string, { raw: string }>>,
           query: this.queryValues(op, chaos),
           body: this.bodyOf(op, chaos),
         }),

@@ -61,7 +61,9 @@ describe('markDeliveredMany', () => {
     const sent = new Map<TestAccount, { messageId: string; deliveryId: string }[]>();
     for (const a of [...quiet, alerted]) sent.set(a, await queuedSends(a, 3));
     // Interleaved, as outcomes of different accounts arrive.
-    const outcomes = [0, 1, 2].flatMap((i) => [...sent.values()].map((s) => ({ deliveryId: s[i]!.deliveryId, mta: 'mx.remote.test', response: `250 ok ${i}`, attempts: 1 })));
+    const outcomes = [0, 1, 2].flatMap((i) =>
+      [...sent.values()].map((s) => ({ deliveryId: s[i]!.deliveryId, mta: 'mx.remote.test', response: `250 ok ${i}`, attempts: 1 })),
+    );
 
     const recorded = await t.db.$transaction((tx) => markDeliveredMany(t.svc, tx, outcomes));
     expect(recorded.size).toBe(9);
@@ -107,7 +109,11 @@ describe('markDeliveredMany', () => {
 
     const w = await startWorker(t.config, { svc: t.svc, log: t.runtime.log, publish: null, resolver: sink.resolver() });
     try {
-      await waitFor(async () => (await t.db.delivery.count({ where: { accountId: { in: accounts.map((a) => a.accountId) }, status: 'delivered' } })) === 120, 'every delivery recorded', 60_000);
+      await waitFor(
+        async () => (await t.db.delivery.count({ where: { accountId: { in: accounts.map((a) => a.accountId) }, status: 'delivered' } })) === 120,
+        'every delivery recorded',
+        60_000,
+      );
     } finally {
       await w.stop();
     }
@@ -130,7 +136,10 @@ describe('inbound group commit', () => {
     // a: two free messages left, then credit; b: credit only; c: credit with an alert threshold crossed on the way.
     await t.db.account.update({ where: { id: a.accountId }, data: { freeMessagesLeft: 2, balanceMicros: 1_000_000n } });
     await t.db.account.update({ where: { id: b.accountId }, data: { freeMessagesLeft: 0, balanceMicros: 1_000_000n } });
-    await t.db.account.update({ where: { id: c.accountId }, data: { freeMessagesLeft: 0, balanceMicros: 1_000_000n, alertFirstMicros: 1_000_000n - 5n * price - price / 2n } });
+    await t.db.account.update({
+      where: { id: c.accountId },
+      data: { freeMessagesLeft: 0, balanceMicros: 1_000_000n, alertFirstMicros: 1_000_000n - 5n * price - price / 2n },
+    });
     const before = await groupMetrics('inbound_messages');
     const targets = [a, b, c];
     const subjects = targets.map(() => [] as string[]);
@@ -138,17 +147,30 @@ describe('inbound group commit', () => {
       const k = i % 3;
       const subject = `inbound ${i} ${unique()}`;
       subjects[k]!.push(subject);
-      return () => sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [targets[k]!.primaryAddress] }, rawMessage({ From: 'x@outside.test', To: targets[k]!.primaryAddress, Subject: subject }, 'hello'));
+      return () =>
+        sendRaw(
+          t.smtpPort!,
+          { from: 'x@outside.test', to: [targets[k]!.primaryAddress] },
+          rawMessage({ From: 'x@outside.test', To: targets[k]!.primaryAddress, Subject: subject }, 'hello'),
+        );
     });
     // And one message for two accounts at once.
     const both = `to a and b ${unique()}`;
-    jobs.push(() => sendRaw(t.smtpPort!, { from: 'x@outside.test', to: [a.primaryAddress, b.primaryAddress] }, rawMessage({ From: 'x@outside.test', To: `${a.primaryAddress}, ${b.primaryAddress}`, Subject: both }, 'hello')));
+    jobs.push(() =>
+      sendRaw(
+        t.smtpPort!,
+        { from: 'x@outside.test', to: [a.primaryAddress, b.primaryAddress] },
+        rawMessage({ From: 'x@outside.test', To: `${a.primaryAddress}, ${b.primaryAddress}`, Subject: both }, 'hello'),
+      ),
+    );
     subjects[0]!.push(both);
     subjects[1]!.push(both);
     const queue = [...jobs];
-    await Promise.all(Array.from({ length: 20 }, async () => {
-      for (let job = queue.shift(); job; job = queue.shift()) expect((await job()).accepted.length).toBeGreaterThan(0);
-    }));
+    await Promise.all(
+      Array.from({ length: 20 }, async () => {
+        for (let job = queue.shift(); job; job = queue.shift()) expect((await job()).accepted.length).toBeGreaterThan(0);
+      }),
+    );
 
     for (const [k, acct] of targets.entries()) {
       const received = await events(t, acct.apiKey, 'mail.received');
@@ -200,7 +222,11 @@ describe('send group commit', () => {
     expect(await t.db.message.count({ where: { accountId: poor.accountId, direction: 'sent' } })).toBe(5);
     expect(await t.db.message.count({ where: { accountId: rich.accountId, direction: 'sent' } })).toBe(30);
     expect(await t.db.message.count({ where: { accountId: other.accountId, direction: 'sent' } })).toBe(1);
-    for (const [a, n] of [[poor, 5], [rich, 30], [other, 1]] as const) {
+    for (const [a, n] of [
+      [poor, 5],
+      [rich, 30],
+      [other, 1],
+    ] as const) {
       const sent = await events(t, a.apiKey, 'mail.sent');
       expect(sent).toHaveLength(n);
       expect(await verify(a.apiKey)).toMatchObject({ ok: true });

@@ -27,7 +27,14 @@ function expectRefused(r: { status: number; body: any }, path: string, pattern: 
 describe('REST', () => {
   it('refuses NUL in every field the first report named (500 before)', async () => {
     expectRefused(await rest(t, 'POST', '/account/keys', { key: a.apiKey, body: { label: `bot${NUL}`, scopes: ['send'] } }), 'label', /NUL/);
-    expectRefused(await rest(t, 'POST', '/feature-requests', { key: a.apiKey, body: { title: `Scheduled ${NUL}sends`, description: 'Let me give send_at so a message goes out later.' } }), 'title', /NUL/);
+    expectRefused(
+      await rest(t, 'POST', '/feature-requests', {
+        key: a.apiKey,
+        body: { title: `Scheduled ${NUL}sends`, description: 'Let me give send_at so a message goes out later.' },
+      }),
+      'title',
+      /NUL/,
+    );
     for (const [field, body] of [
       ['subject', { to: a.primaryAddress, subject: `hi${NUL}`, text: 'x' }],
       ['text', { to: a.primaryAddress, text: `body${NUL}` }],
@@ -37,17 +44,36 @@ describe('REST', () => {
     }
     expectRefused(await rest(t, 'PUT', `/boxes/${boxId}/signature`, { key: a.apiKey, body: { signature: `-- ${NUL}` } }), 'signature', /NUL/);
     expectRefused(await rest(t, 'POST', '/support/questions', { key: a.apiKey, body: { subject: 'Help', body: `a${NUL}b` } }), 'body', /NUL/);
-    expectRefused(await rest(t, 'POST', '/support/questions', { key: a.apiKey, body: { subject: 'Help', body: 'ok', context: { [`k${NUL}`]: 1 } } }), `context.k\\u0000`, /key .*NUL/);
+    expectRefused(
+      await rest(t, 'POST', '/support/questions', { key: a.apiKey, body: { subject: 'Help', body: 'ok', context: { [`k${NUL}`]: 1 } } }),
+      `context.k\\u0000`,
+      /key .*NUL/,
+    );
     // Nothing was stored or announced.
     const events = await rest(t, 'GET', '/events', { key: a.apiKey });
     expect(events.body.events.map((e: { type: string }) => e.type)).not.toContain('mail.sent');
   });
 
   it('refuses control characters in names, labels, addresses and headers, and keeps them in bodies', async () => {
-    expectRefused(await rest(t, 'POST', '/account/keys', { key: a.apiKey, body: { label: 'two\nlines', scopes: ['send'] } }), 'label', /control characters \(U\+000A/);
+    expectRefused(
+      await rest(t, 'POST', '/account/keys', { key: a.apiKey, body: { label: 'two\nlines', scopes: ['send'] } }),
+      'label',
+      /control characters \(U\+000A/,
+    );
     expectRefused(await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'bill\ting' } }), 'address', /U\+0009/);
-    expectRefused(await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: a.primaryAddress, text: 'x', headers: { 'X-Campaign': 'a\r\nBcc: x@example.com' } } }), 'headers.X-Campaign', /U\+000D/);
-    expectRefused(await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: [a.primaryAddress, `b\u001b@example.com`], text: 'x' } }), 'to.1', /U\+001B/);
+    expectRefused(
+      await rest(t, 'POST', '/messages/send', {
+        key: a.apiKey,
+        body: { to: a.primaryAddress, text: 'x', headers: { 'X-Campaign': 'a\r\nBcc: x@example.com' } },
+      }),
+      'headers.X-Campaign',
+      /U\+000D/,
+    );
+    expectRefused(
+      await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: [a.primaryAddress, `b\u001b@example.com`], text: 'x' } }),
+      'to.1',
+      /U\+001B/,
+    );
     const sent = await rest(t, 'POST', '/messages/send', {
       key: a.apiKey,
       body: { to: a.primaryAddress, subject: 'Ünïcödé 日本語 \ud83d\ude00', text: 'line 1\r\nline 2\n\tindented\f', html: '<p>\n</p>' },
@@ -58,7 +84,11 @@ describe('REST', () => {
   });
 
   it('refuses unpaired surrogates (as JSON escapes) and over-long strings, in bodies, queries and paths', async () => {
-    const lone = await rest(t, 'POST', '/account/keys', { key: a.apiKey, rawBody: '{"label":"bot\\ud800","scopes":["send"]}', headers: { 'content-type': 'application/json' } });
+    const lone = await rest(t, 'POST', '/account/keys', {
+      key: a.apiKey,
+      rawBody: '{"label":"bot\\ud800","scopes":["send"]}',
+      headers: { 'content-type': 'application/json' },
+    });
     expectRefused(lone, 'label', /surrogate/);
     expectRefused(await rest(t, 'POST', '/account/keys', { key: a.apiKey, body: { label: 'x'.repeat(101), scopes: ['send'] } }), 'label', /100/);
     expectRefused(await rest(t, 'GET', `/events?type=mail.sent%00`, { key: a.apiKey }), 'type', /NUL/);

@@ -57,7 +57,10 @@ describe('what each login sees', () => {
     await deliver(t, [a.primaryAddress], multipartMessage({ from: 'x@outside.test', to: a.primaryAddress, subject: `for agent ${mark}`, text: 'a' }));
     await deliver(t, [sales.address], multipartMessage({ from: 'x@outside.test', to: sales.address, subject: `for sales ${mark}`, text: 's' }));
     await deliver(t, [b.primaryAddress], multipartMessage({ from: 'x@outside.test', to: b.primaryAddress, subject: `for other account ${mark}`, text: 'b' }));
-    await waitFor('three received', async () => (await eventsOf(t, a.apiKey, 'mail.received')).length === 2 && (await eventsOf(t, b.apiKey, 'mail.received')).length === 1);
+    await waitFor(
+      'three received',
+      async () => (await eventsOf(t, a.apiKey, 'mail.received')).length === 2 && (await eventsOf(t, b.apiKey, 'mail.received')).length === 1,
+    );
   });
 
   it('a box login sees its own box: INBOX is what that box received', async () => {
@@ -114,7 +117,11 @@ describe('what each login sees', () => {
       expect(await subjects(c, 'Boxes/sales/INBOX')).toEqual([`for sales ${mark}`]);
     });
     const entries = (boxId: string) =>
-      t.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM mail_folder_entries e WHERE e.folder_id IN (SELECT id FROM mail_folders WHERE box_id = ${boxId})`.then((r) => Number(r[0]!.n));
+      t.db.$queryRaw<
+        { n: bigint }[]
+      >`SELECT count(*) AS n FROM mail_folder_entries e WHERE e.folder_id IN (SELECT id FROM mail_folders WHERE box_id = ${boxId})`.then((r) =>
+        Number(r[0]!.n),
+      );
     const folderIds = (await t.db.$queryRaw<{ id: string }[]>`SELECT id FROM mail_folders WHERE box_id = ${sales.id}`).map((f) => f.id);
     expect(await entries(sales.id)).toBe(1);
     expect((await rest(t, 'DELETE', `/boxes/${sales.id}`, { key: a.apiKey })).status).toBe(200);
@@ -190,7 +197,15 @@ describe('more than one process', () => {
     try {
       const a = await signupAccount(t, `multi-${tag()}@example.com`);
       const pw = (await appPassword(t, a)).password;
-      const c = new ImapFlow({ host: '127.0.0.1', port: t2.imapPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: pw }, logger: false, disableAutoIdle: true });
+      const c = new ImapFlow({
+        host: '127.0.0.1',
+        port: t2.imapPort!,
+        secure: true,
+        tls: { rejectUnauthorized: false },
+        auth: { user: a.primaryAddress, pass: pw },
+        logger: false,
+        disableAutoIdle: true,
+      });
       await c.connect();
       await c.mailboxOpen('INBOX');
       const heard = new Promise<number>((resolve) => c.on('exists', () => resolve(Date.now())));
@@ -223,9 +238,17 @@ describe('folders follow mail with no client connected', () => {
         )[0]!.n,
       );
     for (let i = 1; i <= 3; i++) {
-      await deliver(t, [user.primaryAddress], multipartMessage({ from: 'x@outside.test', to: user.primaryAddress, subject: `followed ${i} ${mark}`, text: 'f' }));
+      await deliver(
+        t,
+        [user.primaryAddress],
+        multipartMessage({ from: 'x@outside.test', to: user.primaryAddress, subject: `followed ${i} ${mark}`, text: 'f' }),
+      );
     }
-    await deliver(t, [bystander.primaryAddress], multipartMessage({ from: 'x@outside.test', to: bystander.primaryAddress, subject: `not followed ${mark}`, text: 'n' }));
+    await deliver(
+      t,
+      [bystander.primaryAddress],
+      multipartMessage({ from: 'x@outside.test', to: bystander.primaryAddress, subject: `not followed ${mark}`, text: 'n' }),
+    );
     // Nobody has logged in: the IMAP server folds the three messages itself.
     await waitFor('folded with no session', async () => (await inboxEntries(user.accountId)) === 3);
     await waitFor('the bystander received', async () => (await eventsOf(t, bystander.apiKey, 'mail.received')).length === 1);

@@ -21,7 +21,12 @@ const tag = () => Math.random().toString(36).slice(2, 8);
 async function mailbox(prefix: string, n: number): Promise<{ a: TestAccount; password: string; ids: string[] }> {
   const a = await signupAccount(t, `${prefix.replace(/\W/g, '')}-${tag()}@example.com`);
   const password = (await appPassword(t, a)).password;
-  for (let i = 1; i <= n; i++) await deliver(t, [a.primaryAddress], multipartMessage({ from: 'sender@outside.test', to: a.primaryAddress, subject: `${prefix} ${i}`, text: `body ${i} of ${prefix}` }));
+  for (let i = 1; i <= n; i++)
+    await deliver(
+      t,
+      [a.primaryAddress],
+      multipartMessage({ from: 'sender@outside.test', to: a.primaryAddress, subject: `${prefix} ${i}`, text: `body ${i} of ${prefix}` }),
+    );
   const ids = await waitFor(`${n} messages`, async () => {
     const r = await rest(t, 'GET', '/messages?direction=received&limit=200', { key: a.apiKey });
     const list = r.body.messages as { id: string; subject: string }[];
@@ -92,9 +97,14 @@ sys.stdout.write(json.dumps(out2) + '\\n')
     await waitFor('imaplib idling', () => seen.includes('"idle"'));
     await deliver(t, [a.primaryAddress], multipartMessage({ from: 'late@outside.test', to: a.primaryAddress, subject: 'imaplib late', text: 'late' }));
     const { stdout } = await child;
-    const [out, out2] = stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const [out, out2] = stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(out.login).toBe('OK');
-    expect(out.list).toEqual(expect.arrayContaining(['(\\HasNoChildren) "/" "INBOX"', '(\\HasNoChildren \\Sent) "/" "Sent"', '(\\HasNoChildren \\Archive) "/" "Archive"']));
+    expect(out.list).toEqual(
+      expect.arrayContaining(['(\\HasNoChildren) "/" "INBOX"', '(\\HasNoChildren \\Sent) "/" "Sent"', '(\\HasNoChildren \\Archive) "/" "Archive"']),
+    );
     expect(out.exists).toBe(3);
     expect(out.search).toBe('1 2 3');
     expect(out.subject_search).toBe('2');
@@ -121,7 +131,8 @@ describe('curl imaps://', () => {
     const { a, password, ids } = await mailbox('curl', 2);
     const base = `imaps://127.0.0.1:${t.imapPort}`;
     const curl = async (url: string, extra: string[] = []) =>
-      (await execFileAsync('curl', ['--silent', '--show-error', '--insecure', '--user', `${a.primaryAddress}:${password}`, ...extra, url], { timeout: 20_000 })).stdout;
+      (await execFileAsync('curl', ['--silent', '--show-error', '--insecure', '--user', `${a.primaryAddress}:${password}`, ...extra, url], { timeout: 20_000 }))
+        .stdout;
     expect(await curl(`${base}/`)).toContain('* LIST (\\HasNoChildren \\Sent) "/" "Sent"');
     expect(await curl(`${base}/INBOX?SUBJECT%20%22curl%202%22`)).toBe('* SEARCH 2\r\n');
     const fetched = await curl(`${base}/INBOX;UID=1`);
@@ -183,7 +194,10 @@ SyncState *
       if (process.env.SHOW_MBSYNC) console.log(r.stdout, r.stderr);
       return r.stdout;
     };
-    const files = (folder: string) => ['cur', 'new'].flatMap((d) => (fs.existsSync(path.join(maildir, folder, d)) ? fs.readdirSync(path.join(maildir, folder, d)).map((f) => path.join(maildir, folder, d, f)) : []));
+    const files = (folder: string) =>
+      ['cur', 'new'].flatMap((d) =>
+        fs.existsSync(path.join(maildir, folder, d)) ? fs.readdirSync(path.join(maildir, folder, d)).map((f) => path.join(maildir, folder, d, f)) : [],
+      );
 
     // mbsync stores messages with LF line ends.
     const subjectOf = (file: string) => /^Subject: (.*?)\r?$/m.exec(fs.readFileSync(file, 'utf8'))![1];
@@ -270,7 +284,14 @@ describe('neomutt', () => {
     const second = await message(a, ids[1]!);
     expect(second.body_state).toBe('available');
     const { ImapFlow } = await import('imapflow');
-    const c = new ImapFlow({ host: '127.0.0.1', port: t.imapPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: password }, logger: false });
+    const c = new ImapFlow({
+      host: '127.0.0.1',
+      port: t.imapPort!,
+      secure: true,
+      tls: { rejectUnauthorized: false },
+      auth: { user: a.primaryAddress, pass: password },
+      logger: false,
+    });
     await c.connect();
     await c.mailboxOpen('INBOX');
     expect(await c.search({ subject: 'neomutt 2' })).toEqual([]);
@@ -294,7 +315,10 @@ describe('fetchmail', () => {
       { mode: 0o600 },
     );
     // Exit status 1 would be "no mail": a failure here as any other.
-    await execFileAsync('fetchmail', ['-f', rc, '--nosyslog', '-v', '-i', path.join(root, 'ids')], { timeout: 60_000, env: { ...process.env, HOME: root, FETCHMAILHOME: root } }).catch((err: { stdout?: string; stderr?: string }) => {
+    await execFileAsync('fetchmail', ['-f', rc, '--nosyslog', '-v', '-i', path.join(root, 'ids')], {
+      timeout: 60_000,
+      env: { ...process.env, HOME: root, FETCHMAILHOME: root },
+    }).catch((err: { stdout?: string; stderr?: string }) => {
       throw new Error(`fetchmail failed: ${err.stdout ?? ''}${err.stderr ?? ''}`);
     });
     const collected = fs.readFileSync(out, 'utf8');

@@ -6,7 +6,11 @@ import { crlf, sendRaw } from './mail-receive-helpers';
 
 export { execFileAsync, requireTool, waitFor } from './mail-receive-helpers';
 
-export async function appPassword(t: TestServer, account: TestAccount, body: Record<string, unknown> = { label: 'imap test' }): Promise<{ id: string; password: string }> {
+export async function appPassword(
+  t: TestServer,
+  account: TestAccount,
+  body: Record<string, unknown> = { label: 'imap test' },
+): Promise<{ id: string; password: string }> {
   const r = await rest(t, 'POST', '/account/app-passwords', { key: account.apiKey, body });
   if (r.status !== 200) throw new Error(`app-password: ${r.status} ${JSON.stringify(r.body)}`);
   return r.body;
@@ -58,7 +62,15 @@ export async function deliver(t: TestServer, to: string[], raw: string): Promise
 }
 
 export function imapClient(t: TestServer, user: string, pass: string): ImapFlow {
-  return new ImapFlow({ host: '127.0.0.1', port: t.imapPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user, pass }, logger: false, disableAutoIdle: true });
+  return new ImapFlow({
+    host: '127.0.0.1',
+    port: t.imapPort!,
+    secure: true,
+    tls: { rejectUnauthorized: false },
+    auth: { user, pass },
+    logger: false,
+    disableAutoIdle: true,
+  });
 }
 
 /** Connects, runs fn, logs out. */

@@ -98,7 +98,9 @@ describe('imapflow', () => {
     const subject = `large ${tag()}`;
     // About 330 KB of text lines: several of the server's 64 KB output buffers for one literal.
     const big = Array.from({ length: 5000 }, (_, i) => `line ${i} ${randomBytes(24).toString('hex')}`).join('\n');
-    const raws = [0, 1, 2].map((i) => multipartMessage({ from: 'big@outside.test', to: a.primaryAddress, subject: `${subject} ${i}`, text: `part ${i}`, attachment: i === 1 ? 'small' : big }));
+    const raws = [0, 1, 2].map((i) =>
+      multipartMessage({ from: 'big@outside.test', to: a.primaryAddress, subject: `${subject} ${i}`, text: `part ${i}`, attachment: i === 1 ? 'small' : big }),
+    );
     for (const [i, raw] of raws.entries()) {
       await deliver(t, [a.primaryAddress], raw);
       await receivedId(`${subject} ${i}`);
@@ -111,7 +113,9 @@ describe('imapflow', () => {
         expect(msg.size).toBe(msg.source!.length);
       }
       expect(got.size).toBe(3);
-      raws.forEach((raw, i) => { expect(got.get(`${subject} ${i}`)!.endsWith(raw)).toBe(true); });
+      raws.forEach((raw, i) => {
+        expect(got.get(`${subject} ${i}`)!.endsWith(raw)).toBe(true);
+      });
       const one = await c.fetchOne('*', { source: true });
       expect(one && one.source!.toString().endsWith(raws[2]!)).toBe(true);
     });
@@ -213,7 +217,13 @@ describe('imapflow', () => {
   it("a message submitted over SMTP is in Sent, and the client's own copy appended to Sent is that one", async () => {
     const subject = `submitted ${tag()}`;
     const clientId = `<client-${tag()}@laptop.test>`;
-    const smtp = nodemailer.createTransport({ host: '127.0.0.1', port: t.submissionPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: password } });
+    const smtp = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: t.submissionPort!,
+      secure: true,
+      tls: { rejectUnauthorized: false },
+      auth: { user: a.primaryAddress, pass: password },
+    });
     const info = await smtp.sendMail({ from: a.primaryAddress, to: 'friend@remote.invalid', subject, text: 'from a mail client', messageId: clientId });
     smtp.close();
     expect(info.response).toMatch(/queued as msg_/);

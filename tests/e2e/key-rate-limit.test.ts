@@ -132,7 +132,12 @@ describe('tRPC and MCP', () => {
     // MCP: initialize and tools/list are not counted; a tool call is.
     const mcpFetch = recordingFetch();
     const client = new Client({ name: 'rate-limit-e2e', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(`${a.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${owner.apiKey}` } }, fetch: mcpFetch.fetch }));
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${a.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${owner.apiKey}` } },
+        fetch: mcpFetch.fetch,
+      }),
+    );
     clients.push(client);
     expect((await client.listTools()).tools.length).toBeGreaterThan(0);
     expect(allowed({ status: 200, headers: mcpFetch.seen.last! })).toBe(2);
@@ -153,7 +158,11 @@ describe('tRPC and MCP', () => {
     expect(rateLimit(recorded.seen.last!)).toEqual({ r: 0, t: after });
     const raw = await fetch(`${a.url}/trpc/account.get`, { headers: { authorization: `Bearer ${owner.apiKey}` } });
     expect(raw.status).toBe(429);
-    expect(((await raw.json()) as any).error.data.boxes).toMatchObject({ code: 'rate_limited', status: 429, details: { retry_after_seconds: expect.any(Number) } });
+    expect(((await raw.json()) as any).error.data.boxes).toMatchObject({
+      code: 'rate_limited',
+      status: 429,
+      details: { retry_after_seconds: expect.any(Number) },
+    });
 
     // MCP: a tool call is an HTTP 429 (the same JSON error as REST); listing tools still works.
     const call = await fetch(`${a.url}/mcp`, {
@@ -163,7 +172,10 @@ describe('tRPC and MCP', () => {
     });
     refused({ status: call.status, headers: call.headers, body: await call.json() });
     // The SDK client raises the HTTP error with our body in its message.
-    await expect(client.callTool({ name: 'account_get', arguments: {} })).rejects.toMatchObject({ code: 429, message: expect.stringMatching(/rate_limited.*retry_after_seconds/) });
+    await expect(client.callTool({ name: 'account_get', arguments: {} })).rejects.toMatchObject({
+      code: 429,
+      message: expect.stringMatching(/rate_limited.*retry_after_seconds/),
+    });
     expect((await client.listTools()).tools.length).toBeGreaterThan(0);
     expect(rateLimit(mcpFetch.seen.last!).r).toBe(0);
   });

@@ -29,7 +29,10 @@ async function mail(a: TestAccount, to: string[], subject: string, extra: Record
   const r = await sendRaw(
     port,
     { from: 'sender@outside.test', to },
-    rawMessage({ From: 'Sender <sender@outside.test>', To: to.join(', '), Subject: subject, 'Message-ID': `<${tag()}@outside.test>`, ...extra }, `Body of ${subject}`),
+    rawMessage(
+      { From: 'Sender <sender@outside.test>', To: to.join(', '), Subject: subject, 'Message-ID': `<${tag()}@outside.test>`, ...extra },
+      `Body of ${subject}`,
+    ),
   );
   expect(r.accepted.sort()).toEqual([...to].sort());
   const events = await waitForEvent(t, a.apiKey, 'mail.received', (e) => e.data.message.subject === subject).then(() => eventsOf(t, a.apiKey, 'mail.received'));
@@ -77,7 +80,9 @@ describe('GET /messages', () => {
     const trio = await mail(a, [a.primaryAddress, sales.address, support.address], `to all three ${tag()}`);
     expect(trio).toHaveLength(3);
     const byBox = await Promise.all(trio.map(async (id) => (await rest(t, 'GET', `/messages/${id}`, { key: a.apiKey })).body.box_id as string));
-    trio.forEach((id, i) => { (byBox[i] === sales.id ? salesIds : byBox[i] === support.id ? supportIds : agentIds).push(id); });
+    trio.forEach((id, i) => {
+      (byBox[i] === sales.id ? salesIds : byBox[i] === support.id ? supportIds : agentIds).push(id);
+    });
     for (let i = 0; i < 2; i++) {
       const s = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'someone@outside.test', subject: `sent ${i}`, text: 'out' } });
       expect(s.status).toBe(200);
@@ -124,7 +129,11 @@ describe('GET /messages', () => {
     expect(times.length).toBeGreaterThanOrEqual(4);
     const lo = times[1]!;
     const hi = times[times.length - 2]!;
-    const idsWhere = (pred: (at: string) => boolean) => all.filter((m) => pred(m.recorded_at)).map((m) => m.id).sort();
+    const idsWhere = (pred: (at: string) => boolean) =>
+      all
+        .filter((m) => pred(m.recorded_at))
+        .map((m) => m.id)
+        .sort();
 
     const since = await rest(t, 'GET', `/messages?limit=200&since=${encodeURIComponent(lo)}`, { key: a.apiKey });
     expect(since.body.messages.map((m: any) => m.id).sort()).toEqual(idsWhere((at) => at >= lo));
@@ -289,10 +298,16 @@ describe('DELETE /messages/{id}', () => {
         const body = JSON.parse((r.content as { text: string }[])[0]!.text);
         return r.isError ? Promise.reject(body.error) : body;
       };
-      for (const [face, del] of [['trpc', viaTrpc], ['mcp', viaMcp]] as const) {
+      for (const [face, del] of [
+        ['trpc', viaTrpc],
+        ['mcp', viaMcp],
+      ] as const) {
         for (const purge of ['true', 'false', 1] as const) {
           const { id } = await fresh(`${face} refuses ${purge}`);
-          const err = await del({ id, purge }).then(() => null, (e: unknown) => e);
+          const err = await del({ id, purge }).then(
+            () => null,
+            (e: unknown) => e,
+          );
           const code = err instanceof BoxesError ? err.code : (err as { code?: string } | null)?.code;
           expect(code, `${face} purge ${JSON.stringify(purge)}`).toBe('validation_error');
           expect((await rest(t, 'GET', `/messages/${id}`, { key: a.apiKey })).body.body_state, `${face}: nothing deleted`).toBe('available');
@@ -315,7 +330,10 @@ describe('DELETE /messages/{id}', () => {
   });
 
   it('purging a sent message removes its subject and addresses too, and keeps its identifiers', async () => {
-    const s = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'x@outside.test', cc: 'y@outside.test', subject: 'sent then purged', text: 'secret' } });
+    const s = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: { to: 'x@outside.test', cc: 'y@outside.test', subject: 'sent then purged', text: 'secret' },
+    });
     expect(s.status).toBe(200);
     const before = (await rest(t, 'GET', `/messages/${s.body.message_id}`, { key: a.apiKey })).body;
     const del = await rest(t, 'DELETE', `/messages/${s.body.message_id}`, { key: a.apiKey, body: { purge: true } });

@@ -52,7 +52,11 @@ describe('unknown recipients and relaying', () => {
     await requireTool('swaks');
     const a = await accounts.take();
     const unknown = `no-such-box@${a.domain}`;
-    const err = await sendRawExpectingError(port, { from: 'x@outside.test', to: [unknown] }, rawMessage({ From: 'x@outside.test', To: unknown, Subject: 'hello?' }, 'anyone?'));
+    const err = await sendRawExpectingError(
+      port,
+      { from: 'x@outside.test', to: [unknown] },
+      rawMessage({ From: 'x@outside.test', To: unknown, Subject: 'hello?' }, 'anyone?'),
+    );
     expect(err.responseCode).toBe(550);
     expect(err.command).toMatch(/RCPT/i);
 
@@ -68,7 +72,11 @@ describe('unknown recipients and relaying', () => {
     const a = await accounts.take();
     const unknown = `ghost@${a.domain}`;
     const subject = `mixed ${tag()}`;
-    const r = await sendRaw(port, { from: 'x@outside.test', to: [a.primaryAddress, unknown] }, rawMessage({ From: 'x@outside.test', To: `${a.primaryAddress}, ${unknown}`, Subject: subject }, 'hi'));
+    const r = await sendRaw(
+      port,
+      { from: 'x@outside.test', to: [a.primaryAddress, unknown] },
+      rawMessage({ From: 'x@outside.test', To: `${a.primaryAddress}, ${unknown}`, Subject: subject }, 'hi'),
+    );
     expect(r.accepted).toEqual([a.primaryAddress]);
     expect(r.rejected).toEqual([unknown]);
     expect(r.rejectedCodes[unknown]).toBe(550);
@@ -81,7 +89,11 @@ describe('unknown recipients and relaying', () => {
     const a = await accounts.take();
     const before = await storedCount();
     for (const victim of ['victim@elsewhere.example', `someone@sub.${a.domain}`, 'postmaster@gmail.test']) {
-      const err = await sendRawExpectingError(port, { from: `spammer@outside.test`, to: [victim] }, rawMessage({ From: 'spammer@outside.test', To: victim, Subject: 'relay me' }, 'buy now'));
+      const err = await sendRawExpectingError(
+        port,
+        { from: `spammer@outside.test`, to: [victim] },
+        rawMessage({ From: 'spammer@outside.test', To: victim, Subject: 'relay me' }, 'buy now'),
+      );
       expect(err.responseCode, victim).toBe(550);
       expect(err.command).toMatch(/RCPT/i);
     }
@@ -89,7 +101,11 @@ describe('unknown recipients and relaying', () => {
     expect(s.code).not.toBe(0);
     expect(s.out).toMatch(/^<\*\* {1,2}550 /m);
     // A hosted box listed next to the relay target does not let the foreign recipient through.
-    const mixed = await sendRaw(port, { from: 'spammer@outside.test', to: ['victim@elsewhere.example', a.primaryAddress] }, rawMessage({ From: 'spammer@outside.test', To: a.primaryAddress, Subject: `relay mixed ${tag()}` }, 'hi'));
+    const mixed = await sendRaw(
+      port,
+      { from: 'spammer@outside.test', to: ['victim@elsewhere.example', a.primaryAddress] },
+      rawMessage({ From: 'spammer@outside.test', To: a.primaryAddress, Subject: `relay mixed ${tag()}` }, 'hi'),
+    );
     expect(mixed.rejectedCodes['victim@elsewhere.example']).toBe(550);
     expect(mixed.accepted).toEqual([a.primaryAddress]);
     expect(await storedCount()).toBe(before + 1);
@@ -111,14 +127,27 @@ describe('size limit', () => {
     expect(err.responseCode).toBe(552);
 
     // swaks does not declare a size: the MX counts the data and answers the final dot with 552.
-    const s = await swaks(port, ['--from', 'big@outside.test', '--to', a.primaryAddress, '--header', 'Subject: too big (swaks)', '--body', bodyOfSize(MAX_BYTES + 10_000)]);
+    const s = await swaks(port, [
+      '--from',
+      'big@outside.test',
+      '--to',
+      a.primaryAddress,
+      '--header',
+      'Subject: too big (swaks)',
+      '--body',
+      bodyOfSize(MAX_BYTES + 10_000),
+    ]);
     expect(s.code).not.toBe(0);
     expect(s.out).toMatch(/^ -> RCPT TO:.*\r?\n<- {1,2}250 /m);
     expect(s.out).toMatch(/^<\*\* {1,2}552 /m);
     await expectNothingFor(a);
 
     const fits = `fits ${tag()}`;
-    const ok = await sendRaw(port, { from: 'big@outside.test', to: [a.primaryAddress] }, rawMessage({ From: 'big@outside.test', To: a.primaryAddress, Subject: fits }, bodyOfSize(MAX_BYTES - 5_000)));
+    const ok = await sendRaw(
+      port,
+      { from: 'big@outside.test', to: [a.primaryAddress] },
+      rawMessage({ From: 'big@outside.test', To: a.primaryAddress, Subject: fits }, bodyOfSize(MAX_BYTES - 5_000)),
+    );
     expect(ok.accepted).toEqual([a.primaryAddress]);
     const m = await waitForReceived(t, a.apiKey, fits);
     expect(m.size_bytes).toBeGreaterThan(MAX_BYTES - 5_000);
@@ -136,7 +165,11 @@ describe('recipient limit', () => {
       boxes.push(r.body.address);
     }
     const subject = `many recipients ${tag()}`;
-    const r = await sendRaw(port, { from: 'x@outside.test', to: boxes }, rawMessage({ From: 'x@outside.test', To: boxes.join(', '), Subject: subject }, 'to all'));
+    const r = await sendRaw(
+      port,
+      { from: 'x@outside.test', to: boxes },
+      rawMessage({ From: 'x@outside.test', To: boxes.join(', '), Subject: subject }, 'to all'),
+    );
     expect(r.accepted).toEqual(boxes.slice(0, MAX_RECIPIENTS));
     expect(r.rejected).toEqual(boxes.slice(MAX_RECIPIENTS));
     for (const extra of boxes.slice(MAX_RECIPIENTS)) expect(r.rejectedCodes[extra]).toBe(452);
@@ -150,7 +183,11 @@ describe('recipient limit', () => {
 
 describe('mail loops', () => {
   const received = (n: number) =>
-    Array.from({ length: n }, (_, i) => `Received: from hop${i}.loop.test (hop${i}.loop.test [192.0.2.${(i % 250) + 1}])\r\n\tby hop${i + 1}.loop.test with ESMTP id L${i}; Sat, 21 Nov 2026 08:00:00 +0000`).join('\r\n');
+    Array.from(
+      { length: n },
+      (_, i) =>
+        `Received: from hop${i}.loop.test (hop${i}.loop.test [192.0.2.${(i % 250) + 1}])\r\n\tby hop${i + 1}.loop.test with ESMTP id L${i}; Sat, 21 Nov 2026 08:00:00 +0000`,
+    ).join('\r\n');
 
   it('more than 30 Received headers is refused with 554 and not stored; 30 are accepted', async () => {
     const a = await accounts.take();
@@ -180,7 +217,11 @@ describe('negative balance', () => {
 
     // ...inbound mail is not.
     const subject = `in deficit ${tag()}`;
-    const r = await sendRaw(port, { from: 'x@outside.test', to: [a.primaryAddress] }, rawMessage({ From: 'x@outside.test', To: a.primaryAddress, Subject: subject }, 'still arrives'));
+    const r = await sendRaw(
+      port,
+      { from: 'x@outside.test', to: [a.primaryAddress] },
+      rawMessage({ From: 'x@outside.test', To: a.primaryAddress, Subject: subject }, 'still arrives'),
+    );
     expect(r.accepted).toEqual([a.primaryAddress]);
     expect(r.response).toMatch(/^250 /);
     const ev = await waitForEvent(t, a.apiKey, 'mail.received', (e) => e.data.message.subject === subject);

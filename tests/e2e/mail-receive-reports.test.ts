@@ -140,7 +140,16 @@ ${returned}
  * An abuse feedback report (ARF) about the original message, attached as message/rfc822; with inline, the
  * original carries Content-Disposition: inline, exactly as in the examples of RFC 5965 Appendix B.
  */
-function arf(opts: { to: string; original: Buffer; rcptTo: string; mailFrom: string; reportedDomain: string; subject?: string; inline?: boolean; feedbackType?: string }): string {
+function arf(opts: {
+  to: string;
+  original: Buffer;
+  rcptTo: string;
+  mailFrom: string;
+  reportedDomain: string;
+  subject?: string;
+  inline?: boolean;
+  feedbackType?: string;
+}): string {
   const boundary = `arf_${tag()}_boundary`;
   const original = opts.original.toString('latin1').replace(/\r\n/g, '\n');
   return crlf(`From: <abuse-reports@remote.test>
@@ -283,7 +292,10 @@ describe('DSN (bounce) reports', () => {
 
     // A (forged or misdirected) DSN about A's message, delivered to B's box.
     const subject = `misdirected DSN ${tag()}`;
-    await deliverReport(b.primaryAddress, dsn({ to: b.primaryAddress, subject, original: sentA.copies[0]!.raw, recipients: [{ address: target, action: 'failed', status: '5.1.1' }] }));
+    await deliverReport(
+      b.primaryAddress,
+      dsn({ to: b.primaryAddress, subject, original: sentA.copies[0]!.raw, recipients: [{ address: target, action: 'failed', status: '5.1.1' }] }),
+    );
     await waitForEvent(t, b.apiKey, 'mail.received', (e) => e.data.message.subject === subject);
     expect((await deliveryOf(a, sentA.id, target)).status).toBe('delivered');
     expect(await suppressionOf(a)).toEqual([]);
@@ -294,11 +306,19 @@ describe('DSN (bounce) reports', () => {
     // A's delivery's bounce address, but on B's domain: no such recipient.
     const local = bounceAddressFor(sentA, target).split('@')[0]!;
     const crossed = `${local}@${b.domain}`;
-    const err = await sendRawExpectingError(port, { from: '', to: [crossed] }, dsn({ to: crossed, original: sentA.copies[0]!.raw, recipients: [{ address: target, action: 'failed', status: '5.1.1' }] }));
+    const err = await sendRawExpectingError(
+      port,
+      { from: '', to: [crossed] },
+      dsn({ to: crossed, original: sentA.copies[0]!.raw, recipients: [{ address: target, action: 'failed', status: '5.1.1' }] }),
+    );
     expect(err.responseCode).toBe(550);
     // An unknown delivery id on A's own domain is refused too.
     const made = `bounces+dlv_${'0'.repeat(20)}@${a.domain}`;
-    const err2 = await sendRawExpectingError(port, { from: '', to: [made] }, dsn({ to: made, original: sentA.copies[0]!.raw, recipients: [{ address: target, action: 'failed', status: '5.1.1' }] }));
+    const err2 = await sendRawExpectingError(
+      port,
+      { from: '', to: [made] },
+      dsn({ to: made, original: sentA.copies[0]!.raw, recipients: [{ address: target, action: 'failed', status: '5.1.1' }] }),
+    );
     expect(err2.responseCode).toBe(550);
     expect((await deliveryOf(a, sentA.id, target)).status).toBe('delivered');
   });
@@ -392,7 +412,7 @@ describe('ARF complaint reports', () => {
     expect(await reputationOf(a)).toMatchObject({ complained: 1, state: 'complaint_rate_high' });
   });
 
-  it("an abuse report laid out as in RFC 5965 Appendix B (original as inline message/rfc822) at agent@ suppresses the complaining address", async () => {
+  it('an abuse report laid out as in RFC 5965 Appendix B (original as inline message/rfc822) at agent@ suppresses the complaining address', async () => {
     // The examples of RFC 5965 mark the returned message Content-Disposition: inline, and feedback loops send
     // them to the address registered with them (here agent@), not to the bounce address. The report names the
     // recipient (Original-Rcpt-To) and the delivery's envelope sender (Original-Mail-From), and carries the
@@ -422,7 +442,15 @@ describe('ARF complaint reports', () => {
     const subject = `FW: not spam ${tag()}`;
     await deliverReport(
       a.primaryAddress,
-      arf({ to: a.primaryAddress, subject, original: sent.copies[0]!.raw, rcptTo: fan, mailFrom: bounceTo, reportedDomain: a.domain, feedbackType: 'not-spam' }),
+      arf({
+        to: a.primaryAddress,
+        subject,
+        original: sent.copies[0]!.raw,
+        rcptTo: fan,
+        mailFrom: bounceTo,
+        reportedDomain: a.domain,
+        feedbackType: 'not-spam',
+      }),
     );
     await waitForEvent(t, a.apiKey, 'mail.received', (e) => e.data.message.subject === subject);
     expect(await suppressionOf(a)).toEqual([]);

@@ -4,17 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, startTestServer, type TestServer } from '@boxes/testing';
-import {
-  accountPool,
-  execFileAsync,
-  rawMessage,
-  requireTool,
-  sendRaw,
-  smtpClient,
-  swaks,
-  waitForEvent,
-  waitForReceived,
-} from './mail-receive-helpers';
+import { accountPool, execFileAsync, rawMessage, requireTool, sendRaw, smtpClient, swaks, waitForEvent, waitForReceived } from './mail-receive-helpers';
 
 let t: TestServer;
 let port: number;
@@ -148,10 +138,14 @@ describe('other SMTP clients', () => {
 
     const plainSubject = `via swaks ${tag()}`;
     const plain = await swaks(port, [
-      '--from', 'bob@outside.test',
-      '--to', a.primaryAddress,
-      '--header', `Subject: ${plainSubject}`,
-      '--body', 'Sent with swaks, no TLS',
+      '--from',
+      'bob@outside.test',
+      '--to',
+      a.primaryAddress,
+      '--header',
+      `Subject: ${plainSubject}`,
+      '--body',
+      'Sent with swaks, no TLS',
     ]);
     expect(plain.code, plain.out).toBe(0);
     // The reply to the end of DATA, in clear.
@@ -160,10 +154,14 @@ describe('other SMTP clients', () => {
     const tlsSubject = `via swaks over TLS ${tag()}`;
     const tls = await swaks(port, [
       '--tls',
-      '--from', 'bob@outside.test',
-      '--to', a.primaryAddress,
-      '--header', `Subject: ${tlsSubject}`,
-      '--body', 'Sent with swaks after STARTTLS',
+      '--from',
+      'bob@outside.test',
+      '--to',
+      a.primaryAddress,
+      '--header',
+      `Subject: ${tlsSubject}`,
+      '--body',
+      'Sent with swaks after STARTTLS',
     ]);
     expect(tls.code, tls.out).toBe(0);
     expect(tls.out).toMatch(/^<- {1,2}250[- ]STARTTLS/m);
@@ -190,10 +188,24 @@ describe('other SMTP clients', () => {
     await requireTool('curl');
     const a = await accounts.take();
     const subject = `via curl ${tag()}`;
-    const raw = rawMessage({ From: 'Carl <carl@outside.test>', To: a.primaryAddress, Subject: subject, 'Message-ID': `<curl-${tag()}@outside.test>` }, 'Sent with curl.');
+    const raw = rawMessage(
+      { From: 'Carl <carl@outside.test>', To: a.primaryAddress, Subject: subject, 'Message-ID': `<curl-${tag()}@outside.test>` },
+      'Sent with curl.',
+    );
     const run = execFileAsync(
       'curl',
-      ['--silent', '--show-error', '--url', `smtp://127.0.0.1:${port}/curl.outside.test`, '--mail-from', 'carl@outside.test', '--mail-rcpt', a.primaryAddress, '--upload-file', '-'],
+      [
+        '--silent',
+        '--show-error',
+        '--url',
+        `smtp://127.0.0.1:${port}/curl.outside.test`,
+        '--mail-from',
+        'carl@outside.test',
+        '--mail-rcpt',
+        a.primaryAddress,
+        '--upload-file',
+        '-',
+      ],
       { timeout: 20_000 },
     );
     run.child.stdin!.end(raw);
@@ -208,7 +220,18 @@ describe('other SMTP clients', () => {
     const a = await accounts.take();
     const run = execFileAsync(
       'curl',
-      ['--silent', '--show-error', '--url', `smtp://127.0.0.1:${port}/curl.outside.test`, '--mail-from', 'carl@outside.test', '--mail-rcpt', `nobody-here@${a.domain}`, '--upload-file', '-'],
+      [
+        '--silent',
+        '--show-error',
+        '--url',
+        `smtp://127.0.0.1:${port}/curl.outside.test`,
+        '--mail-from',
+        'carl@outside.test',
+        '--mail-rcpt',
+        `nobody-here@${a.domain}`,
+        '--upload-file',
+        '-',
+      ],
       { timeout: 20_000 },
     );
     run.child.stdin!.end(rawMessage({ From: 'carl@outside.test', To: `nobody-here@${a.domain}`, Subject: 'lost' }, 'lost'));
@@ -275,7 +298,13 @@ describe('reply context', () => {
       port,
       { from: 'dana@outside.test', to: [a.primaryAddress] },
       rawMessage(
-        { From: 'dana@outside.test', To: a.primaryAddress, Subject: 'Re: No context', 'In-Reply-To': plain.body.rfc_message_id, References: plain.body.rfc_message_id },
+        {
+          From: 'dana@outside.test',
+          To: a.primaryAddress,
+          Subject: 'Re: No context',
+          'In-Reply-To': plain.body.rfc_message_id,
+          References: plain.body.rfc_message_id,
+        },
         'ok',
       ),
     );
@@ -295,7 +324,10 @@ describe('reply context', () => {
     const r = await sendRaw(
       port,
       { from: 'erin@outside.test', to: [a.primaryAddress, b.primaryAddress] },
-      rawMessage({ From: 'erin@outside.test', To: b.primaryAddress, Cc: a.primaryAddress, Subject: 'Re: From B', 'In-Reply-To': rfc, References: rfc }, 'reply'),
+      rawMessage(
+        { From: 'erin@outside.test', To: b.primaryAddress, Cc: a.primaryAddress, Subject: 'Re: From B', 'In-Reply-To': rfc, References: rfc },
+        'reply',
+      ),
     );
     expect(r.accepted.sort()).toEqual([a.primaryAddress, b.primaryAddress].sort());
 

@@ -117,7 +117,9 @@ describe('the SDK', () => {
       const m = await client.messages.get.query({ id: sent.message_id });
       return m.status === 'delivered' ? m : null;
     }, 'delivery through the SDK');
-    expectTypeOf(got.deliveries).toEqualTypeOf<{ recipient: string; status: string; attempts: number; last_error: string | null; delivered_at: string | null }[]>();
+    expectTypeOf(got.deliveries).toEqualTypeOf<
+      { recipient: string; status: string; attempts: number; last_error: string | null; delivered_at: string | null }[]
+    >();
     expect(got).toMatchObject({ id: sent.message_id, direction: 'sent', to: [to], subject: 'via sdk', context: { order: 9 } });
     // The stored body is what was sent: the text and the default trailer (README "Credit": the trailer).
     expect(got.body?.text).toBe(`typed\n\n--\nSent by an AI agent with Boxes: ${t.config.siteUrl}`);

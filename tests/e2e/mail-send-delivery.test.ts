@@ -23,7 +23,10 @@ afterAll(async () => {
 });
 
 const credit = (accountId: string) =>
-  t.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { balanceMicros: true, heldMicros: true, freeMessagesLeft: true, heldFreeMessages: true } });
+  t.db.account.findUniqueOrThrow({
+    where: { id: accountId },
+    select: { balanceMicros: true, heldMicros: true, freeMessagesLeft: true, heldFreeMessages: true },
+  });
 
 describe('a remote MX that answers 4xx, then accepts', () => {
   let a: TestAccount;
@@ -252,7 +255,8 @@ describe('a worker that stopped between the remote 250 and recording it', () => 
       const r = await send(s, a.apiKey, { to, subject: 'accepted before the crash', text: 'x' });
       expect(r.status, JSON.stringify(r.body)).toBe(200);
       // What the crashed run left: the 250 committed on its own, the outcome not recorded.
-      const n = await s.db.$executeRaw`UPDATE deliveries SET accepted_at = now(), accepted_response = '250 2.0.0 Ok: queued as ABC', remote_mta = 'mx.remote.test' WHERE message_id = ${r.body.message_id}`;
+      const n = await s.db
+        .$executeRaw`UPDATE deliveries SET accepted_at = now(), accepted_response = '250 2.0.0 Ok: queued as ABC', remote_mta = 'mx.remote.test' WHERE message_id = ${r.body.message_id}`;
       expect(n).toBe(1);
       const w = await startWorker(s.config, { svc: s.svc, log: s.runtime.log, publish: null, resolver: sink.resolver() });
       try {

@@ -43,7 +43,10 @@ async function messageRows(accountId: string): Promise<number> {
 describe('DKIM', () => {
   it('a message to an outside address reaches the remote MX with a DKIM signature that verifies for the account domain', async () => {
     const to = outside('dkim');
-    const { res, got: [got] } = await sendAndReceive({ to, subject: 'Signed', text: 'Verify me.' }, [to]);
+    const {
+      res,
+      got: [got],
+    } = await sendAndReceive({ to, subject: 'Signed', text: 'Verify me.' }, [to]);
     expect(res.from).toBe(a.primaryAddress);
 
     const domain = await t.db.domain.findFirstOrThrow({ where: { accountId: a.accountId, name: a.domain } });
@@ -277,7 +280,7 @@ describe('send rules', () => {
     expect(resolved.html).toContain(`data:image/png;base64,${png.toString('base64')}`);
   });
 
-  it("the box signature is appended to the delivered text, before the trailer", async () => {
+  it('the box signature is appended to the delivered text, before the trailer', async () => {
     const box = await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: `signed-${unique()}` } });
     expect(box.status, JSON.stringify(box.body)).toBe(200);
     const signature = '-- \nSigned Bot\nExample Inc.';

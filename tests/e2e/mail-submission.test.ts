@@ -87,7 +87,16 @@ describe('a submitted message goes the way of POST /messages/send', () => {
     expect(info.response).toMatch(/^250 2\.0\.0 Ok: queued as msg_/);
     const messageId = /queued as (msg_[0-9a-z]+)/.exec(info.response)![1]!;
     const m = await waitSettled(t, a.apiKey, messageId);
-    expect(m).toMatchObject({ direction: 'sent', status: 'delivered', from: billing.address, to: [to], cc: [cc], bcc: [bcc], subject: `submitted ${tag}`, box_id: billing.id });
+    expect(m).toMatchObject({
+      direction: 'sent',
+      status: 'delivered',
+      from: billing.address,
+      to: [to],
+      cc: [cc],
+      bcc: [bcc],
+      subject: `submitted ${tag}`,
+      box_id: billing.id,
+    });
     expect(m.body.text).toContain('Hello from a mail client');
     expect(m.body.text).toContain('Billing team');
     expect(m.body.text).toContain('Sent by an AI agent with Boxes');
@@ -117,10 +126,25 @@ describe('a submitted message goes the way of POST /messages/send', () => {
     for (const method of ['PLAIN', 'LOGIN']) {
       const tag = unique();
       const out = await execFileAsync('swaks', [
-        '--server', '127.0.0.1', '--port', String(t.submissionPort), '--tls-on-connect',
-        '--auth', method, '--auth-user', a.primaryAddress, '--auth-password', password,
-        '--from', a.primaryAddress, '--to', `swaks-${tag}@remote.test`,
-        '--header', `Subject: swaks ${method} ${tag}`, '--body', 'sent with swaks',
+        '--server',
+        '127.0.0.1',
+        '--port',
+        String(t.submissionPort),
+        '--tls-on-connect',
+        '--auth',
+        method,
+        '--auth-user',
+        a.primaryAddress,
+        '--auth-password',
+        password,
+        '--from',
+        a.primaryAddress,
+        '--to',
+        `swaks-${tag}@remote.test`,
+        '--header',
+        `Subject: swaks ${method} ${tag}`,
+        '--body',
+        'sent with swaks',
       ]);
       expect(out.stdout).toMatch(/<~ {2}250 2\.0\.0 Ok: queued as msg_/);
       await waitFor(() => sink.to(`swaks-${tag}@remote.test`).length === 1, `swaks ${method} delivery`);
@@ -129,10 +153,29 @@ describe('a submitted message goes the way of POST /messages/send', () => {
 
   it('curl smtps:// with --user', async () => {
     const tag = unique();
-    const raw = [`From: ${a.primaryAddress}`, `To: curl-${tag}@remote.test`, `Subject: curl ${tag}`, `Message-ID: <curl-${tag}@client.test>`, '', 'sent with curl', ''].join('\r\n');
+    const raw = [
+      `From: ${a.primaryAddress}`,
+      `To: curl-${tag}@remote.test`,
+      `Subject: curl ${tag}`,
+      `Message-ID: <curl-${tag}@client.test>`,
+      '',
+      'sent with curl',
+      '',
+    ].join('\r\n');
     const child = execFileAsync('curl', [
-      '--silent', '--show-error', '--insecure', '--url', `smtps://127.0.0.1:${t.submissionPort}`,
-      '--user', `${a.primaryAddress}:${password}`, '--mail-from', a.primaryAddress, '--mail-rcpt', `curl-${tag}@remote.test`, '--upload-file', '-',
+      '--silent',
+      '--show-error',
+      '--insecure',
+      '--url',
+      `smtps://127.0.0.1:${t.submissionPort}`,
+      '--user',
+      `${a.primaryAddress}:${password}`,
+      '--mail-from',
+      a.primaryAddress,
+      '--mail-rcpt',
+      `curl-${tag}@remote.test`,
+      '--upload-file',
+      '-',
     ]);
     child.child.stdin!.end(raw);
     await child;
@@ -180,7 +223,13 @@ describe('refusals', () => {
     const ok = await submit(billing.address, billingPassword, mail(billing.address));
     expect(ok.response).toMatch(/^250/);
     // A From header other than the envelope's sender is checked too.
-    const header = await submitError(billing.address, billingPassword, { envelope: { from: billing.address, to: ['x@remote.test'] }, from: a.primaryAddress, to: 'x@remote.test', subject: 's', text: 't' });
+    const header = await submitError(billing.address, billingPassword, {
+      envelope: { from: billing.address, to: ['x@remote.test'] },
+      from: a.primaryAddress,
+      to: 'x@remote.test',
+      subject: 's',
+      text: 't',
+    });
     expect(header.responseCode).toBe(550);
     expect(await sentCount(a.accountId)).toBe(before + 1);
   });

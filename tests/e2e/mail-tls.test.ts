@@ -29,7 +29,11 @@ afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 /** The certificate a server presents on 127.0.0.1:port (implicit TLS, or SMTP STARTTLS), as PEM. */
 async function presented(port: number, starttls = false): Promise<string> {
-  const { stdout } = await run('bash', ['-c', `openssl s_client -connect 127.0.0.1:${port} ${starttls ? '-starttls smtp' : ''} </dev/null 2>/dev/null | openssl x509`], { timeout: 20_000 });
+  const { stdout } = await run(
+    'bash',
+    ['-c', `openssl s_client -connect 127.0.0.1:${port} ${starttls ? '-starttls smtp' : ''} </dev/null 2>/dev/null | openssl x509`],
+    { timeout: 20_000 },
+  );
   return stdout;
 }
 
@@ -37,7 +41,11 @@ const fingerprint = (pem: string) => new X509Certificate(pem).fingerprint256;
 
 /** Whether openssl, trusting only `pinned`, verifies the server at 127.0.0.1:port. */
 async function verifiesPinned(port: number, pinned: string): Promise<string> {
-  const { stdout } = await run('bash', ['-c', `openssl s_client -connect 127.0.0.1:${port} -CAfile ${pinned} -verify_return_error -verify_ip 127.0.0.1 </dev/null 2>&1`], { timeout: 20_000 });
+  const { stdout } = await run(
+    'bash',
+    ['-c', `openssl s_client -connect 127.0.0.1:${port} -CAfile ${pinned} -verify_return_error -verify_ip 127.0.0.1 </dev/null 2>&1`],
+    { timeout: 20_000 },
+  );
   return stdout;
 }
 
@@ -84,17 +92,37 @@ SyncState *
 }
 
 /** mosquitto_sub with a provisioned credential, as given: connects, subscribes and gives up after a second. */
-function mosquittoWith(p: { mqtt_endpoint: string; ca_certificate: string; certificate: string; private_key: string; client_id: string; topic: string }): () => Promise<string> {
+function mosquittoWith(p: {
+  mqtt_endpoint: string;
+  ca_certificate: string;
+  certificate: string;
+  private_key: string;
+  client_id: string;
+  topic: string;
+}): () => Promise<string> {
   const file = (name: string, pem: string) => {
     const f = path.join(dir, name);
     fs.writeFileSync(f, pem, { mode: 0o600 });
     return f;
   };
   const url = new URL(p.mqtt_endpoint);
-  const args = ['-h', url.hostname, '-p', url.port, '--cafile', file('mqtt-ca.pem', p.ca_certificate), '--cert', file('mqtt-cert.pem', p.certificate), '--key', file('mqtt-key.pem', p.private_key)];
+  const args = [
+    '-h',
+    url.hostname,
+    '-p',
+    url.port,
+    '--cafile',
+    file('mqtt-ca.pem', p.ca_certificate),
+    '--cert',
+    file('mqtt-cert.pem', p.certificate),
+    '--key',
+    file('mqtt-key.pem', p.private_key),
+  ];
   return async () => {
     // -W 1: no event is coming; it exits (non-zero) after a second, having printed the CONNACK with -d.
-    const r = await run('mosquitto_sub', [...args, '-i', p.client_id, '-t', p.topic, '-C', '1', '-W', '1', '-d'], { timeout: 20_000 }).catch((e: { stdout?: string; stderr?: string }) => e);
+    const r = await run('mosquitto_sub', [...args, '-i', p.client_id, '-t', p.topic, '-C', '1', '-W', '1', '-d'], { timeout: 20_000 }).catch(
+      (e: { stdout?: string; stderr?: string }) => e,
+    );
     return `${r.stdout ?? ''}${r.stderr ?? ''}`;
   };
 }
@@ -125,7 +153,11 @@ describe('the self-signed certificate', () => {
   });
 
   async function start(): Promise<{ url: string; line: string }> {
-    const c = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', 'server', 'mx', 'push'], { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', 'server', 'mx', 'push'], {
+      cwd: root,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     child = c;
     let out = '';
     c.stdout!.on('data', (d: Buffer) => (out += d.toString()));

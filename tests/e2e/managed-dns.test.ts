@@ -30,16 +30,23 @@ const dns = (key: string, method: string, body?: Record<string, unknown>, asBody
     key,
     ...((method === 'DELETE' && !asBody) || !body ? {} : { body }),
   });
-const set = (key: string, method: 'POST' | 'PUT', name: string, type: string, values: string[], ttl = 300) => dns(key, method, { terms_of_service: true, name, type, ttl, values });
+const set = (key: string, method: 'POST' | 'PUT', name: string, type: string, values: string[], ttl = 300) =>
+  dns(key, method, { terms_of_service: true, name, type, ttl, values });
 const del = (key: string, name: string, type: string) => dns(key, 'DELETE', { terms_of_service: 'true', name, type });
 
-const records = async (key: string) => (await dns(key, 'GET')).body.records as { id: string; name: string; type: string; ttl: number; values: string[]; reserved: boolean }[];
+const records = async (key: string) =>
+  (await dns(key, 'GET')).body.records as { id: string; name: string; type: string; ttl: number; values: string[]; reserved: boolean }[];
 const soaSerial = async (zone: string) => Number(rdata((await dig(t.dnsPort!, zone, 'SOA')).answer)[0]!.split(' ')[2]);
-const changes = async (key: string) => (await rest(t, 'GET', '/events?type=domain.dns.changed&limit=500', { key })).body.events as { data: Record<string, any> }[];
+const changes = async (key: string) =>
+  (await rest(t, 'GET', '/events?type=domain.dns.changed&limit=500', { key })).body.events as { data: Record<string, any> }[];
 
 function expectRefused(r: JsonResponse, status: number, code: string, field: string | null, label: string) {
   expect({ status: r.status, code: r.body?.error?.code }, `${label}: ${JSON.stringify(r.body)}`).toEqual({ status, code });
-  if (field) expect(r.body.error.fields.map((f: { path: string }) => f.path), `${label}: ${JSON.stringify(r.body)}`).toContain(field);
+  if (field)
+    expect(
+      r.body.error.fields.map((f: { path: string }) => f.path),
+      `${label}: ${JSON.stringify(r.body)}`,
+    ).toContain(field);
 }
 
 describe('a delegated zone', () => {
@@ -49,7 +56,10 @@ describe('a delegated zone', () => {
     expect(listed.status, JSON.stringify(listed.body)).toBe(200);
     expect(listed.body.zone).toBe(zone);
     expect(listed.body.serial).toBe(await soaSerial(zone));
-    const reserved = listed.body.records.filter((r: any) => r.reserved).map((r: any) => `${r.name} ${r.type}`).sort();
+    const reserved = listed.body.records
+      .filter((r: any) => r.reserved)
+      .map((r: any) => `${r.name} ${r.type}`)
+      .sort();
     expect(reserved).toEqual([`${zone} MX`, `${zone} NS`, `${zone} TXT`, `_dmarc.${zone} TXT`, `boxes1._domainkey.${zone} TXT`].sort());
     expect(listed.body.records.every((r: any) => r.reserved && /^rrs_[0-9a-z]{20}$/.test(r.id))).toBe(true);
     expect(listed.body.records.find((r: any) => r.type === 'MX').values).toEqual([`10 ${t.config.mailHost}`]);
@@ -59,16 +69,29 @@ describe('a delegated zone', () => {
       ['www', 'A', ['192.0.2.1', '192.0.2.2'], ['192.0.2.1', '192.0.2.2'], ['192.0.2.1', '192.0.2.2']],
       [`WWW.${zone.toUpperCase()}`, 'AAAA', ['2001:DB8::1'], ['2001:db8::1'], ['2001:db8::1']],
       ['blog', 'CNAME', [`www.${zone}.`], [`www.${zone}`], [`www.${zone}.`]],
-      [`lists.${zone}.`, 'MX', ['10 mx1.example.net', '20 MX2.example.net.'], ['10 mx1.example.net', '20 mx2.example.net'], ['10 mx1.example.net.', '20 mx2.example.net.']],
+      [
+        `lists.${zone}.`,
+        'MX',
+        ['10 mx1.example.net', '20 MX2.example.net.'],
+        ['10 mx1.example.net', '20 mx2.example.net'],
+        ['10 mx1.example.net.', '20 mx2.example.net.'],
+      ],
       ['_sip._tcp', 'SRV', ['10 5 5060 sip.example.net'], ['10 5 5060 sip.example.net'], ['10 5 5060 sip.example.net.']],
-      ['@', 'CAA', ['0 issue "letsencrypt.org"', '0 iodef "mailto:security@example.net"', '128 issuewild ";"'], ['0 iodef "mailto:security@example.net"', '0 issue "letsencrypt.org"', '128 issuewild ";"'], ['0 iodef "mailto:security@example.net"', '0 issue "letsencrypt.org"', '128 issuewild ";"']],
+      [
+        '@',
+        'CAA',
+        ['0 issue "letsencrypt.org"', '0 iodef "mailto:security@example.net"', '128 issuewild ";"'],
+        ['0 iodef "mailto:security@example.net"', '0 issue "letsencrypt.org"', '128 issuewild ";"'],
+        ['0 iodef "mailto:security@example.net"', '0 issue "letsencrypt.org"', '128 issuewild ";"'],
+      ],
       ['verify', 'TXT', ['token=abc "quoted" \\ back'], ['token=abc "quoted" \\ back'], ['"token=abc \\"quoted\\" \\\\ back"']],
       ['*.preview', 'A', ['192.0.2.77'], ['192.0.2.77'], ['192.0.2.77']],
     ];
     const long = 'k='.padEnd(600, 'x');
     cases.push(['long', 'TXT', [long], [long], [`"${long.slice(0, 255)}" "${long.slice(255, 510)}" "${long.slice(510)}"`]]);
     let serial = listed.body.serial as number;
-    const fqdnOf = (name: string) => (name === '@' ? zone : name.toLowerCase().replace(/\.$/, '').endsWith(zone) ? name.toLowerCase().replace(/\.$/, '') : `${name}.${zone}`);
+    const fqdnOf = (name: string) =>
+      name === '@' ? zone : name.toLowerCase().replace(/\.$/, '').endsWith(zone) ? name.toLowerCase().replace(/\.$/, '') : `${name}.${zone}`;
     for (const [name, type, values, listedValues, served] of cases) {
       const r = await set(key, 'POST', name, type, values);
       expect(r.status, `${name} ${type}: ${JSON.stringify(r.body)}`).toBe(200);
@@ -90,12 +113,18 @@ describe('a delegated zone', () => {
     // Replace every one (new ttl and values; the id stays), then delete every one.
     const replacements: Record<string, [string[], string[]]> = {
       A: [['192.0.2.9'], ['192.0.2.9']],
-      AAAA: [['2001:db8::2', '2001:db8::3'], ['2001:db8::2', '2001:db8::3']],
+      AAAA: [
+        ['2001:db8::2', '2001:db8::3'],
+        ['2001:db8::2', '2001:db8::3'],
+      ],
       CNAME: [['cdn.example.net'], ['cdn.example.net.']],
       MX: [['5 mx3.example.net'], ['5 mx3.example.net.']],
       SRV: [['0 0 5061 sips.example.net'], ['0 0 5061 sips.example.net.']],
       CAA: [['0 issue "pki.goog; validationmethods=dns-01"'], ['0 issue "pki.goog; validationmethods=dns-01"']],
-      TXT: [['second', 'first'], ['"first"', '"second"']],
+      TXT: [
+        ['second', 'first'],
+        ['"first"', '"second"'],
+      ],
     };
     for (const [name, type] of cases) {
       const [values, served] = replacements[type]!;
@@ -124,16 +153,47 @@ describe('a delegated zone', () => {
     }
     expectRefused(await del(key, 'www', 'A'), 404, 'not_found', null, 'deleted twice');
     // Only the reserved records are left, as they were.
-    expect((await records(key)).map((r) => `${r.name} ${r.type} ${r.reserved}`).sort()).toEqual(listed.body.records.map((r: any) => `${r.name} ${r.type} true`).sort());
+    expect((await records(key)).map((r) => `${r.name} ${r.type} ${r.reserved}`).sort()).toEqual(
+      listed.body.records.map((r: any) => `${r.name} ${r.type} true`).sort(),
+    );
     expect(await soaSerial(zone)).toBe(serial);
 
     // Every change is on the event stream, in order, with what was there before and the serial.
     const events = await changes(key);
-    expect(events.map((e) => e.data.action)).toEqual([...cases.map(() => 'create'), ...cases.map(() => 'replace'), 'replace', ...cases.map(() => 'delete'), 'delete']);
+    expect(events.map((e) => e.data.action)).toEqual([
+      ...cases.map(() => 'create'),
+      ...cases.map(() => 'replace'),
+      'replace',
+      ...cases.map(() => 'delete'),
+      'delete',
+    ]);
     expect(events.map((e) => e.data.serial)).toEqual(events.map((_, i) => (listed.body.serial as number) + i + 1));
-    expect(events[0]!.data).toMatchObject({ zone, action: 'create', name: `www.${zone}`, type: 'A', ttl: 300, values: ['192.0.2.1', '192.0.2.2'], previous: null });
-    expect(events[cases.length]!.data).toMatchObject({ action: 'replace', name: `www.${zone}`, type: 'A', ttl: 120, values: ['192.0.2.9'], previous: { ttl: 300 } });
-    expect(events.at(-1)!.data).toMatchObject({ zone, action: 'delete', name: `new.${zone}`, type: 'A', ttl: null, values: [], previous: { ttl: 300, values: ['192.0.2.30'] } });
+    expect(events[0]!.data).toMatchObject({
+      zone,
+      action: 'create',
+      name: `www.${zone}`,
+      type: 'A',
+      ttl: 300,
+      values: ['192.0.2.1', '192.0.2.2'],
+      previous: null,
+    });
+    expect(events[cases.length]!.data).toMatchObject({
+      action: 'replace',
+      name: `www.${zone}`,
+      type: 'A',
+      ttl: 120,
+      values: ['192.0.2.9'],
+      previous: { ttl: 300 },
+    });
+    expect(events.at(-1)!.data).toMatchObject({
+      zone,
+      action: 'delete',
+      name: `new.${zone}`,
+      type: 'A',
+      ttl: null,
+      values: [],
+      previous: { ttl: 300, values: ['192.0.2.30'] },
+    });
     // Which key made each change (the owner key is the account's only key here).
     const keys = (await rest(t, 'GET', '/account/keys', { key })).body.keys as { id: string }[];
     expect(keys).toHaveLength(1);
@@ -195,10 +255,22 @@ describe('a delegated zone', () => {
     ];
     for (const method of ['POST', 'PUT'] as const) {
       for (const [record, field] of refusals) {
-        expectRefused(await dns(key, method, { terms_of_service: true, ttl: 300, ...record }), 400, 'validation_error', field, `${method} ${JSON.stringify(record).slice(0, 120)}`);
+        expectRefused(
+          await dns(key, method, { terms_of_service: true, ttl: 300, ...record }),
+          400,
+          'validation_error',
+          field,
+          `${method} ${JSON.stringify(record).slice(0, 120)}`,
+        );
       }
     }
-    expectRefused(await dns(key, 'POST', { terms_of_service: true, name: 'a', type: 'A', values: ['192.0.2.1'], priority: 1 }), 400, 'validation_error', null, 'an unknown field');
+    expectRefused(
+      await dns(key, 'POST', { terms_of_service: true, name: 'a', type: 'A', values: ['192.0.2.1'], priority: 1 }),
+      400,
+      'validation_error',
+      null,
+      'an unknown field',
+    );
     // Nothing of that reached the zone.
     expect((await records(key)).filter((r) => !r.reserved)).toEqual([]);
     expect(await changes(key)).toEqual([]);
@@ -216,7 +288,13 @@ describe('a delegated zone', () => {
       const r = await dns(key, 'DELETE', { ...(terms === undefined ? {} : { terms_of_service: terms }), name: 'a', type: 'A' });
       expectRefused(r, 400, 'validation_error', 'terms_of_service', `DELETE terms_of_service ${String(terms)}`);
     }
-    expectRefused(await dns(key, 'DELETE', { terms_of_service: false, name: 'a', type: 'A' }, true), 400, 'validation_error', 'terms_of_service', 'DELETE body false');
+    expectRefused(
+      await dns(key, 'DELETE', { terms_of_service: false, name: 'a', type: 'A' }, true),
+      400,
+      'validation_error',
+      'terms_of_service',
+      'DELETE body false',
+    );
   });
 
   it('no CNAME beside other data (either way); a second create is 409; changes to one name and type are serialised', async () => {
@@ -250,7 +328,10 @@ describe('a delegated zone', () => {
 
   it('reserved records are read-only and cannot be shadowed; other TXT may stand beside the SPF record', async () => {
     const { zone, key, zoneId } = await delegated();
-    const reservedRows = async () => (await t.db.dnsRecord.findMany({ where: { zoneId, reserved: true }, orderBy: { id: 'asc' } })).map((r) => `${r.id} ${r.name} ${r.type} ${r.ttl} ${r.content}`);
+    const reservedRows = async () =>
+      (await t.db.dnsRecord.findMany({ where: { zoneId, reserved: true }, orderBy: { id: 'asc' } })).map(
+        (r) => `${r.id} ${r.name} ${r.type} ${r.ttl} ${r.content}`,
+      );
     const before = await reservedRows();
     const serial = (await dns(key, 'GET')).body.serial;
     const tries: [string, string, string, string[], RegExp][] = [
@@ -270,7 +351,13 @@ describe('a delegated zone', () => {
       expectRefused(r, 403, 'dns_record_reserved', null, `${method} ${name} ${type}`);
       expect(r.body.error.message).toMatch(message);
     }
-    for (const [name, type] of [['@', 'MX'], ['_dmarc', 'TXT'], ['boxes1._domainkey', 'TXT'], ['@', 'NS'], ['@', 'TXT']] as const) {
+    for (const [name, type] of [
+      ['@', 'MX'],
+      ['_dmarc', 'TXT'],
+      ['boxes1._domainkey', 'TXT'],
+      ['@', 'NS'],
+      ['@', 'TXT'],
+    ] as const) {
       expectRefused(await del(key, name, type), 403, 'dns_record_reserved', null, `DELETE ${name} ${type}`);
     }
     expect(await reservedRows()).toEqual(before);
@@ -308,7 +395,13 @@ describe('a delegated zone', () => {
     let left = 500 - have;
     for (let i = 0; left > 0; i++) {
       const count = Math.min(20, left);
-      const r = await set(key, 'POST', `fill${i}`, 'A', Array.from({ length: count }, (_, j) => `198.51.${i}.${j}`));
+      const r = await set(
+        key,
+        'POST',
+        `fill${i}`,
+        'A',
+        Array.from({ length: count }, (_, j) => `198.51.${i}.${j}`),
+      );
       expect(r.status, JSON.stringify(r.body)).toBe(200);
       left -= count;
     }
@@ -317,18 +410,47 @@ describe('a delegated zone', () => {
     expect(full.body.error).toMatchObject({ limit: 500, records_in_zone: 500 });
     expect(full.body.error.message).toMatch(/at most 500/);
     // Replacing a set with as many values is fine at the limit; one more value is not.
-    expect((await set(key, 'PUT', 'fill0', 'A', Array.from({ length: 20 }, (_, j) => `203.0.113.${j}`))).status).toBe(200);
-    expectRefused(await set(key, 'PUT', 'fill1', 'A', Array.from({ length: 21 }, (_, j) => `203.0.113.${j}`)), 400, 'validation_error', 'values', 'more values than a set holds');
+    expect(
+      (
+        await set(
+          key,
+          'PUT',
+          'fill0',
+          'A',
+          Array.from({ length: 20 }, (_, j) => `203.0.113.${j}`),
+        )
+      ).status,
+    ).toBe(200);
+    expectRefused(
+      await set(
+        key,
+        'PUT',
+        'fill1',
+        'A',
+        Array.from({ length: 21 }, (_, j) => `203.0.113.${j}`),
+      ),
+      400,
+      'validation_error',
+      'values',
+      'more values than a set holds',
+    );
     expect((await del(key, 'fill0', 'A')).status).toBe(200);
     expect((await set(key, 'POST', 'one-more', 'A', ['192.0.2.1'])).status).toBe(200);
   });
 });
 
 describe('accounts without a managed zone', () => {
-  const calls = (key: string) => [dns(key, 'GET'), set(key, 'POST', 'www', 'A', ['192.0.2.1']), set(key, 'PUT', 'www', 'A', ['192.0.2.1']), del(key, 'www', 'A')];
+  const calls = (key: string) => [
+    dns(key, 'GET'),
+    set(key, 'POST', 'www', 'A', ['192.0.2.1']),
+    set(key, 'PUT', 'www', 'A', ['192.0.2.1']),
+    del(key, 'www', 'A'),
+  ];
 
   it('byo_manual: 409 dns_not_managed pointing to GET /events?type=domain.dns_required', async () => {
-    const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'm@example.com', domain_intent: { mode: 'byo_manual', byo_domain: `manual-${Date.now()}.example` } } });
+    const intent = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: 'm@example.com', domain_intent: { mode: 'byo_manual', byo_domain: `manual-${Date.now()}.example` } },
+    });
     const key = (await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } })).body.api_key;
     for (const r of await Promise.all(calls(key))) {
       expectRefused(r, 409, 'dns_not_managed', null, 'byo_manual');
@@ -386,7 +508,9 @@ describe('the same calls through the SDK and MCP', () => {
     expect((await sdk.dns.list.query()).records.find((r) => r.name === `sdk.${zone}`)?.id).toBe(created.record.id);
     const replaced = await sdk.dns.replace.mutate({ terms_of_service: true, name: 'sdk', type: 'A', ttl: 60, values: ['192.0.2.51'] });
     expect(replaced.serial).toBe(created.serial + 1);
-    await expect(sdk.dns.replace.mutate({ terms_of_service: true, name: '@', type: 'MX', values: ['10 evil.example.net'] })).rejects.toMatchObject({ data: { code: 'FORBIDDEN' } });
+    await expect(sdk.dns.replace.mutate({ terms_of_service: true, name: '@', type: 'MX', values: ['10 evil.example.net'] })).rejects.toMatchObject({
+      data: { code: 'FORBIDDEN' },
+    });
     expect((await sdk.dns.delete.mutate({ terms_of_service: true, name: 'sdk', type: 'A' })).action).toBe('delete');
     expect(rdata((await dig(t.dnsPort!, `sdk.${zone}`, 'A')).answer)).toEqual([]);
 
@@ -398,7 +522,10 @@ describe('the same calls through the SDK and MCP', () => {
       expect(rdata((await dig(t.dnsPort!, `mcp.${zone}`, 'TXT')).answer)).toEqual(['"via mcp"']);
       const listed = await mcp.callTool({ name: 'dns_list', arguments: {} });
       expect(JSON.stringify(listed.structuredContent)).toContain(`mcp.${zone}`);
-      const refused = await mcp.callTool({ name: 'dns_create', arguments: { terms_of_service: true, name: '_dmarc', type: 'CNAME', values: ['evil.example.net'] } });
+      const refused = await mcp.callTool({
+        name: 'dns_create',
+        arguments: { terms_of_service: true, name: '_dmarc', type: 'CNAME', values: ['evil.example.net'] },
+      });
       expect(refused.isError).toBe(true);
       expect(JSON.stringify(refused.content)).toContain('dns_record_reserved');
       const gone = await mcp.callTool({ name: 'dns_delete', arguments: { terms_of_service: true, name: 'mcp', type: 'TXT' } });

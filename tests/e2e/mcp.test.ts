@@ -67,7 +67,12 @@ async function rawInitialize(authorization?: string): Promise<{ status: number; 
   const res = await fetch(`${t.url}/mcp`, {
     method: 'POST',
     headers,
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } } }),
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+    }),
   });
   const text = await res.text();
   let body: unknown = text;
@@ -85,7 +90,13 @@ interface ProcDef {
 /** Every REST procedure that needs a key, from the router itself. */
 const keyedProcedures = Object.entries((appRouter as unknown as { _def: { procedures: Record<string, ProcDef> } })._def.procedures)
   .filter(([, p]) => p._def.meta?.openapi && p._def.meta.openapi.protect !== false)
-  .map(([name, p]) => ({ name, tool: name.replace(/\./g, '_'), scope: p._def.meta!.scope ?? null, method: p._def.meta!.openapi!.method, path: p._def.meta!.openapi!.path }));
+  .map(([name, p]) => ({
+    name,
+    tool: name.replace(/\./g, '_'),
+    scope: p._def.meta!.scope ?? null,
+    method: p._def.meta!.openapi!.method,
+    path: p._def.meta!.openapi!.path,
+  }));
 
 describe('tools and scopes', () => {
   it('a send+receive key lists the tools it may use, sends with messages_send and reads the send back from events_list', async () => {
@@ -238,7 +249,10 @@ describe('same billing and box restrictions as REST', () => {
     expect(await call(client, 'credit_balance')).toEqual(afterMcp);
 
     // An idempotency_key used over REST replays over MCP (one pipeline), and costs nothing more.
-    const first = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: 'dave@example.net', subject: 'idem', text: 'three', idempotency_key: 'cross-1' } });
+    const first = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: { to: 'dave@example.net', subject: 'idem', text: 'three', idempotency_key: 'cross-1' },
+    });
     expect(first.status).toBe(200);
     const replay = await call(client, 'messages_send', { to: 'dave@example.net', subject: 'idem', text: 'three', idempotency_key: 'cross-1' });
     expect(replay.message_id).toBe(first.body.message_id);
@@ -260,7 +274,10 @@ describe('same billing and box restrictions as REST', () => {
     expect((await rest(t, 'GET', '/boxes', { key: key.api_key })).body).toEqual(listed);
 
     const viaMcp = await refused(client, 'messages_send', { from: a.primaryAddress, to: 'erin@example.net', subject: 'x', text: 'from primary' });
-    const viaRest = await rest(t, 'POST', '/messages/send', { key: key.api_key, body: { from: a.primaryAddress, to: 'erin@example.net', subject: 'x', text: 'from primary' } });
+    const viaRest = await rest(t, 'POST', '/messages/send', {
+      key: key.api_key,
+      body: { from: a.primaryAddress, to: 'erin@example.net', subject: 'x', text: 'from primary' },
+    });
     expect(viaRest.status).toBe(403);
     expect(viaMcp.code).toBe(viaRest.body.error.code);
     expect(viaMcp.code).toBe('box_restricted_key');
@@ -324,7 +341,17 @@ describe('MCP Inspector CLI', () => {
     const pkg = fs.realpathSync(path.resolve(import.meta.dirname, '../node_modules/@modelcontextprotocol/inspector'));
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      [path.join(pkg, 'clients/launcher/build/index.js'), '--cli', `${t.url}/mcp`, '--transport', 'http', '--header', `Authorization: Bearer ${owner.apiKey}`, '--method', 'tools/list'],
+      [
+        path.join(pkg, 'clients/launcher/build/index.js'),
+        '--cli',
+        `${t.url}/mcp`,
+        '--transport',
+        'http',
+        '--header',
+        `Authorization: Bearer ${owner.apiKey}`,
+        '--method',
+        'tools/list',
+      ],
       { encoding: 'utf8', timeout: 25_000, env: { ...process.env, NO_COLOR: '1' } },
     );
     const out = JSON.parse(stdout) as { tools: { name: string; inputSchema: unknown }[] };
@@ -393,7 +420,13 @@ describe('/beta/mcp/* (moved paths answer 308)', () => {
 
   it('POST /beta/mcp/feedback takes free-form notes and returns a receipt', async () => {
     const a = await signupAccount(t);
-    const notes = { notes: 'tool descriptions are clear; want a tool for threads', client: 'my-agent/1.0', rating: 4, tools_used: ['messages_send'], nested: { ok: true } };
+    const notes = {
+      notes: 'tool descriptions are clear; want a tool for threads',
+      client: 'my-agent/1.0',
+      rating: 4,
+      tools_used: ['messages_send'],
+      nested: { ok: true },
+    };
     const r = await rest(t, 'POST', '/beta/mcp/feedback', { key: a.apiKey, body: notes });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body.receipt_id).toMatch(/^fb_/);

@@ -23,7 +23,14 @@ let b: TestAccount;
 beforeAll(async () => {
   t = await startTestServer({
     mail: true,
-    env: { SMTP_SOCKET_TIMEOUT_MS: '1500', HTTP_HEADERS_TIMEOUT_MS: '1000', HTTP_REQUEST_TIMEOUT_MS: '1500', HTTP_IDLE_TIMEOUT_MS: '2000', IMAP_LOGIN_TIMEOUT_MS: '1500', IMAP_AUTOLOGOUT_MS: '2000' },
+    env: {
+      SMTP_SOCKET_TIMEOUT_MS: '1500',
+      HTTP_HEADERS_TIMEOUT_MS: '1000',
+      HTTP_REQUEST_TIMEOUT_MS: '1500',
+      HTTP_IDLE_TIMEOUT_MS: '2000',
+      IMAP_LOGIN_TIMEOUT_MS: '1500',
+      IMAP_AUTOLOGOUT_MS: '2000',
+    },
   });
   b = await signupAccount(t);
 });
@@ -38,11 +45,15 @@ class RawSmtp {
     socket.setEncoding('latin1');
     socket.on('data', (d: string) => {
       this.buf += d;
-      this.waiters.splice(0).forEach((w) => { w(); });
+      this.waiters.splice(0).forEach((w) => {
+        w();
+      });
     });
     socket.on('close', () => {
       this.closed = true;
-      this.waiters.splice(0).forEach((w) => { w(); });
+      this.waiters.splice(0).forEach((w) => {
+        w();
+      });
     });
     socket.on('error', () => undefined);
   }
@@ -129,7 +140,15 @@ describe('an MX killed in the middle of DATA', () => {
     // node itself with tsx's loader (not the tsx launcher, whose child would survive a SIGKILL of the launcher).
     child = spawn(process.execPath, ['--import', 'tsx', path.join(here, 'fixtures/mx-process.ts')], {
       cwd: path.resolve(here, '../..'),
-      env: { ...process.env, DATABASE_URL: t.config.databaseUrl, REDIS_URL: t.config.redisUrl, REDIS_PREFIX: t.config.redisPrefix, BASE_DOMAIN: t.config.baseDomain, BOXES_SECRET_KEY: t.svc.secretKey.toString('hex'), LOG_LEVEL: 'silent' },
+      env: {
+        ...process.env,
+        DATABASE_URL: t.config.databaseUrl,
+        REDIS_URL: t.config.redisUrl,
+        REDIS_PREFIX: t.config.redisPrefix,
+        BASE_DOMAIN: t.config.baseDomain,
+        BOXES_SECRET_KEY: t.svc.secretKey.toString('hex'),
+        LOG_LEVEL: 'silent',
+      },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const c = child;
@@ -170,12 +189,21 @@ describe('an MX killed in the middle of DATA', () => {
 
     // The sender retries the whole message on a new MX process: stored once.
     const again = await startMx();
-    const transport = nodemailer.createTransport({ host: '127.0.0.1', port: again, secure: false, tls: { rejectUnauthorized: false }, name: 'sender.outside.test' });
+    const transport = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: again,
+      secure: false,
+      tls: { rejectUnauthorized: false },
+      name: 'sender.outside.test',
+    });
     const info = await transport.sendMail({ envelope: { from: 'sender@outside.test', to: [b.primaryAddress] }, raw: message });
     transport.close();
     expect(info.accepted).toEqual([b.primaryAddress]);
     const subjects = await storedSubjects(b.accountId);
-    expect(subjects.filter((s) => s === subject), JSON.stringify(subjects)).toHaveLength(1);
+    expect(
+      subjects.filter((s) => s === subject),
+      JSON.stringify(subjects),
+    ).toHaveLength(1);
     const after = await rest(t, 'GET', '/events?type=mail.received', { key: b.apiKey });
     expect(after.body.events.filter((e: any) => e.data.message?.subject === subject)).toHaveLength(1);
     child!.kill('SIGKILL');
@@ -186,19 +214,21 @@ describe('slow clients', () => {
   async function openQuiet(port: number, first: string | null, n: number): Promise<{ sockets: net.Socket[]; closed: () => number }> {
     let closed = 0;
     const sockets = await Promise.all(
-      Array.from({ length: n }, () =>
-        new Promise<net.Socket>((resolve, reject) => {
-          const s = net.connect({ host: '127.0.0.1', port });
-          s.on('error', () => undefined);
-          s.once('close', () => closed++);
-          // Read (and drop) what the server says, so its closing the connection is seen.
-          s.resume();
-          s.once('connect', () => {
-            if (first !== null) s.write(first);
-            resolve(s);
-          });
-          s.once('error', reject);
-        }),
+      Array.from(
+        { length: n },
+        () =>
+          new Promise<net.Socket>((resolve, reject) => {
+            const s = net.connect({ host: '127.0.0.1', port });
+            s.on('error', () => undefined);
+            s.once('close', () => closed++);
+            // Read (and drop) what the server says, so its closing the connection is seen.
+            s.resume();
+            s.once('connect', () => {
+              if (first !== null) s.write(first);
+              resolve(s);
+            });
+            s.once('error', reject);
+          }),
       ),
     );
     return { sockets, closed: () => closed };
@@ -206,7 +236,13 @@ describe('slow clients', () => {
 
   it(`SMTP: ${SLOW_CLIENTS} silent sessions do not starve a client, and are closed after SMTP_SOCKET_TIMEOUT_MS`, async () => {
     const quiet = await openQuiet(t.smtpPort!, 'EH', SLOW_CLIENTS);
-    const transport = nodemailer.createTransport({ host: '127.0.0.1', port: t.smtpPort!, secure: false, tls: { rejectUnauthorized: false }, name: 'sender.outside.test' });
+    const transport = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: t.smtpPort!,
+      secure: false,
+      tls: { rejectUnauthorized: false },
+      name: 'sender.outside.test',
+    });
     const started = Date.now();
     await transport.sendMail({ from: 'busy@outside.test', to: b.primaryAddress, subject: 'past the slow ones', text: 'hello' });
     transport.close();
@@ -220,20 +256,29 @@ describe('slow clients', () => {
     const raw = await openQuiet(port, 'A', SLOW_CLIENTS / 2);
     let quietTls = 0;
     const tlsQuiet = await Promise.all(
-      Array.from({ length: SLOW_CLIENTS / 2 }, () =>
-        new Promise<tls.TLSSocket>((resolve, reject) => {
-          const s = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false }, () => resolve(s));
-          s.on('error', () => undefined);
-          s.resume();
-          s.once('close', () => quietTls++);
-          s.once('error', reject);
-        }),
+      Array.from(
+        { length: SLOW_CLIENTS / 2 },
+        () =>
+          new Promise<tls.TLSSocket>((resolve, reject) => {
+            const s = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false }, () => resolve(s));
+            s.on('error', () => undefined);
+            s.resume();
+            s.once('close', () => quietTls++);
+            s.once('error', reject);
+          }),
       ),
     );
     expect(tlsQuiet).toHaveLength(SLOW_CLIENTS / 2);
     // A real client logs in past them, at once.
     const password = (await rest(t, 'POST', '/account/app-passwords', { key: b.apiKey, body: { label: 'slow-clients' } })).body.password as string;
-    const client = new ImapFlow({ host: '127.0.0.1', port, secure: true, tls: { rejectUnauthorized: false }, auth: { user: b.primaryAddress, pass: password }, logger: false });
+    const client = new ImapFlow({
+      host: '127.0.0.1',
+      port,
+      secure: true,
+      tls: { rejectUnauthorized: false },
+      auth: { user: b.primaryAddress, pass: password },
+      logger: false,
+    });
     const started = Date.now();
     await client.connect();
     expect(Date.now() - started).toBeLessThan(3000);
@@ -252,7 +297,11 @@ describe('slow clients', () => {
     const url = new URL(t.url);
     const port = Number(url.port);
     const inHead = await openQuiet(port, 'GET /api/v1/account HTTP/1.1\r\nHost: x\r\nX-Slow: ', SLOW_CLIENTS / 2);
-    const inBody = await openQuiet(port, 'POST /api/v1/boxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"addr', SLOW_CLIENTS / 2);
+    const inBody = await openQuiet(
+      port,
+      'POST /api/v1/boxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"addr',
+      SLOW_CLIENTS / 2,
+    );
     const silent = await openQuiet(port, null, 10);
     const started = Date.now();
     const r = await rest(t, 'GET', '/account', { key: (await signupAccount(t)).apiKey });

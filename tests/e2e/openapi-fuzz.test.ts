@@ -68,7 +68,9 @@ function describeRequest(r: FuzzRequest): string {
   };
   const path = r.op.path.replace(/\{([^}]+)\}/g, (_, n: string) => r.pathValues[n]?.raw ?? '');
   const query = r.query.map(([k, v]) => `${encode(k)}=${encode(v)}`).join('&');
-  const lines = [`${r.transport.toUpperCase()} ${r.op.method} ${show(`/api/v1${path}${query ? `?${query}` : ''}`)} (procedure ${r.op.procedure}, key: ${r.key})`];
+  const lines = [
+    `${r.transport.toUpperCase()} ${r.op.method} ${show(`/api/v1${path}${query ? `?${query}` : ''}`)} (procedure ${r.op.procedure}, key: ${r.key})`,
+  ];
   if (r.body.kind === 'json') lines.push(`body (JSON): ${show(JSON.stringify(r.body.value))}`);
   if (r.body.kind === 'raw') lines.push(`body (${r.body.contentType ?? 'no content-type'}): ${show(JSON.stringify(r.body.text))}`);
   if (r.transport !== 'rest') lines.push(`procedure input: ${show(JSON.stringify(procedureInput(r)))}`);
@@ -84,7 +86,11 @@ function checkErrorBody(status: number, text: string): string | null {
 /** The document's path a request path reaches: of those it fits, the one literal furthest from the left. */
 function templateOf(path: string): string | undefined {
   const fits = Object.keys(doc.paths).filter((p) => new RegExp(`^${p.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(path));
-  const rank = (p: string) => p.split('/').map((seg) => (seg.startsWith('{') ? '1' : '0')).join('');
+  const rank = (p: string) =>
+    p
+      .split('/')
+      .map((seg) => (seg.startsWith('{') ? '1' : '0'))
+      .join('');
   return fits.sort((a, b) => rank(a).localeCompare(rank(b)))[0];
 }
 
@@ -137,7 +143,8 @@ async function send(r: FuzzRequest): Promise<Outcome> {
     let code: unknown;
     try {
       const parsed = JSON.parse(text) as { error?: { code?: unknown; request_id?: unknown } };
-      if (typeof parsed.error?.code !== 'string' || typeof parsed.error.request_id !== 'string') problem = 'the error body is not {"error": {"code", "request_id", ...}}';
+      if (typeof parsed.error?.code !== 'string' || typeof parsed.error.request_id !== 'string')
+        problem = 'the error body is not {"error": {"code", "request_id", ...}}';
       code = parsed.error?.code;
     } catch {
       problem = 'the error body is not JSON';
@@ -178,25 +185,29 @@ const tally = new Map<string, number>();
 
 async function runPhase(seed: number, numRuns: number): Promise<void> {
   const failures: string[] = [];
-  await fc.assert(
-    fc.asyncProperty(gen.request(ops), async (r) => {
-      const out = await send(r);
-      const k = `${r.op.method} ${r.op.path} ${out.status}`;
-      tally.set(k, (tally.get(k) ?? 0) + 1);
-      if (out.problem) {
-        const report = `${out.problem}\n${describeRequest(r)}\nresponse ${out.status}: ${out.text.slice(0, 1500)}`;
-        failures.push(report);
-        throw new Error(report);
-      }
-    }),
-    { seed, numRuns, endOnFailure: !process.env.FUZZ_SHRINK, verbose: 0 },
-  ).catch((err: Error) => {
-    throw new Error(`fuzz failed with seed ${seed} (replay: FUZZ_SEED=${seed} FUZZ_RUNS=${numRuns} pnpm fuzz)\n${failures[0] ?? err.message}`);
-  });
+  await fc
+    .assert(
+      fc.asyncProperty(gen.request(ops), async (r) => {
+        const out = await send(r);
+        const k = `${r.op.method} ${r.op.path} ${out.status}`;
+        tally.set(k, (tally.get(k) ?? 0) + 1);
+        if (out.problem) {
+          const report = `${out.problem}\n${describeRequest(r)}\nresponse ${out.status}: ${out.text.slice(0, 1500)}`;
+          failures.push(report);
+          throw new Error(report);
+        }
+      }),
+      { seed, numRuns, endOnFailure: !process.env.FUZZ_SHRINK, verbose: 0 },
+    )
+    .catch((err: Error) => {
+      throw new Error(`fuzz failed with seed ${seed} (replay: FUZZ_SEED=${seed} FUZZ_RUNS=${numRuns} pnpm fuzz)\n${failures[0] ?? err.message}`);
+    });
 }
 
 it(`answers ${RUNS} generated requests without a 5xx, and the event chain still verifies`, async () => {
-  console.log(`fuzz: ${RUNS} requests over ${ops.length} operations; seeds ${REPLAY_SEED === null ? `${FIXED_SEED} (fixed) and ${RANDOM_SEED} (random)` : `${REPLAY_SEED} (FUZZ_SEED)`}`);
+  console.log(
+    `fuzz: ${RUNS} requests over ${ops.length} operations; seeds ${REPLAY_SEED === null ? `${FIXED_SEED} (fixed) and ${RANDOM_SEED} (random)` : `${REPLAY_SEED} (FUZZ_SEED)`}`,
+  );
   const started = Date.now();
   if (REPLAY_SEED !== null) await runPhase(REPLAY_SEED, RUNS);
   else {
@@ -205,7 +216,12 @@ it(`answers ${RUNS} generated requests without a 5xx, and the event chain still 
   }
   const byStatus = new Map<number, number>();
   for (const [k, n] of tally) byStatus.set(Number(k.split(' ').pop()), (byStatus.get(Number(k.split(' ').pop())) ?? 0) + n);
-  console.log(`fuzz: ${RUNS} requests in ${((Date.now() - started) / 1000).toFixed(1)} s; by status: ${[...byStatus].sort((x, y) => x[0] - y[0]).map(([s, n]) => `${s}: ${n}`).join(', ')}`);
+  console.log(
+    `fuzz: ${RUNS} requests in ${((Date.now() - started) / 1000).toFixed(1)} s; by status: ${[...byStatus]
+      .sort((x, y) => x[0] - y[0])
+      .map(([s, n]) => `${s}: ${n}`)
+      .join(', ')}`,
+  );
   const untouched = ops.filter((op) => ![...tally.keys()].some((k) => k.startsWith(`${op.method} ${op.path} `)));
   if (RUNS >= 1000) expect(untouched.map((op) => `${op.method} ${op.path}`)).toEqual([]);
 

@@ -49,7 +49,14 @@ function routerRoutes(): RouteMeta[] {
     .filter(([, p]) => p._def.meta?.openapi)
     .map(([name, p]) => {
       const o = p._def.meta.openapi;
-      return { procedure: name, method: String(o.method).toLowerCase(), path: String(o.path), protect: o.protect !== false, scope: p._def.meta.scope as string | undefined, accountWide: Boolean(p._def.meta.accountWide) };
+      return {
+        procedure: name,
+        method: String(o.method).toLowerCase(),
+        path: String(o.path),
+        protect: o.protect !== false,
+        scope: p._def.meta.scope as string | undefined,
+        accountWide: Boolean(p._def.meta.accountWide),
+      };
     });
 }
 
@@ -140,13 +147,29 @@ describe('GET /openapi.json and /openapi.yaml', () => {
       .sort();
     expect(fromDoc).toEqual(fromRouter);
     // ... and the one stream served beside the router, described by hand.
-    const streams = Object.entries(doc.paths).flatMap(([path, item]) => Object.entries(item).filter(([, op]) => op['x-boxes-stream']).map(([m]) => `${m.toUpperCase()} ${path}`));
+    const streams = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.entries(item)
+        .filter(([, op]) => op['x-boxes-stream'])
+        .map(([m]) => `${m.toUpperCase()} ${path}`),
+    );
     expect(streams).toEqual(['GET /events/stream']);
     const stream = doc.paths['/events/stream']!.get!;
     expect(Object.keys(stream.responses['200']!.content ?? {})).toEqual(['text/event-stream']);
     expect(Object.keys(stream.responses).sort()).toEqual(['200', '400', '401', '403', '429', '431', '500', '503']);
     // Spot-check the documented paths are there under their documented names.
-    for (const want of ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /boxes', 'GET /boxes', 'DELETE /boxes/{id}', 'PUT /boxes/{id}/signature', 'GET /events', 'GET /events/verify', 'POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}']) {
+    for (const want of [
+      'POST /signup/agentic',
+      'POST /signup/agentic/confirm',
+      'POST /boxes',
+      'GET /boxes',
+      'DELETE /boxes/{id}',
+      'PUT /boxes/{id}/signature',
+      'GET /events',
+      'GET /events/verify',
+      'POST /account/keys',
+      'GET /account/keys',
+      'DELETE /account/keys/{id}',
+    ]) {
       expect(fromDoc).toContain(want);
     }
     // No path carries the base path again.
@@ -164,12 +187,20 @@ describe('GET /openapi.json and /openapi.yaml', () => {
   it('declares path parameters for every {param} in a path', () => {
     for (const { method, path, op } of operations()) {
       const inPath = [...path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]).sort();
-      const declared = (op.parameters ?? []).filter((p) => p.in === 'path').map((p) => p.name).sort();
+      const declared = (op.parameters ?? [])
+        .filter((p) => p.in === 'path')
+        .map((p) => p.name)
+        .sort();
       expect(declared, `${method} ${path}`).toEqual(inPath);
       for (const p of (op.parameters ?? []).filter((x) => x.in === 'path')) expect(p.required, `${method} ${path} ${p.name}`).toBe(true);
     }
     const events = doc.paths['/events']!.get!;
-    expect((events.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name).sort()).toEqual(['limit', 'since', 'type']);
+    expect(
+      (events.parameters ?? [])
+        .filter((p) => p.in === 'query')
+        .map((p) => p.name)
+        .sort(),
+    ).toEqual(['limit', 'since', 'type']);
   });
 
   it('keyed operations declare bearer security and the Error schema for 401 and 403; public ones declare none', () => {
@@ -203,7 +234,10 @@ describe('GET /openapi.json and /openapi.yaml', () => {
     for (const { method, path, op } of operations()) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(op.responses['200'], where).toBeDefined();
-      expect(Object.keys(op.responses).filter((c) => c !== '200' && !/^[45]\d\d$/.test(c)), where).toEqual([]);
+      expect(
+        Object.keys(op.responses).filter((c) => c !== '200' && !/^[45]\d\d$/.test(c)),
+        where,
+      ).toEqual([]);
       for (const [code, res] of Object.entries(op.responses).filter(([c]) => /^[45]/.test(c))) {
         expect(res.content?.['application/json']?.schema, `${where} ${code}`).toEqual({ $ref: '#/components/schemas/Error' });
         expect(res.description, `${where} ${code}`).toBeTruthy();
@@ -212,7 +246,9 @@ describe('GET /openapi.json and /openapi.yaml', () => {
   });
 
   it('declares 501 on no operation: every call it lists is implemented on every instance', () => {
-    const with501 = operations().filter(({ op }) => op.responses['501']).map(({ method, path }) => `${method.toUpperCase()} ${path}`);
+    const with501 = operations()
+      .filter(({ op }) => op.responses['501'])
+      .map(({ method, path }) => `${method.toUpperCase()} ${path}`);
     expect(with501).toEqual([]);
   });
 
@@ -232,7 +268,10 @@ describe('GET /openapi.json and /openapi.yaml', () => {
           timeout: 60_000,
           env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
         }).catch((err: { stdout?: string; stderr?: string }) => ({ stdout: err.stdout ?? '', stderr: err.stderr ?? '' }));
-        const report = JSON.parse(run.stdout) as { totals: { errors: number; warnings: number }; problems: { ruleId: string; message: string; location: { pointer?: string }[] }[] };
+        const report = JSON.parse(run.stdout) as {
+          totals: { errors: number; warnings: number };
+          problems: { ruleId: string; message: string; location: { pointer?: string }[] }[];
+        };
         const problems = report.problems.map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? '?'}`);
         expect(problems, `${path.basename(file)}: ${run.stderr}`).toEqual([]);
         expect(report.totals).toMatchObject({ errors: 0, warnings: 0 });
@@ -258,7 +297,9 @@ describe('GET /openapi.json and /openapi.yaml', () => {
       expect(res['401']!.headers, where).toBeUndefined();
     }
     // The signup limit (per client address) answers 429 with Retry-After.
-    expect((doc.paths['/signup/agentic']!.post!.responses['429'] as { headers?: unknown }).headers).toEqual({ 'Retry-After': { $ref: '#/components/headers/Retry-After' } });
+    expect((doc.paths['/signup/agentic']!.post!.responses['429'] as { headers?: unknown }).headers).toEqual({
+      'Retry-After': { $ref: '#/components/headers/Retry-After' },
+    });
   });
 
   it('every $ref in the document resolves within it', () => {
@@ -319,7 +360,9 @@ describe('request schemas say what the server enforces', () => {
 
   /** Whether a value passes every pattern of a string schema (its own and those in allOf). */
   const accepts = (schema: Record<string, any>, value: string) =>
-    [schema.pattern, ...((schema.allOf ?? []) as { pattern?: string }[]).map((s) => s.pattern)].filter((p) => p !== undefined).every((p) => new RegExp(p, 'u').test(value));
+    [schema.pattern, ...((schema.allOf ?? []) as { pattern?: string }[]).map((s) => s.pattern)]
+      .filter((p) => p !== undefined)
+      .every((p) => new RegExp(p, 'u').test(value));
 
   it('every request string has a pattern: no NUL anywhere, no control character outside text', () => {
     const strings = requestStrings();
@@ -343,7 +386,11 @@ describe('request schemas say what the server enforces', () => {
     const body = doc.paths['/messages/send']!.post!.requestBody!.content!['application/json'] as { schema: Record<string, any> };
     const toList = body.schema.properties.to.anyOf.find((o: { type?: string }) => o.type === 'array');
     expect(toList.minItems).toBe(1);
-    expect(body.schema.anyOf).toEqual([{ required: ['text'] }, { required: ['html'] }, { required: ['attachments'], properties: { attachments: { minItems: 1 } } }]);
+    expect(body.schema.anyOf).toEqual([
+      { required: ['text'] },
+      { required: ['html'] },
+      { required: ['attachments'], properties: { attachments: { minItems: 1 } } },
+    ]);
     const bulk = doc.components.schemas.BulkMessage;
     expect(bulk.anyOf).toEqual(body.schema.anyOf);
     expect(bulk.properties.to.anyOf.find((o: { type?: string }) => o.type === 'array').minItems).toBe(1);
@@ -362,7 +409,10 @@ describe('request schemas say what the server enforces', () => {
     for (const [body, field] of refused) {
       const r = await send(body);
       expect(r.status, JSON.stringify(body)).toBe(400);
-      expect(r.body.error.fields.map((f: { path: string }) => f.path), JSON.stringify(body)).toContain(field);
+      expect(
+        r.body.error.fields.map((f: { path: string }) => f.path),
+        JSON.stringify(body),
+      ).toContain(field);
     }
     const ok = await send({ to: [a.primaryAddress], subject: 'two lines', text: 'line one\nline two\t' });
     expect(ok.status, JSON.stringify(ok.body)).toBe(200);

@@ -18,7 +18,19 @@ let redisPort: number;
 
 async function startRedis(): Promise<void> {
   redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  await waitFor('redis-server', () => new Promise<boolean>((r) => net.connect(redisPort, '127.0.0.1').on('connect', function (this: net.Socket) { this.destroy(); r(true); }).on('error', () => r(false))));
+  await waitFor(
+    'redis-server',
+    () =>
+      new Promise<boolean>((r) =>
+        net
+          .connect(redisPort, '127.0.0.1')
+          .on('connect', function (this: net.Socket) {
+            this.destroy();
+            r(true);
+          })
+          .on('error', () => r(false)),
+      ),
+  );
 }
 
 beforeAll(async () => {

@@ -35,7 +35,11 @@ export async function startOwnerInbox(): Promise<OwnerInbox> {
     port: mx.port,
     all,
     async waitFor(to, subject, ms = 15_000) {
-      return waitFor(`mail to ${to} matching ${subject}`, async () => (await all()).find((m) => m.to.includes(to.toLowerCase()) && subject.test(m.subject)), ms);
+      return waitFor(
+        `mail to ${to} matching ${subject}`,
+        async () => (await all()).find((m) => m.to.includes(to.toLowerCase()) && subject.test(m.subject)),
+        ms,
+      );
     },
     close: () => mx.close(),
   };
@@ -94,10 +98,20 @@ export async function ownerSignIn(t: TestServer, link: string): Promise<OwnerSes
 export const CARDS = { ok: '4242424242424242', declined: '4000000000000002', insufficientFunds: '4000000000009995' } as const;
 
 /** Saves a card (and optionally a mandate tier 0..2) in the wallet of `email`, through the card page. */
-export async function enrollWallet(t: TestServer, inbox: OwnerInbox, email: string, card: string = CARDS.ok, tier: number | null = null): Promise<OwnerSession> {
+export async function enrollWallet(
+  t: TestServer,
+  inbox: OwnerInbox,
+  email: string,
+  card: string = CARDS.ok,
+  tier: number | null = null,
+): Promise<OwnerSession> {
   // A sign-in link for the owner home, asked for on the public page.
   const before = (await inbox.all()).length;
-  await fetch(`${t.url}/owner/link`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ email }).toString() });
+  await fetch(`${t.url}/owner/link`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ email }).toString(),
+  });
   const mail = await waitFor('sign-in mail', async () => (await inbox.all()).slice(before).find((m) => m.to.includes(email) && /sign-in link/.test(m.subject)));
   const s = await ownerSignIn(t, linkIn(mail));
   const r = await s.post('/owner/card', { action: 'save', number: card, exp: '12/34', cvc: '123', mandate: tier === null ? 'none' : String(tier) });

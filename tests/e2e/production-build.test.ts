@@ -13,7 +13,11 @@ import { createTestDatabase, waitFor } from '@boxes/testing';
 const root = path.resolve(import.meta.dirname, '../..');
 
 function startBundle(args: string[], env: Record<string, string>) {
-  const child = spawn(process.execPath, [path.join(root, 'apps/server/dist/cli.mjs'), ...args], { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [path.join(root, 'apps/server/dist/cli.mjs'), ...args], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -27,7 +31,15 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
   // Our code is in the bundle; no TypeScript is loaded at run time.
   expect(bundle).not.toMatch(/from ["'][^"']*\.ts["']/);
   const db = await createTestDatabase();
-  const env = { PORT: '0', DATABASE_URL: db.url, REDIS_PREFIX: `boxes-build-${Date.now()}`, BOXES_SECRET_KEY: 'cd'.repeat(32), LOG_LEVEL: 'warn', NODE_ENV: 'production', SITE_URL: 'http://127.0.0.1' };
+  const env = {
+    PORT: '0',
+    DATABASE_URL: db.url,
+    REDIS_PREFIX: `boxes-build-${Date.now()}`,
+    BOXES_SECRET_KEY: 'cd'.repeat(32),
+    LOG_LEVEL: 'warn',
+    NODE_ENV: 'production',
+    SITE_URL: 'http://127.0.0.1',
+  };
   try {
     const server = startBundle(['start', 'server'], env);
     const url = await waitFor('the server to start', () => /running server \(pid \d+\); HTTP on (\S+)/.exec(server.out())?.[1], 60_000);
@@ -50,7 +62,11 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
     // `start` naming no app runs them all, as `pnpm start` does (two supervised processes on two cores or more).
     // METRICS_PORT: the worker (no HTTP server of its own) serves its /metrics there; the front ignores it.
     const all = startBundle(['start'], { ...env, SMTP_PORT: '0', IMAP_PORT: '0', SUBMISSION_PORT: '0', MQTT_PORT: '0', DNS_PORT: '0', METRICS_PORT: '0' });
-    const front = await waitFor('every app to start', () => /Boxes is running \((?:two|one) process/.test(all.out()) && /Listening on\s+(\S+)/.exec(all.out())?.[1], 90_000);
+    const front = await waitFor(
+      'every app to start',
+      () => /Boxes is running \((?:two|one) process/.test(all.out()) && /Listening on\s+(\S+)/.exec(all.out())?.[1],
+      90_000,
+    );
     expect((await fetch(`${front}/readyz`)).status).toBe(200);
     if (/Boxes is running \(two processes/.test(all.out())) {
       const workerMetrics = /the worker's (http:\/\/\S+\/metrics)/.exec(all.out())?.[1];

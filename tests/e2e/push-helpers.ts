@@ -24,7 +24,15 @@ export async function receiverCertificate(): Promise<{ key: string; cert: string
   const pems = await generate([{ name: 'commonName', value: 'localhost' }], {
     keyType: 'ec',
     algorithm: 'sha256',
-    extensions: [{ name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }, { type: 2, value: 'localhost' }] }],
+    extensions: [
+      {
+        name: 'subjectAltName',
+        altNames: [
+          { type: 7, ip: '127.0.0.1' },
+          { type: 2, value: 'localhost' },
+        ],
+      },
+    ],
   });
   const caFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-wh-')), 'receiver.pem');
   fs.writeFileSync(caFile, pems.cert);
@@ -104,13 +112,14 @@ export async function startReceiver(pems: { key: string; cert: string }, port = 
     s.on('close', () => sockets.delete(s));
   });
   server.on('tlsClientError', () => undefined);
-  const listen = (p: number) => new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(p, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
+  const listen = (p: number) =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(p, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
   await listen(port);
   const actualPort = (server.address() as AddressInfo).port;
   const stopListening = () =>

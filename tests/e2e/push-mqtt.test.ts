@@ -102,7 +102,7 @@ function subscribe(client: MqttClient, topic: string, ms = 5_000): Promise<{ gra
     client.on('close', onClose);
     // mqtt reports a refusal in the SUBACK as an error that carries the SUBACK packet.
     client.subscribe(topic, { qos: 1 }, (err, granted, packet) => {
-      const code = (packet as { granted?: number[] } | undefined)?.granted?.[0] ?? (err ? null : granted?.[0]?.qos ?? null);
+      const code = (packet as { granted?: number[] } | undefined)?.granted?.[0] ?? (err ? null : (granted?.[0]?.qos ?? null));
       finish({ granted: typeof code === 'number' ? code : null, closed: !client.connected });
     });
   });
@@ -154,9 +154,37 @@ describe('receiving events', () => {
     // Asynchronously: the broker runs in this process. -d prints the SUBACK, so the mail is sent only once subscribed.
     // No --insecure: the broker's certificate names 127.0.0.1.
     // stdbuf: line-buffered stdout, so the debug lines arrive while it runs rather than at exit.
-    const child = spawn('stdbuf', ['-oL', 'mosquitto_sub', '-h', '127.0.0.1', '-p', String(t.mqttPort), '--cafile', ca, '--cert', cert, '--key', key, '-i', p.client_id, '-t', p.topic, '-q', '1', '-C', '1', '-W', '20', '-d'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      'stdbuf',
+      [
+        '-oL',
+        'mosquitto_sub',
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(t.mqttPort),
+        '--cafile',
+        ca,
+        '--cert',
+        cert,
+        '--key',
+        key,
+        '-i',
+        p.client_id,
+        '-t',
+        p.topic,
+        '-q',
+        '1',
+        '-C',
+        '1',
+        '-W',
+        '20',
+        '-d',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -202,7 +230,13 @@ describe('receiving events', () => {
 
 describe('refusals', () => {
   it('no client certificate: refused', async () => {
-    const r = await tryConnect({ clientId: 'anonymous', ca: [(await provision(await take())).ca_certificate], servername: 'localhost', reconnectPeriod: 0, connectTimeout: 5_000 });
+    const r = await tryConnect({
+      clientId: 'anonymous',
+      ca: [(await provision(await take())).ca_certificate],
+      servername: 'localhost',
+      reconnectPeriod: 0,
+      connectTimeout: 5_000,
+    });
     expect(r.client).toBeNull();
     expect(r.error).toBeTruthy();
   });

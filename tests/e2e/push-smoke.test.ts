@@ -23,10 +23,14 @@ afterAll(async () => {
 });
 
 it('signup.completed with the api_key reaches the signup callback, signed for stripe and standardwebhooks', async () => {
-  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: receiverUrl } });
+  const intent = await rest(t, 'POST', '/signup/agentic', {
+    body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: receiverUrl },
+  });
   expect(intent.status, JSON.stringify(intent.body)).toBe(200);
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
-  const first = await waitFor('signup.completed at the receiver', () => receiver.requests.find((g) => g.event.type === 'signup.completed' && g.event.account_id === done.body.account_id));
+  const first = await waitFor('signup.completed at the receiver', () =>
+    receiver.requests.find((g) => g.event.type === 'signup.completed' && g.event.account_id === done.body.account_id),
+  );
   expect(JSON.parse(first.body).api_key).toBe(done.body.api_key);
   const secret = (await rest(t, 'GET', '/account/webhook', { key: done.body.api_key })).body.signing_secret;
   const stripe = new Stripe('sk_test_unused');

@@ -44,7 +44,11 @@ it('a receiver answering 500 exhausts the attempts: failed, webhook.delivery_fai
   receiver.behave('/dead', () => (healthy ? 200 : 500));
   await setCallback(t, a.apiKey, receiver.url('/dead'));
 
-  const failedEvent = await waitFor('webhook.delivery_failed', async () => (await allEvents(t, a.apiKey)).find((e) => e.type === 'webhook.delivery_failed'), 25_000);
+  const failedEvent = await waitFor(
+    'webhook.delivery_failed',
+    async () => (await allEvents(t, a.apiKey)).find((e) => e.type === 'webhook.delivery_failed'),
+    25_000,
+  );
   const first = receiver.at('/dead')[0]!.event;
   expect(first.type).toBe('account.callback_webhook_updated');
 

@@ -68,7 +68,9 @@ describe('refused callback URLs', () => {
     const url = `https://127.0.0.1:${listener.port}/hook`;
     expectFieldError(await rest(t, 'PUT', '/account/callback-webhook', { key: account.apiKey, body: { agent_callback_webhook: url } }), url);
     expectFieldError(
-      await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'guard2@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: url } }),
+      await rest(t, 'POST', '/signup/agentic', {
+        body: { human_email: 'guard2@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: url },
+      }),
       url,
     );
     expect((await rest(t, 'GET', '/account/callback-webhook', { key: account.apiKey })).body).toEqual({ agent_callback_webhook: null });

@@ -42,15 +42,22 @@ async function addBoxes(key: string, names: string[]): Promise<void> {
 /** Every event of the account after `afterSeq` reached the receiver (2xx), in seq order, none missing. */
 async function expectAllDelivered(a: TestAccount, path: string, afterSeq: number, ms = 20_000) {
   const expected = (await allEvents(t, a.apiKey)).filter((e) => e.seq > afterSeq);
-  await waitFor(`all ${expected.length} events at ${path}`, () => {
-    const got = deliveredEvents(receiver.at(path)).filter((e) => e.seq > afterSeq);
-    return got.length >= expected.length;
-  }, ms);
+  await waitFor(
+    `all ${expected.length} events at ${path}`,
+    () => {
+      const got = deliveredEvents(receiver.at(path)).filter((e) => e.seq > afterSeq);
+      return got.length >= expected.length;
+    },
+    ms,
+  );
   const got = deliveredEvents(receiver.at(path)).filter((e) => e.seq > afterSeq);
   expect(got.map((e) => e.seq)).toEqual(expected.map((e) => e.seq));
   expect(got.map((e) => e.id)).toEqual(expected.map((e) => e.id));
   // Duplicates are allowed (at least once) but never out of order.
-  const seqs = receiver.at(path).filter((r) => r.answered === 200).map((r) => r.event.seq);
+  const seqs = receiver
+    .at(path)
+    .filter((r) => r.answered === 200)
+    .map((r) => r.event.seq);
   expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
 }
 

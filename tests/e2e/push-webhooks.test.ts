@@ -124,7 +124,10 @@ describe('signed deliveries', () => {
     expect(() => verifyStripe({ body: mail.body, headers: { 'x-boxes-signature': oldHeader } }, secret)).toThrow(/tolerance/i);
     const oldStandard = new Webhook(secret).sign(mail.event.id, new Date(oldT * 1000), mail.body);
     expect(() =>
-      verifyStandard({ body: mail.body, headers: { 'webhook-id': mail.event.id, 'webhook-timestamp': String(oldT), 'webhook-signature': oldStandard } }, secret),
+      verifyStandard(
+        { body: mail.body, headers: { 'webhook-id': mail.event.id, 'webhook-timestamp': String(oldT), 'webhook-signature': oldStandard } },
+        secret,
+      ),
     ).toThrow(/too old/i);
 
     // A redelivery of signup.completed (outside the stream) no longer carries the key.
@@ -202,10 +205,14 @@ describe('retries and ordering', () => {
     expect(refused.next_retry_at).toEqual(expect.any(String));
     await flappy.up();
 
-    const got = await waitFor('all 20 box.created events', () => {
-      const ev = deliveredEvents(flappy.at('/down')).filter((e) => e.type === 'box.created');
-      return ev.length >= 20 && ev;
-    }, 25_000);
+    const got = await waitFor(
+      'all 20 box.created events',
+      () => {
+        const ev = deliveredEvents(flappy.at('/down')).filter((e) => e.type === 'box.created');
+        return ev.length >= 20 && ev;
+      },
+      25_000,
+    );
     const expected = (await allEvents(t, a.apiKey)).filter((e) => e.seq > updated.seq);
     expect(expected.filter((e) => e.type === 'box.created')).toHaveLength(20);
     const delivered = deliveredEvents(flappy.at('/down')).filter((e) => e.seq > updated.seq);
@@ -214,7 +221,10 @@ describe('retries and ordering', () => {
     expect(delivered.map((e) => e.id)).toEqual(expected.map((e) => e.id));
     expect(got.map((e) => e.data.box.local_part)).toEqual(Array.from({ length: 20 }, (_, i) => `down-${i}`));
     // Every 2xx arrival of the account, duplicates included, is in non-decreasing seq order.
-    const seqs = flappy.at('/down').filter((r) => r.answered === 200).map((r) => r.event.seq);
+    const seqs = flappy
+      .at('/down')
+      .filter((r) => r.answered === 200)
+      .map((r) => r.event.seq);
     expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
   });
 

@@ -21,8 +21,7 @@ const sendBlock = blocks.find((b) => b.includes('/messages/send'));
 const mbsyncBlock = blocks.find((b) => b.includes('mbsync -c'));
 
 // Asynchronously: the server answering the script runs in this process.
-const bash = async (script: string) =>
-  (await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script], { encoding: 'utf8', timeout: 30_000 })).stdout;
+const bash = async (script: string) => (await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script], { encoding: 'utf8', timeout: 30_000 })).stdout;
 
 it('the signup -> confirm -> GET /events block works as pasted', async () => {
   expect(signupBlock, 'README has a curl block that confirms a signup').toBeDefined();
@@ -83,7 +82,11 @@ it('the install block is the two commands, and `pnpm start` on a fresh database 
     expect(out).toContain(`Agent skill:  ${url}/skill.md\n`);
     expect(out).toContain(`MCP:          ${url}/mcp (Streamable HTTP; Authorization: Bearer <api_key>)\n`);
     expect((await fetch(`${url}/skill.md`)).status).toBe(200);
-    const mcp = await fetch(`${url}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: '{}' });
+    const mcp = await fetch(`${url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: '{}',
+    });
     expect(mcp.status).toBe(401);
     expect(((await mcp.json()) as { error: { getting_started?: unknown } }).error.getting_started).toBeDefined();
     const script = `${signupBlock!.trimEnd().replace('BASE=http://localhost:3000/api/v1', `BASE=${url}/api/v1`)} >/dev/null\n${sendBlock}`;
@@ -131,4 +134,3 @@ it('the mail-client block pins the certificate, makes an app-password and syncs 
     await mail.stop();
   }
 }, 120_000);
-

@@ -14,7 +14,6 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-
 const uniq = () => randomBytes(5).toString('hex');
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
@@ -89,7 +88,12 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
 
     const events = await allEvents(c.body.api_key);
     expect(events.map((e) => e.type)).toEqual(['signup.completed', 'domain.ready', 'box.created', 'api_key.created']);
-    expect(events[0]!.data).toMatchObject({ account_id: c.body.account_id, primary_address: c.body.primary_address, domain: r.body.full_domain, account_status: 'active' });
+    expect(events[0]!.data).toMatchObject({
+      account_id: c.body.account_id,
+      primary_address: c.body.primary_address,
+      domain: r.body.full_domain,
+      account_status: 'active',
+    });
     expect(events[1]!.data).toEqual({ domain: r.body.full_domain });
     // The raw key is never written into the event log.
     expect(JSON.stringify(events)).not.toContain(c.body.api_key);
@@ -187,12 +191,36 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     { name: 'an unknown mode', body: { human_email: 'o@example.com', domain_intent: { mode: 'carrier_pigeon' } }, field: 'domain_intent.mode' },
     { name: 'a missing domain_intent', body: { human_email: 'o@example.com' }, field: 'domain_intent' },
     { name: 'byo_manual without byo_domain', body: { human_email: 'o@example.com', domain_intent: { mode: 'byo_manual' } }, field: 'domain_intent.byo_domain' },
-    { name: 'byo_delegated without byo_domain', body: { human_email: 'o@example.com', domain_intent: { mode: 'byo_delegated' } }, field: 'domain_intent.byo_domain' },
-    { name: 'a byo_domain that is not a domain', body: { human_email: 'o@example.com', domain_intent: { mode: 'byo_manual', byo_domain: 'not a domain' } }, field: 'domain_intent.byo_domain' },
-    { name: 'a byo_domain under the shared domain', body: () => ({ human_email: 'o@example.com', domain_intent: { mode: 'byo_manual', byo_domain: `mine.${t.config.baseDomain}` } }), field: 'domain_intent.byo_domain' },
-    { name: 'an unknown slug_style', body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain', slug_style: 'emoji' } }, field: 'domain_intent.slug_style' },
-    { name: 'an http callback webhook', body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: 'http://agent.example.com/x' }, field: 'agent_callback_webhook' },
-    { name: 'an unknown top-level field', body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, favourite_colour: 'blue' }, field: /favourite_colour/ },
+    {
+      name: 'byo_delegated without byo_domain',
+      body: { human_email: 'o@example.com', domain_intent: { mode: 'byo_delegated' } },
+      field: 'domain_intent.byo_domain',
+    },
+    {
+      name: 'a byo_domain that is not a domain',
+      body: { human_email: 'o@example.com', domain_intent: { mode: 'byo_manual', byo_domain: 'not a domain' } },
+      field: 'domain_intent.byo_domain',
+    },
+    {
+      name: 'a byo_domain under the shared domain',
+      body: () => ({ human_email: 'o@example.com', domain_intent: { mode: 'byo_manual', byo_domain: `mine.${t.config.baseDomain}` } }),
+      field: 'domain_intent.byo_domain',
+    },
+    {
+      name: 'an unknown slug_style',
+      body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain', slug_style: 'emoji' } },
+      field: 'domain_intent.slug_style',
+    },
+    {
+      name: 'an http callback webhook',
+      body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, agent_callback_webhook: 'http://agent.example.com/x' },
+      field: 'agent_callback_webhook',
+    },
+    {
+      name: 'an unknown top-level field',
+      body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain' }, favourite_colour: 'blue' },
+      field: /favourite_colour/,
+    },
     { name: 'an unknown field in domain_intent', body: { human_email: 'o@example.com', domain_intent: { mode: 'subdomain', tld: 'xyz' } }, field: /tld/ },
   ];
 
@@ -212,7 +240,10 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
   it('rejects malformed JSON with 400 and a non-JSON body with 415', async () => {
     const bad = await rest(t, 'POST', '/signup/agentic', { rawBody: '{"human_email": ', headers: { 'content-type': 'application/json' } });
     expectError(bad, 400, 'invalid_json');
-    const form = await rest(t, 'POST', '/signup/agentic', { rawBody: 'human_email=o@example.com', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const form = await rest(t, 'POST', '/signup/agentic', {
+      rawBody: 'human_email=o@example.com',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expectError(form, 415, 'unsupported_media_type');
   });
 
@@ -222,7 +253,11 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     expect(first.status).toBe(200);
 
     // A pending claim (intent or confirmed, not yet proven) does not block another claim, in either mode.
-    for (const [mode, name] of [['byo_manual', domain], ['byo_delegated', domain], ['byo_manual', domain.toUpperCase()]] as const) {
+    for (const [mode, name] of [
+      ['byo_manual', domain],
+      ['byo_delegated', domain],
+      ['byo_manual', domain.toUpperCase()],
+    ] as const) {
       const r = await startSignup({ human_email: 'second@example.com', domain_intent: { mode, byo_domain: name } });
       expect(r.status, JSON.stringify(r.body)).toBe(200);
     }
@@ -467,7 +502,11 @@ describe('API keys', () => {
     { name: 'a missing label', body: { scopes: ['send'] }, field: 'label' },
     { name: 'an unknown box', body: { label: 'x', scopes: ['send'], allowed_boxes: ['nobody'] }, field: 'allowed_boxes' },
     { name: 'an unknown box id', body: { label: 'x', scopes: ['send'], allowed_box_ids: ['box_00000000000000000000'] }, field: 'allowed_box_ids' },
-    { name: 'both restrictions', body: { label: 'x', scopes: ['send'], allowed_boxes: ['agent'], allowed_box_ids: ['box_00000000000000000000'] }, field: 'allowed_box_ids' },
+    {
+      name: 'both restrictions',
+      body: { label: 'x', scopes: ['send'], allowed_boxes: ['agent'], allowed_box_ids: ['box_00000000000000000000'] },
+      field: 'allowed_box_ids',
+    },
   ];
 
   it.each(badKeys)('rejects $name with 400', async ({ body, field }) => {

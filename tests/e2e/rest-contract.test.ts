@@ -22,7 +22,11 @@ interface Raw {
   json: any;
 }
 
-async function call(method: string, path: string, init: { key?: string | null; body?: RequestInit["body"]; headers?: Record<string, string> } = {}): Promise<Raw> {
+async function call(
+  method: string,
+  path: string,
+  init: { key?: string | null; body?: RequestInit['body']; headers?: Record<string, string> } = {},
+): Promise<Raw> {
   const headers: Record<string, string> = { ...init.headers };
   const key = init.key === undefined ? a.apiKey : init.key;
   if (key) headers.authorization = `Bearer ${key}`;
@@ -210,7 +214,12 @@ describe('routes and methods', () => {
       const e = expectErrorShape(r, 405, 'method_not_allowed');
       const header = r.headers.get('allow');
       expect(header, `${method} ${path}`).not.toBeNull();
-      expect(header!.split(',').map((s) => s.trim()).sort()).toEqual(allow);
+      expect(
+        header!
+          .split(',')
+          .map((s) => s.trim())
+          .sort(),
+      ).toEqual(allow);
       expect([...(e.allow as string[])].sort()).toEqual(allow);
     }
   });
@@ -317,7 +326,9 @@ describe('tRPC errors', () => {
     const res = await fetch(`${t.url}/trpc/${path}`, init);
     const text = await res.text();
     expectNoStack(text);
-    const body = JSON.parse(text) as { error: { message: string; data: { boxes: { code: string; status: number; request_id: string; details: Record<string, unknown> } } } };
+    const body = JSON.parse(text) as {
+      error: { message: string; data: { boxes: { code: string; status: number; request_id: string; details: Record<string, unknown> } } };
+    };
     return { res, body, boxes: body.error.data.boxes };
   }
 
@@ -347,8 +358,7 @@ describe('tRPC errors', () => {
     const cursor = await trpc(`events.list?input=${encodeURIComponent(JSON.stringify({ since: 'zz' }))}`, { headers: key });
     expect([cursor.res.status, cursor.boxes.code, cursor.boxes.details.field]).toEqual([400, 'invalid_cursor', 'since']);
 
-    const create = () =>
-      fetch(`${t.url}/trpc/boxes.create`, { method: 'POST', headers: { ...JSON_CT, ...key }, body: JSON.stringify({ address: 'dup' }) });
+    const create = () => fetch(`${t.url}/trpc/boxes.create`, { method: 'POST', headers: { ...JSON_CT, ...key }, body: JSON.stringify({ address: 'dup' }) });
     expect((await create()).status).toBe(200);
     const dup = await trpc('boxes.create', { method: 'POST', headers: { ...JSON_CT, ...key }, body: JSON.stringify({ address: 'dup' }) });
     expect([dup.res.status, dup.boxes.code]).toEqual([409, 'box_exists']);
@@ -405,7 +415,13 @@ describe('every error is documented for its operation', () => {
 
   it('the transport errors too: 413, 415, 400 invalid_json and 431 are listed where they can happen', async () => {
     expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: '{"address":', headers: JSON_CT }), 400, 'invalid_json');
-    expectDocumented('POST', '/boxes', await call('POST', '/boxes', { body: 'address=x', headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type');
+    expectDocumented(
+      'POST',
+      '/boxes',
+      await call('POST', '/boxes', { body: 'address=x', headers: { 'content-type': 'text/plain' } }),
+      415,
+      'unsupported_media_type',
+    );
     expectDocumented('GET', '/boxes', await call('GET', `/boxes?x=${'a'.repeat(20_000)}`), 431, 'headers_too_large');
   });
 
@@ -413,7 +429,11 @@ describe('every error is documented for its operation', () => {
     // The document's path a request reaches: of those it fits, the one literal furthest from the left.
     const templateOf = (path: string) => {
       const fits = Object.keys(doc.paths).filter((p) => new RegExp(`^${p.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(path));
-      const rank = (p: string) => p.split('/').map((seg) => (seg.startsWith('{') ? '1' : '0')).join('');
+      const rank = (p: string) =>
+        p
+          .split('/')
+          .map((seg) => (seg.startsWith('{') ? '1' : '0'))
+          .join('');
       return fits.sort((x, y) => rank(x).localeCompare(rank(y)))[0];
     };
     let checked = 0;

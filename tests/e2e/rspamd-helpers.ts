@@ -28,9 +28,13 @@ export async function startRspamd(): Promise<RunningRspamd> {
     ].join('\n'),
   );
   // -i: the test may run as root; -f: stay in the foreground so stop() ends it.
-  const child: ChildProcess = spawn('rspamd', ['-f', '-i', '-c', join(dir, 'rspamd.conf'), `--var=DBDIR=${dir}`, `--var=RUNDIR=${dir}`, `--var=LOGDIR=${dir}`], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child: ChildProcess = spawn(
+    'rspamd',
+    ['-f', '-i', '-c', join(dir, 'rspamd.conf'), `--var=DBDIR=${dir}`, `--var=RUNDIR=${dir}`, `--var=LOGDIR=${dir}`],
+    {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   let stderr = '';
   child.stderr?.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-4000)));
   const url = `http://127.0.0.1:${port}`;

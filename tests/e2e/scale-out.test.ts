@@ -147,9 +147,22 @@ it('two of each app as processes; one of each SIGKILLed and restarted under load
     for (let i = lane; !stopping; i += 2) {
       for (let attempt = 0; ; attempt++) {
         const port = mxPorts[(i + attempt) % 2]!;
-        const transport = nodemailer.createTransport({ host: '127.0.0.1', port, secure: false, tls: { rejectUnauthorized: false }, connectionTimeout: 3000, greetingTimeout: 3000 });
+        const transport = nodemailer.createTransport({
+          host: '127.0.0.1',
+          port,
+          secure: false,
+          tls: { rejectUnauthorized: false },
+          connectionTimeout: 3000,
+          greetingTimeout: 3000,
+        });
         try {
-          await transport.sendMail({ from: 'someone@outside.test', to: b.primaryAddress, subject: `in-${i}`, text: `inbound ${i}`, messageId: `<in-${i}@outside.test>` });
+          await transport.sendMail({
+            from: 'someone@outside.test',
+            to: b.primaryAddress,
+            subject: `in-${i}`,
+            text: `inbound ${i}`,
+            messageId: `<in-${i}@outside.test>`,
+          });
           smtpAccepted.add(i);
           break;
         } catch (err) {
@@ -181,7 +194,9 @@ it('two of each app as processes; one of each SIGKILLed and restarted under load
   const restartedAt = Date.now();
   const before = accepted.size;
   await waitFor('load to go on after the restart', () => accepted.size >= before + 30, 60_000).catch((err) => {
-    throw new Error(`${(err as Error).message}: ${accepted.size - before} sends and ${smtpAccepted.size} inbound since; ${retries} retries; ${unexpected.slice(0, 5).join('; ')}; ${procs.map((p) => `${p.app}: ${p.out.slice(-600)}`).join('\n')}`);
+    throw new Error(
+      `${(err as Error).message}: ${accepted.size - before} sends and ${smtpAccepted.size} inbound since; ${retries} retries; ${unexpected.slice(0, 5).join('; ')}; ${procs.map((p) => `${p.app}: ${p.out.slice(-600)}`).join('\n')}`,
+    );
   });
   stopping = true;
   await Promise.all(lanes);
@@ -198,8 +213,14 @@ it('two of each app as processes; one of each SIGKILLed and restarted under load
     );
     const doneAfterLoadS = (Date.now() - loadStoppedAt) / 1000;
 
-    const sent = await c.query<{ subject: string; n: number }>(`SELECT subject, count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'sent' GROUP BY subject`, [a.accountId]);
-    const received = await c.query<{ subject: string; n: number }>(`SELECT subject, count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'received' GROUP BY subject`, [b.accountId]);
+    const sent = await c.query<{ subject: string; n: number }>(
+      `SELECT subject, count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'sent' GROUP BY subject`,
+      [a.accountId],
+    );
+    const received = await c.query<{ subject: string; n: number }>(
+      `SELECT subject, count(*)::int AS n FROM messages WHERE account_id = $1 AND direction = 'received' GROUP BY subject`,
+      [b.accountId],
+    );
     const sentCount = new Map(sent.rows.map((r) => [r.subject, r.n]));
     const recvCount = new Map(received.rows.map((r) => [r.subject, r.n]));
     const wrong: string[] = [];
@@ -229,15 +250,28 @@ it('two of each app as processes; one of each SIGKILLed and restarted under load
       expect(v.body.ok, JSON.stringify(v.body)).toBe(true);
       const events = (await allEvents(api(1) as never, acct.apiKey)).filter((e) => e.seq > hookFrom.get(acct.accountId)!);
       const at = `/${acct.accountId}`;
-      await waitFor(`every event of ${acct.accountId} at its webhook`, () => deliveredEvents(receiver.at(at)).length >= events.length, 60_000).catch(async (err) => {
-        const st = await c.query(`SELECT chain_seq, webhook_cursor, webhook_next_attempt_at, callback_webhook FROM accounts WHERE id = $1`, [acct.accountId]);
-        const got = new Set(deliveredEvents(receiver.at(at)).map((e) => e.seq));
-        const missing = events.filter((e) => !got.has(e.seq)).map((e) => e.seq);
-        const log = await c.query(`SELECT seq, status, status_code, error, attempt FROM webhook_deliveries WHERE account_id = $1 AND seq = ANY($2::int[]) ORDER BY created_at`, [acct.accountId, missing]);
-        const tried = receiver.at(at).filter((r) => missing.includes(r.event.seq)).map((r) => `${r.event.seq}:${r.answered}`);
-        const answers = [`missing ${missing.join(',')}`, `log ${JSON.stringify(log.rows)}`, `tried ${tried.join(' ')}`];
-        throw new Error(`${(err as Error).message}: ${deliveredEvents(receiver.at(at)).length} of ${events.length}; ${JSON.stringify(st.rows[0])}; last answers ${answers.join(' ')}; ${procs.filter((p) => p.app === 'worker').map((p) => p.out.slice(-1500)).join('\n')}`);
-      });
+      await waitFor(`every event of ${acct.accountId} at its webhook`, () => deliveredEvents(receiver.at(at)).length >= events.length, 60_000).catch(
+        async (err) => {
+          const st = await c.query(`SELECT chain_seq, webhook_cursor, webhook_next_attempt_at, callback_webhook FROM accounts WHERE id = $1`, [acct.accountId]);
+          const got = new Set(deliveredEvents(receiver.at(at)).map((e) => e.seq));
+          const missing = events.filter((e) => !got.has(e.seq)).map((e) => e.seq);
+          const log = await c.query(
+            `SELECT seq, status, status_code, error, attempt FROM webhook_deliveries WHERE account_id = $1 AND seq = ANY($2::int[]) ORDER BY created_at`,
+            [acct.accountId, missing],
+          );
+          const tried = receiver
+            .at(at)
+            .filter((r) => missing.includes(r.event.seq))
+            .map((r) => `${r.event.seq}:${r.answered}`);
+          const answers = [`missing ${missing.join(',')}`, `log ${JSON.stringify(log.rows)}`, `tried ${tried.join(' ')}`];
+          throw new Error(
+            `${(err as Error).message}: ${deliveredEvents(receiver.at(at)).length} of ${events.length}; ${JSON.stringify(st.rows[0])}; last answers ${answers.join(' ')}; ${procs
+              .filter((p) => p.app === 'worker')
+              .map((p) => p.out.slice(-1500))
+              .join('\n')}`,
+          );
+        },
+      );
       expect(deliveredEvents(receiver.at(at)).map((e) => e.id)).toEqual(events.map((e) => e.id));
       // In order: no event arrives before every earlier one has; after the kill the new drainer may replay
       // what the killed one sent but had not recorded (at least once), never skip ahead.

@@ -40,7 +40,12 @@ describe('scheduled send', () => {
     const sendAt = inSeconds(2);
     const r = await send(t, a.apiKey, { to, subject: 'Reminder', text: 'It is time.', send_at: sendAt });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.body).toMatchObject({ status: 'scheduled', send_at: new Date(sendAt).toISOString(), recipients: [to], billing: { messages: 1, free_messages_used: 1 } });
+    expect(r.body).toMatchObject({
+      status: 'scheduled',
+      send_at: new Date(sendAt).toISOString(),
+      recipients: [to],
+      billing: { messages: 1, free_messages_used: 1 },
+    });
     expect(r.body.thread_id).toMatch(/^thr_/);
     expect((await held(a.accountId)).free).toBe(before.free + 1);
 
@@ -92,7 +97,11 @@ describe('scheduled send', () => {
     const ids = (await t.db.delivery.findMany({ where: { messageId: r.body.message_id } })).map((d) => d.id);
     await t.svc.jobs.enqueueDeliveries(ids);
     expect(await workers[0]!.runtime.worker!.sweep(0)).toBe(0);
-    await waitFor('the stale jobs to finish', async () => (await Promise.all(ids.map(async (id) => (await t.svc.jobs.deliveries.getJob(id))?.isCompleted()))).every(Boolean), 20_000);
+    await waitFor(
+      'the stale jobs to finish',
+      async () => (await Promise.all(ids.map(async (id) => (await t.svc.jobs.deliveries.getJob(id))?.isCompleted()))).every(Boolean),
+      20_000,
+    );
     for (const x of to) expect(sink.to(x)).toHaveLength(0);
     expect((await getMessage(t, a.apiKey, r.body.message_id)).status).toBe('cancelled');
   });

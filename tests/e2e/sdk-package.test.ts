@@ -128,7 +128,10 @@ it('the SDK needs no DOM: its own declarations check without skipLibCheck, and a
   // Every declaration checked: the one name a Node project lacks is DOM's RequestInfo, in @trpc/client's own.
   const strict = await check({ ...NODE_TSCONFIG, skipLibCheck: false });
   const errors = strict.split('\n').filter((l) => /error TS/.test(l));
-  expect(errors.filter((l) => !l.startsWith('node_modules/@trpc/client/')), strict).toEqual([]);
+  expect(
+    errors.filter((l) => !l.startsWith('node_modules/@trpc/client/')),
+    strict,
+  ).toEqual([]);
   // A project with the DOM lib (TypeScript's default) needs no skipLibCheck at all.
   const { lib: _lib, skipLibCheck: _skip, ...withDefaultLib } = NODE_TSCONFIG;
   expect(await check(withDefaultLib)).toBe('');

@@ -44,106 +44,230 @@ interface RouteCase {
 
 // prettier-ignore
 const ROUTES: RouteCase[] = [
-  { proc: 'account.get',                method: 'GET',    path: '/account',                  scope: null,      restricted: 'allowed' },
-  { proc: 'account.getCallbackWebhook', method: 'GET',    path: '/account/callback-webhook', scope: 'admin',   restricted: 'allowed' },
-  { proc: 'account.setCallbackWebhook', method: 'PUT',    path: '/account/callback-webhook', scope: 'admin',   restricted: 'account_wide', body: { agent_callback_webhook: 'https://agent.example.com/security-probe' } },
-  { proc: 'keys.create',                method: 'POST',   path: '/account/keys',             scope: 'admin',   restricted: 'account_wide', body: { label: 'security-probe', scopes: ['send'] } },
-  { proc: 'keys.list',                  method: 'GET',    path: '/account/keys',             scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'keys.revoke',                method: 'DELETE', path: '/account/keys/{key}',       scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'appPasswords.create',       method: 'POST',   path: '/account/app-passwords',    scope: 'admin',   restricted: 'account_wide', body: { label: 'security-probe' } },
-  { proc: 'appPasswords.list',         method: 'GET',    path: '/account/app-passwords',    scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'appPasswords.revoke',       method: 'DELETE', path: '/account/app-passwords/{apw}', scope: 'admin', restricted: 'account_wide' },
-  { proc: 'boxes.create',               method: 'POST',   path: '/boxes',                    scope: 'admin',   restricted: 'account_wide', body: { address: 'security-probe' } },
-  { proc: 'boxes.list',                 method: 'GET',    path: '/boxes',                    scope: null,      restricted: 'filtered' },
-  { proc: 'boxes.delete',               method: 'DELETE', path: '/boxes/{box}',              scope: 'admin',   restricted: 'own_box' },
-  { proc: 'boxes.setSignature',         method: 'PUT',    path: '/boxes/{box}/signature',    scope: 'admin',   restricted: 'own_box', body: { signature: 'security-probe' } },
-  { proc: 'events.list',                method: 'GET',    path: '/events',                   scope: 'receive', restricted: 'filtered' },
-  { proc: 'threads.list',               method: 'GET',    path: '/threads',                  scope: 'receive', restricted: 'filtered' },
-  { proc: 'threads.get',                method: 'GET',    path: '/threads/{thread}',         scope: 'receive', restricted: 'own_box' },
-  { proc: 'messages.reply',             method: 'POST',   path: '/messages/{message}/reply', scope: 'send',    restricted: 'own_box', body: { text: 'security-probe' } },
+  { proc: 'account.get', method: 'GET', path: '/account', scope: null, restricted: 'allowed' },
+  { proc: 'account.getCallbackWebhook', method: 'GET', path: '/account/callback-webhook', scope: 'admin', restricted: 'allowed' },
+  {
+    proc: 'account.setCallbackWebhook',
+    method: 'PUT',
+    path: '/account/callback-webhook',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { agent_callback_webhook: 'https://agent.example.com/security-probe' },
+  },
+  {
+    proc: 'keys.create',
+    method: 'POST',
+    path: '/account/keys',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { label: 'security-probe', scopes: ['send'] },
+  },
+  { proc: 'keys.list', method: 'GET', path: '/account/keys', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'keys.revoke', method: 'DELETE', path: '/account/keys/{key}', scope: 'admin', restricted: 'account_wide' },
+  {
+    proc: 'appPasswords.create',
+    method: 'POST',
+    path: '/account/app-passwords',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { label: 'security-probe' },
+  },
+  { proc: 'appPasswords.list', method: 'GET', path: '/account/app-passwords', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'appPasswords.revoke', method: 'DELETE', path: '/account/app-passwords/{apw}', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'boxes.create', method: 'POST', path: '/boxes', scope: 'admin', restricted: 'account_wide', body: { address: 'security-probe' } },
+  { proc: 'boxes.list', method: 'GET', path: '/boxes', scope: null, restricted: 'filtered' },
+  { proc: 'boxes.delete', method: 'DELETE', path: '/boxes/{box}', scope: 'admin', restricted: 'own_box' },
+  { proc: 'boxes.setSignature', method: 'PUT', path: '/boxes/{box}/signature', scope: 'admin', restricted: 'own_box', body: { signature: 'security-probe' } },
+  { proc: 'events.list', method: 'GET', path: '/events', scope: 'receive', restricted: 'filtered' },
+  { proc: 'threads.list', method: 'GET', path: '/threads', scope: 'receive', restricted: 'filtered' },
+  { proc: 'threads.get', method: 'GET', path: '/threads/{thread}', scope: 'receive', restricted: 'own_box' },
+  { proc: 'messages.reply', method: 'POST', path: '/messages/{message}/reply', scope: 'send', restricted: 'own_box', body: { text: 'security-probe' } },
   // 409: the message was not scheduled (the fixture's are not): the key and the message were accepted.
-  { proc: 'messages.cancel',            method: 'POST',   path: '/messages/{message}/cancel', scope: 'send',   restricted: 'own_box', ok: [200, 409] },
-  { proc: 'events.verify',              method: 'GET',    path: '/events/verify',            scope: 'receive', restricted: 'allowed' },
-  { proc: 'messages.send',              method: 'POST',   path: '/messages/send',            scope: 'send',    restricted: 'sender', body: { to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' } },
-  { proc: 'bulk.send',                  method: 'POST',   path: '/messages/send/bulk',       scope: 'send',    restricted: 'sender', body: { messages: [{ to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' }], batch_size: 1 } },
-  { proc: 'bulk.list',                  method: 'GET',    path: '/messages/send/bulk',       scope: 'send',    restricted: 'filtered' },
-  { proc: 'bulk.get',                   method: 'GET',    path: '/messages/send/bulk/{bulk}', scope: 'send',   restricted: 'own_box' },
-  { proc: 'bulk.cancel',                method: 'POST',   path: '/messages/send/bulk/{bulk}/cancel', scope: 'send', restricted: 'own_box' },
-  { proc: 'messages.list',              method: 'GET',    path: '/messages',                 scope: 'receive', restricted: 'filtered' },
-  { proc: 'messages.get',               method: 'GET',    path: '/messages/{message}',       scope: 'receive', restricted: 'own_box' },
-  { proc: 'messages.delete',            method: 'DELETE', path: '/messages/{message}',       scope: 'receive', restricted: 'own_box' },
-  { proc: 'lists.list',                 method: 'GET',    path: '/lists',                    scope: null,      restricted: 'filtered' },
-  { proc: 'lists.add',                  method: 'POST',   path: '/lists',                    scope: 'admin',   restricted: 'account_wide', body: { list: 'block', value: 'probe.example' } },
-  { proc: 'lists.remove',               method: 'DELETE', path: '/lists/{entry}',            scope: 'admin',   restricted: 'own_box' },
-  { proc: 'lists.getPolicy',            method: 'GET',    path: '/boxes/{box}/policy',       scope: null,      restricted: 'own_box' },
-  { proc: 'lists.setPolicy',            method: 'PUT',    path: '/boxes/{box}/policy',       scope: 'admin',   restricted: 'own_box', body: { spam_action: 'label' } },
-  { proc: 'suppression.list',           method: 'GET',    path: '/suppression',              scope: 'send',    restricted: 'allowed' },
-  { proc: 'suppression.get',            method: 'GET',    path: '/suppression/{address}',    scope: 'send',    restricted: 'allowed' },
-  { proc: 'suppression.unblock',        method: 'POST',   path: '/suppression/{address}/unblock', scope: 'admin', restricted: 'account_wide' },
-  { proc: 'credit.balance',             method: 'GET',    path: '/account/credit/balance',   scope: null,      restricted: 'allowed' },
-  { proc: 'credit.usage',               method: 'GET',    path: '/account/credit/usage',     scope: null,      restricted: 'allowed' },
-  { proc: 'credit.setAlertThresholds',  method: 'PUT',    path: '/account/credit/alert-thresholds', scope: null, restricted: 'account_wide', body: { first_cents: 100, second_cents: 50 } },
+  { proc: 'messages.cancel', method: 'POST', path: '/messages/{message}/cancel', scope: 'send', restricted: 'own_box', ok: [200, 409] },
+  { proc: 'events.verify', method: 'GET', path: '/events/verify', scope: 'receive', restricted: 'allowed' },
+  {
+    proc: 'messages.send',
+    method: 'POST',
+    path: '/messages/send',
+    scope: 'send',
+    restricted: 'sender',
+    body: { to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' },
+  },
+  {
+    proc: 'bulk.send',
+    method: 'POST',
+    path: '/messages/send/bulk',
+    scope: 'send',
+    restricted: 'sender',
+    body: { messages: [{ to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' }], batch_size: 1 },
+  },
+  { proc: 'bulk.list', method: 'GET', path: '/messages/send/bulk', scope: 'send', restricted: 'filtered' },
+  { proc: 'bulk.get', method: 'GET', path: '/messages/send/bulk/{bulk}', scope: 'send', restricted: 'own_box' },
+  { proc: 'bulk.cancel', method: 'POST', path: '/messages/send/bulk/{bulk}/cancel', scope: 'send', restricted: 'own_box' },
+  { proc: 'messages.list', method: 'GET', path: '/messages', scope: 'receive', restricted: 'filtered' },
+  { proc: 'messages.get', method: 'GET', path: '/messages/{message}', scope: 'receive', restricted: 'own_box' },
+  { proc: 'messages.delete', method: 'DELETE', path: '/messages/{message}', scope: 'receive', restricted: 'own_box' },
+  { proc: 'lists.list', method: 'GET', path: '/lists', scope: null, restricted: 'filtered' },
+  { proc: 'lists.add', method: 'POST', path: '/lists', scope: 'admin', restricted: 'account_wide', body: { list: 'block', value: 'probe.example' } },
+  { proc: 'lists.remove', method: 'DELETE', path: '/lists/{entry}', scope: 'admin', restricted: 'own_box' },
+  { proc: 'lists.getPolicy', method: 'GET', path: '/boxes/{box}/policy', scope: null, restricted: 'own_box' },
+  { proc: 'lists.setPolicy', method: 'PUT', path: '/boxes/{box}/policy', scope: 'admin', restricted: 'own_box', body: { spam_action: 'label' } },
+  { proc: 'suppression.list', method: 'GET', path: '/suppression', scope: 'send', restricted: 'allowed' },
+  { proc: 'suppression.get', method: 'GET', path: '/suppression/{address}', scope: 'send', restricted: 'allowed' },
+  { proc: 'suppression.unblock', method: 'POST', path: '/suppression/{address}/unblock', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'credit.balance', method: 'GET', path: '/account/credit/balance', scope: null, restricted: 'allowed' },
+  { proc: 'credit.usage', method: 'GET', path: '/account/credit/usage', scope: null, restricted: 'allowed' },
+  {
+    proc: 'credit.setAlertThresholds',
+    method: 'PUT',
+    path: '/account/credit/alert-thresholds',
+    scope: null,
+    restricted: 'account_wide',
+    body: { first_cents: 100, second_cents: 50 },
+  },
   // No card is saved for these accounts: a top-up waits for the owner (200), an MPP challenge finds no wallet (402).
-  { proc: 'credit.topup',               method: 'POST',   path: '/account/credit/topup',     scope: 'admin',   restricted: 'account_wide', body: { amount_cents: 100 } },
-  { proc: 'credit.topupStatus',         method: 'GET',    path: '/account/credit/topup/{payment}', scope: null, restricted: 'allowed', ok: [404] },
-  { proc: 'credit.mpp',                 method: 'POST',   path: '/account/credit/topup/mpp', scope: null,      restricted: 'allowed', body: { amount_cents: 100 }, ok: [402] },
-  { proc: 'credit.mppStatus',           method: 'GET',    path: '/account/credit/topup/mpp/{payment}', scope: null, restricted: 'allowed', ok: [404] },
-  { proc: 'credit.getPayerEmail',       method: 'GET',    path: '/account/credit/payer-email', scope: null,    restricted: 'allowed' },
-  { proc: 'credit.setPayerEmail',       method: 'PUT',    path: '/account/credit/payer-email', scope: 'admin', restricted: 'account_wide', body: { email: 'payer@example.com' } },
-  { proc: 'credit.trailer',             method: 'GET',    path: '/account/trailer',          scope: null,      restricted: 'allowed' },
-  { proc: 'credit.optOutOfTrailer',     method: 'POST',   path: '/account/trailer',          scope: null,      restricted: 'account_wide' },
-  { proc: 'credit.buyOutTrailer',       method: 'POST',   path: '/account/trailer/buyout',   scope: null,      restricted: 'account_wide', ok: [402] },
-  { proc: 'domains.get',                method: 'GET',    path: '/account/domain',           scope: null,      restricted: 'allowed' },
-  { proc: 'domains.move',               method: 'POST',   path: '/account/domain',           scope: 'admin',   restricted: 'account_wide', body: { mode: 'byo_manual', domain: 'security-probe.example' } },
+  { proc: 'credit.topup', method: 'POST', path: '/account/credit/topup', scope: 'admin', restricted: 'account_wide', body: { amount_cents: 100 } },
+  { proc: 'credit.topupStatus', method: 'GET', path: '/account/credit/topup/{payment}', scope: null, restricted: 'allowed', ok: [404] },
+  { proc: 'credit.mpp', method: 'POST', path: '/account/credit/topup/mpp', scope: null, restricted: 'allowed', body: { amount_cents: 100 }, ok: [402] },
+  { proc: 'credit.mppStatus', method: 'GET', path: '/account/credit/topup/mpp/{payment}', scope: null, restricted: 'allowed', ok: [404] },
+  { proc: 'credit.getPayerEmail', method: 'GET', path: '/account/credit/payer-email', scope: null, restricted: 'allowed' },
+  {
+    proc: 'credit.setPayerEmail',
+    method: 'PUT',
+    path: '/account/credit/payer-email',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { email: 'payer@example.com' },
+  },
+  { proc: 'credit.trailer', method: 'GET', path: '/account/trailer', scope: null, restricted: 'allowed' },
+  { proc: 'credit.optOutOfTrailer', method: 'POST', path: '/account/trailer', scope: null, restricted: 'account_wide' },
+  { proc: 'credit.buyOutTrailer', method: 'POST', path: '/account/trailer/buyout', scope: null, restricted: 'account_wide', ok: [402] },
+  { proc: 'domains.get', method: 'GET', path: '/account/domain', scope: null, restricted: 'allowed' },
+  {
+    proc: 'domains.move',
+    method: 'POST',
+    path: '/account/domain',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { mode: 'byo_manual', domain: 'security-probe.example' },
+  },
   // The accounts under test are on free subdomains, which have no managed zone: 409 means the key got through.
   // /domain/dns names no id: the zone is always the caller's own (managed-dns.test.ts: another account's names
   // are outside it).
-  { proc: 'dns.list',                   method: 'GET',    path: '/domain/dns',               scope: null,      restricted: 'allowed', ok: [409] },
-  { proc: 'dns.create',                 method: 'POST',   path: '/domain/dns',               scope: 'admin',   restricted: 'account_wide', body: { terms_of_service: true, name: 'probe', type: 'A', values: ['192.0.2.1'] }, ok: [409] },
-  { proc: 'dns.replace',                method: 'PUT',    path: '/domain/dns',               scope: 'admin',   restricted: 'account_wide', body: { terms_of_service: true, name: 'probe', type: 'A', values: ['192.0.2.1'] }, ok: [409] },
-  { proc: 'dns.delete',                 method: 'DELETE', path: '/domain/dns',               scope: 'admin',   restricted: 'account_wide', body: { terms_of_service: true, name: 'probe', type: 'A' }, ok: [409] },
-  { proc: 'domains.verify',             method: 'POST',   path: '/account/domain/verify',    scope: null,      restricted: 'allowed' },
-  { proc: 'account.reputation',         method: 'GET',    path: '/account/reputation',       scope: null,      restricted: 'allowed' },
-  { proc: 'webhook.get',                method: 'GET',    path: '/account/webhook',          scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'webhook.rotateSecret',       method: 'POST',   path: '/account/webhook/secret/rotate', scope: 'admin', restricted: 'account_wide' },
-  { proc: 'webhook.deliveries',         method: 'GET',    path: '/account/webhook/deliveries', scope: 'admin', restricted: 'account_wide' },
-  { proc: 'webhook.redeliver',          method: 'POST',   path: '/account/webhook/deliveries/{delivery}/redeliver', scope: 'admin', restricted: 'account_wide' },
-  { proc: 'iot.provision',              method: 'POST',   path: '/account/iot/provision',    scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'mailClients.certificate',    method: 'GET',    path: '/mail-clients/certificate', scope: null,      restricted: 'allowed' },
-  { proc: 'mcp.status',                 method: 'GET',    path: '/account/mcp/status',       scope: null,      restricted: 'allowed' },
-  { proc: 'mcp.enable',                 method: 'POST',   path: '/account/mcp/enable',       scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'mcp.disable',                method: 'POST',   path: '/account/mcp/disable',      scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'mcp.betaOptIn',              method: 'POST',   path: '/beta/mcp/opt-in',          scope: 'admin',   restricted: 'allowed' },
-  { proc: 'mcp.betaStatus',             method: 'GET',    path: '/beta/mcp/status',          scope: null,      restricted: 'allowed' },
-  { proc: 'mcp.feedback',               method: 'POST',   path: '/beta/mcp/feedback',        scope: null,      restricted: 'allowed', body: { notes: 'security probe' } },
-  { proc: 'support.ask',                method: 'POST',   path: '/support/questions',        scope: null,      restricted: 'allowed', body: { subject: 'security probe', body: 'probe' } },
-  { proc: 'support.list',               method: 'GET',    path: '/support/questions',        scope: null,      restricted: 'allowed' },
-  { proc: 'support.get',                method: 'GET',    path: '/support/questions/{question}', scope: null,  restricted: 'allowed' },
-  { proc: 'support.reply',              method: 'POST',   path: '/support/questions/{question}/replies', scope: null, restricted: 'allowed', body: { body: 'probe' } },
-  { proc: 'features.create',            method: 'POST',   path: '/feature-requests',         scope: null,      restricted: 'allowed', body: { title: 'security probe', description: 'a probe from the security tests' } },
-  { proc: 'features.list',              method: 'GET',    path: '/feature-requests',         scope: null,      restricted: 'allowed' },
-  { proc: 'features.get',               method: 'GET',    path: '/feature-requests/{feature}', scope: null,    restricted: 'allowed' },
-  { proc: 'features.vote',              method: 'POST',   path: '/feature-requests/{feature}/vote', scope: null, restricted: 'allowed', ok: [200, 409] },
-  { proc: 'account.closeProtection',    method: 'GET',    path: '/account/close-protection', scope: null,      restricted: 'allowed' },
-  { proc: 'account.enableCloseProtection', method: 'POST', path: '/account/close-protection', scope: 'admin', restricted: 'account_wide', body: { enabled: true } },
+  { proc: 'dns.list', method: 'GET', path: '/domain/dns', scope: null, restricted: 'allowed', ok: [409] },
+  {
+    proc: 'dns.create',
+    method: 'POST',
+    path: '/domain/dns',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { terms_of_service: true, name: 'probe', type: 'A', values: ['192.0.2.1'] },
+    ok: [409],
+  },
+  {
+    proc: 'dns.replace',
+    method: 'PUT',
+    path: '/domain/dns',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { terms_of_service: true, name: 'probe', type: 'A', values: ['192.0.2.1'] },
+    ok: [409],
+  },
+  {
+    proc: 'dns.delete',
+    method: 'DELETE',
+    path: '/domain/dns',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { terms_of_service: true, name: 'probe', type: 'A' },
+    ok: [409],
+  },
+  { proc: 'domains.verify', method: 'POST', path: '/account/domain/verify', scope: null, restricted: 'allowed' },
+  { proc: 'account.reputation', method: 'GET', path: '/account/reputation', scope: null, restricted: 'allowed' },
+  { proc: 'webhook.get', method: 'GET', path: '/account/webhook', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'webhook.rotateSecret', method: 'POST', path: '/account/webhook/secret/rotate', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'webhook.deliveries', method: 'GET', path: '/account/webhook/deliveries', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'webhook.redeliver', method: 'POST', path: '/account/webhook/deliveries/{delivery}/redeliver', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'iot.provision', method: 'POST', path: '/account/iot/provision', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'mailClients.certificate', method: 'GET', path: '/mail-clients/certificate', scope: null, restricted: 'allowed' },
+  { proc: 'mcp.status', method: 'GET', path: '/account/mcp/status', scope: null, restricted: 'allowed' },
+  { proc: 'mcp.enable', method: 'POST', path: '/account/mcp/enable', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'mcp.disable', method: 'POST', path: '/account/mcp/disable', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'mcp.betaOptIn', method: 'POST', path: '/beta/mcp/opt-in', scope: 'admin', restricted: 'allowed' },
+  { proc: 'mcp.betaStatus', method: 'GET', path: '/beta/mcp/status', scope: null, restricted: 'allowed' },
+  { proc: 'mcp.feedback', method: 'POST', path: '/beta/mcp/feedback', scope: null, restricted: 'allowed', body: { notes: 'security probe' } },
+  { proc: 'support.ask', method: 'POST', path: '/support/questions', scope: null, restricted: 'allowed', body: { subject: 'security probe', body: 'probe' } },
+  { proc: 'support.list', method: 'GET', path: '/support/questions', scope: null, restricted: 'allowed' },
+  { proc: 'support.get', method: 'GET', path: '/support/questions/{question}', scope: null, restricted: 'allowed' },
+  { proc: 'support.reply', method: 'POST', path: '/support/questions/{question}/replies', scope: null, restricted: 'allowed', body: { body: 'probe' } },
+  {
+    proc: 'features.create',
+    method: 'POST',
+    path: '/feature-requests',
+    scope: null,
+    restricted: 'allowed',
+    body: { title: 'security probe', description: 'a probe from the security tests' },
+  },
+  { proc: 'features.list', method: 'GET', path: '/feature-requests', scope: null, restricted: 'allowed' },
+  { proc: 'features.get', method: 'GET', path: '/feature-requests/{feature}', scope: null, restricted: 'allowed' },
+  { proc: 'features.vote', method: 'POST', path: '/feature-requests/{feature}/vote', scope: null, restricted: 'allowed', ok: [200, 409] },
+  { proc: 'account.closeProtection', method: 'GET', path: '/account/close-protection', scope: null, restricted: 'allowed' },
+  {
+    proc: 'account.enableCloseProtection',
+    method: 'POST',
+    path: '/account/close-protection',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { enabled: true },
+  },
   // A wrong confirm_domain: 400 and nothing closes, so 400 means the key got through.
-  { proc: 'account.close',              method: 'DELETE', path: '/account',                  scope: 'admin',   restricted: 'account_wide', body: { confirm_domain: 'security-probe.example' }, ok: [400] },
-  { proc: 'audit.accountPublicKey',     method: 'GET',    path: '/account/audit/public-key', scope: null,      restricted: 'allowed' },
-  { proc: 'audit.messageBundle',        method: 'GET',    path: '/messages/{message}/audit', scope: 'receive', restricted: 'own_box' },
-  { proc: 'audit.checkpoint',           method: 'POST',   path: '/events/checkpoints',       scope: 'receive', restricted: 'allowed' },
-  { proc: 'audit.checkpoints',          method: 'GET',    path: '/events/checkpoints',       scope: 'receive', restricted: 'allowed' },
-  { proc: 'audit.verifyCheckpoint',     method: 'POST',   path: '/events/checkpoints/verify', scope: 'receive', restricted: 'allowed', body: { checkpoint: 'not.a.checkpoint' } },
-  { proc: 'audit.evidenceOptIn',        method: 'POST',   path: '/beta/evidence/opt-in',     scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'audit.evidenceStatus',       method: 'GET',    path: '/beta/evidence/status',     scope: null,      restricted: 'allowed' },
-  { proc: 'audit.getUsermetadata',      method: 'GET',    path: '/account/usermetadata',     scope: null,      restricted: 'allowed' },
-  { proc: 'audit.setUsermetadata',      method: 'PUT',    path: '/account/usermetadata',     scope: 'admin',   restricted: 'account_wide', body: { audit_retention_days: 30 } },
+  {
+    proc: 'account.close',
+    method: 'DELETE',
+    path: '/account',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { confirm_domain: 'security-probe.example' },
+    ok: [400],
+  },
+  { proc: 'audit.accountPublicKey', method: 'GET', path: '/account/audit/public-key', scope: null, restricted: 'allowed' },
+  { proc: 'audit.messageBundle', method: 'GET', path: '/messages/{message}/audit', scope: 'receive', restricted: 'own_box' },
+  { proc: 'audit.checkpoint', method: 'POST', path: '/events/checkpoints', scope: 'receive', restricted: 'allowed' },
+  { proc: 'audit.checkpoints', method: 'GET', path: '/events/checkpoints', scope: 'receive', restricted: 'allowed' },
+  {
+    proc: 'audit.verifyCheckpoint',
+    method: 'POST',
+    path: '/events/checkpoints/verify',
+    scope: 'receive',
+    restricted: 'allowed',
+    body: { checkpoint: 'not.a.checkpoint' },
+  },
+  { proc: 'audit.evidenceOptIn', method: 'POST', path: '/beta/evidence/opt-in', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'audit.evidenceStatus', method: 'GET', path: '/beta/evidence/status', scope: null, restricted: 'allowed' },
+  { proc: 'audit.getUsermetadata', method: 'GET', path: '/account/usermetadata', scope: null, restricted: 'allowed' },
+  {
+    proc: 'audit.setUsermetadata',
+    method: 'PUT',
+    path: '/account/usermetadata',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { audit_retention_days: 30 },
+  },
   // Every fixture has a simulated dedicated IP, so a second one is 409 (the key got through).
-  { proc: 'sendingIp.provision',        method: 'POST',   path: '/account/sending-ip',       scope: 'admin',   restricted: 'account_wide', body: { mode: 'simulated' }, ok: [200, 409] },
-  { proc: 'sendingIp.get',              method: 'GET',    path: '/account/sending-ip',       scope: null,      restricted: 'allowed' },
-  { proc: 'sendingIp.deprovision',      method: 'DELETE', path: '/account/sending-ip',       scope: 'admin',   restricted: 'account_wide' },
-  { proc: 'forwards.create',            method: 'POST',   path: '/boxes/{box}/forwards',     scope: 'admin',   restricted: 'own_box', body: { to: 'probe@remote.invalid' } },
-  { proc: 'forwards.list',              method: 'GET',    path: '/boxes/{box}/forwards',     scope: null,      restricted: 'own_box' },
-  { proc: 'forwards.delete',            method: 'DELETE', path: '/boxes/{box}/forwards/{forward}', scope: 'admin', restricted: 'own_box' },
+  {
+    proc: 'sendingIp.provision',
+    method: 'POST',
+    path: '/account/sending-ip',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { mode: 'simulated' },
+    ok: [200, 409],
+  },
+  { proc: 'sendingIp.get', method: 'GET', path: '/account/sending-ip', scope: null, restricted: 'allowed' },
+  { proc: 'sendingIp.deprovision', method: 'DELETE', path: '/account/sending-ip', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'forwards.create', method: 'POST', path: '/boxes/{box}/forwards', scope: 'admin', restricted: 'own_box', body: { to: 'probe@remote.invalid' } },
+  { proc: 'forwards.list', method: 'GET', path: '/boxes/{box}/forwards', scope: null, restricted: 'own_box' },
+  { proc: 'forwards.delete', method: 'DELETE', path: '/boxes/{box}/forwards/{forward}', scope: 'admin', restricted: 'own_box' },
 ];
 
 const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
@@ -153,7 +277,18 @@ const MISSING_MESSAGE = 'msg_00000000000000000000';
 const MISSING_BULK = 'bulk_00000000000000000000';
 const SUPPRESSED = 'bounced@remote.invalid';
 const MISSING_APP_PASSWORD = 'apw_00000000000000000000';
-type Ids = { box: string; key: string; message?: string; thread?: string; question?: string; feature?: string; apw?: string; forward?: string; entry?: string; bulk?: string };
+type Ids = {
+  box: string;
+  key: string;
+  message?: string;
+  thread?: string;
+  question?: string;
+  feature?: string;
+  apw?: string;
+  forward?: string;
+  entry?: string;
+  bulk?: string;
+};
 const MISSING_THREAD = 'thr_00000000000000000000';
 
 let t: TestServer;
@@ -194,17 +329,34 @@ async function fixture(): Promise<Fixture> {
   const spare = await rest(t, 'POST', '/boxes', { key: account.apiKey, body: { address: 'spare' } });
   if (spare.status !== 200) throw new Error(`box create failed: ${JSON.stringify(spare.body)}`);
   const key = await mintKey(t, account.apiKey, ALL_SCOPES);
-  const sent = await rest(t, 'POST', '/messages/send', { key: account.apiKey, body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' } });
+  const sent = await rest(t, 'POST', '/messages/send', {
+    key: account.apiKey,
+    body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' },
+  });
   if (sent.status !== 200) throw new Error(`send failed: ${JSON.stringify(sent.body)}`);
   await t.db.suppression.create({ data: { accountId: account.accountId, address: SUPPRESSED, reason: 'bounce' } });
   const question = await rest(t, 'POST', '/support/questions', { key: account.apiKey, body: { subject: 'fixture', body: 'fixture' } });
-  const feature = await rest(t, 'POST', '/feature-requests', { key: account.apiKey, body: { title: 'fixture feature', description: 'a feature request of the fixture' } });
+  const feature = await rest(t, 'POST', '/feature-requests', {
+    key: account.apiKey,
+    body: { title: 'fixture feature', description: 'a feature request of the fixture' },
+  });
   const appPassword = await rest(t, 'POST', '/account/app-passwords', { key: account.apiKey, body: { label: 'fixture' } });
   const sendingIp = await rest(t, 'POST', '/account/sending-ip', { key: account.apiKey, body: { mode: 'simulated' } });
   const forward = await rest(t, 'POST', `/boxes/${spare.body.id}/forwards`, { key: account.apiKey, body: { to: 'fixture-forward@remote.invalid' } });
   const entry = await rest(t, 'POST', '/lists', { key: account.apiKey, body: { list: 'block', value: 'fixture.example', box: spare.body.id } });
-  const bulk = await rest(t, 'POST', '/messages/send/bulk', { key: account.apiKey, body: { from: spare.body.address, messages: [{ to: 'fixture@remote.invalid', text: 'fixture' }] } });
-  if (question.status !== 200 || feature.status !== 200 || appPassword.status !== 200 || sendingIp.status !== 200 || forward.status !== 200 || entry.status !== 200 || bulk.status !== 200) {
+  const bulk = await rest(t, 'POST', '/messages/send/bulk', {
+    key: account.apiKey,
+    body: { from: spare.body.address, messages: [{ to: 'fixture@remote.invalid', text: 'fixture' }] },
+  });
+  if (
+    question.status !== 200 ||
+    feature.status !== 200 ||
+    appPassword.status !== 200 ||
+    sendingIp.status !== 200 ||
+    forward.status !== 200 ||
+    entry.status !== 200 ||
+    bulk.status !== 200
+  ) {
     throw new Error(`fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body])}`);
   }
   return {
@@ -225,24 +377,37 @@ async function fixture(): Promise<Fixture> {
 }
 
 function fill(path: string, ids: Ids): string {
-  return path
-    .replace('{box}', ids.box)
-    .replace('{key}', ids.key)
-    .replace('{message}', ids.message ?? MISSING_MESSAGE)
-    .replace('{thread}', ids.thread ?? MISSING_THREAD)
-    .replace('{address}', encodeURIComponent(SUPPRESSED))
-    // No deliveries exist here (no webhook is set): any id is another account's or none at all.
-    .replace('{delivery}', 'whd_00000000000000000000')
-    .replace('{question}', ids.question ?? 'sq_00000000000000000000')
-    .replace('{feature}', ids.feature ?? 'fr_00000000000000000000')
-    .replace('{payment}', 'pi_00000000000000000000')
-    .replace('{apw}', ids.apw ?? MISSING_APP_PASSWORD)
-    .replace('{forward}', ids.forward ?? 'fwd_00000000000000000000')
-    .replace('{entry}', ids.entry ?? 'tle_00000000000000000000')
-    .replace('{bulk}', ids.bulk ?? MISSING_BULK);
+  return (
+    path
+      .replace('{box}', ids.box)
+      .replace('{key}', ids.key)
+      .replace('{message}', ids.message ?? MISSING_MESSAGE)
+      .replace('{thread}', ids.thread ?? MISSING_THREAD)
+      .replace('{address}', encodeURIComponent(SUPPRESSED))
+      // No deliveries exist here (no webhook is set): any id is another account's or none at all.
+      .replace('{delivery}', 'whd_00000000000000000000')
+      .replace('{question}', ids.question ?? 'sq_00000000000000000000')
+      .replace('{feature}', ids.feature ?? 'fr_00000000000000000000')
+      .replace('{payment}', 'pi_00000000000000000000')
+      .replace('{apw}', ids.apw ?? MISSING_APP_PASSWORD)
+      .replace('{forward}', ids.forward ?? 'fwd_00000000000000000000')
+      .replace('{entry}', ids.entry ?? 'tle_00000000000000000000')
+      .replace('{bulk}', ids.bulk ?? MISSING_BULK)
+  );
 }
 
-const targets = (f: Fixture): Ids => ({ box: f.spareBoxId, key: f.spareKeyId, message: f.spareMessageId, thread: f.spareThreadId, question: f.questionId, feature: f.featureId, apw: f.appPasswordId, forward: f.forwardId, entry: f.entryId, bulk: f.bulkId });
+const targets = (f: Fixture): Ids => ({
+  box: f.spareBoxId,
+  key: f.spareKeyId,
+  message: f.spareMessageId,
+  thread: f.spareThreadId,
+  question: f.questionId,
+  feature: f.featureId,
+  apw: f.appPasswordId,
+  forward: f.forwardId,
+  entry: f.entryId,
+  bulk: f.bulkId,
+});
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
   const body = opts.body ?? route.body;
@@ -319,7 +484,10 @@ describe('(b) scopes', () => {
 
   it.each(scoped.map((r) => [routeName(r), r.scope, r] as const))('%s: a key with only %s gets through', async (_name, scope, route) => {
     // On a third account and at ids that do not exist, so nothing of A changes; the answer must not be about the key.
-    const r = await call(route, { key: scopedKeysOfC.get(scope)!, ids: { box: MISSING_BOX, key: MISSING_KEY, message: MISSING_MESSAGE, thread: MISSING_THREAD } });
+    const r = await call(route, {
+      key: scopedKeysOfC.get(scope)!,
+      ids: { box: MISSING_BOX, key: MISSING_KEY, message: MISSING_MESSAGE, thread: MISSING_THREAD },
+    });
     expect([401, 403], `${JSON.stringify(r.body)}`).not.toContain(r.status);
     expect(r.status === 200 || r.status === 404 || (route.ok ?? []).includes(r.status), `${r.status} ${JSON.stringify(r.body)}`).toBe(true);
   });
@@ -363,7 +531,12 @@ describe("(c) another account's resource: 404, never 403", () => {
     expect(seen.body).toMatchObject({ suppressed: false, entry: null });
     const list = await rest(t, 'GET', '/suppression', { key: scopedKeysOfC.get('send')! });
     expect(list.body.suppressions).toEqual([]);
-    expectError(await rest(t, 'POST', `/suppression/${encodeURIComponent(SUPPRESSED)}/unblock`, { key: scopedKeysOfC.get('admin')! }), 404, 'not_found', 'unblock');
+    expectError(
+      await rest(t, 'POST', `/suppression/${encodeURIComponent(SUPPRESSED)}/unblock`, { key: scopedKeysOfC.get('admin')! }),
+      404,
+      'not_found',
+      'unblock',
+    );
     expect((await rest(t, 'GET', `/suppression/${encodeURIComponent(SUPPRESSED)}`, { key: A.account.apiKey })).body.suppressed).toBe(true);
   });
 
@@ -408,16 +581,34 @@ describe('(d) a box-restricted key', () => {
     const local = `own-${randomBytes(3).toString('hex')}`;
     const box = await rest(t, 'POST', '/boxes', { key: A.account.apiKey, body: { address: local } });
     expect(box.status).toBe(200);
-    const key = await mintKey(t, A.account.apiKey, ALL_SCOPES, by === 'allowed_boxes' ? { allowed_boxes: [box.body.address] } : { allowed_box_ids: [box.body.id] });
+    const key = await mintKey(
+      t,
+      A.account.apiKey,
+      ALL_SCOPES,
+      by === 'allowed_boxes' ? { allowed_boxes: [box.body.address] } : { allowed_box_ids: [box.body.id] },
+    );
     const sent = await rest(t, 'POST', '/messages/send', { key: A.account.apiKey, body: { from: box.body.address, to: 'own@remote.invalid', text: 'own' } });
     expect(sent.status).toBe(200);
     const forward = await rest(t, 'POST', `/boxes/${box.body.id}/forwards`, { key: A.account.apiKey, body: { to: 'own-forward@remote.invalid' } });
     expect(forward.status).toBe(200);
     const entry = await rest(t, 'POST', '/lists', { key: A.account.apiKey, body: { list: 'allow', value: `friend@${local}.example`, box: box.body.id } });
     expect(entry.status).toBe(200);
-    const bulk = await rest(t, 'POST', '/messages/send/bulk', { key: A.account.apiKey, body: { from: box.body.address, messages: [{ to: 'own@remote.invalid', text: 'own' }] } });
+    const bulk = await rest(t, 'POST', '/messages/send/bulk', {
+      key: A.account.apiKey,
+      body: { from: box.body.address, messages: [{ to: 'own@remote.invalid', text: 'own' }] },
+    });
     expect(bulk.status).toBe(200);
-    return { boxId: box.body.id as string, address: box.body.address as string, key: key.api_key, keyId: key.id, messageId: sent.body.message_id as string, threadId: sent.body.thread_id as string, forwardId: forward.body.id as string, entryId: entry.body.id as string, bulkId: bulk.body.id as string };
+    return {
+      boxId: box.body.id as string,
+      address: box.body.address as string,
+      key: key.api_key,
+      keyId: key.id,
+      messageId: sent.body.message_id as string,
+      threadId: sent.body.thread_id as string,
+      forwardId: forward.body.id as string,
+      entryId: entry.body.id as string,
+      bulkId: bulk.body.id as string,
+    };
   }
 
   it.each(ROUTES.map((r) => [routeName(r), r.restricted, r] as const))('%s: %s', async (_name, kind, route) => {
@@ -430,10 +621,16 @@ describe('(d) a box-restricted key', () => {
       }
       case 'own_box': {
         for (const other of [A.spareBoxId, A.primaryBoxId]) {
-          const r = await call(route, { key: own.key, ids: { box: other, key: own.keyId, message: A.spareMessageId, thread: A.spareThreadId, entry: A.entryId, bulk: A.bulkId } });
+          const r = await call(route, {
+            key: own.key,
+            ids: { box: other, key: own.keyId, message: A.spareMessageId, thread: A.spareThreadId, entry: A.entryId, bulk: A.bulkId },
+          });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
         }
-        const mine = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId, message: own.messageId, thread: own.threadId, forward: own.forwardId, entry: own.entryId, bulk: own.bulkId } });
+        const mine = await call(route, {
+          key: own.key,
+          ids: { box: own.boxId, key: own.keyId, message: own.messageId, thread: own.threadId, forward: own.forwardId, entry: own.entryId, bulk: own.bulkId },
+        });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);
         break;
       }
@@ -448,7 +645,10 @@ describe('(d) a box-restricted key', () => {
         break;
       }
       case 'filtered': {
-        const r = await call(route, { key: own.key, ids: { box: own.boxId, key: own.keyId, message: own.messageId, thread: own.threadId, entry: own.entryId } });
+        const r = await call(route, {
+          key: own.key,
+          ids: { box: own.boxId, key: own.keyId, message: own.messageId, thread: own.threadId, entry: own.entryId },
+        });
         expect(r.status, JSON.stringify(r.body)).toBe(200);
         const text = JSON.stringify(r.body);
         expect(text).toContain(own.boxId);
@@ -552,7 +752,9 @@ describe('the security table covers the router', () => {
   it('the OpenAPI document marks every row as needing the bearer key, and only those', async () => {
     const res = await fetch(`${t.url}/openapi.json`);
     expect(res.status).toBe(200);
-    const doc = (await res.json()) as { paths: Record<string, Record<string, { security?: unknown[]; responses: Record<string, unknown>; 'x-boxes-stream'?: boolean }>> };
+    const doc = (await res.json()) as {
+      paths: Record<string, Record<string, { security?: unknown[]; responses: Record<string, unknown>; 'x-boxes-stream'?: boolean }>>;
+    };
     const secured: string[] = [];
     for (const [path, ops] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(ops)) {

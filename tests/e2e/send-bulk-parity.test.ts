@@ -95,7 +95,11 @@ interface Case {
 const PIXEL = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
 
 const cases: Case[] = [
-  { name: 'a plain message', body: () => ({ to: 'plain@remote.test', subject: 'hello', text: 'Hi there' }), expect: { status: 200, message: { delivered: ['plain@remote.test'], thread: 'own' } } },
+  {
+    name: 'a plain message',
+    body: () => ({ to: 'plain@remote.test', subject: 'hello', text: 'Hi there' }),
+    expect: { status: 200, message: { delivered: ['plain@remote.test'], thread: 'own' } },
+  },
   {
     name: 'a recipient on a send-side block list (a blocked domain among good recipients)',
     body: () => ({ to: ['fine@remote.test', 'ceo@blocked.example'], subject: 'leak', text: 'x' }),
@@ -135,11 +139,20 @@ const cases: Case[] = [
   {
     name: 'duplicate recipients across to, cc and bcc are delivered once each; bcc is not shown',
     body: () => ({ to: 'Dup One <dup@remote.test>', cc: ['DUP@remote.test', 'dup2@remote.test'], bcc: ['dup2@remote.test', 'dup3@remote.test'], text: 'x' }),
-    expect: { status: 200, message: { delivered: ['dup2@remote.test', 'dup3@remote.test', 'dup@remote.test'], bcc: ['dup2@remote.test', 'dup3@remote.test'] }, mx: { headers: { bcc: null } } },
+    expect: {
+      status: 200,
+      message: { delivered: ['dup2@remote.test', 'dup3@remote.test', 'dup@remote.test'], bcc: ['dup2@remote.test', 'dup3@remote.test'] },
+      mx: { headers: { bcc: null } },
+    },
   },
   {
     name: 'a reply (In-Reply-To and References) joins the thread of the message it answers',
-    body: (s) => ({ to: 'parent@remote.test', subject: 'Re: the question', text: 'yes', headers: { 'In-Reply-To': s.parent.rfcMessageId, References: s.parent.rfcMessageId } }),
+    body: (s) => ({
+      to: 'parent@remote.test',
+      subject: 'Re: the question',
+      text: 'yes',
+      headers: { 'In-Reply-To': s.parent.rfcMessageId, References: s.parent.rfcMessageId },
+    }),
     expect: { status: 200, message: { thread: 'parent', in_reply_to: '<parent>' }, mx: { headers: { 'in-reply-to': '<parent>', references: '<parent>' } } },
   },
   {
@@ -159,7 +172,12 @@ const cases: Case[] = [
   },
   {
     name: 'custom headers and reply_to are carried',
-    body: () => ({ to: 'custom@remote.test', text: 'x', headers: { 'X-Campaign': 'november' }, reply_to: ['Help Desk <help@remote.test>', 'second@remote.test'] }),
+    body: () => ({
+      to: 'custom@remote.test',
+      text: 'x',
+      headers: { 'X-Campaign': 'november' },
+      reply_to: ['Help Desk <help@remote.test>', 'second@remote.test'],
+    }),
     expect: { status: 200, mx: { headers: { 'x-campaign': 'november', 'reply-to': 'Help Desk <help@remote.test>, second@remote.test' } } },
   },
   {
@@ -191,7 +209,11 @@ const cases: Case[] = [
   },
   {
     name: 'content_id without html is refused',
-    body: () => ({ to: 'x@remote.test', text: 'x', attachments: [{ filename: 'a.png', content_type: 'image/png', content_id: 'a', content_b64: PIXEL.toString('base64') }] }),
+    body: () => ({
+      to: 'x@remote.test',
+      text: 'x',
+      attachments: [{ filename: 'a.png', content_type: 'image/png', content_id: 'a', content_b64: PIXEL.toString('base64') }],
+    }),
     expect: { status: 400, code: 'validation_error', fields: ['html'] },
   },
   {
@@ -199,17 +221,42 @@ const cases: Case[] = [
     body: () => ({ to: 'x@remote.test', text: 'x', attachments: [{ filename: 'a.bin', content_type: 'application/octet-stream', content_b64: '==' }] }),
     expect: { status: 400, code: 'validation_error', fields: ['attachments.0.content_b64'] },
   },
-  { name: 'a bad address in cc', body: () => ({ to: 'x@remote.test', cc: ['y@remote.test', 'not an address'], text: 'x' }), expect: { status: 400, code: 'validation_error', fields: ['cc.1'] } },
+  {
+    name: 'a bad address in cc',
+    body: () => ({ to: 'x@remote.test', cc: ['y@remote.test', 'not an address'], text: 'x' }),
+    expect: { status: 400, code: 'validation_error', fields: ['cc.1'] },
+  },
   { name: 'no body', body: () => ({ to: 'x@remote.test', subject: 'empty' }), expect: { status: 400, code: 'validation_error', fields: ['text'] } },
   {
     name: 'more than 50 recipients',
-    body: () => ({ to: Array.from({ length: 30 }, (_, i) => `many-${i}@remote.test`), cc: Array.from({ length: 21 }, (_, i) => `many-cc-${i}@remote.test`), text: 'x' }),
+    body: () => ({
+      to: Array.from({ length: 30 }, (_, i) => `many-${i}@remote.test`),
+      cc: Array.from({ length: 21 }, (_, i) => `many-cc-${i}@remote.test`),
+      text: 'x',
+    }),
     expect: { status: 400, code: 'validation_error', fields: ['to'] },
   },
-  { name: 'context over 16 KB', body: () => ({ to: 'x@remote.test', text: 'x', context: { blob: 'x'.repeat(17_000) } }), expect: { status: 400, code: 'validation_error', fields: ['context'] } },
-  { name: 'a from outside the account domain', body: () => ({ from: 'someone@elsewhere.test', to: 'x@remote.test', text: 'x' }), expect: { status: 403, code: 'from_domain_mismatch' } },
-  { name: 'a from on the account domain that is not a box', body: (s) => ({ from: `nobody@${s.account.domain}`, to: 'x@remote.test', text: 'x' }), expect: { status: 400, code: 'validation_error', fields: ['from'] } },
-  { name: 'a box-restricted key sending from another box', key: 'restricted', body: () => ({ to: 'x@remote.test', text: 'x' }), expect: { status: 403, code: 'box_restricted_key' } },
+  {
+    name: 'context over 16 KB',
+    body: () => ({ to: 'x@remote.test', text: 'x', context: { blob: 'x'.repeat(17_000) } }),
+    expect: { status: 400, code: 'validation_error', fields: ['context'] },
+  },
+  {
+    name: 'a from outside the account domain',
+    body: () => ({ from: 'someone@elsewhere.test', to: 'x@remote.test', text: 'x' }),
+    expect: { status: 403, code: 'from_domain_mismatch' },
+  },
+  {
+    name: 'a from on the account domain that is not a box',
+    body: (s) => ({ from: `nobody@${s.account.domain}`, to: 'x@remote.test', text: 'x' }),
+    expect: { status: 400, code: 'validation_error', fields: ['from'] },
+  },
+  {
+    name: 'a box-restricted key sending from another box',
+    key: 'restricted',
+    body: () => ({ to: 'x@remote.test', text: 'x' }),
+    expect: { status: 403, code: 'box_restricted_key' },
+  },
   {
     name: 'a box-restricted key sending from its box (no signature there)',
     key: 'restricted',
@@ -229,14 +276,7 @@ interface Outcome {
 }
 
 function normalizer(s: Sender) {
-  return (v: string) =>
-    v
-      .split(s.parent.rfcMessageId)
-      .join('<parent>')
-      .split(s.account.domain)
-      .join('<domain>')
-      .split(s.account.accountId)
-      .join('<account>');
+  return (v: string) => v.split(s.parent.rfcMessageId).join('<parent>').split(s.account.domain).join('<domain>').split(s.account.accountId).join('<account>');
 }
 
 const SHOWN_HEADERS = ['from', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'in-reply-to', 'references', 'x-boxes-configuration-set', 'x-campaign'];
@@ -246,7 +286,10 @@ async function accepted(s: Sender, key: string, messageId: string, suppressed: n
   const norm = normalizer(s);
   let m = await getMessage(t, key, messageId);
   if (m.deliveries.length) m = await waitSettled(t, key, messageId);
-  const delivered = m.deliveries.filter((d: { status: string }) => d.status === 'delivered').map((d: { recipient: string }) => d.recipient).sort();
+  const delivered = m.deliveries
+    .filter((d: { status: string }) => d.status === 'delivered')
+    .map((d: { recipient: string }) => d.recipient)
+    .sort();
   const message = {
     status: m.status,
     thread: m.thread_id === s.parent.threadId ? 'parent' : 'own',
@@ -259,18 +302,25 @@ async function accepted(s: Sender, key: string, messageId: string, suppressed: n
     subject: m.subject,
   };
   if (!delivered.length) return { message, mx: { seen: [] } };
-  const seen = await waitFor(
-    () => {
-      const got = sink.messages.filter((x) => x.raw.includes(`Message-ID: ${m.rfc_message_id}`));
-      return new Set(got.flatMap((x) => x.rcpt)).size >= delivered.length ? got : null;
-    },
-    `${m.rfc_message_id} at the MX`,
-  );
+  const seen = await waitFor(() => {
+    const got = sink.messages.filter((x) => x.raw.includes(`Message-ID: ${m.rfc_message_id}`));
+    return new Set(got.flatMap((x) => x.rcpt)).size >= delivered.length ? got : null;
+  }, `${m.rfc_message_id} at the MX`);
   const parsed = await simpleParser(seen[0]!.raw);
   const headers = Object.fromEntries(
     SHOWN_HEADERS.map((name) => {
       const line = parsed.headerLines.find((l) => l.key === name)?.line;
-      return [name, line === undefined ? null : norm(line.slice(line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim())];
+      return [
+        name,
+        line === undefined
+          ? null
+          : norm(
+              line
+                .slice(line.indexOf(':') + 1)
+                .replace(/\r?\n[ \t]+/g, ' ')
+                .trim(),
+            ),
+      ];
     }),
   );
   return {
@@ -361,10 +411,7 @@ describe('a bulk job with a message a single send would refuse', () => {
 
   it('the same job without that message goes out, replies threaded and the configuration set carried', async () => {
     const s = worlds.bulk.dedicated;
-    const messages = [
-      ...messagesTo(3, 'mixed-job'),
-      { to: 'parent@remote.test', text: 'following up', headers: { 'In-Reply-To': s.parent.rfcMessageId } },
-    ];
+    const messages = [...messagesTo(3, 'mixed-job'), { to: 'parent@remote.test', text: 'following up', headers: { 'In-Reply-To': s.parent.rfcMessageId } }];
     const r = await createJob(t, s.account.apiKey, { messages, batch_size: 2, cool_off_seconds: 0 });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     await waitForJob(t, s.account.apiKey, r.body.id, ['completed']);

@@ -81,7 +81,9 @@ afterAll(async () => {
 });
 
 async function topUp(accountId: string, usd: number) {
-  await t.db.$transaction((tx) => postEntries(t.svc, tx, accountId, [{ type: 'topup', amountMicros: BigInt(usd) * 1_000_000n, idempotencyKey: `test-topup:${randomUUID()}` }]));
+  await t.db.$transaction((tx) =>
+    postEntries(t.svc, tx, accountId, [{ type: 'topup', amountMicros: BigInt(usd) * 1_000_000n, idempotencyKey: `test-topup:${randomUUID()}` }]),
+  );
 }
 
 /** Sends `n` single-recipient messages and waits until the stand-in MX has each; returns what it saw. */
@@ -168,7 +170,7 @@ describe('a live dedicated IP', () => {
     expect(taken.body.error.code).toBe('sending_ip_unavailable');
   });
 
-  it("warm-up day 1 (cap 2): two messages leave from 127.0.0.2 with its HELO name, the third through the shared address; every one carries the configuration set", async () => {
+  it('warm-up day 1 (cap 2): two messages leave from 127.0.0.2 with its HELO name, the third through the shared address; every one carries the configuration set', async () => {
     const seen = await sendEach(a, 3, 'day1');
     expect({ dedicated: fromDedicated(seen), shared: fromShared(seen) }).toEqual({ dedicated: 2, shared: 1 });
     for (const s of seen) expect(s.raw).toMatch(new RegExp(`^X-Boxes-Configuration-Set: dedicated-${a.accountId}\\r?$`, 'm'));
@@ -247,11 +249,19 @@ describe('a simulated dedicated IP', () => {
     const s = await signupAccount(t, 'ip-sim@example.com');
     const r = await rest(t, 'POST', '/account/sending-ip', { key: s.apiKey, body: { mode: 'simulated' } });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.body).toMatchObject({ status: 'warming', provisioning_mode: 'simulated', phase: 'simulated', monthly_price_usd: '0', configuration_set: `dedicated-${s.accountId}` });
+    expect(r.body).toMatchObject({
+      status: 'warming',
+      provisioning_mode: 'simulated',
+      phase: 'simulated',
+      monthly_price_usd: '0',
+      configuration_set: `dedicated-${s.accountId}`,
+    });
     expect(r.body.ip).toMatch(/^198\.51\.100\.\d+$/);
     expect(r.body.note).toContain('nothing is routed');
     expect(r.body.warmup.schedule.map((d: { daily_cap: number }) => d.daily_cap)).toEqual([2, 3]);
-    expect((await events(t, s.apiKey, 'account.sending_ip.provisioned')).map((e) => e.data)).toEqual([expect.objectContaining({ provisioning_mode: 'simulated', status: 'warming' })]);
+    expect((await events(t, s.apiKey, 'account.sending_ip.provisioned')).map((e) => e.data)).toEqual([
+      expect.objectContaining({ provisioning_mode: 'simulated', status: 'warming' }),
+    ]);
     expect(await t.db.ledgerEntry.count({ where: { accountId: s.accountId, type: 'dedicated_ip' } })).toBe(0);
 
     const seen = await sendEach(s, 3, 'sim');
@@ -278,7 +288,9 @@ describe('an address this machine cannot bind', () => {
     const t2 = await startTestServer({ env: { SENDING_IPS: '192.0.2.77=mail-x.ipfwd.test' } });
     try {
       const a = await signupAccount(t2, 'ip-unbindable@example.com');
-      await t2.db.$transaction((tx) => postEntries(t2.svc, tx, a.accountId, [{ type: 'topup', amountMicros: 30_000_000n, idempotencyKey: `test-topup:${randomUUID()}` }]));
+      await t2.db.$transaction((tx) =>
+        postEntries(t2.svc, tx, a.accountId, [{ type: 'topup', amountMicros: 30_000_000n, idempotencyKey: `test-topup:${randomUUID()}` }]),
+      );
       const r = await rest(t2, 'POST', '/account/sending-ip', { key: a.apiKey, body: { mode: 'live' } });
       expect(r.body).toMatchObject({ ip: '192.0.2.77', status: 'provisioning' });
       await expect(finishProvisioning(t2.svc, r.body.id)).rejects.toThrow(/cannot be bound/);

@@ -26,7 +26,9 @@ test('a fourth signup within the hour from one address is 429; a forged X-Forwar
   expect(over.headers.get('ratelimit')).toBeNull();
   // The same limit over tRPC (the SDK).
   const sdk = createBoxesClient({ baseUrl: t.url });
-  const err = await sdk.signup.create.mutate({ human_email: 'limit@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } }).catch((e: unknown) => e);
+  const err = await sdk.signup.create
+    .mutate({ human_email: 'limit@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } })
+    .catch((e: unknown) => e);
   expect(err).toBeInstanceOf(BoxesError);
   expect((err as BoxesError).status).toBe(429);
   expect(await t.db.signupIntent.count()).toBe(3);

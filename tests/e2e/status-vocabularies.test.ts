@@ -97,7 +97,9 @@ describe('status columns', () => {
 
   it('an update to an unknown status fails with a check violation', async () => {
     await rolledBack(async () => {
-      await client.query(`INSERT INTO accounts (id, human_email, primary_address, updated_at) VALUES ('acct_vocab', 'o@example.com', 'agent@example.com', now())`);
+      await client.query(
+        `INSERT INTO accounts (id, human_email, primary_address, updated_at) VALUES ('acct_vocab', 'o@example.com', 'agent@example.com', now())`,
+      );
       await client.query(
         `INSERT INTO messages (id, account_id, direction, status, rfc_message_id, provider_message_id, size_bytes)
          VALUES ('msg_vocab', 'acct_vocab', 'sent', 'queued', '<m@example.com>', 'msg_vocab', 1)`,

@@ -29,7 +29,13 @@ beforeAll(async () => {
   expect(intent.status, JSON.stringify(intent.body)).toBe(200);
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
   expect(done.status, JSON.stringify(done.body)).toBe(200);
-  a = { accountId: done.body.account_id, apiKey: done.body.api_key, keyId: done.body.key_id, primaryAddress: done.body.primary_address, domain: done.body.domain };
+  a = {
+    accountId: done.body.account_id,
+    apiKey: done.body.api_key,
+    keyId: done.body.key_id,
+    primaryAddress: done.body.primary_address,
+    domain: done.body.domain,
+  };
   [b, c, d] = [await signupAccount(t, 'owner-b@example.com'), await signupAccount(t, 'owner-c@example.com'), await signupAccount(t, 'owner-d@example.com')];
   await setCallback(t, b.apiKey, receiver.url('/b'));
 });
@@ -57,11 +63,20 @@ describe('support questions', () => {
   it('a question is asked, listed, read with its thread and replied to', async () => {
     const asked = await rest(t, 'POST', '/support/questions', {
       key: a.apiKey,
-      body: { subject: 'Bounces from example.org', body: 'Every message to example.org bounces with 5.7.1. What should I check?', context: { message_id: 'msg_123' } },
+      body: {
+        subject: 'Bounces from example.org',
+        body: 'Every message to example.org bounces with 5.7.1. What should I check?',
+        context: { message_id: 'msg_123' },
+      },
     });
     expect(asked.status, JSON.stringify(asked.body)).toBe(200);
     const q = asked.body;
-    expect(q).toMatchObject({ subject: 'Bounces from example.org', body: 'Every message to example.org bounces with 5.7.1. What should I check?', context: { message_id: 'msg_123' }, status: 'open' });
+    expect(q).toMatchObject({
+      subject: 'Bounces from example.org',
+      body: 'Every message to example.org bounces with 5.7.1. What should I check?',
+      context: { message_id: 'msg_123' },
+      status: 'open',
+    });
     expect(q.id).toMatch(/^sq_/);
     expect(q.messages).toHaveLength(1);
     expect(q.messages[0]).toMatchObject({ author: 'agent', body: q.body });
@@ -139,117 +154,147 @@ describe('feature requests', () => {
 const CLI_TEST_TIMEOUT = 60_000;
 
 describe('operators, through the CLI', () => {
-  it.concurrent('questions: the operator answers through the CLI: support.answered on GET /events and at the webhook; admin questions lists the open ones', async ({ expect }) => {
-    const qa = (await rest(t, 'POST', '/support/questions', { key: a.apiKey, body: { subject: 'DKIM for my domain', body: 'Is DKIM set up for me?' } })).body;
-    const qb = (await rest(t, 'POST', '/support/questions', { key: b.apiKey, body: { subject: 'Webhook retries', body: 'How often are webhooks retried?' } })).body;
+  it.concurrent(
+    'questions: the operator answers through the CLI: support.answered on GET /events and at the webhook; admin questions lists the open ones',
+    async ({ expect }) => {
+      const qa = (await rest(t, 'POST', '/support/questions', { key: a.apiKey, body: { subject: 'DKIM for my domain', body: 'Is DKIM set up for me?' } })).body;
+      const qb = (await rest(t, 'POST', '/support/questions', { key: b.apiKey, body: { subject: 'Webhook retries', body: 'How often are webhooks retried?' } }))
+        .body;
 
-    // (An answer to an unknown question fails with exit code 1 and says which; run alongside.)
-    const [open, unknown] = await Promise.all([
-      admin('questions'),
-      admin('answer', 'sq_doesnotexist', 'hello').then(
-        () => null,
-        (e: { code: number; stderr: string }) => e,
-      ),
-    ]);
-    expect(unknown?.code).toBe(1);
-    expect(unknown?.stderr).toContain('sq_doesnotexist');
-    for (const q of [qa, qb]) {
-      const line = open.split('\n').find((l) => l.startsWith(q.id));
-      expect(line, open).toBeDefined();
-      expect(line).toContain(q.subject);
-    }
-    expect(open).toContain('[agent] Is DKIM set up for me?');
+      // (An answer to an unknown question fails with exit code 1 and says which; run alongside.)
+      const [open, unknown] = await Promise.all([
+        admin('questions'),
+        admin('answer', 'sq_doesnotexist', 'hello').then(
+          () => null,
+          (e: { code: number; stderr: string }) => e,
+        ),
+      ]);
+      expect(unknown?.code).toBe(1);
+      expect(unknown?.stderr).toContain('sq_doesnotexist');
+      for (const q of [qa, qb]) {
+        const line = open.split('\n').find((l) => l.startsWith(q.id));
+        expect(line, open).toBeDefined();
+        expect(line).toContain(q.subject);
+      }
+      expect(open).toContain('[agent] Is DKIM set up for me?');
 
-    // Both answered at once (two operator processes).
-    const [outA, outB] = await Promise.all([admin('answer', qa.id, 'Yes:', 'the DKIM key is published for your subdomain.'), admin('answer', qb.id, 'With exponential backoff for about a day.')]);
-    expect(outA).toContain(`answered ${qa.id}`);
-    expect(outB).toContain(`answered ${qb.id}`);
+      // Both answered at once (two operator processes).
+      const [outA, outB] = await Promise.all([
+        admin('answer', qa.id, 'Yes:', 'the DKIM key is published for your subdomain.'),
+        admin('answer', qb.id, 'With exponential backoff for about a day.'),
+      ]);
+      expect(outA).toContain(`answered ${qa.id}`);
+      expect(outB).toContain(`answered ${qb.id}`);
 
-    const thread = (await rest(t, 'GET', `/support/questions/${qa.id}`, { key: a.apiKey })).body;
-    expect(thread.status).toBe('answered');
-    expect(thread.messages.at(-1)).toMatchObject({ author: 'operator', body: 'Yes: the DKIM key is published for your subdomain.' });
+      const thread = (await rest(t, 'GET', `/support/questions/${qa.id}`, { key: a.apiKey })).body;
+      expect(thread.status).toBe('answered');
+      expect(thread.messages.at(-1)).toMatchObject({ author: 'operator', body: 'Yes: the DKIM key is published for your subdomain.' });
 
-    const answered = await eventsOf(a, 'support.answered');
-    expect(answered).toHaveLength(1);
-    expect(answered[0]!.data).toMatchObject({ question_id: qa.id, subject: qa.subject, answer: 'Yes: the DKIM key is published for your subdomain.' });
-    const answeredB = await eventsOf(b, 'support.answered');
-    expect(answeredB.map((e) => e.data.question_id)).toEqual([qb.id]);
+      const answered = await eventsOf(a, 'support.answered');
+      expect(answered).toHaveLength(1);
+      expect(answered[0]!.data).toMatchObject({ question_id: qa.id, subject: qa.subject, answer: 'Yes: the DKIM key is published for your subdomain.' });
+      const answeredB = await eventsOf(b, 'support.answered');
+      expect(answeredB.map((e) => e.data.question_id)).toEqual([qb.id]);
 
-    // The account's webhook (set at signup) gets it, signed.
-    const delivered = await waitFor('support.answered at /a', () => receiver.at('/a').find((r) => r.event.type === 'support.answered' && r.event.data.question_id === qa.id));
-    expect(delivered.event.id).toBe(answered[0]!.id);
-    expect(verifyStripe(delivered, await signingSecret(t, a.apiKey)).type).toBe('support.answered');
-    // b's reaches the callback b set with PUT /account/callback-webhook, and only b's.
-    const atB = await waitFor('support.answered at /b', () => receiver.at('/b').find((r) => r.event.type === 'support.answered' && r.event.data.question_id === qb.id));
-    expect(atB.event.id).toBe(answeredB[0]!.id);
-    expect(verifyStripe(atB, await signingSecret(t, b.apiKey)).type).toBe('support.answered');
-    expect(receiver.at('/b').some((r) => r.event.data?.question_id === qa.id)).toBe(false);
-    expect(receiver.at('/a').some((r) => r.event.data?.question_id === qb.id)).toBe(false);
+      // The account's webhook (set at signup) gets it, signed.
+      const delivered = await waitFor('support.answered at /a', () =>
+        receiver.at('/a').find((r) => r.event.type === 'support.answered' && r.event.data.question_id === qa.id),
+      );
+      expect(delivered.event.id).toBe(answered[0]!.id);
+      expect(verifyStripe(delivered, await signingSecret(t, a.apiKey)).type).toBe('support.answered');
+      // b's reaches the callback b set with PUT /account/callback-webhook, and only b's.
+      const atB = await waitFor('support.answered at /b', () =>
+        receiver.at('/b').find((r) => r.event.type === 'support.answered' && r.event.data.question_id === qb.id),
+      );
+      expect(atB.event.id).toBe(answeredB[0]!.id);
+      expect(verifyStripe(atB, await signingSecret(t, b.apiKey)).type).toBe('support.answered');
+      expect(receiver.at('/b').some((r) => r.event.data?.question_id === qa.id)).toBe(false);
+      expect(receiver.at('/a').some((r) => r.event.data?.question_id === qb.id)).toBe(false);
 
-    // A follow-up reopens a's question for the operators; b's answered one is no longer listed.
-    const followUp = await rest(t, 'POST', `/support/questions/${qa.id}/replies`, { key: a.apiKey, body: { body: 'And DMARC?' } });
-    expect(followUp.body.status).toBe('open');
-    const reopened = await admin('questions');
-    expect(reopened).toContain(qa.id);
-    expect(reopened).toContain('[agent] And DMARC?');
-    expect(reopened).not.toContain(qb.id);
-  }, CLI_TEST_TIMEOUT);
+      // A follow-up reopens a's question for the operators; b's answered one is no longer listed.
+      const followUp = await rest(t, 'POST', `/support/questions/${qa.id}/replies`, { key: a.apiKey, body: { body: 'And DMARC?' } });
+      expect(followUp.body.status).toBe('open');
+      const reopened = await admin('questions');
+      expect(reopened).toContain(qa.id);
+      expect(reopened).toContain('[agent] And DMARC?');
+      expect(reopened).not.toContain(qb.id);
+    },
+    CLI_TEST_TIMEOUT,
+  );
 
-  it.concurrent('feature requests: one upvote per account, counted across accounts; admin ship tells the requester and every voter', async ({ expect }) => {
-    const created = await rest(t, 'POST', '/feature-requests', {
-      key: a.apiKey,
-      body: { title: 'Scheduled sends', description: 'Let me give send_at so a message goes out later.' },
-    });
-    expect(created.status, JSON.stringify(created.body)).toBe(200);
-    const fr = created.body;
-    expect(fr).toMatchObject({ title: 'Scheduled sends', status: 'open', votes: 0, voted: false, mine: true, shipped_at: null });
-    expect(fr.id).toMatch(/^fr_/);
+  it.concurrent(
+    'feature requests: one upvote per account, counted across accounts; admin ship tells the requester and every voter',
+    async ({ expect }) => {
+      const created = await rest(t, 'POST', '/feature-requests', {
+        key: a.apiKey,
+        body: { title: 'Scheduled sends', description: 'Let me give send_at so a message goes out later.' },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(200);
+      const fr = created.body;
+      expect(fr).toMatchObject({ title: 'Scheduled sends', status: 'open', votes: 0, voted: false, mine: true, shipped_at: null });
+      expect(fr.id).toMatch(/^fr_/);
 
-    const byB = await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: b.apiKey });
-    expect(byB.status, JSON.stringify(byB.body)).toBe(200);
-    expect(byB.body).toMatchObject({ votes: 1, voted: true, mine: false });
-    const twice = await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: b.apiKey });
-    expect(twice.status).toBe(409);
-    expect(twice.body.error.code).toBe('already_voted');
-    expect((await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: c.apiKey })).body.votes).toBe(2);
-    // The requester may vote for its own request, once.
-    expect((await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: a.apiKey })).body.votes).toBe(3);
-    expect((await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: a.apiKey })).status).toBe(409);
-    expect((await rest(t, 'POST', '/feature-requests/fr_doesnotexist/vote', { key: a.apiKey })).status).toBe(404);
+      const byB = await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: b.apiKey });
+      expect(byB.status, JSON.stringify(byB.body)).toBe(200);
+      expect(byB.body).toMatchObject({ votes: 1, voted: true, mine: false });
+      const twice = await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: b.apiKey });
+      expect(twice.status).toBe(409);
+      expect(twice.body.error.code).toBe('already_voted');
+      expect((await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: c.apiKey })).body.votes).toBe(2);
+      // The requester may vote for its own request, once.
+      expect((await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: a.apiKey })).body.votes).toBe(3);
+      expect((await rest(t, 'POST', `/feature-requests/${fr.id}/vote`, { key: a.apiKey })).status).toBe(409);
+      expect((await rest(t, 'POST', '/feature-requests/fr_doesnotexist/vote', { key: a.apiKey })).status).toBe(404);
 
-    // The board is shared: d (no vote) sees the count and that it has not voted.
-    const asD = await rest(t, 'GET', `/feature-requests/${fr.id}`, { key: d.apiKey });
-    expect(asD.body).toMatchObject({ votes: 3, voted: false, mine: false });
-    const board = await rest(t, 'GET', '/feature-requests', { key: c.apiKey });
-    expect(board.body.feature_requests.find((x: any) => x.id === fr.id)).toMatchObject({ votes: 3, voted: true, mine: false });
+      // The board is shared: d (no vote) sees the count and that it has not voted.
+      const asD = await rest(t, 'GET', `/feature-requests/${fr.id}`, { key: d.apiKey });
+      expect(asD.body).toMatchObject({ votes: 3, voted: false, mine: false });
+      const board = await rest(t, 'GET', '/feature-requests', { key: c.apiKey });
+      expect(board.body.feature_requests.find((x: any) => x.id === fr.id)).toMatchObject({ votes: 3, voted: true, mine: false });
 
-    const features = await admin('features');
-    expect(features.split('\n').find((l) => l.startsWith(fr.id))).toMatch(/votes 3\s+Scheduled sends/);
+      const features = await admin('features');
+      expect(features.split('\n').find((l) => l.startsWith(fr.id))).toMatch(/votes 3\s+Scheduled sends/);
 
-    const shipped = await admin('ship', fr.id, 'Use', 'send_at', 'on', 'POST /messages/send.');
-    expect(shipped).toContain(`shipped ${fr.id}; feature_request.shipped sent to 3 account(s)`);
+      const shipped = await admin('ship', fr.id, 'Use', 'send_at', 'on', 'POST /messages/send.');
+      expect(shipped).toContain(`shipped ${fr.id}; feature_request.shipped sent to 3 account(s)`);
 
-    // Exactly one event each for the requester (who also voted) and the voters; none for d.
-    for (const [acct, mine] of [[a, true], [b, false], [c, false]] as const) {
-      const evs = await eventsOf(acct, 'feature_request.shipped');
-      expect(evs, acct.accountId).toHaveLength(1);
-      expect(evs[0]!.data).toMatchObject({ feature_request_id: fr.id, title: 'Scheduled sends', note: 'Use send_at on POST /messages/send.', requested_by_you: mine });
-    }
-    expect(await eventsOf(d, 'feature_request.shipped')).toHaveLength(0);
-    const now = (await rest(t, 'GET', `/feature-requests/${fr.id}`, { key: a.apiKey })).body;
-    expect(now.status).toBe('shipped');
-    expect(Date.parse(now.shipped_at)).not.toBeNaN();
+      // Exactly one event each for the requester (who also voted) and the voters; none for d.
+      for (const [acct, mine] of [
+        [a, true],
+        [b, false],
+        [c, false],
+      ] as const) {
+        const evs = await eventsOf(acct, 'feature_request.shipped');
+        expect(evs, acct.accountId).toHaveLength(1);
+        expect(evs[0]!.data).toMatchObject({
+          feature_request_id: fr.id,
+          title: 'Scheduled sends',
+          note: 'Use send_at on POST /messages/send.',
+          requested_by_you: mine,
+        });
+      }
+      expect(await eventsOf(d, 'feature_request.shipped')).toHaveLength(0);
+      const now = (await rest(t, 'GET', `/feature-requests/${fr.id}`, { key: a.apiKey })).body;
+      expect(now.status).toBe('shipped');
+      expect(Date.parse(now.shipped_at)).not.toBeNaN();
 
-    // Pushed to the webhooks of a and b.
-    for (const [p, acct] of [['/a', a], ['/b', b]] as const) {
-      const r = await waitFor(`feature_request.shipped at ${p}`, () => receiver.at(p).find((x) => x.event.type === 'feature_request.shipped' && x.event.data.feature_request_id === fr.id));
-      expect(verifyStripe(r, await signingSecret(t, acct.apiKey)).type).toBe('feature_request.shipped');
-    }
+      // Pushed to the webhooks of a and b.
+      for (const [p, acct] of [
+        ['/a', a],
+        ['/b', b],
+      ] as const) {
+        const r = await waitFor(`feature_request.shipped at ${p}`, () =>
+          receiver.at(p).find((x) => x.event.type === 'feature_request.shipped' && x.event.data.feature_request_id === fr.id),
+        );
+        expect(verifyStripe(r, await signingSecret(t, acct.apiKey)).type).toBe('feature_request.shipped');
+      }
 
-    // Shipping again tells nobody again; the open list no longer has it.
-    const [again, open] = await Promise.all([admin('ship', fr.id), admin('features')]);
-    expect(again).toContain('sent to 0 account(s)');
-    expect(open).not.toContain(fr.id);
-    expect(await eventsOf(b, 'feature_request.shipped')).toHaveLength(1);
-  }, CLI_TEST_TIMEOUT);
+      // Shipping again tells nobody again; the open list no longer has it.
+      const [again, open] = await Promise.all([admin('ship', fr.id), admin('features')]);
+      expect(again).toContain('sent to 0 account(s)');
+      expect(open).not.toContain(fr.id);
+      expect(await eventsOf(b, 'feature_request.shipped')).toHaveLength(1);
+    },
+    CLI_TEST_TIMEOUT,
+  );
 });

@@ -33,11 +33,15 @@ afterAll(async () => {
 
 /** The received copy of a message (by its Message-ID) in an account, once mail.received announced it. */
 async function receivedIn(account: TestAccount, rfcMessageId: string): Promise<any> {
-  const ev = await waitFor(async () => (await events(t, account.apiKey, 'mail.received')).find((e) => e.data.message.rfc_message_id === rfcMessageId), `${rfcMessageId} to reach ${account.primaryAddress}`);
+  const ev = await waitFor(
+    async () => (await events(t, account.apiKey, 'mail.received')).find((e) => e.data.message.rfc_message_id === rfcMessageId),
+    `${rfcMessageId} to reach ${account.primaryAddress}`,
+  );
   return getMessage(t, account.apiKey, ev.data.message.id);
 }
 
-const addrs = (v: AddressObject | AddressObject[] | undefined) => (Array.isArray(v) ? v : v ? [v] : []).flatMap((x) => x.value.map((e) => e.address?.toLowerCase()));
+const addrs = (v: AddressObject | AddressObject[] | undefined) =>
+  (Array.isArray(v) ? v : v ? [v] : []).flatMap((x) => x.value.map((e) => e.address?.toLowerCase()));
 
 describe('threads between two accounts of this instance', () => {
   it('replies both ways join one thread on each side; the context echo keeps working; GET /threads and GET /threads/{id}', async () => {
@@ -97,7 +101,8 @@ describe('threads between two accounts of this instance', () => {
     expect(one.body.messages[1].body.text).toContain('Here they are.');
     // The same message fields as GET /messages/{id} (the retention due date included).
     const alone = await getMessage(t, a.apiKey, r1AtA.id);
-    for (const f of ['thread_id', 'subject', 'from', 'to', 'context', 'body_reclaim_due_at_utc', 'recorded_at'] as const) expect(one.body.messages[1][f], f).toEqual(alone[f]);
+    for (const f of ['thread_id', 'subject', 'from', 'to', 'context', 'body_reclaim_due_at_utc', 'recorded_at'] as const)
+      expect(one.body.messages[1][f], f).toEqual(alone[f]);
     expect(alone.body_reclaim_due_at_utc).not.toBeNull();
     expect(one.body.next_cursor).toBeNull();
 
@@ -131,7 +136,11 @@ describe('threads between two accounts of this instance', () => {
     const copy = await receivedIn(a, s.body.rfc_message_id);
     expect(copy.thread_id).toBe(s.body.thread_id);
     const mid = `<both-${unique()}@remote.test>`;
-    await sendRaw(t.smtpPort!, { from: 'gina@remote.test', to: [a.primaryAddress, desk.body.address] }, crlf([`From: gina@remote.test`, `To: ${a.primaryAddress}, ${desk.body.address}`, 'Subject: Both', `Message-ID: ${mid}`, '', 'x', ''].join('\n')));
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'gina@remote.test', to: [a.primaryAddress, desk.body.address] },
+      crlf([`From: gina@remote.test`, `To: ${a.primaryAddress}, ${desk.body.address}`, 'Subject: Both', `Message-ID: ${mid}`, '', 'x', ''].join('\n')),
+    );
     await waitFor(async () => (await events(t, a.apiKey, 'mail.received')).filter((e) => e.data.message.rfc_message_id === mid).length === 2, 'both copies');
     const copies = (await events(t, a.apiKey, 'mail.received')).filter((e) => e.data.message.rfc_message_id === mid);
     expect(copies[0]!.data.message.thread_id).toBe(copies[1]!.data.message.thread_id);
@@ -145,7 +154,10 @@ describe('threads between two accounts of this instance', () => {
     const s = await send(t, a.apiKey, { from: box.body.address, to: `lead-${unique()}@remote.test`, subject: 'Offer', text: 'x' });
     const byBox = await rest(t, 'GET', `/threads?box=${encodeURIComponent(box.body.address)}`, { key: a.apiKey });
     expect(byBox.body.threads.map((x: any) => x.id)).toEqual([s.body.thread_id]);
-    const key = await rest(t, 'POST', '/account/keys', { key: a.apiKey, body: { label: 'sales', scopes: ['receive', 'send'], allowed_boxes: [box.body.address] } });
+    const key = await rest(t, 'POST', '/account/keys', {
+      key: a.apiKey,
+      body: { label: 'sales', scopes: ['receive', 'send'], allowed_boxes: [box.body.address] },
+    });
     const seen = await rest(t, 'GET', '/threads', { key: key.body.api_key });
     expect(seen.body.threads.map((x: any) => x.id)).toEqual([s.body.thread_id]);
     const all = await rest(t, 'GET', '/threads?limit=200', { key: a.apiKey });
@@ -166,8 +178,10 @@ describe('GET /threads paging over many messages', () => {
       via: 'smtp',
     });
     // 1,500 more messages cloned from it: 310 threads, 7 messages to a timestamp (ties), spread over both boxes.
-    const cols = (await t.db.$queryRaw<{ column_name: string }[]>`
-      SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' AND table_schema = current_schema()`).map((c) => c.column_name);
+    const cols = (
+      await t.db.$queryRaw<{ column_name: string }[]>`
+      SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' AND table_schema = current_schema()`
+    ).map((c) => c.column_name);
     const set: Record<string, string> = {
       id: `'msg_paging' || g`,
       thread_id: `'thr_' || lpad(((g * 7919) % 310)::text, 20, '0')`,
@@ -198,7 +212,10 @@ describe('GET /threads paging over many messages', () => {
           seen.push(...r.body.threads);
           cursor = r.body.next_cursor;
         } while (cursor && seen.length <= reference.length);
-        expect(seen.map((x) => x.id), `limit ${limit}, box ${box}`).toEqual(reference.map((x) => x.thread_id));
+        expect(
+          seen.map((x) => x.id),
+          `limit ${limit}, box ${box}`,
+        ).toEqual(reference.map((x) => x.thread_id));
         expect(seen.map((x) => [x.last_activity_at, x.message_count, x.sent_count])).toEqual(reference.map((x) => [x.last.toISOString(), x.n, x.sent]));
       }
     }
@@ -266,7 +283,19 @@ describe('threads and replies with an outside client', () => {
     await sendRaw(
       t.smtpPort!,
       { from: outsider, to: [a.primaryAddress] },
-      crlf([`From: ${outsider}`, `To: ${a.primaryAddress}`, 'Subject: Re: Contract draft', `Message-ID: ${answerId}`, `In-Reply-To: ${reply.body.rfc_message_id}`, `References: ${root} ${mid} ${reply.body.rfc_message_id}`, '', 'Signed.', ''].join('\n')),
+      crlf(
+        [
+          `From: ${outsider}`,
+          `To: ${a.primaryAddress}`,
+          'Subject: Re: Contract draft',
+          `Message-ID: ${answerId}`,
+          `In-Reply-To: ${reply.body.rfc_message_id}`,
+          `References: ${root} ${mid} ${reply.body.rfc_message_id}`,
+          '',
+          'Signed.',
+          '',
+        ].join('\n'),
+      ),
     );
     const answer = await receivedIn(a, answerId);
     expect(answer.thread_id).toBe(inbound.thread_id);
@@ -281,10 +310,20 @@ describe('threads and replies with an outside client', () => {
   it('a mail client answering through SMTP submission joins the thread too', async () => {
     const outsider = `frank-${unique()}@remote.test`;
     const mid = `<q-${unique()}@remote.test>`;
-    await sendRaw(t.smtpPort!, { from: outsider, to: [a.primaryAddress] }, crlf([`From: ${outsider}`, `To: ${a.primaryAddress}`, 'Subject: Question', `Message-ID: ${mid}`, '', 'Any news?', ''].join('\n')));
+    await sendRaw(
+      t.smtpPort!,
+      { from: outsider, to: [a.primaryAddress] },
+      crlf([`From: ${outsider}`, `To: ${a.primaryAddress}`, 'Subject: Question', `Message-ID: ${mid}`, '', 'Any news?', ''].join('\n')),
+    );
     const inbound = await receivedIn(a, mid);
     const password = (await rest(t, 'POST', '/account/app-passwords', { key: a.apiKey, body: { label: 'laptop' } })).body.password as string;
-    const mailer = nodemailer.createTransport({ host: '127.0.0.1', port: t.submissionPort!, secure: true, tls: { rejectUnauthorized: false }, auth: { user: a.primaryAddress, pass: password } });
+    const mailer = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: t.submissionPort!,
+      secure: true,
+      tls: { rejectUnauthorized: false },
+      auth: { user: a.primaryAddress, pass: password },
+    });
     try {
       await mailer.sendMail({ from: a.primaryAddress, to: outsider, subject: 'Re: Question', text: 'Soon.', headers: { 'in-reply-to': mid, references: mid } });
     } finally {
@@ -309,13 +348,19 @@ describe('threads and replies with an outside client', () => {
     const unknown = await rest(t, 'POST', `/messages/${s.body.message_id}/reply`, { key: a.apiKey, body: { text: 'y', nonsense: 1 } });
     expect(unknown.status).toBe(400);
     // A follow-up to our own sent message goes to its recipients, subject not stacked.
-    const follow = await rest(t, 'POST', `/messages/${s.body.message_id}/reply`, { key: a.apiKey, body: { text: 'Following up', idempotency_key: `f-${s.body.message_id}` } });
+    const follow = await rest(t, 'POST', `/messages/${s.body.message_id}/reply`, {
+      key: a.apiKey,
+      body: { text: 'Following up', idempotency_key: `f-${s.body.message_id}` },
+    });
     expect(follow.status, JSON.stringify(follow.body)).toBe(200);
     expect(follow.body.thread_id).toBe(s.body.thread_id);
     const m = await getMessage(t, a.apiKey, follow.body.message_id);
     expect(m.subject).toBe('Re: already');
     expect(m.to).toEqual(s.body.recipients);
-    const again = await rest(t, 'POST', `/messages/${s.body.message_id}/reply`, { key: a.apiKey, body: { text: 'Following up', idempotency_key: `f-${s.body.message_id}` } });
+    const again = await rest(t, 'POST', `/messages/${s.body.message_id}/reply`, {
+      key: a.apiKey,
+      body: { text: 'Following up', idempotency_key: `f-${s.body.message_id}` },
+    });
     expect(again.body).toMatchObject({ message_id: follow.body.message_id, idempotent_replay: true });
   });
 });

@@ -36,7 +36,10 @@ const senderKey = rsaKey();
 const listKey = rsaKey();
 
 async function signed(raw: string): Promise<string> {
-  const r = await dkimSign(raw, { canonicalization: 'relaxed/relaxed', signatureData: [{ signingDomain: SENDER, selector: 's1', privateKey: senderKey.privateKey }] } as Parameters<typeof dkimSign>[1]);
+  const r = await dkimSign(raw, {
+    canonicalization: 'relaxed/relaxed',
+    signatureData: [{ signingDomain: SENDER, selector: 's1', privateKey: senderKey.privateKey }],
+  } as Parameters<typeof dkimSign>[1]);
   expect(r.errors ?? []).toEqual([]);
   expect(r.signatures).toContain('DKIM-Signature');
   return r.signatures + raw;
@@ -78,7 +81,12 @@ afterAll(async () => {
 describe('inbound with real signatures', () => {
   it('a message signed with a published key passes: DKIM aligned, DMARC pass under p=reject, sender_verified', async () => {
     const subject = `signed ${stamp}`;
-    const raw = await signed(rawMessage({ From: `Boss <boss@${SENDER}>`, To: inbox.primaryAddress, Subject: subject, 'Message-ID': `<signed-${stamp}@${SENDER}>` }, 'Please wire the money.'));
+    const raw = await signed(
+      rawMessage(
+        { From: `Boss <boss@${SENDER}>`, To: inbox.primaryAddress, Subject: subject, 'Message-ID': `<signed-${stamp}@${SENDER}>` },
+        'Please wire the money.',
+      ),
+    );
     await sendRaw(t.smtpPort!, { from: `boss@${SENDER}`, to: [inbox.primaryAddress] }, raw);
     const { listed, one } = await receivedBySubject(subject);
     for (const m of [listed, one]) {
@@ -114,21 +122,45 @@ describe('inbound with real signatures', () => {
 
   it('an unsigned message claiming a p=reject domain fails DMARC', async () => {
     const subject = `forged ${stamp}`;
-    await sendRaw(t.smtpPort!, { from: `boss@${SENDER}`, to: [inbox.primaryAddress] }, rawMessage({ From: `Boss <boss@${SENDER}>`, To: inbox.primaryAddress, Subject: subject }, 'It is me, really.'));
+    await sendRaw(
+      t.smtpPort!,
+      { from: `boss@${SENDER}`, to: [inbox.primaryAddress] },
+      rawMessage({ From: `Boss <boss@${SENDER}>`, To: inbox.primaryAddress, Subject: subject }, 'It is me, really.'),
+    );
     const { one } = await receivedBySubject(subject);
-    expect(one.authentication).toMatchObject({ sender_verified: false, dkim: [], spf: { result: 'fail' }, dmarc: { result: 'fail', policy: 'reject', from_domain: SENDER } });
+    expect(one.authentication).toMatchObject({
+      sender_verified: false,
+      dkim: [],
+      spf: { result: 'fail' },
+      dmarc: { result: 'fail', policy: 'reject', from_domain: SENDER },
+    });
   });
 
   it('a list that changed the message and sealed it with ARC: the seal passes, the broken signature is not taken as verified', async () => {
     const subject = `original ${stamp}`;
-    const original = await signed(rawMessage({ From: `Boss <boss@${SENDER}>`, To: `team@${LIST}`, Subject: subject, 'Message-ID': `<arc-${stamp}@${SENDER}>` }, 'Meeting moved to 3pm.'));
+    const original = await signed(
+      rawMessage({ From: `Boss <boss@${SENDER}>`, To: `team@${LIST}`, Subject: subject, 'Message-ID': `<arc-${stamp}@${SENDER}>` }, 'Meeting moved to 3pm.'),
+    );
     // The list verifies what it received, then tags the subject (breaking DKIM) and seals the result.
-    const seen = await authenticate(original, { resolver: standInResolver(), ip: '127.0.0.1', helo: `mx.${SENDER}`, sender: `boss@${SENDER}`, mta: `mx.${LIST}`, disableBimi: true });
+    const seen = await authenticate(original, {
+      resolver: standInResolver(),
+      ip: '127.0.0.1',
+      helo: `mx.${SENDER}`,
+      sender: `boss@${SENDER}`,
+      mta: `mx.${LIST}`,
+      disableBimi: true,
+    });
     expect(seen.dkim.results[0]!.status.result).toBe('pass');
     const listed = original.replace(`Subject: ${subject}`, `Subject: [team] ${subject}`);
     const authResults = seen.arc && 'authResults' in seen.arc ? String((seen.arc as { authResults: string }).authResults) : '';
     expect(authResults).toContain('dkim=pass');
-    const seal = await sealMessage(listed, { signingDomain: LIST, selector: 'arc', privateKey: listKey.privateKey, authResults: authResults.replace(/^[^;]*;\s*/, ''), cv: 'none' });
+    const seal = await sealMessage(listed, {
+      signingDomain: LIST,
+      selector: 'arc',
+      privateKey: listKey.privateKey,
+      authResults: authResults.replace(/^[^;]*;\s*/, ''),
+      cv: 'none',
+    });
     expect(seal.length).toBeGreaterThan(0);
     await sendRaw(t.smtpPort!, { from: `team-bounces@${LIST}`, to: [inbox.primaryAddress] }, Buffer.concat([seal, Buffer.from(crlf(listed))]));
     const { one } = await receivedBySubject(`[team] ${subject}`);
@@ -158,7 +190,12 @@ describe('inbound with real signatures', () => {
   it('an Authentication-Results header forged in our name is removed from the stored copy', async () => {
     const subject = `forged results ${stamp}`;
     const raw = rawMessage(
-      { 'Authentication-Results': `${t.config.mailHost}; dkim=pass header.d=${SENDER}; dmarc=pass`, From: `boss@${SENDER}`, To: inbox.primaryAddress, Subject: subject },
+      {
+        'Authentication-Results': `${t.config.mailHost}; dkim=pass header.d=${SENDER}; dmarc=pass`,
+        From: `boss@${SENDER}`,
+        To: inbox.primaryAddress,
+        Subject: subject,
+      },
       'trust me',
     );
     await sendRaw(t.smtpPort!, { from: `boss@${SENDER}`, to: [inbox.primaryAddress] }, raw);
@@ -196,7 +233,11 @@ describe('extracted_text', () => {
   for (const [client, { text, expected }] of Object.entries(replies)) {
     it(`keeps only the new text of a ${client} reply`, async () => {
       const subject = `Re: question (${client}) ${stamp}`;
-      await sendRaw(t.smtpPort!, { from: `someone@${LIST}`, to: [inbox.primaryAddress] }, rawMessage({ From: `someone@${LIST}`, To: inbox.primaryAddress, Subject: subject }, crlf(text)));
+      await sendRaw(
+        t.smtpPort!,
+        { from: `someone@${LIST}`, to: [inbox.primaryAddress] },
+        rawMessage({ From: `someone@${LIST}`, To: inbox.primaryAddress, Subject: subject }, crlf(text)),
+      );
       const { listed, one } = await receivedBySubject(subject);
       expect(one.body.extracted_text).toBe(expected);
       expect(listed.body.extracted_text).toBe(expected);

@@ -46,7 +46,7 @@ async function boxOf(a: TestAccount) {
 }
 
 const policy = async (a: TestAccount, boxId: string) => (await rest(t, 'GET', `/boxes/${boxId}/policy`, { key: a.apiKey })).body;
-const stored = async (a: TestAccount) => (await t.db.message.count({ where: { accountId: a.accountId, direction: 'received' } }));
+const stored = async (a: TestAccount) => await t.db.message.count({ where: { accountId: a.accountId, direction: 'received' } });
 
 async function addEntry(a: TestAccount, body: Record<string, unknown>) {
   const r = await rest(t, 'POST', '/lists', { key: a.apiKey, body });
@@ -103,7 +103,16 @@ describe('lists', () => {
     const a = await signupAccount(t);
     const box = await boxOf(a);
     await addEntry(a, { list: 'block', value: 'fraud@phish.example', box: box.id });
-    const r = await swaks(t.smtpPort!, ['--from', 'bounces@esp.example', '--to', box.address, '--header', 'From: CEO <fraud@phish.example>', '--header', 'Subject: urgent']);
+    const r = await swaks(t.smtpPort!, [
+      '--from',
+      'bounces@esp.example',
+      '--to',
+      box.address,
+      '--header',
+      'From: CEO <fraud@phish.example>',
+      '--header',
+      'Subject: urgent',
+    ]);
     expect(r.code).not.toBe(0);
     expect(r.out).toMatch(/<\*\* +550 5\.7\.1 .*fraud@phish\.example.*block list/);
     expect(r.out).toContain('354');
@@ -131,7 +140,11 @@ describe('lists', () => {
     expect(partner.code, partner.out).toBe(0);
     await waitForReceived(t, a.apiKey, 'hello partner');
     // One transaction for two boxes: the open box stores it, the allow-list box refuses and counts it.
-    const both = await sendRaw(t.smtpPort!, { from: 'x@stranger.example', to: [box.address, other.address] }, rawMessage({ From: 'x@stranger.example', To: box.address, Subject: 'to both' }, 'hi'));
+    const both = await sendRaw(
+      t.smtpPort!,
+      { from: 'x@stranger.example', to: [box.address, other.address] },
+      rawMessage({ From: 'x@stranger.example', To: box.address, Subject: 'to both' }, 'hi'),
+    );
     expect(both.accepted.sort()).toEqual([box.address, other.address].sort());
     const got = await waitForReceived(t, a.apiKey, 'to both');
     expect(got.box_id).toBe(other.id);
@@ -161,7 +174,10 @@ describe('lists', () => {
     const b = await signupAccount(t);
     const aBox = await boxOf(a);
     await addEntry(a, { list: 'block', value: 'competitor.example', direction: 'send' });
-    const r = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: ['ok@partner.example', 'ceo@competitor.example'], subject: 'leak', text: 'x' } });
+    const r = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: { to: ['ok@partner.example', 'ceo@competitor.example'], subject: 'leak', text: 'x' },
+    });
     expect(r.status).toBe(403);
     expect(r.body.error).toMatchObject({ code: 'recipient_blocked', blocked: ['ceo@competitor.example'] });
     expect(await t.db.message.count({ where: { accountId: a.accountId, direction: 'sent' } })).toBe(0);
@@ -169,9 +185,15 @@ describe('lists', () => {
     await addEntry(a, { list: 'block', value: 'inbound-only.example', direction: 'receive' });
     const spare = (await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'spare' } })).body;
     await addEntry(a, { list: 'block', value: 'x@other.example', direction: 'send', box: spare.id });
-    const fine = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: ['y@inbound-only.example', 'x@other.example'], subject: 'fine', text: 'x' } });
+    const fine = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: { to: ['y@inbound-only.example', 'x@other.example'], subject: 'fine', text: 'x' },
+    });
     expect(fine.status, JSON.stringify(fine.body)).toBe(200);
-    const fromSpare = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { from: spare.address, to: 'x@other.example', subject: 'no', text: 'x' } });
+    const fromSpare = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: { from: spare.address, to: 'x@other.example', subject: 'no', text: 'x' },
+    });
     expect(fromSpare.status).toBe(403);
     // B blocks A's domain: A's local delivery bounces with the 550, B stores nothing and counts it.
     const bBox = await boxOf(b);
@@ -206,7 +228,9 @@ describe('the same routes through the SDK (tRPC) and MCP', () => {
     expect(err).toBeInstanceOf(BoxesError);
     expect((err as BoxesError).code).toBe('not_found');
     // A received message read through the SDK carries authentication too.
-    await swaks(t.smtpPort!, ['--from', 'someone@outside.example', '--to', box.address, '--header', 'Subject: via sdk']).then((r) => expect(r.out).toMatch(/allow list/));
+    await swaks(t.smtpPort!, ['--from', 'someone@outside.example', '--to', box.address, '--header', 'Subject: via sdk']).then((r) =>
+      expect(r.out).toMatch(/allow list/),
+    );
     await client.lists.setPolicy.mutate({ id: box.id, receive_mode: 'open' });
     await swaks(t.smtpPort!, ['--from', 'someone@outside.example', '--to', box.address, '--header', 'Subject: via sdk']);
     await waitForReceived(t, a.apiKey, 'via sdk');

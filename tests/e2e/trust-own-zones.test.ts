@@ -72,7 +72,9 @@ it('the published key is what the signature is checked against: another key in t
 it('a pending delegated claim does not stand in for the real domain: its signed mail is checked against the outside DNS', async () => {
   const domain = `claimed-${Date.now().toString(36)}.test`;
   // Someone claims the name on this instance; the claim stays pending (the parent zone never names us).
-  const intent = await rest(t, 'POST', '/signup/agentic', { body: { human_email: 'claimer@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain } } });
+  const intent = await rest(t, 'POST', '/signup/agentic', {
+    body: { human_email: 'claimer@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain } },
+  });
   expect(intent.status, JSON.stringify(intent.body)).toBe(200);
   const done = await rest(t, 'POST', '/signup/agentic/confirm', { body: { intent_id: intent.body.intent_id } });
   expect(done.status, JSON.stringify(done.body)).toBe(200);
@@ -83,7 +85,10 @@ it('a pending delegated claim does not stand in for the real domain: its signed 
   dns.set(`_dmarc.${domain}`, 'TXT', ['v=DMARC1; p=reject']);
   const subject = `from the real owner ${Date.now()}`;
   const raw = rawMessage({ From: `ceo@${domain}`, To: b.primaryAddress, Subject: subject }, 'The real thing.');
-  const signed = await dkimSign(raw, { canonicalization: 'relaxed/relaxed', signatureData: [{ signingDomain: domain, selector: 's1', privateKey: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString() }] } as Parameters<typeof dkimSign>[1]);
+  const signed = await dkimSign(raw, {
+    canonicalization: 'relaxed/relaxed',
+    signatureData: [{ signingDomain: domain, selector: 's1', privateKey: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString() }],
+  } as Parameters<typeof dkimSign>[1]);
   await sendRaw(t.smtpPort!, { from: `ceo@${domain}`, to: [b.primaryAddress] }, signed.signatures + raw);
   const listed = await waitForReceived(t, b.apiKey, subject);
   const m = (await rest(t, 'GET', `/messages/${listed.id}`, { key: b.apiKey })).body;

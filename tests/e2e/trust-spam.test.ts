@@ -26,7 +26,11 @@ afterAll(async () => {
 describe('rspamd', () => {
   it('GTUBE is caught: stored with verdict spam (spam_action label, the default), in the message and mail.received', async () => {
     const a = await signupAccount(t);
-    await sendRaw(t.smtpPort!, { from: 'spammer@outside.example', to: [a.primaryAddress] }, rawMessage({ From: 'spammer@outside.example', To: a.primaryAddress, Subject: 'gtube labelled' }, GTUBE));
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'spammer@outside.example', to: [a.primaryAddress] },
+      rawMessage({ From: 'spammer@outside.example', To: a.primaryAddress, Subject: 'gtube labelled' }, GTUBE),
+    );
     const m = await waitForReceived(t, a.apiKey, 'gtube labelled');
     expect(m.spam).toMatchObject({ verdict: 'spam', action: 'reject' });
     expect(m.spam.symbols).toContain('GTUBE');
@@ -40,7 +44,10 @@ describe('rspamd', () => {
     await sendRaw(
       t.smtpPort!,
       { from: 'friend@outside.example', to: [a.primaryAddress] },
-      rawMessage({ From: 'Friend <friend@outside.example>', To: a.primaryAddress, Subject: 'lunch', 'Message-ID': `<lunch-${Date.now()}@outside.example>` }, 'Shall we have lunch at noon?'),
+      rawMessage(
+        { From: 'Friend <friend@outside.example>', To: a.primaryAddress, Subject: 'lunch', 'Message-ID': `<lunch-${Date.now()}@outside.example>` },
+        'Shall we have lunch at noon?',
+      ),
     );
     const m = await waitForReceived(t, a.apiKey, 'lunch');
     expect(m.spam.verdict).toBe('ham');
@@ -59,7 +66,16 @@ describe('rspamd', () => {
     expect(await t.db.message.count({ where: { accountId: a.accountId } })).toBe(0);
     expect((await rest(t, 'GET', `/boxes/${box.id}/policy`, { key: a.apiKey })).body.refused_count).toBe(1);
     // Ham still arrives.
-    const ok = await swaks(t.smtpPort!, ['--from', 'friend@outside.example', '--to', box.address, '--header', 'Subject: still welcome', '--body', 'See you tomorrow.']);
+    const ok = await swaks(t.smtpPort!, [
+      '--from',
+      'friend@outside.example',
+      '--to',
+      box.address,
+      '--header',
+      'Subject: still welcome',
+      '--body',
+      'See you tomorrow.',
+    ]);
     expect(ok.code, ok.out).toBe(0);
     expect((await waitForReceived(t, a.apiKey, 'still welcome')).spam.verdict).toBe('ham');
   });
@@ -70,7 +86,11 @@ describe('rspamd not answering', () => {
     const down = await startTestServer({ mail: true, env: { RSPAMD_URL: 'http://127.0.0.1:9', RSPAMD_TIMEOUT_MS: '500' } });
     try {
       const a = await signupAccount(down);
-      await sendRaw(down.smtpPort!, { from: 'x@outside.example', to: [a.primaryAddress] }, rawMessage({ From: 'x@outside.example', To: a.primaryAddress, Subject: 'unscored' }, GTUBE));
+      await sendRaw(
+        down.smtpPort!,
+        { from: 'x@outside.example', to: [a.primaryAddress] },
+        rawMessage({ From: 'x@outside.example', To: a.primaryAddress, Subject: 'unscored' }, GTUBE),
+      );
       const m = await waitForReceived(down, a.apiKey, 'unscored');
       expect(m.spam).toBeNull();
       expect(m.authentication).not.toBeNull();

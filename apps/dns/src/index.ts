@@ -66,15 +66,35 @@ export function toAnswer(r: ServedRecord): packet.Answer {
     case 'TXT':
       return { ...base, type: 'TXT', data: txtStrings(r.content).flatMap(splitTxt) };
     case 'SRV':
-      return { ...base, type: 'SRV', data: { priority: Number(parts[0]), weight: Number(parts[1]), port: Number(parts[2]), target: hostContent(parts[3] ?? '') } };
+      return {
+        ...base,
+        type: 'SRV',
+        data: { priority: Number(parts[0]), weight: Number(parts[1]), port: Number(parts[2]), target: hostContent(parts[3] ?? '') },
+      };
     case 'CAA': {
       const m = /^(\d+)\s+(\S+)\s+"?((?:[^"\\]|\\.)*)"?\s*$/.exec(r.content.trim());
       const flags = Number(m?.[1] ?? 0);
-      return { ...base, type: 'CAA', data: { flags, tag: (m?.[2] ?? 'issue') as 'issue', value: (m?.[3] ?? '').replace(/\\(.)/g, '$1'), issuerCritical: (flags & 128) !== 0 } };
+      return {
+        ...base,
+        type: 'CAA',
+        data: { flags, tag: (m?.[2] ?? 'issue') as 'issue', value: (m?.[3] ?? '').replace(/\\(.)/g, '$1'), issuerCritical: (flags & 128) !== 0 },
+      };
     }
     case 'SOA': {
       const [mname, rname, serial, refresh, retry, expire, minimum] = parts;
-      return { ...base, type: 'SOA', data: { mname: mname!, rname: rname!, serial: Number(serial), refresh: Number(refresh), retry: Number(retry), expire: Number(expire), minimum: Number(minimum) } };
+      return {
+        ...base,
+        type: 'SOA',
+        data: {
+          mname: mname!,
+          rname: rname!,
+          serial: Number(serial),
+          refresh: Number(refresh),
+          retry: Number(retry),
+          expire: Number(expire),
+          minimum: Number(minimum),
+        },
+      };
     }
     default:
       throw new Error(`record type ${r.type} is not served`);
@@ -120,7 +140,11 @@ export async function answerQuestion(svc: Pick<Services, 'db'>, q: packet.Questi
     if (l.delegation && !(qtype === 'DS' && l.delegation[0]!.name === name)) {
       // Below a zone cut: a referral to the delegated servers (not authoritative), with their in-zone addresses.
       if (step > 0) return { rcode: 'NOERROR', aa: true, answers, authorities: [], additionals: [], domainId };
-      const glue = await addressRecords(svc.db, l.zone.id, l.delegation.map((r) => r.content));
+      const glue = await addressRecords(
+        svc.db,
+        l.zone.id,
+        l.delegation.map((r) => r.content),
+      );
       return { rcode: 'NOERROR', aa: false, answers: [], authorities: l.delegation.map(toAnswer), additionals: glue.map(toAnswer), domainId };
     }
     const records = l.exists ? l.records : l.wildcard;
@@ -194,13 +218,31 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
         authorities: a.authorities ?? [],
         additionals: [
           ...(a.additionals ?? []),
-          ...(opt ? [{ type: 'OPT', name: '.', udpPayloadSize: MAX_UDP, extendedRcode: rcode >> 4, ednsVersion: 0, flags: 0, options: [] } as unknown as packet.OptAnswer] : []),
+          ...(opt
+            ? [
+                {
+                  type: 'OPT',
+                  name: '.',
+                  udpPayloadSize: MAX_UDP,
+                  extendedRcode: rcode >> 4,
+                  ednsVersion: 0,
+                  flags: 0,
+                  options: [],
+                } as unknown as packet.OptAnswer,
+              ]
+            : []),
         ],
       } as packet.Packet;
       let buf = packet.encode(out);
       if (buf.length > limit) {
         // Truncated: the question (and OPT) only, with TC; the client retries over TCP.
-        buf = packet.encode({ ...out, flags: (out.flags ?? 0) | packet.TRUNCATED_RESPONSE, answers: [], authorities: [], additionals: out.additionals!.filter((x) => x.type === 'OPT') });
+        buf = packet.encode({
+          ...out,
+          flags: (out.flags ?? 0) | packet.TRUNCATED_RESPONSE,
+          answers: [],
+          authorities: [],
+          additionals: out.additionals!.filter((x) => x.type === 'OPT'),
+        });
       }
       return buf;
     };

@@ -90,7 +90,8 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;
       resolveRecipient(svc, address.address)
         .then(async (r) => {
-          if (r.kind === 'not_hosted') return cb(new SmtpReply(550, `5.7.1 <${address.address}>: relay access denied, this server only accepts mail for its own domains`));
+          if (r.kind === 'not_hosted')
+            return cb(new SmtpReply(550, `5.7.1 <${address.address}>: relay access denied, this server only accepts mail for its own domains`));
           if (r.kind === 'unknown_box') return cb(new SmtpReply(550, `5.1.1 <${address.address}>: no such mailbox`));
           // The box's block lists against the envelope sender (core/trust).
           const refused = r.kind === 'box' ? await rcptRefusal(svc, listRows.get(session.id) ?? new Map(), r.box, mailFrom) : null;
@@ -116,7 +117,14 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
         const recipients = resolved.get(session.id) ?? [];
         const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;
         // Verified, scored and checked against each box's lists and policy before anything is stored (core/trust).
-        decideAtData(svc, config, { raw, recipients, mailFrom, ip: session.remoteAddress || null, helo: session.hostNameAppearsAs || null, rows: listRows.get(session.id) ?? new Map() })
+        decideAtData(svc, config, {
+          raw,
+          recipients,
+          mailFrom,
+          ip: session.remoteAddress || null,
+          helo: session.hostNameAppearsAs || null,
+          rows: listRows.get(session.id) ?? new Map(),
+        })
           .then(async (d) => {
             if (d.refusal) return cb(new SmtpReply(d.refusal.code, d.refusal.message));
             const stored = await receiveMessage(svc, { raw: d.raw, recipients: d.recipients, mailFrom, via: 'smtp', trust: d.trust });

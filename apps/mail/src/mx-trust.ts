@@ -4,7 +4,18 @@
  * boxes are counted, and the accepted ones get the copy stamped with our Authentication-Results.
  */
 import type { Config } from '@boxes/config';
-import { checkEnvelopeSender, countRefused, inspectInbound, refusalsFor, stampRaw, type InboundTrust, type ListedRow, type RecipientResolution, type Refusal, type Services } from '@boxes/core';
+import {
+  checkEnvelopeSender,
+  countRefused,
+  inspectInbound,
+  refusalsFor,
+  stampRaw,
+  type InboundTrust,
+  type ListedRow,
+  type RecipientResolution,
+  type Refusal,
+  type Services,
+} from '@boxes/core';
 import type { Box } from '@boxes/db';
 
 /** Per SMTP session: the list rows read at RCPT time, by box id (reused after DATA when the From header is the envelope sender). */
@@ -34,7 +45,13 @@ export async function decideAtData(
   const boxes = input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box] : []));
   // Delivery reports to bounce addresses only: nothing of an inbox is at stake.
   if (!boxes.length) return { recipients: input.recipients, raw: input.raw, trust: null, refusal: null };
-  const trust = await inspectInbound(config, svc.db, { raw: input.raw, ip: input.ip, helo: input.helo, mailFrom: input.mailFrom, recipients: boxes.map((b) => b.address) });
+  const trust = await inspectInbound(config, svc.db, {
+    raw: input.raw,
+    ip: input.ip,
+    helo: input.helo,
+    mailFrom: input.mailFrom,
+    recipients: boxes.map((b) => b.address),
+  });
   const refusals = await refusalsFor(svc.db, boxes, trust, input.mailFrom, input.rows);
   if (refusals.size) await countRefused(svc.db, [...refusals.keys()]);
   const recipients = input.recipients.filter((r) => r.kind !== 'box' || !refusals.has(r.box.id));

@@ -67,18 +67,23 @@ export function createApp(svc: Services, log: Logger): Hono {
     if (p.startsWith('/owner') || p.startsWith('/pay/')) return p.startsWith('/pay/') ? '/pay/{id}' : '/owner/*';
     if (p.startsWith('/exports/')) return '/exports/{token}';
     if (p.startsWith('/forwards/confirm/')) return '/forwards/confirm/{token}';
-    return ['/', '/mcp', '/openapi.json', '/openapi.yaml', '/skill.md', '/.well-known/agentic.json', '/healthz', '/readyz', '/metrics'].includes(p) || p.startsWith('/docs') ? p.split('/').slice(0, 2).join('/') || '/' : '(other)';
+    return ['/', '/mcp', '/openapi.json', '/openapi.yaml', '/skill.md', '/.well-known/agentic.json', '/healthz', '/readyz', '/metrics'].includes(p) ||
+      p.startsWith('/docs')
+      ? p.split('/').slice(0, 2).join('/') || '/'
+      : '(other)';
   };
   mountOps(app, svc, routeOf);
 
-  const context = (transport: Transport) => (req: Request, requestId: string): Context => ({
-    svc,
-    requestId,
-    transport,
-    authorization: req.headers.get('authorization'),
-    clientIp: () => clientIp(req),
-    responseHeaders: new Headers(),
-  });
+  const context =
+    (transport: Transport) =>
+    (req: Request, requestId: string): Context => ({
+      svc,
+      requestId,
+      transport,
+      authorization: req.headers.get('authorization'),
+      clientIp: () => clientIp(req),
+      responseHeaders: new Headers(),
+    });
 
   const rest = createRestHandler({
     routes: () => getDocs().routes,
@@ -98,7 +103,8 @@ export function createApp(svc: Services, log: Logger): Hono {
   const pemRoute = async (c: HonoContext, next: () => Promise<void>) => {
     if (!(c.req.header('accept') ?? '').includes('application/x-pem-file')) return next();
     const keyId = c.req.query('key_id');
-    if (keyId !== undefined && !/^ask_[0-9a-z]{20}$/.test(keyId)) return errorResponse(new AppError('not_found', `No signing key ${keyId.slice(0, 40)} on this instance`), newId('req'));
+    if (keyId !== undefined && !/^ask_[0-9a-z]{20}$/.test(keyId))
+      return errorResponse(new AppError('not_found', `No signing key ${keyId.slice(0, 40)} on this instance`), newId('req'));
     const { chosen } = await publicKeys(svc, keyId);
     if (!chosen) return errorResponse(new AppError('not_found', `No signing key ${keyId} on this instance`), newId('req'));
     return c.body(chosen.public_key_pem, 200, { 'content-type': 'application/x-pem-file', 'x-audit-key-id': chosen.key_id });
@@ -166,7 +172,10 @@ export function createApp(svc: Services, log: Logger): Hono {
     // An unreachable PostgreSQL or Redis (owner pages) is 503, as on the API's routes.
     const known = toAppError(err);
     logFailure(log, known.code === 'service_unavailable' ? known : { status: 500, code: 'internal' }, err, { requestId, path: c.req.path }, 'unhandled error');
-    return errorResponse(known.code === 'service_unavailable' ? known : new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+    return errorResponse(
+      known.code === 'service_unavailable' ? known : new AppError('internal', 'Internal error; quote the request_id if you contact support.'),
+      requestId,
+    );
   });
   return app;
 }

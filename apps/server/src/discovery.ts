@@ -11,24 +11,83 @@ import { DOMAIN_MODES } from '@boxes/schemas';
 
 /** Curated skills: what an agent can do, each with the operations that do it (checked against the router by a test). */
 const SKILLS: { name: string; description: string; operations: string[]; skill?: true }[] = [
-  { name: 'signup', description: 'Create an account, a domain, agent@<domain> and an API key; a funded or register signup is claimed once the owner pays', operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /signup/agentic/claim'], skill: true },
-  { name: 'send', description: 'Send mail with context and idempotency, now or scheduled (send_at; cancellable), or many messages as one bulk job', operations: ['POST /messages/send', 'POST /messages/{id}/cancel', 'POST /messages/send/bulk', 'GET /messages/send/bulk/{id}'] },
-  { name: 'receive', description: 'Poll events and messages, or get them pushed (webhook, MQTT, or the Server-Sent Events stream at events.stream, which needs no public URL)', operations: ['GET /events', 'GET /messages', 'GET /messages/{id}', 'DELETE /messages/{id}', 'PUT /account/callback-webhook', 'POST /account/iot/provision'] },
-  { name: 'conversations', description: 'Threads of messages and replies that set the recipients, subject and threading headers', operations: ['GET /threads', 'GET /threads/{id}', 'POST /messages/{id}/reply'] },
-  { name: 'trust', description: 'Who may reach a box (allow and block lists, verified senders, spam), and the suppression list', operations: ['POST /lists', 'GET /lists', 'PUT /boxes/{id}/policy', 'GET /suppression'] },
+  {
+    name: 'signup',
+    description: 'Create an account, a domain, agent@<domain> and an API key; a funded or register signup is claimed once the owner pays',
+    operations: ['POST /signup/agentic', 'POST /signup/agentic/confirm', 'POST /signup/agentic/claim'],
+    skill: true,
+  },
+  {
+    name: 'send',
+    description: 'Send mail with context and idempotency, now or scheduled (send_at; cancellable), or many messages as one bulk job',
+    operations: ['POST /messages/send', 'POST /messages/{id}/cancel', 'POST /messages/send/bulk', 'GET /messages/send/bulk/{id}'],
+  },
+  {
+    name: 'receive',
+    description: 'Poll events and messages, or get them pushed (webhook, MQTT, or the Server-Sent Events stream at events.stream, which needs no public URL)',
+    operations: ['GET /events', 'GET /messages', 'GET /messages/{id}', 'DELETE /messages/{id}', 'PUT /account/callback-webhook', 'POST /account/iot/provision'],
+  },
+  {
+    name: 'conversations',
+    description: 'Threads of messages and replies that set the recipients, subject and threading headers',
+    operations: ['GET /threads', 'GET /threads/{id}', 'POST /messages/{id}/reply'],
+  },
+  {
+    name: 'trust',
+    description: 'Who may reach a box (allow and block lists, verified senders, spam), and the suppression list',
+    operations: ['POST /lists', 'GET /lists', 'PUT /boxes/{id}/policy', 'GET /suppression'],
+  },
   { name: 'verify', description: 'Verify webhook signatures and the hash-chained event log', operations: ['GET /account/webhook', 'GET /events/verify'] },
   {
     name: 'audit',
-    description: 'Signed audit bundles of messages and signed checkpoints of the chain head (JWS, EdDSA), verifiable with jose or openssl; the evidence envelope (beta)',
-    operations: ['GET /messages/{id}/audit', 'POST /events/checkpoints', 'POST /events/checkpoints/verify', 'GET /audit/public-key', 'POST /beta/evidence/opt-in'],
+    description:
+      'Signed audit bundles of messages and signed checkpoints of the chain head (JWS, EdDSA), verifiable with jose or openssl; the evidence envelope (beta)',
+    operations: [
+      'GET /messages/{id}/audit',
+      'POST /events/checkpoints',
+      'POST /events/checkpoints/verify',
+      'GET /audit/public-key',
+      'POST /beta/evidence/opt-in',
+    ],
   },
-  { name: 'domains', description: 'Move the account onto a registered or own domain, check its records, and edit the zone of a registered or delegated domain', operations: ['POST /account/domain', 'GET /account/domain', 'POST /account/domain/verify', 'GET /domain/dns', 'POST /domain/dns'] },
-  { name: 'keys', description: 'Scoped API keys, optionally limited to some boxes', operations: ['POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}'] },
-  { name: 'boxes', description: 'Create and list addresses on your domain; auto-forward a box to a person', operations: ['POST /boxes', 'GET /boxes', 'POST /boxes/{id}/forwards'] },
-  { name: 'mail_clients', description: 'App-passwords for IMAP and SMTP submission (mail_clients), for an owner\'s mail program or an IMAP-only framework, and the certificate to pin', operations: ['POST /account/app-passwords', 'GET /account/app-passwords', 'GET /mail-clients/certificate'] },
-  { name: 'credit', description: 'Check the balance and usage, set alerts, top up with the owner approving (MPP wallet or card); a dedicated sending IP', operations: ['GET /account/credit/balance', 'GET /account/credit/usage', 'PUT /account/credit/alert-thresholds', 'POST /account/credit/topup/mpp', 'POST /account/credit/topup', 'POST /account/sending-ip'] },
+  {
+    name: 'domains',
+    description: 'Move the account onto a registered or own domain, check its records, and edit the zone of a registered or delegated domain',
+    operations: ['POST /account/domain', 'GET /account/domain', 'POST /account/domain/verify', 'GET /domain/dns', 'POST /domain/dns'],
+  },
+  {
+    name: 'keys',
+    description: 'Scoped API keys, optionally limited to some boxes',
+    operations: ['POST /account/keys', 'GET /account/keys', 'DELETE /account/keys/{id}'],
+  },
+  {
+    name: 'boxes',
+    description: 'Create and list addresses on your domain; auto-forward a box to a person',
+    operations: ['POST /boxes', 'GET /boxes', 'POST /boxes/{id}/forwards'],
+  },
+  {
+    name: 'mail_clients',
+    description: "App-passwords for IMAP and SMTP submission (mail_clients), for an owner's mail program or an IMAP-only framework, and the certificate to pin",
+    operations: ['POST /account/app-passwords', 'GET /account/app-passwords', 'GET /mail-clients/certificate'],
+  },
+  {
+    name: 'credit',
+    description: 'Check the balance and usage, set alerts, top up with the owner approving (MPP wallet or card); a dedicated sending IP',
+    operations: [
+      'GET /account/credit/balance',
+      'GET /account/credit/usage',
+      'PUT /account/credit/alert-thresholds',
+      'POST /account/credit/topup/mpp',
+      'POST /account/credit/topup',
+      'POST /account/sending-ip',
+    ],
+  },
   { name: 'mcp', description: 'The same API as MCP tools (mcp.url), and turning MCP access off and on', operations: ['GET /account/mcp/status'] },
-  { name: 'close', description: 'Close the account: revoke every key, export the data, hand a registered domain over', operations: ['POST /account/close-protection', 'DELETE /account'] },
+  {
+    name: 'close',
+    description: 'Close the account: revoke every key, export the data, hand a registered domain over',
+    operations: ['POST /account/close-protection', 'DELETE /account'],
+  },
   { name: 'support', description: 'Ask the operators, request features', operations: ['POST /support/questions', 'POST /feature-requests'] },
 ];
 
@@ -39,7 +98,8 @@ export function discoveryManifest(svc: Services) {
   const prices = svc.registrar.priceList?.() ?? null;
   return {
     name: 'Boxes',
-    description: 'Email for software agents: sign up with two HTTP calls, send with one, receive by polling, signed webhook, MQTT push or a Server-Sent Events stream.',
+    description:
+      'Email for software agents: sign up with two HTTP calls, send with one, receive by polling, signed webhook, MQTT push or a Server-Sent Events stream.',
     version: API_VERSION,
     api_base_url: api,
     openapi_url: `${site}/openapi.json`,
@@ -54,7 +114,10 @@ export function discoveryManifest(svc: Services) {
       claim_url: `${api}/signup/agentic/claim`,
       modes: [...DOMAIN_MODES],
       how: gettingStarted(svc).how,
-      funded: { min_initial_credit_cents: 100, completes: 'when the owner pays; poll claim_url with intent_id and claim_secret (or receive signup.completed at agent_callback_webhook)' },
+      funded: {
+        min_initial_credit_cents: 100,
+        completes: 'when the owner pays; poll claim_url with intent_id and claim_secret (or receive signup.completed at agent_callback_webhook)',
+      },
       register: {
         registrar: svc.registrar.label,
         price_cents_per_year_by_tld: prices,
@@ -64,7 +127,12 @@ export function discoveryManifest(svc: Services) {
       example: { human_email: 'owner@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } },
     },
     auth: { type: 'bearer', key_prefix: 'bxs_live_', scopes: ['send', 'receive', 'admin'] },
-    events: { poll: `${api}/events`, stream: `${api}/events/stream`, webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)', mqtt: c.mqtt.publicUrl },
+    events: {
+      poll: `${api}/events`,
+      stream: `${api}/events/stream`,
+      webhook: 'agent_callback_webhook, signed (X-Boxes-Signature and Standard Webhooks)',
+      mqtt: c.mqtt.publicUrl,
+    },
     mail_clients: {
       imap: { host: c.mailHost, port: c.mailClients.imapPort, security: 'implicit TLS' },
       smtp_submission: { host: c.mailHost, port: c.mailClients.submissionPort, security: 'implicit TLS' },

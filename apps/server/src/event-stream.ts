@@ -148,8 +148,12 @@ export function createEventStreamHandler(svc: Services, log: Logger) {
       const since = lastEventId !== null && lastEventId.trim() !== '' ? lastEventId.trim() : (url.searchParams.get('since') ?? undefined);
       cursor = parseCursor(since);
       const type = url.searchParams.get('type');
-      if (type !== null && type.length > 500) throw new AppError('validation_error', 'type: at most 500 characters', { fields: [{ path: 'type', message: 'too long' }] });
-      types = type?.split(',').map((s) => s.trim()).filter(Boolean);
+      if (type !== null && type.length > 500)
+        throw new AppError('validation_error', 'type: at most 500 characters', { fields: [{ path: 'type', message: 'too long' }] });
+      types = type
+        ?.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
       // A cursor ahead of the stream is refused here, as GET /events refuses it, before the stream starts.
       await listEvents({ db: svc.db, accountId: auth.account.id, since: String(cursor), types, limit: 1, boxIds: auth.boxScope });
     } catch (err) {
@@ -162,10 +166,14 @@ export function createEventStreamHandler(svc: Services, log: Logger) {
     const max = svc.config.http.sseMaxStreamsPerKey;
     const open = openByKey.get(keyId) ?? 0;
     if (open >= max) {
-      const e = new AppError('rate_limited', `This API key already holds ${open} open event streams on this server (at most ${max}); close one, or use one stream per agent.`, {
-        retry_after_seconds: 5,
-        limit: max,
-      });
+      const e = new AppError(
+        'rate_limited',
+        `This API key already holds ${open} open event streams on this server (at most ${max}); close one, or use one stream per agent.`,
+        {
+          retry_after_seconds: 5,
+          limit: max,
+        },
+      );
       return errorResponse(e, requestId, Object.fromEntries(responseHeaders));
     }
     openByKey.set(keyId, open + 1);

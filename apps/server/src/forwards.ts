@@ -7,8 +7,7 @@ import type { Hono } from 'hono';
 import { answerForwardConfirmation, AppError, peekForwardConfirmation, type Services } from '@boxes/core';
 import type { Logger } from './logger';
 
-const esc = (s: unknown): string =>
-  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const esc = (s: unknown): string => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 function page(title: string, body: string, status = 200): Response {
   const html = `<!doctype html>
@@ -33,7 +32,12 @@ ${body}
 }
 
 function what(f: { box?: string | undefined; to: string; match: { from_contains: string | null; subject_contains: string | null } }): string {
-  const only = [f.match.from_contains ? `from senders containing “${f.match.from_contains}”` : '', f.match.subject_contains ? `with subjects containing “${f.match.subject_contains}”` : ''].filter(Boolean).join(' and ');
+  const only = [
+    f.match.from_contains ? `from senders containing “${f.match.from_contains}”` : '',
+    f.match.subject_contains ? `with subjects containing “${f.match.subject_contains}”` : '',
+  ]
+    .filter(Boolean)
+    .join(' and ');
   return `copies of mail received by <strong>${esc(f.box)}</strong>${only ? ` (only mail ${esc(only)})` : ''} to <strong>${esc(f.to)}</strong>`;
 }
 
@@ -65,7 +69,10 @@ export function mountForwardConfirmation(app: Hono, svc: Services, log: Logger):
   app.post('/forwards/confirm/:token', async (c) => {
     // Only our own form answers (a page elsewhere must not confirm for the visitor).
     const origin = c.req.header('origin');
-    if (c.req.header('sec-fetch-site') === 'cross-site' || (origin && origin !== 'null' && origin !== new URL(svc.config.siteUrl).origin && origin !== new URL(c.req.url).origin)) {
+    if (
+      c.req.header('sec-fetch-site') === 'cross-site' ||
+      (origin && origin !== 'null' && origin !== new URL(svc.config.siteUrl).origin && origin !== new URL(c.req.url).origin)
+    ) {
       return page('Link not valid', '<p>Open the link from your email directly.</p>', 403);
     }
     try {

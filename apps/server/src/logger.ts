@@ -14,6 +14,7 @@ export function createLogger(level: string): Logger {
  */
 export function logFailure(log: Logger, app: { status: number; code: string }, err: unknown, fields: Record<string, unknown>, what = 'request failed'): void {
   if (app.status < 500) return;
-  if (app.code === 'service_unavailable') log.warn({ ...fields, reason: (err as Error | undefined)?.message?.split('\n').filter(Boolean).pop()?.slice(0, 300) }, `${what}: service unavailable`);
+  if (app.code === 'service_unavailable')
+    log.warn({ ...fields, reason: (err as Error | undefined)?.message?.split('\n').filter(Boolean).pop()?.slice(0, 300) }, `${what}: service unavailable`);
   else log.error({ ...fields, err }, what);
 }

@@ -80,7 +80,8 @@ async function startLocalServices(config: Config): Promise<void> {
   if (!missing.length) return;
   console.log(`boxes: ${missing.join(' and ')} not running on this machine; starting ${missing.length > 1 ? 'them' : 'it'} (scripts/start-services.sh)`);
   const run = spawnSync('bash', [path.join(repoRoot, 'scripts/start-services.sh'), '--services-only'], { stdio: ['ignore', 'ignore', 'inherit'] });
-  if (run.status !== 0) throw new ServiceUnavailableError(`could not start ${missing.join(' and ')}: run scripts/start-services.sh to see why, or set DATABASE_URL / REDIS_URL`);
+  if (run.status !== 0)
+    throw new ServiceUnavailableError(`could not start ${missing.join(' and ')}: run scripts/start-services.sh to see why, or set DATABASE_URL / REDIS_URL`);
 }
 
 export const APPS = ['server', 'worker', 'mx', 'push', 'dns'] as const;
@@ -126,9 +127,13 @@ function banner(config: Config, r: Ready, layout: string, workerMetrics: string 
   MX (SMTP):    ${config.smtp.host}:${r.smtpPort} (mail for *.${config.baseDomain} and hosted domains)
   IMAP:         ${config.mailClients.imapHost}:${r.imapPort} (mail clients: implicit TLS, app-passwords)
   Submission:   ${config.mailClients.submissionHost}:${r.submissionPort} (mail clients: SMTP, implicit TLS, app-passwords)
-${r.mailTls ? `  Mail TLS:     ${r.mailTls.selfSigned ? 'self-signed (kept across restarts; pin it)' : 'SMTP_TLS_CERT_FILE'}, SHA-256 ${r.mailTls.sha256}
+${
+  r.mailTls
+    ? `  Mail TLS:     ${r.mailTls.selfSigned ? 'self-signed (kept across restarts; pin it)' : 'SMTP_TLS_CERT_FILE'}, SHA-256 ${r.mailTls.sha256}
                 ${config.apiBaseUrl}/mail-clients/certificate
-` : ''}  MQTT (mTLS):  ${config.mqtt.host}:${r.mqttPort ?? config.mqtt.brokerUrl}
+`
+    : ''
+}  MQTT (mTLS):  ${config.mqtt.host}:${r.mqttPort ?? config.mqtt.brokerUrl}
   DNS:          udp+tcp ${config.dns.host}:${r.dnsPort} (authoritative for ${config.baseDomain} and delegated domains)
   Listening on  ${r.url}`;
 }
@@ -151,11 +156,25 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   process.once('SIGTERM', shutdown);
   // A child whose supervisor is gone stops too.
   process.once('disconnect', shutdown);
-  return { url: runtime.server?.url ?? null, smtpPort: runtime.mail?.port ?? null, imapPort: runtime.mail?.imapPort ?? null, submissionPort: runtime.mail?.submissionPort ?? null, mqttPort: runtime.push?.port ?? null, dnsPort: runtime.dns?.port ?? null, metricsUrl: runtime.metrics?.url ?? null, mailTls: runtime.mail?.tls ?? null };
+  return {
+    url: runtime.server?.url ?? null,
+    smtpPort: runtime.mail?.port ?? null,
+    imapPort: runtime.mail?.imapPort ?? null,
+    submissionPort: runtime.mail?.submissionPort ?? null,
+    mqttPort: runtime.push?.port ?? null,
+    dnsPort: runtime.dns?.port ?? null,
+    metricsUrl: runtime.metrics?.url ?? null,
+    mailTls: runtime.mail?.tls ?? null,
+  };
 }
 
 /** A supervised child process running some apps; restarted when it dies, up to 5 times a minute. */
-function supervise(name: string, apps: AppName[], env: Record<string, string>, onExitForGood: (code: number) => void): Promise<{ ready: Ready; stop(): Promise<void> }> {
+function supervise(
+  name: string,
+  apps: AppName[],
+  env: Record<string, string>,
+  onExitForGood: (code: number) => void,
+): Promise<{ ready: Ready; stop(): Promise<void> }> {
   let child: ChildProcess;
   let stopping = false;
   const restarts: number[] = [];
@@ -163,7 +182,10 @@ function supervise(name: string, apps: AppName[], env: Record<string, string>, o
     let first = true;
     const launch = () => {
       // 'start': the compiled CLI bundles this module, and runs the apps only when told to start them.
-      child = fork(fileURLToPath(import.meta.url), ['start'], { env: { ...process.env, ...env, BOXES_CHILD: '1', BOXES_APPS: apps.join(',') }, execArgv: process.execArgv });
+      child = fork(fileURLToPath(import.meta.url), ['start'], {
+        env: { ...process.env, ...env, BOXES_CHILD: '1', BOXES_APPS: apps.join(',') },
+        execArgv: process.execArgv,
+      });
       child.on('message', (m: { ready?: Ready }) => {
         if (m.ready && first) {
           first = false;
@@ -231,7 +253,12 @@ async function main(): Promise<void> {
   };
   const front = await supervise('front', FRONT, env, giveUp);
   children.push(front);
-  const worker = await supervise('worker', ['worker'], { ...env, ...(front.ready.mqttPort && !config.mqtt.brokerUrl ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${front.ready.mqttPort}` } : {}) }, giveUp);
+  const worker = await supervise(
+    'worker',
+    ['worker'],
+    { ...env, ...(front.ready.mqttPort && !config.mqtt.brokerUrl ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${front.ready.mqttPort}` } : {}) },
+    giveUp,
+  );
   children.push(worker);
   if (front.ready.url) publicUrl(config, front.ready.url);
   console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`, worker.ready.metricsUrl));

@@ -62,7 +62,10 @@ export function createMcpHandler(svc: Services, log: Logger) {
       // The key check and the rate count run here, outside any procedure: their failures get the same answers.
       const app = toAppError(err);
       logFailure(log, app, err, { requestId }, 'mcp request failed');
-      return errorResponse(app.code === 'service_unavailable' ? app : new AppError('internal', 'Internal error; quote the request_id if you contact support.'), requestId);
+      return errorResponse(
+        app.code === 'service_unavailable' ? app : new AppError('internal', 'Internal error; quote the request_id if you contact support.'),
+        requestId,
+      );
     }
   };
 
@@ -107,7 +110,10 @@ export function createMcpHandler(svc: Services, log: Logger) {
     if (window?.limited) return errorResponse(keyRateLimited(window), requestId, fields);
     if (key.account.mcpDisabledAt) {
       return errorResponse(
-        new AppError('mcp_disabled', `MCP access is disabled for this account since ${key.account.mcpDisabledAt.toISOString()}; enable it with POST /api/v1/account/mcp/enable (admin) or use the REST API`),
+        new AppError(
+          'mcp_disabled',
+          `MCP access is disabled for this account since ${key.account.mcpDisabledAt.toISOString()}; enable it with POST /api/v1/account/mcp/enable (admin) or use the REST API`,
+        ),
         requestId,
         fields,
       );
@@ -116,24 +122,39 @@ export function createMcpHandler(svc: Services, log: Logger) {
     const tools = procedureTools().filter((t) => !t.scope || scopes.has(t.scope));
     const server = new Server({ name: 'boxes', version: API_VERSION }, { capabilities: { tools: {} } });
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
-      tools: tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema, ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}) })),
+      tools: tools.map((t) => ({
+        name: t.name,
+        description: t.description,
+        inputSchema: t.inputSchema,
+        ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}),
+      })),
     }));
     server.setRequestHandler(CallToolRequestSchema, async (request) => {
       const tool = procedureTools().find((t) => t.name === request.params.name);
       const callId = newId('req');
       if (!tool) {
-        return { isError: true, content: [{ type: 'text' as const, text: JSON.stringify({ error: { code: 'not_found', message: `No tool ${request.params.name}`, request_id: callId } }) }] };
+        return {
+          isError: true,
+          content: [
+            { type: 'text' as const, text: JSON.stringify({ error: { code: 'not_found', message: `No tool ${request.params.name}`, request_id: callId } }) },
+          ],
+        };
       }
       const ctx: Context = { svc, requestId: callId, transport: 'mcp', authorization: header, responseHeaders: new Headers(), rateCounted: true };
       try {
-        const fn = tool.procedure.split('.').reduce<unknown>((acc, part) => (acc as Record<string, unknown>)[part], createCaller(ctx)) as (input: unknown) => Promise<unknown>;
+        const fn = tool.procedure.split('.').reduce<unknown>((acc, part) => (acc as Record<string, unknown>)[part], createCaller(ctx)) as (
+          input: unknown,
+        ) => Promise<unknown>;
         const args = request.params.arguments ?? {};
         const result = await fn(tool.input === 'none' ? undefined : tool.input === 'wrapped' ? args.input : args);
         return { content: [{ type: 'text' as const, text: JSON.stringify(result) }], structuredContent: result as Record<string, unknown> };
       } catch (err) {
         const app = toAppError(err);
         logFailure(log, app, err, { requestId: callId, tool: tool.name }, 'mcp tool failed');
-        return { isError: true, content: [{ type: 'text' as const, text: JSON.stringify({ error: { code: app.code, message: app.message, request_id: callId, ...app.details } }) }] };
+        return {
+          isError: true,
+          content: [{ type: 'text' as const, text: JSON.stringify({ error: { code: app.code, message: app.message, request_id: callId, ...app.details } }) }],
+        };
       }
     });
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });

@@ -56,9 +56,24 @@ export interface Ops {
  */
 export function processMetrics(registry: Registry, svc: Services): () => void {
   collectDefaultMetrics({ register: registry, prefix: 'boxes_process_' });
-  const groupBatches = new Gauge({ name: 'boxes_group_commit_batches', help: 'Group commits flushed by this process (one transaction each), by kind', labelNames: ['kind'], registers: [registry] });
-  const groupItems = new Gauge({ name: 'boxes_group_commit_items', help: 'Items recorded by those group commits, by kind (items / batches = mean batch)', labelNames: ['kind'], registers: [registry] });
-  const groupLargest = new Gauge({ name: 'boxes_group_commit_largest_batch', help: 'The largest group commit so far, by kind', labelNames: ['kind'], registers: [registry] });
+  const groupBatches = new Gauge({
+    name: 'boxes_group_commit_batches',
+    help: 'Group commits flushed by this process (one transaction each), by kind',
+    labelNames: ['kind'],
+    registers: [registry],
+  });
+  const groupItems = new Gauge({
+    name: 'boxes_group_commit_items',
+    help: 'Items recorded by those group commits, by kind (items / batches = mean batch)',
+    labelNames: ['kind'],
+    registers: [registry],
+  });
+  const groupLargest = new Gauge({
+    name: 'boxes_group_commit_largest_batch',
+    help: 'The largest group commit so far, by kind',
+    labelNames: ['kind'],
+    registers: [registry],
+  });
   const pool = new Gauge({ name: 'boxes_db_pool_clients', help: 'Database pool clients by state', labelNames: ['state'], registers: [registry] });
   return () => {
     for (const g of groupCommitStats(svc)) {
@@ -82,7 +97,12 @@ export function processMetrics(registry: Registry, svc: Services): () => void {
 export function mountOps(app: Hono, svc: Services, routeOf: (method: string, path: string) => string): Ops {
   const registry = new Registry();
   const collectProcess = processMetrics(registry, svc);
-  const requests = new Counter({ name: 'boxes_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['method', 'route', 'status'], registers: [registry] });
+  const requests = new Counter({
+    name: 'boxes_http_requests_total',
+    help: 'HTTP requests by route and status',
+    labelNames: ['method', 'route', 'status'],
+    registers: [registry],
+  });
   const duration = new Histogram({
     name: 'boxes_http_request_duration_seconds',
     help: 'HTTP request duration by route',
@@ -91,7 +111,12 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
     registers: [registry],
   });
   const queueDepth = new Gauge({ name: 'boxes_queue_jobs', help: 'Jobs per queue and state', labelNames: ['queue', 'state'], registers: [registry] });
-  const queueAge = new Gauge({ name: 'boxes_queue_oldest_waiting_seconds', help: 'Age of the oldest waiting job per queue', labelNames: ['queue'], registers: [registry] });
+  const queueAge = new Gauge({
+    name: 'boxes_queue_oldest_waiting_seconds',
+    help: 'Age of the oldest waiting job per queue',
+    labelNames: ['queue'],
+    registers: [registry],
+  });
   const deliveries = new Gauge({ name: 'boxes_deliveries', help: 'Deliveries by status (all time)', labelNames: ['status'], registers: [registry] });
   const inbound = new Gauge({ name: 'boxes_messages_received', help: 'Messages received (all time)', registers: [registry] });
   const schedulesMissing = new Gauge({
@@ -100,7 +125,12 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
     labelNames: ['schedule'],
     registers: [registry],
   });
-  const pushLag = new Gauge({ name: 'boxes_push_lag_events', help: 'Events not yet pushed, summed over accounts, per channel', labelNames: ['channel'], registers: [registry] });
+  const pushLag = new Gauge({
+    name: 'boxes_push_lag_events',
+    help: 'Events not yet pushed, summed over accounts, per channel',
+    labelNames: ['channel'],
+    registers: [registry],
+  });
 
   async function collect(): Promise<void> {
     const queues = { deliveries: svc.jobs.deliveries, billing: svc.jobs.billing, notices: svc.jobs.notices };

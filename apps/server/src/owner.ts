@@ -39,8 +39,7 @@ import type { Logger } from './logger';
 
 const COOKIE = 'boxes_owner';
 
-const esc = (s: unknown): string =>
-  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const esc = (s: unknown): string => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 function page(title: string, body: string, status = 200, notice = ''): Response {
   const html = `<!doctype html>
@@ -62,7 +61,16 @@ ${body}
 </main>
 <footer><small>Boxes owner pages. Payments here go through the ${esc('configured payment provider')}; the built-in local provider simulates the card network, and no real money moves.</small></footer>
 </body></html>`;
-  return new Response(html, { status, headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-frame-options': 'DENY', 'referrer-policy': 'no-referrer', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'" } });
+  return new Response(html, {
+    status,
+    headers: {
+      'content-type': 'text/html; charset=utf-8',
+      'cache-control': 'no-store',
+      'x-frame-options': 'DENY',
+      'referrer-policy': 'no-referrer',
+      'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+    },
+  });
 }
 
 const banner = (kind: 'ok' | 'error' | 'note', text: string) => `<p class="${kind}" role="${kind === 'error' ? 'alert' : 'status'}">${esc(text)}</p>`;
@@ -81,7 +89,8 @@ function tierOptions(selected: number | null): string {
   return [
     `<option value="none"${selected === null ? ' selected' : ''}>No automatic top-ups</option>`,
     ...MANDATE_TIERS.map(
-      (t, i) => `<option value="${i}"${selected === i ? ' selected' : ''}>Up to ${usd(t.per_topup_cents)} per top-up and ${usd(t.per_30d_cents)} per 30 days</option>`,
+      (t, i) =>
+        `<option value="${i}"${selected === i ? ' selected' : ''}>Up to ${usd(t.per_topup_cents)} per top-up and ${usd(t.per_30d_cents)} per 30 days</option>`,
     ),
   ].join('');
 }
@@ -93,7 +102,10 @@ const cardFields = `
 
 function whatFor(p: Payment): string {
   // A signup payment with a wallet spend request is a registration (mode register): the first year and any credit.
-  if (p.kind === 'signup') return p.spendRequestId ? 'Registration of the domain for one year (with the simulated local registrar), plus any initial credit' : 'Initial credit for a new account';
+  if (p.kind === 'signup')
+    return p.spendRequestId
+      ? 'Registration of the domain for one year (with the simulated local registrar), plus any initial credit'
+      : 'Initial credit for a new account';
   return p.kind === 'mpp' ? 'Wallet top-up (Machine Payments Protocol)' : 'Credit top-up';
 }
 
@@ -180,7 +192,12 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
       if (known && recent === 0) {
         await svc.db.$transaction(async (tx) => {
           const link = await createOwnerLink(svc, tx, { email, purpose: 'home' });
-          await queueNotice(tx, { kind: 'owner.link', to: email, subject: 'Your Boxes sign-in link', text: `Sign in to approve payments and manage your card: ${link}\n\nThe link works once, for 24 hours.` });
+          await queueNotice(tx, {
+            kind: 'owner.link',
+            to: email,
+            subject: 'Your Boxes sign-in link',
+            text: `Sign in to approve payments and manage your card: ${link}\n\nThe link works once, for 24 hours.`,
+          });
         });
       }
     }
@@ -204,7 +221,10 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
   app.post('/owner/l/:token', async (c) => {
     // A page elsewhere must not sign a visitor in with its own link (login CSRF): the Continue form is ours.
     const origin = c.req.header('origin');
-    if (c.req.header('sec-fetch-site') === 'cross-site' || (origin && origin !== 'null' && origin !== new URL(svc.config.siteUrl).origin && origin !== new URL(c.req.url).origin)) {
+    if (
+      c.req.header('sec-fetch-site') === 'cross-site' ||
+      (origin && origin !== 'null' && origin !== new URL(svc.config.siteUrl).origin && origin !== new URL(c.req.url).origin)
+    ) {
       return page('Link not valid', banner('error', 'Open the link from your email directly.'), 403);
     }
     try {
@@ -300,14 +320,24 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
 ${mayApprove ? `<button class="primary" type="submit" name="action" value="approve">Approve ${esc(usd(p.amountCents))}</button>` : ''}
 <button class="danger" type="submit" name="action" value="deny" formnovalidate>Deny</button></form>`;
     }
-    return page(pending ? `Approve ${usd(p.amountCents)}?` : 'Payment', `${describe(p, account)}${actions}<p><small>Signed in as ${esc(s.email)}.</small> <a href="/owner">All your payments</a></p>`, status, notice);
+    return page(
+      pending ? `Approve ${usd(p.amountCents)}?` : 'Payment',
+      `${describe(p, account)}${actions}<p><small>Signed in as ${esc(s.email)}.</small> <a href="/owner">All your payments</a></p>`,
+      status,
+      notice,
+    );
   };
 
   itemRoutes('/owner/payments/:id', 'Payment', 'No such payment for you.', paymentPage, async (s, id, form) => {
     const action = form.action === 'deny' ? 'deny' : 'approve';
     const card = action === 'approve' ? cardFrom(form) : undefined;
     const p = await decidePayment(svc, s.email, id, action === 'deny' ? { action } : { action, ...(card ? { card, mandateTier: tierOf(form.mandate) } : {}) });
-    const msg = p.status === 'denied' ? banner('note', 'You denied this payment. Nothing was charged.') : p.status === 'expired' ? banner('error', 'This request expired before you decided.') : banner('ok', p.status === 'approved' ? 'Approved. The payment completes in a few seconds.' : 'Approved and paid. The credit has landed.');
+    const msg =
+      p.status === 'denied'
+        ? banner('note', 'You denied this payment. Nothing was charged.')
+        : p.status === 'expired'
+          ? banner('error', 'This request expired before you decided.')
+          : banner('ok', p.status === 'approved' ? 'Approved. The payment completes in a few seconds.' : 'Approved and paid. The credit has landed.');
     return await paymentPage(s, id, msg);
   });
 
@@ -327,7 +357,12 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
 <button class="danger" type="submit" name="action" value="approve">Close the account</button>
 <button class="primary" type="submit" name="action" value="deny">Keep the account</button></form>`
         : '';
-    return page(r.status === 'pending' ? `Close ${r.domain}?` : 'Closing the account', `${details}${actions}<p><small>Signed in as ${esc(s.email)}.</small></p>`, status, notice);
+    return page(
+      r.status === 'pending' ? `Close ${r.domain}?` : 'Closing the account',
+      `${details}${actions}<p><small>Signed in as ${esc(s.email)}.</small></p>`,
+      status,
+      notice,
+    );
   };
 
   itemRoutes('/owner/close/:id', 'Closing the account', 'No such close request for you.', closePage, async (s, id, form) => {
@@ -400,11 +435,23 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
   app.get('/pay/:id', async (c) => {
     const id = c.req.param('id');
     const p = plausibleId(id) ? await refreshPayment(svc, id) : null;
-    if (!p) return (c.req.header('accept') ?? '').includes('application/json') ? c.json({ error: { code: 'not_found', message: 'No such payment' } }, 404) : page('Not found', '<p>No such payment.</p>', 404);
+    if (!p)
+      return (c.req.header('accept') ?? '').includes('application/json')
+        ? c.json({ error: { code: 'not_found', message: 'No such payment' } }, 404)
+        : page('Not found', '<p>No such payment.</p>', 404);
     const view = paymentView(svc, p);
     if ((c.req.header('accept') ?? '').includes('application/json')) {
       const { spend_request, ...rest } = view;
-      return c.json({ ...rest, spend_request: spend_request ? { ...spend_request, payer_email: spend_request.payer_email ? maskEmail(spend_request.payer_email) : null, shared_payment_token: spend_request.shared_payment_token ? 'set' : null } : null });
+      return c.json({
+        ...rest,
+        spend_request: spend_request
+          ? {
+              ...spend_request,
+              payer_email: spend_request.payer_email ? maskEmail(spend_request.payer_email) : null,
+              shared_payment_token: spend_request.shared_payment_token ? 'set' : null,
+            }
+          : null,
+      });
     }
     const secret = c.req.query('client_secret');
     const pending = p.status === 'requires_approval';

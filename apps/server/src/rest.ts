@@ -255,10 +255,7 @@ export function createRestHandler(opts: {
       if (text.trim() === '') {
         body = '{}';
       } else if (type && !/^application\/([\w.+-]+\+)?json\b/i.test(type)) {
-        return errorResponse(
-          new AppError('unsupported_media_type', `The body must be JSON (Content-Type: application/json), not ${type}`),
-          requestId,
-        );
+        return errorResponse(new AppError('unsupported_media_type', `The body must be JSON (Content-Type: application/json), not ${type}`), requestId);
       } else {
         let parsed: unknown;
         try {
@@ -267,7 +264,10 @@ export function createRestHandler(opts: {
           return errorResponse(new AppError('invalid_json', `The request body is not valid JSON: ${(err as Error).message}`), requestId);
         }
         if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-          return errorResponse(new AppError('validation_error', 'The request body must be a JSON object', { fields: [{ path: '(body)', message: 'expected an object' }] }), requestId);
+          return errorResponse(
+            new AppError('validation_error', 'The request body must be a JSON object', { fields: [{ path: '(body)', message: 'expected an object' }] }),
+            requestId,
+          );
         }
         body = text;
       }

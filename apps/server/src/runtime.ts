@@ -5,7 +5,16 @@
  */
 import v8 from 'node:v8';
 import type { Config } from '@boxes/config';
-import { announcePlatformVersion, ensureBaseZone, LocalRegistrar, LocalPaymentProvider, systemClock, type Clock, type PaymentProvider, type Services } from '@boxes/core';
+import {
+  announcePlatformVersion,
+  ensureBaseZone,
+  LocalRegistrar,
+  LocalPaymentProvider,
+  systemClock,
+  type Clock,
+  type PaymentProvider,
+  type Services,
+} from '@boxes/core';
 import { API_VERSION } from '@boxes/api';
 import { closeDb, createDb } from '@boxes/db';
 import { createCommandRedis, Jobs } from '@boxes/jobs';
@@ -94,7 +103,16 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis unreachable (counters): reconnecting'));
   const jobs = new Jobs(createCommandRedis(config.redisUrl), config.redisPrefix);
   jobs.connection.on('error', (err) => log.warn({ err: err.message }, 'redis unreachable (queues): reconnecting'));
-  const svc: Services = { db, config, secretKey: opts.secretKey, jobs, redis, clock: opts.clock ?? systemClock, payments: opts.payments ?? new LocalPaymentProvider(), registrar: new LocalRegistrar() };
+  const svc: Services = {
+    db,
+    config,
+    secretKey: opts.secretKey,
+    jobs,
+    redis,
+    clock: opts.clock ?? systemClock,
+    payments: opts.payments ?? new LocalPaymentProvider(),
+    registrar: new LocalRegistrar(),
+  };
   const server = opts.server === false ? null : await startServer(config, { svc, log });
   if (server) {
     opts.onListening?.(server.port);

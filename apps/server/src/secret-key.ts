@@ -21,4 +21,3 @@ export function resolveSecretKey(config: Config): Buffer {
   }
   return parseSecretKey(fs.readFileSync(file, 'utf8').trim());
 }
-

@@ -101,7 +101,10 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     } catch (err) {
       // The last attempt marks the export failed (the download link says so) instead of leaving it building.
       if (!isServiceUnavailable(err) && job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
-        await svc.db.accountExport.updateMany({ where: { id: exportId, status: 'building' satisfies ExportStatus }, data: { status: 'failed' satisfies ExportStatus, error: (err as Error).message.slice(0, 1000) } });
+        await svc.db.accountExport.updateMany({
+          where: { id: exportId, status: 'building' satisfies ExportStatus },
+          data: { status: 'failed' satisfies ExportStatus, error: (err as Error).message.slice(0, 1000) },
+        });
         log.error({ err, exportId }, 'data export failed');
       }
       throw err;
@@ -171,7 +174,11 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   notices.on('error', logQueueError(log, 'notice worker error'));
 
   const sweepNotices = async () => {
-    const pending = await svc.db.notice.findMany({ where: { status: 'pending' satisfies NoticeStatus, createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 1000 });
+    const pending = await svc.db.notice.findMany({
+      where: { status: 'pending' satisfies NoticeStatus, createdAt: { lt: new Date(Date.now() - 30_000) } },
+      select: { id: true },
+      take: 1000,
+    });
     await svc.jobs.enqueueNotices(pending.map((n) => n.id));
     return pending.length;
   };

@@ -68,7 +68,9 @@ export async function startBulk(config: Config, deps: { svc: Services; log: Logg
     log.warn({ job: job?.data, err: err.message }, 'bulk batch failed');
     // Every retry used up: halt the job rather than leave it sending with its credit held.
     if (job && job.attemptsMade >= (job.opts.attempts ?? 1)) {
-      haltFailedBatch(svc, job.data, err.message).catch((e: Error) => log.error({ err: e.message, job: job.data }, 'could not halt a bulk job whose batch failed'));
+      haltFailedBatch(svc, job.data, err.message).catch((e: Error) =>
+        log.error({ err: e.message, job: job.data }, 'could not halt a bulk job whose batch failed'),
+      );
     }
   });
 

@@ -38,7 +38,11 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     retryDelayMs: (n) => webhookRetryDelayMs(n, config.webhook.retryScale),
     giveUpAfterMs: WEBHOOK_GIVE_UP_SECONDS * 1000 * config.webhook.retryScale,
     scheduleRetry: async (accountId, at) => {
-      await queue.add('retry', { accountId }, { delay: Math.max(0, at.getTime() - Date.now()), jobId: `retry-${accountId}-${at.getTime()}`, removeOnComplete: true, removeOnFail: 100 });
+      await queue.add(
+        'retry',
+        { accountId },
+        { delay: Math.max(0, at.getTime() - Date.now()), jobId: `retry-${accountId}-${at.getTime()}`, removeOnComplete: true, removeOnFail: 100 },
+      );
     },
     stopping: () => stopped,
   };

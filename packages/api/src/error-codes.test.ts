@@ -21,8 +21,14 @@ const ts = createRequire(import.meta.url)('../../sdk/node_modules/ts5') as typeo
 const PACKAGES = path.resolve(fileURLToPath(new URL('../..', import.meta.url)));
 
 function functionOf(decl: TS.Declaration): TS.Node | null {
-  if (ts.isFunctionDeclaration(decl) || ts.isMethodDeclaration(decl) || ts.isArrowFunction(decl) || ts.isFunctionExpression(decl) || ts.isGetAccessor(decl)) return decl;
-  if ((ts.isVariableDeclaration(decl) || ts.isPropertyAssignment(decl)) && decl.initializer && (ts.isArrowFunction(decl.initializer) || ts.isFunctionExpression(decl.initializer))) return decl.initializer;
+  if (ts.isFunctionDeclaration(decl) || ts.isMethodDeclaration(decl) || ts.isArrowFunction(decl) || ts.isFunctionExpression(decl) || ts.isGetAccessor(decl))
+    return decl;
+  if (
+    (ts.isVariableDeclaration(decl) || ts.isPropertyAssignment(decl)) &&
+    decl.initializer &&
+    (ts.isArrowFunction(decl.initializer) || ts.isFunctionExpression(decl.initializer))
+  )
+    return decl.initializer;
   if (ts.isClassDeclaration(decl)) return decl;
   return null;
 }
@@ -88,7 +94,11 @@ interface Found {
 
 /** routerVariable.procedure -> what its resolver can throw, and whether it is a keyed procedure. */
 function analyse(): Map<string, Found> {
-  const config = ts.getParsedCommandLineOfConfigFile(path.join(PACKAGES, 'api/tsconfig.json'), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} });
+  const config = ts.getParsedCommandLineOfConfigFile(
+    path.join(PACKAGES, 'api/tsconfig.json'),
+    {},
+    { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} },
+  );
   if (!config) throw new Error('packages/api/tsconfig.json cannot be read');
   const program = ts.createProgram({ rootNames: config.fileNames, options: { ...config.options, noEmit: true } });
   const checker = program.getTypeChecker();
@@ -97,7 +107,13 @@ function analyse(): Map<string, Found> {
     if (!sf.fileName.startsWith(path.join(PACKAGES, 'api/src/routers/'))) continue;
     sf.forEachChild(function visit(n): void {
       // export const xRouter = router({ name: keyProcedure.meta(...).input(...).mutation(resolver), ... })
-      if (ts.isVariableDeclaration(n) && ts.isIdentifier(n.name) && n.initializer && ts.isCallExpression(n.initializer) && n.initializer.expression.getText() === 'router') {
+      if (
+        ts.isVariableDeclaration(n) &&
+        ts.isIdentifier(n.name) &&
+        n.initializer &&
+        ts.isCallExpression(n.initializer) &&
+        n.initializer.expression.getText() === 'router'
+      ) {
         const routerName = n.name.text;
         const object = n.initializer.arguments[0];
         if (!object || !ts.isObjectLiteralExpression(object)) return;
@@ -139,11 +155,15 @@ it('every procedure declares exactly the error codes its work can throw', () => 
       continue;
     }
     checked++;
-    const implied = new Set<string>(impliedErrorCodes({ method: meta?.openapi?.method ?? 'POST', keyed, scope: Boolean(meta?.scope), accountWide: Boolean(meta?.accountWide) }));
+    const implied = new Set<string>(
+      impliedErrorCodes({ method: meta?.openapi?.method ?? 'POST', keyed, scope: Boolean(meta?.scope), accountWide: Boolean(meta?.accountWide) }),
+    );
     const expected = [...codes].filter((c) => !implied.has(c)).sort();
     const declared = [...(meta?.errors ?? [])].sort();
     if (JSON.stringify(expected) !== JSON.stringify(declared)) {
-      problems.push(`${key}: declares [${declared.join(', ')}], can throw [${expected.join(', ')}]: set meta.errors to ${JSON.stringify(expected).replaceAll('"', "'")}`);
+      problems.push(
+        `${key}: declares [${declared.join(', ')}], can throw [${expected.join(', ')}]: set meta.errors to ${JSON.stringify(expected).replaceAll('"', "'")}`,
+      );
     }
   }
   expect(checked).toBe(Object.keys(procedures).length);

@@ -27,7 +27,17 @@ export function withEvidence<T extends object>(
   opts: { capability: string; checks: PolicyCheck[]; idempotencyKey?: string | null | undefined; next: { description: string; method: string; url: string } },
 ): T {
   if (!ctx.account.evidenceEnrolledAt) return result;
-  return { ...result, evidence: buildEvidence({ requestId: ctx.requestId, capability: opts.capability, keyId: ctx.key.id, idempotencyKey: opts.idempotencyKey, checks: opts.checks, next: opts.next }) };
+  return {
+    ...result,
+    evidence: buildEvidence({
+      requestId: ctx.requestId,
+      capability: opts.capability,
+      keyId: ctx.key.id,
+      idempotencyKey: opts.idempotencyKey,
+      checks: opts.checks,
+      next: opts.next,
+    }),
+  };
 }
 
 export const bundleStep = (svc: Services, messageId: string) => ({

@@ -30,7 +30,10 @@ describe('guardInput against the procedures', () => {
     ]);
     expect(guardInput(send, { to: ['a@b.example', 'c\n@d.example'], text: 'ok\n' })).toEqual([{ path: 'to.1', message: expect.stringMatching(/control/) }]);
     expect(guardInput(send, { to: 'a@b.example', headers: { 'X-A': 'v\r\nBcc: x@y.example' } })[0]?.path).toBe('headers.X-A');
-    expect(guardInput(send, { to: 'a@b.example', headers: { 'X-\u0001': 'v' } })[0]).toEqual({ path: 'headers.X-\\u0001', message: expect.stringMatching(/^name /) });
+    expect(guardInput(send, { to: 'a@b.example', headers: { 'X-\u0001': 'v' } })[0]).toEqual({
+      path: 'headers.X-\\u0001',
+      message: expect.stringMatching(/^name /),
+    });
     expect(guardInput(send, { to: 'a@b.example', context: { deep: [{ k: 'v\u0000' }] } })[0]?.path).toBe('context.deep.0.k');
     expect(guardInput(send, { to: 'a@b.example', context: { ['k\u0000']: 1 } })[0]?.message).toMatch(/^key /);
     expect(guardInput(send, { to: 'a@b.example', html: '<p>\u0000</p>' })[0]?.path).toBe('html');
@@ -55,8 +58,12 @@ function inputStrings(schema: unknown, path: string, out: { path: string; node: 
   const node = schema as Record<string, unknown>;
   if (node.type === 'string' && !node.enum && node.const === undefined) out.push({ path, node });
   for (const [k, v] of Object.entries(node.properties ?? {})) inputStrings(v, `${path}.${k}`, out);
-  for (const key of ['items', 'additionalProperties', 'propertyNames'] as const) if (node[key] && typeof node[key] === 'object') inputStrings(node[key], `${path}[${key}]`, out);
-  for (const key of ['anyOf', 'oneOf', 'allOf'] as const) ((node[key] as unknown[]) ?? []).forEach((v, i) => { inputStrings(v, `${path}|${i}`, out); });
+  for (const key of ['items', 'additionalProperties', 'propertyNames'] as const)
+    if (node[key] && typeof node[key] === 'object') inputStrings(node[key], `${path}[${key}]`, out);
+  for (const key of ['anyOf', 'oneOf', 'allOf'] as const)
+    ((node[key] as unknown[]) ?? []).forEach((v, i) => {
+      inputStrings(v, `${path}|${i}`, out);
+    });
   for (const [k, v] of Object.entries((node.$defs as Record<string, unknown>) ?? {})) inputStrings(v, `$defs.${k}`, out);
 }
 

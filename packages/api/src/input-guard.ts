@@ -113,7 +113,10 @@ class Walker {
       return;
     }
     if (typeof value === 'string') this.checkString(path, value, 'free');
-    else if (Array.isArray(value)) value.forEach((v, i) => { this.free(join(path, i), v, depth + 1); });
+    else if (Array.isArray(value))
+      value.forEach((v, i) => {
+        this.free(join(path, i), v, depth + 1);
+      });
     else if (value !== null && typeof value === 'object') {
       for (const [k, v] of Object.entries(value)) {
         const problem = stringProblem(k, 'free');
@@ -179,10 +182,16 @@ class Walker {
         return;
       }
       case 'array':
-        if (Array.isArray(value)) value.forEach((v, i) => { this.walk(join(path, i), v, d.element as z.ZodType, depth + 1); });
+        if (Array.isArray(value))
+          value.forEach((v, i) => {
+            this.walk(join(path, i), v, d.element as z.ZodType, depth + 1);
+          });
         return;
       case 'tuple':
-        if (Array.isArray(value)) (d.items as z.ZodType[]).forEach((item, i) => { this.walk(join(path, i), value[i], item, depth + 1); });
+        if (Array.isArray(value))
+          (d.items as z.ZodType[]).forEach((item, i) => {
+            this.walk(join(path, i), value[i], item, depth + 1);
+          });
         return;
       case 'union': {
         // The first option that takes this JSON type decides (string | string[] and the like); for a string,

@@ -27,8 +27,14 @@ function walk(v: unknown, seen: Set<object>): void {
     for (const value of Object.values(def)) walk(value, seen);
     return;
   }
-  if (Array.isArray(v)) v.forEach((x) => { walk(x, seen); });
-  else if (Object.getPrototypeOf(v) === Object.prototype) Object.values(v).forEach((x) => { walk(x, seen); });
+  if (Array.isArray(v))
+    v.forEach((x) => {
+      walk(x, seen);
+    });
+  else if (Object.getPrototypeOf(v) === Object.prototype)
+    Object.values(v).forEach((x) => {
+      walk(x, seen);
+    });
 }
 
 /** Pins every schema reachable from these inputs that does not coerce by its own declaration. */

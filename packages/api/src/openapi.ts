@@ -57,29 +57,76 @@ export const EVENT_STREAM_OPERATION = () => ({
   operationId: 'events-stream',
   summary: 'Follow the event stream (Server-Sent Events)',
   description:
-    'The same events, filters and cursor as GET /events, pushed as they are appended, over this port (for agents that cannot receive a webhook). Each event is one SSE message: `id` is its seq, `event` its type, `data` the event as GET /events returns it. A comment line is sent when nothing happened for SSE_HEARTBEAT_MS (15 s) so proxies keep the connection open. Reconnecting with Last-Event-ID (or ?since=) resumes right after the last event seen: nothing missed, nothing repeated. Needs the receive scope; a box-restricted key sees its boxes\' events. The SDK\'s streamEvents() is an async iterator over it that reconnects by itself.',
+    "The same events, filters and cursor as GET /events, pushed as they are appended, over this port (for agents that cannot receive a webhook). Each event is one SSE message: `id` is its seq, `event` its type, `data` the event as GET /events returns it. A comment line is sent when nothing happened for SSE_HEARTBEAT_MS (15 s) so proxies keep the connection open. Reconnecting with Last-Event-ID (or ?since=) resumes right after the last event seen: nothing missed, nothing repeated. Needs the receive scope; a box-restricted key sees its boxes' events. The SDK's streamEvents() is an async iterator over it that reconnects by itself.",
   tags: ['events'],
   security: [{ bearerAuth: [] }],
   'x-boxes-stream': true,
   parameters: [
-    { name: 'since', in: 'query', required: false, description: 'Start after this cursor (next_cursor of GET /events) or seq; default: the beginning of the stream.', schema: { type: 'string', example: '42' } },
-    { name: 'type', in: 'query', required: false, description: 'Only these event types (comma-separated), as on GET /events.', schema: { type: 'string', maxLength: 500, example: 'mail.received,mail.bounced' } },
-    { name: 'Last-Event-ID', in: 'header', required: false, description: 'What a reconnecting EventSource sends: the id (seq) of the last event seen; wins over since.', schema: { type: 'string', example: '42' } },
+    {
+      name: 'since',
+      in: 'query',
+      required: false,
+      description: 'Start after this cursor (next_cursor of GET /events) or seq; default: the beginning of the stream.',
+      schema: { type: 'string', example: '42' },
+    },
+    {
+      name: 'type',
+      in: 'query',
+      required: false,
+      description: 'Only these event types (comma-separated), as on GET /events.',
+      schema: { type: 'string', maxLength: 500, example: 'mail.received,mail.bounced' },
+    },
+    {
+      name: 'Last-Event-ID',
+      in: 'header',
+      required: false,
+      description: 'What a reconnecting EventSource sends: the id (seq) of the last event seen; wins over since.',
+      schema: { type: 'string', example: '42' },
+    },
   ],
   responses: {
     '200': {
-      description: 'An endless text/event-stream of the account\'s events (id: seq, event: type, data: the event JSON).',
-      content: { 'text/event-stream': { schema: { type: 'string', example: 'id: 43\nevent: mail.received\ndata: {"id":"evt_...","type":"mail.received","seq":43,...}\n\n' } } },
+      description: "An endless text/event-stream of the account's events (id: seq, event: type, data: the event JSON).",
+      content: {
+        'text/event-stream': {
+          schema: { type: 'string', example: 'id: 43\nevent: mail.received\ndata: {"id":"evt_...","type":"mail.received","seq":43,...}\n\n' },
+        },
+      },
     },
   },
 });
 
 /** The headers every webhook delivery carries (README "Push: webhooks and MQTT"). */
 const WEBHOOK_HEADERS = () => [
-  { name: 'X-Boxes-Signature', in: 'header', required: true, description: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by the signing secret> (two v1 values during a secret rotation). The stripe package verifies it; so does the SDK\'s verifyWebhook.', schema: { type: 'string', example: 't=1764144000,v1=5257a869e7...' } },
-  { name: 'webhook-id', in: 'header', required: true, description: 'Standard Webhooks: the event id (dedupe on it: pushes are at-least-once).', schema: { type: 'string', example: 'evt_0a1b2c3d4e5f6g7h8j9k' } },
-  { name: 'webhook-timestamp', in: 'header', required: true, description: 'Standard Webhooks: unix seconds of the signature.', schema: { type: 'string', example: '1764144000' } },
-  { name: 'webhook-signature', in: 'header', required: true, description: 'Standard Webhooks: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<raw body>"> keyed by the base64 part of the signing secret.', schema: { type: 'string', example: 'v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=' } },
+  {
+    name: 'X-Boxes-Signature',
+    in: 'header',
+    required: true,
+    description:
+      't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by the signing secret> (two v1 values during a secret rotation). The stripe package verifies it; so does the SDK\'s verifyWebhook.',
+    schema: { type: 'string', example: 't=1764144000,v1=5257a869e7...' },
+  },
+  {
+    name: 'webhook-id',
+    in: 'header',
+    required: true,
+    description: 'Standard Webhooks: the event id (dedupe on it: pushes are at-least-once).',
+    schema: { type: 'string', example: 'evt_0a1b2c3d4e5f6g7h8j9k' },
+  },
+  {
+    name: 'webhook-timestamp',
+    in: 'header',
+    required: true,
+    description: 'Standard Webhooks: unix seconds of the signature.',
+    schema: { type: 'string', example: '1764144000' },
+  },
+  {
+    name: 'webhook-signature',
+    in: 'header',
+    required: true,
+    description: 'Standard Webhooks: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<raw body>"> keyed by the base64 part of the signing secret.',
+    schema: { type: 'string', example: 'v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=' },
+  },
 ];
 
 /** One entry of the OpenAPI 3.1 webhooks section: the POST the account's callback URL receives for an event type. */
@@ -94,7 +141,10 @@ function webhookOperation(t: EventType) {
       parameters: WEBHOOK_HEADERS(),
       requestBody: { required: true, content: { 'application/json': { schema: { $ref: `#/components/schemas/${eventSchemaName(t)}` } } } },
       responses: {
-        '200': { description: 'Received (any 2xx). Anything else, or no answer within the webhook timeout (10 s unless the operator set WEBHOOK_TIMEOUT_MS), is retried.' },
+        '200': {
+          description:
+            'Received (any 2xx). Anything else, or no answer within the webhook timeout (10 s unless the operator set WEBHOOK_TIMEOUT_MS), is retried.',
+        },
       },
     },
   };
@@ -108,7 +158,8 @@ interface Operation {
 
 /** Each REST operation's meta and input rules, by "METHOD /path". */
 function operationsByRoute(): Map<string, Operation> {
-  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, { _def: { meta?: BoxesMeta & Meta; inputs: z.ZodType[] } }> } })._def.procedures;
+  const procedures = (appRouter as unknown as { _def: { procedures: Record<string, { _def: { meta?: BoxesMeta & Meta; inputs: z.ZodType[] } }> } })._def
+    .procedures;
   const out = new Map<string, Operation>();
   for (const p of Object.values(procedures)) {
     const meta = p._def.meta;
@@ -167,7 +218,10 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
       for (const [status, codes] of byStatus(operationErrorCodes({ method: method.toUpperCase(), keyed }, meta))) {
         const c = String(status);
         // A refused key (401) is not counted; any other answer to a keyed call carries the rate-limit fields.
-        const headers = { ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}), ...(keyed && c !== '401' && c !== '503' && c !== '431' ? rateFields() : {}) };
+        const headers = {
+          ...(c === '429' || c === '503' ? { 'Retry-After': ref('Retry-After') } : {}),
+          ...(keyed && c !== '401' && c !== '503' && c !== '431' ? rateFields() : {}),
+        };
         op.responses[c] = {
           description: `${STATUS_TEXT[c] ?? 'Error'}. error.code: ${codes.join(', ')}`,
           ...(Object.keys(headers).length ? { headers } : {}),

@@ -86,7 +86,10 @@ export function procedureTools(): ProcedureTool[] {
         procedure: path,
         type: p._def.type as 'query' | 'mutation',
         scope: meta.scope ?? null,
-        description: [o.summary, o.description, `REST: ${o.method} /api/v1${o.path}${meta.scope ? `; needs the ${meta.scope} scope` : ''}.`].filter(Boolean).join('. ').replace(/\.\./g, '.'),
+        description: [o.summary, o.description, `REST: ${o.method} /api/v1${o.path}${meta.scope ? `; needs the ${meta.scope} scope` : ''}.`]
+          .filter(Boolean)
+          .join('. ')
+          .replace(/\.\./g, '.'),
         ...inputOf(p._def.inputs),
         ...outputOf(p._def.output),
         rest: { method: o.method, path: o.path },

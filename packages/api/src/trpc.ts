@@ -7,7 +7,18 @@
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
-import { AppError, authenticateKey, ERROR_CODES, type ErrorCode, isServiceUnavailable, keyRateLimited, serviceUnavailable, takeKeyRate, type BoxScope, type Services } from '@boxes/core';
+import {
+  AppError,
+  authenticateKey,
+  ERROR_CODES,
+  type ErrorCode,
+  isServiceUnavailable,
+  keyRateLimited,
+  serviceUnavailable,
+  takeKeyRate,
+  type BoxScope,
+  type Services,
+} from '@boxes/core';
 import type { Scope } from '@boxes/schemas';
 import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';

@@ -59,7 +59,16 @@ describe('loadConfig', () => {
       },
       deliveryConcurrency: 50,
       workerSweepIntervalMs: 5000,
-      bulk: { coolOffSeconds: 600, minCoolOffSeconds: 600, maxBatchSize: 1000, maxActiveJobs: 3, maxBounceRate: 0.02, maxComplaintRate: 0.005, concurrency: 64, connections: 16 },
+      bulk: {
+        coolOffSeconds: 600,
+        minCoolOffSeconds: 600,
+        maxBatchSize: 1000,
+        maxActiveJobs: 3,
+        maxBounceRate: 0.02,
+        maxComplaintRate: 0.005,
+        concurrency: 64,
+        connections: 16,
+      },
       billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
       noticeFrom: 'noreply@boxes.localhost',
       webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
@@ -86,8 +95,20 @@ describe('loadConfig', () => {
 
   it('reads the DNS settings: resolvers and public addresses as lists, the hostmaster without its trailing dot', () => {
     expect(
-      loadConfig({ DNS_RESOLVERS: ' 127.0.0.1:5300, ::1 ,', PUBLIC_ADDRESSES: '192.0.2.1,2001:db8::1', DNS_HOSTMASTER: 'DNS.Example.com.', DNS_PORT: '53', DOMAIN_CLAIM_TTL_DAYS: '3' }).dns,
-    ).toMatchObject({ resolvers: ['127.0.0.1:5300', '::1'], publicAddresses: ['192.0.2.1', '2001:db8::1'], hostmaster: 'dns.example.com', port: 53, claimTtlDays: 3 });
+      loadConfig({
+        DNS_RESOLVERS: ' 127.0.0.1:5300, ::1 ,',
+        PUBLIC_ADDRESSES: '192.0.2.1,2001:db8::1',
+        DNS_HOSTMASTER: 'DNS.Example.com.',
+        DNS_PORT: '53',
+        DOMAIN_CLAIM_TTL_DAYS: '3',
+      }).dns,
+    ).toMatchObject({
+      resolvers: ['127.0.0.1:5300', '::1'],
+      publicAddresses: ['192.0.2.1', '2001:db8::1'],
+      hostmaster: 'dns.example.com',
+      port: 53,
+      claimTtlDays: 3,
+    });
     expect(() => loadConfig({ DOMAIN_CLAIM_TTL_DAYS: '0' })).toThrow(/DOMAIN_CLAIM_TTL_DAYS/);
   });
 
@@ -113,7 +134,17 @@ describe('loadConfig', () => {
 
   it('bulk jobs: the default cool-off is never below the floor; rates and concurrency are read', () => {
     expect(loadConfig({ BULK_COOL_OFF_SECONDS: '10', BULK_MIN_COOL_OFF_SECONDS: '60' }).bulk.coolOffSeconds).toBe(60);
-    expect(loadConfig({ BULK_COOL_OFF_SECONDS: '1', BULK_MIN_COOL_OFF_SECONDS: '0', BULK_MAX_BATCH_SIZE: '5000', BULK_MAX_ACTIVE_JOBS: '10', BULK_MAX_BOUNCE_RATE: '0.01', BULK_CONCURRENCY: '8', BULK_SMTP_CONNECTIONS: '4' }).bulk).toEqual({
+    expect(
+      loadConfig({
+        BULK_COOL_OFF_SECONDS: '1',
+        BULK_MIN_COOL_OFF_SECONDS: '0',
+        BULK_MAX_BATCH_SIZE: '5000',
+        BULK_MAX_ACTIVE_JOBS: '10',
+        BULK_MAX_BOUNCE_RATE: '0.01',
+        BULK_CONCURRENCY: '8',
+        BULK_SMTP_CONNECTIONS: '4',
+      }).bulk,
+    ).toEqual({
       coolOffSeconds: 1,
       minCoolOffSeconds: 0,
       maxBatchSize: 5000,
@@ -152,7 +183,15 @@ describe('loadConfig', () => {
       trustProxy: true,
     });
     expect(loadConfig({ MAIL_HOST: 'MX.Example.org' }).mailHost).toBe('mx.example.org');
-    for (const [v, want] of [['true', true], ['1', true], ['yes', true], ['false', false], ['0', false], ['no', false], ['', false]] as const) {
+    for (const [v, want] of [
+      ['true', true],
+      ['1', true],
+      ['yes', true],
+      ['false', false],
+      ['0', false],
+      ['no', false],
+      ['', false],
+    ] as const) {
       expect(loadConfig({ TRUST_PROXY: v }).trustProxy, v).toBe(want);
     }
   });
@@ -164,7 +203,11 @@ describe('loadConfig', () => {
     };
     // mail.boxes.localhost resolves nowhere: the address each server listens on.
     expect(hosts({})).toEqual({ imap: '127.0.0.1', submission: '127.0.0.1', mqtt: 'mqtts://127.0.0.1:8883' });
-    expect(hosts({ IMAP_HOST: '0.0.0.0', SUBMISSION_HOST: 'localhost', MQTT_HOST: '::1', MQTT_PORT: '9883' })).toEqual({ imap: '127.0.0.1', submission: 'localhost', mqtt: 'mqtts://[::1]:9883' });
+    expect(hosts({ IMAP_HOST: '0.0.0.0', SUBMISSION_HOST: 'localhost', MQTT_HOST: '::1', MQTT_PORT: '9883' })).toEqual({
+      imap: '127.0.0.1',
+      submission: 'localhost',
+      mqtt: 'mqtts://[::1]:9883',
+    });
     expect(hosts({ MAIL_HOST: 'mail.dev.localhost', MQTT_HOST: '::' })).toEqual({ imap: '127.0.0.1', submission: '127.0.0.1', mqtt: 'mqtts://127.0.0.1:8883' });
     // A public host is what clients use, wherever the servers listen.
     expect(hosts({ BASE_DOMAIN: 'agents.example.com', IMAP_HOST: '0.0.0.0', MQTT_HOST: '0.0.0.0' })).toEqual({
@@ -177,7 +220,10 @@ describe('loadConfig', () => {
   });
 
   it('takes the mail certificate and its key together', () => {
-    expect(loadConfig({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem', SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).smtp).toMatchObject({ tlsCertFile: '/etc/boxes/cert.pem', tlsKeyFile: '/etc/boxes/key.pem' });
+    expect(loadConfig({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem', SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).smtp).toMatchObject({
+      tlsCertFile: '/etc/boxes/cert.pem',
+      tlsKeyFile: '/etc/boxes/key.pem',
+    });
     expect(configError({ SMTP_TLS_CERT_FILE: '/etc/boxes/cert.pem' }).message).toMatch(/SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both/);
     expect(configError({ SMTP_TLS_KEY_FILE: '/etc/boxes/key.pem' }).message).toMatch(/set both/);
   });
@@ -206,7 +252,8 @@ describe('loadConfig', () => {
       { ip: '::1', heloName: 'mail6.example.net' },
     ]);
     expect(c.smtp.sendingIpWarmupCaps).toEqual([5000, 20_000]);
-    for (const bad of ['127.0.0.2', '999.1.1.1=mail.example.net', '127.0.0.2=bad name']) expect(configError({ SENDING_IPS: bad }).message).toMatch(/\bSENDING_IPS\b/);
+    for (const bad of ['127.0.0.2', '999.1.1.1=mail.example.net', '127.0.0.2=bad name'])
+      expect(configError({ SENDING_IPS: bad }).message).toMatch(/\bSENDING_IPS\b/);
     for (const bad of ['0', '5000,x', '1.5']) expect(configError({ SENDING_IP_WARMUP_CAPS: bad }).message).toMatch(/\bSENDING_IP_WARMUP_CAPS\b/);
   });
 

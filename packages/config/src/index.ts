@@ -6,9 +6,7 @@ import { z } from 'zod';
 import { isIP } from 'node:net';
 
 const port = z.coerce.number().int().min(0).max(65535);
-const bool = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no', '']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 
 const envSchema = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
@@ -32,12 +30,19 @@ const envSchema = z.object({
   /** 32-byte key (hex or base64) that encrypts secrets at rest. Generated into .data/ on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
   /** Key prefix of everything Boxes keeps in Redis (queues, counters). */
-  REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9:_-]{1,64}$/).default('boxes'),
+  REDIS_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9:_-]{1,64}$/)
+    .default('boxes'),
   /** The MX (inbound SMTP) listener. 25 in production; an unprivileged port by default. */
   SMTP_HOST: z.string().default('127.0.0.1'),
   SMTP_PORT: port.default(2525),
   /** Largest message the MX accepts (advertised as SIZE; 552 above it). */
-  SMTP_MAX_MESSAGE_BYTES: z.coerce.number().int().min(1024).default(25 * 1024 * 1024),
+  SMTP_MAX_MESSAGE_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .default(25 * 1024 * 1024),
   SMTP_MAX_RECIPIENTS: z.coerce.number().int().min(1).default(100),
   SMTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(500),
   /** An MX session with no bytes from the client for this long is closed (slow or stuck clients). */
@@ -64,7 +69,12 @@ const envSchema = z.object({
   /** An IMAP connection must finish TLS and log in within this; then it is closed. */
   IMAP_LOGIN_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(60_000),
   /** A logged-in IMAP session with nothing from the client for this long is logged out (RFC 3501: at least 30 minutes). */
-  IMAP_AUTOLOGOUT_MS: z.coerce.number().int().min(100).max(24 * 3_600_000).default(31 * 60_000),
+  IMAP_AUTOLOGOUT_MS: z.coerce
+    .number()
+    .int()
+    .min(100)
+    .max(24 * 3_600_000)
+    .default(31 * 60_000),
   /** SMTP submission for mail clients (implicit TLS, AUTH with an app-password; 465 in production). */
   SUBMISSION_HOST: z.string().default('127.0.0.1'),
   SUBMISSION_PORT: port.default(1465),
@@ -92,7 +102,10 @@ const envSchema = z.object({
     .default('')
     .transform((spec, ctx) => {
       const out: { ip: string; heloName: string }[] = [];
-      for (const part of spec.split(',').map((p) => p.trim()).filter(Boolean)) {
+      for (const part of spec
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean)) {
         const m = /^([0-9a-fA-F.:]+)=([A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*)$/.exec(part);
         if (!m || !isIP(m[1]!)) {
           ctx.addIssue({ code: 'custom', message: `bad entry "${part}": expected ip=helo.name, e.g. 127.0.0.2=mail2.example.net` });
@@ -113,7 +126,11 @@ const envSchema = z.object({
     .string()
     .default('5000,10000,20000,40000,80000,160000,320000')
     .transform((spec, ctx) => {
-      const caps = spec.split(',').map((p) => p.trim()).filter(Boolean).map(Number);
+      const caps = spec
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean)
+        .map(Number);
       if (!caps.length || caps.some((c) => !Number.isInteger(c) || c < 1)) {
         ctx.addIssue({ code: 'custom', message: 'expected a comma-separated list of positive integers (daily caps)' });
         return z.NEVER;
@@ -278,7 +295,16 @@ export interface Config {
   /** Worker sweeps: lost delivery jobs, missing recurring-job schedules (WORKER_SWEEP_INTERVAL_MS). */
   workerSweepIntervalMs: number;
   /** Bulk send jobs: default and floor of the cool-off (seconds), batch and active-job bounds, breaker rates, SMTP transactions in flight. */
-  bulk: { coolOffSeconds: number; minCoolOffSeconds: number; maxBatchSize: number; maxActiveJobs: number; maxBounceRate: number; maxComplaintRate: number; concurrency: number; connections: number };
+  bulk: {
+    coolOffSeconds: number;
+    minCoolOffSeconds: number;
+    maxBatchSize: number;
+    maxActiveJobs: number;
+    maxBounceRate: number;
+    maxComplaintRate: number;
+    concurrency: number;
+    connections: number;
+  };
   billing: { introductoryPrice: boolean; cycleMs: number; paymentProvider: 'local' };
   noticeFrom: string;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -305,7 +331,11 @@ export interface Config {
   audit: { cycleMs: number; deletionGraceDays: number; exportLinkTtlDays: number };
 }
 
-const list = (v: string | undefined): string[] => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+const list = (v: string | undefined): string[] =>
+  (v ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 
 /**
  * The host to tell clients for a server listening on `listener`. A public MAIL_HOST is what they use. A
@@ -337,7 +367,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const e = parsed.data;
   // One without the other would quietly fall back to the self-signed certificate.
   if (Boolean(e.SMTP_TLS_CERT_FILE) !== Boolean(e.SMTP_TLS_KEY_FILE)) {
-    throw new ConfigError('invalid configuration: SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both (the certificate and its private key, PEM files) or neither');
+    throw new ConfigError(
+      'invalid configuration: SMTP_TLS_CERT_FILE and SMTP_TLS_KEY_FILE: set both (the certificate and its private key, PEM files) or neither',
+    );
   }
   const port = overrides.port ?? e.PORT;
   const siteUrl = (overrides.siteUrl ?? e.SITE_URL ?? `http://localhost:${port}`).replace(/\/+$/, '');
@@ -351,7 +383,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mcpUrl: e.MCP_URL?.replace(/\/+$/, ''),
     baseDomain: e.BASE_DOMAIN.toLowerCase(),
     mailHost,
-    nameservers: e.NAMESERVERS.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean),
+    nameservers: e.NAMESERVERS.split(',')
+      .map((s) => s.trim().toLowerCase())
+      .filter(Boolean),
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
     secretKey: e.BOXES_SECRET_KEY,
@@ -372,7 +406,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       deliveryPort: e.SMTP_DELIVERY_PORT,
       socketTimeoutMs: e.SMTP_SOCKET_TIMEOUT_MS,
     },
-    http: { headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS, requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS, sseHeartbeatMs: e.SSE_HEARTBEAT_MS, sseMaxStreamsPerKey: e.SSE_MAX_STREAMS_PER_KEY },
+    http: {
+      headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS,
+      idleTimeoutMs: e.HTTP_IDLE_TIMEOUT_MS,
+      sseHeartbeatMs: e.SSE_HEARTBEAT_MS,
+      sseMaxStreamsPerKey: e.SSE_MAX_STREAMS_PER_KEY,
+    },
     deliveryRetryScale: e.DELIVERY_RETRY_SCALE,
     mailClients: {
       imapHost: e.IMAP_HOST,

@@ -27,8 +27,9 @@ function writeSchemaCopy(): void {
   const withUrl = source
     // The copy is only diffed, never generated: a client-engine generator keeps the CLI from fetching a native engine.
     .replace(/generator\s+client\s*\{[^}]*\}/, 'generator client {\n  provider   = "prisma-client"\n  output     = "./generated"\n  engineType = "client"\n}')
-    .replace(/datasource\s+db\s*\{([^}]*)\}/, (_m, body: string) =>
-      `datasource db {${body.replace(/\n\s*url\s*=.*$/m, '')}  url = env("MIGRATE_DATABASE_URL")\n}`,
+    .replace(
+      /datasource\s+db\s*\{([^}]*)\}/,
+      (_m, body: string) => `datasource db {${body.replace(/\n\s*url\s*=.*$/m, '')}  url = env("MIGRATE_DATABASE_URL")\n}`,
     );
   fs.mkdirSync(path.join(here, '.tmp'), { recursive: true });
   fs.writeFileSync(path.join(here, '.tmp', 'schema.prisma'), withUrl);
@@ -48,7 +49,13 @@ function migrationsWithoutChecks(dir: string): string {
     const file = path.join(copy, entry.name, 'migration.sql');
     if (!entry.isDirectory() || !fs.existsSync(file)) continue;
     const sql = fs.readFileSync(file, 'utf8');
-    fs.writeFileSync(file, sql.split('\n').filter((line) => !check.test(line.trim())).join('\n'));
+    fs.writeFileSync(
+      file,
+      sql
+        .split('\n')
+        .filter((line) => !check.test(line.trim()))
+        .join('\n'),
+    );
   }
   return copy;
 }
@@ -84,7 +91,11 @@ if (command === 'new') {
   await recreate(dev, 'boxes_migrate_dev');
   await recreate(dev, 'boxes_migrate_dev_shadow');
   const dir = path.join(repo, 'prisma', 'migrations');
-  const out = prisma(['migrate', 'diff', '--from-migrations', migrationsWithoutChecks(dir), '--to-schema-datamodel', path.join(here, '.tmp', 'schema.prisma'), '--script'], dev.toString(), true);
+  const out = prisma(
+    ['migrate', 'diff', '--from-migrations', migrationsWithoutChecks(dir), '--to-schema-datamodel', path.join(here, '.tmp', 'schema.prisma'), '--script'],
+    dev.toString(),
+    true,
+  );
   if (out.status !== 0) fail(`prisma migrate diff failed:\n${out.stderr}`);
   let sql = out.stdout.trim();
   if (!sql || /^-- This is an empty migration\.?$/.test(sql)) {

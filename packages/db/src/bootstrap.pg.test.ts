@@ -131,7 +131,9 @@ describe('migrate', () => {
       const c = new pg.Client({ connectionString: urlFor(name) });
       await c.connect();
       try {
-        return (await c.query<{ migration_name: string }>('SELECT migration_name FROM "_prisma_migrations" WHERE finished_at IS NOT NULL ORDER BY migration_name')).rows;
+        return (
+          await c.query<{ migration_name: string }>('SELECT migration_name FROM "_prisma_migrations" WHERE finished_at IS NOT NULL ORDER BY migration_name')
+        ).rows;
       } finally {
         await c.end();
       }

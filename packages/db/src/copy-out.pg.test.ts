@@ -26,7 +26,9 @@ describe('copyOutBinary', () => {
       got.push({ id: row[0]!.toString('utf8'), data: row[1] ? Buffer.from(row[1]) : null, n: row[2] ? row[2].readInt32BE(0) : null });
     });
     expect(got.map((r) => r.id)).toEqual(['b0-é', 'b1-é', 'b2-é', 'b3-é', 'none']);
-    blobs.forEach((b, i) => { expect(got[i]!.data!.equals(b)).toBe(true); });
+    blobs.forEach((b, i) => {
+      expect(got[i]!.data!.equals(b)).toBe(true);
+    });
     expect(got[4]).toEqual({ id: 'none', data: null, n: null });
     expect(got.map((r) => r.n)).toEqual([0, 1, 2, 3, null]);
   });

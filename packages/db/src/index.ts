@@ -7,6 +7,35 @@ export { migrate, migrationsDir } from './migrate';
 export { copyOutBinary, type CopyRow } from './copy-out';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
-export type { Account, SignupIntent, Domain, ApiKey, Box, Event, Message, Delivery, Suppression, LedgerEntry, WebhookDelivery, IotCredential, SupportQuestion, SupportMessage, FeatureRequest, Payment, Wallet, Notice, AuditSigningKey, AuditCheckpoint, AccountCloseRequest, AccountExport, AppPassword, MailFolder, MailFolderEntry, MessageFlags, BulkJob, BulkJobItem } from './generated/client';
+export type {
+  Account,
+  SignupIntent,
+  Domain,
+  ApiKey,
+  Box,
+  Event,
+  Message,
+  Delivery,
+  Suppression,
+  LedgerEntry,
+  WebhookDelivery,
+  IotCredential,
+  SupportQuestion,
+  SupportMessage,
+  FeatureRequest,
+  Payment,
+  Wallet,
+  Notice,
+  AuditSigningKey,
+  AuditCheckpoint,
+  AccountCloseRequest,
+  AccountExport,
+  AppPassword,
+  MailFolder,
+  MailFolderEntry,
+  MessageFlags,
+  BulkJob,
+  BulkJobItem,
+} from './generated/client';
 export type { SendingIp, BoxForward, ForwardRun } from './generated/client';
 export type { TrustListEntry } from './generated/client';

@@ -117,28 +117,58 @@ export class Jobs {
     await this.bulk.add(
       'batch',
       { bulkJobId, batch },
-      { jobId: `${bulkJobId}-${batch}`, delay: Math.max(0, delayMs), attempts: 20, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } },
+      {
+        jobId: `${bulkJobId}-${batch}`,
+        delay: Math.max(0, delayMs),
+        attempts: 20,
+        backoff: { type: 'exponential', delay: 5_000 },
+        removeOnComplete: { age: 3600 },
+        removeOnFail: { age: 7 * 86_400 },
+      },
     );
   }
 
   /** Checks a payment when something about it falls due (an MPP token after approval); id-deduplicated. */
   async schedulePaymentCheck(paymentId: string, delayMs: number): Promise<void> {
-    await this.billing.add('payment', { paymentId }, { jobId: `payment-${paymentId}-${Date.now() + delayMs}`, delay: delayMs, attempts: 5, backoff: { type: 'exponential', delay: 1000 }, removeOnComplete: { count: 1000 }, removeOnFail: { age: 86_400 } });
+    await this.billing.add(
+      'payment',
+      { paymentId },
+      {
+        jobId: `payment-${paymentId}-${Date.now() + delayMs}`,
+        delay: delayMs,
+        attempts: 5,
+        backoff: { type: 'exponential', delay: 1000 },
+        removeOnComplete: { count: 1000 },
+        removeOnFail: { age: 86_400 },
+      },
+    );
   }
 
   /** The repeatable billing job (BullMQ job scheduler): one per instance, however many workers start it. */
   async scheduleBillingCycle(everyMs: number): Promise<void> {
-    await this.billing.upsertJobScheduler(BILLING_SCHEDULER_ID, { every: everyMs }, { name: 'cycle', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+    await this.billing.upsertJobScheduler(
+      BILLING_SCHEDULER_ID,
+      { every: everyMs },
+      { name: 'cycle', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } },
+    );
   }
 
   /** The repeatable domain verifier: one per instance, however many workers start it. */
   async scheduleDomainVerification(everyMs: number): Promise<void> {
-    await this.billing.upsertJobScheduler(DOMAIN_VERIFY_SCHEDULER_ID, { every: everyMs }, { name: 'domains', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+    await this.billing.upsertJobScheduler(
+      DOMAIN_VERIFY_SCHEDULER_ID,
+      { every: everyMs },
+      { name: 'domains', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } },
+    );
   }
 
   /** The repeatable audit job: one per instance, however many workers start it. */
   async scheduleAudit(everyMs: number): Promise<void> {
-    await this.billing.upsertJobScheduler(AUDIT_SCHEDULER_ID, { every: everyMs }, { name: 'audit', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } });
+    await this.billing.upsertJobScheduler(
+      AUDIT_SCHEDULER_ID,
+      { every: everyMs },
+      { name: 'audit', data: {}, opts: { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } },
+    );
   }
 
   /** The recurring jobs whose scheduler is not in Redis (a flushed or replaced Redis). */
@@ -149,7 +179,17 @@ export class Jobs {
 
   /** Builds a closing account's data export (the job id is the export id, so enqueueing twice is harmless). */
   async enqueueExport(exportId: string): Promise<void> {
-    await this.billing.add('export', { exportId }, { jobId: `export-${exportId}`, attempts: 5, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } });
+    await this.billing.add(
+      'export',
+      { exportId },
+      {
+        jobId: `export-${exportId}`,
+        attempts: 5,
+        backoff: { type: 'exponential', delay: 5_000 },
+        removeOnComplete: { age: 3600 },
+        removeOnFail: { age: 7 * 86_400 },
+      },
+    );
   }
 
   /** Enqueues a notice; the job id is the notice id, so enqueueing twice is harmless. */
@@ -159,7 +199,13 @@ export class Jobs {
       noticeIds.map((noticeId) => ({
         name: 'notice',
         data: { noticeId },
-        opts: { jobId: noticeId, attempts: NOTICE_ATTEMPTS, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } },
+        opts: {
+          jobId: noticeId,
+          attempts: NOTICE_ATTEMPTS,
+          backoff: { type: 'exponential', delay: 5_000 },
+          removeOnComplete: { age: 3600 },
+          removeOnFail: { age: 7 * 86_400 },
+        },
       })),
     );
   }

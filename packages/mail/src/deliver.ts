@@ -65,7 +65,10 @@ export function staticResolver(routes: Record<string, SmtpDestination>, fallback
 /** Parses "example.test=127.0.0.1:2525,other.test=host:25". */
 export function parseStaticRoutes(spec: string | undefined): Record<string, SmtpDestination> {
   const routes: Record<string, SmtpDestination> = {};
-  for (const part of (spec ?? '').split(',').map((s) => s.trim()).filter(Boolean)) {
+  for (const part of (spec ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const m = /^([^=]+)=([^:]+):(\d+)$/.exec(part);
     if (!m) throw new Error(`bad SMTP route "${part}": expected domain=host:port`);
     routes[m[1]!.toLowerCase()] = { host: m[2]!, port: Number(m[3]) };
@@ -88,7 +91,9 @@ export function parseRelayUrl(url: string): SmtpDestination {
 export class SmtpSender {
   private transports = new Map<string, Transporter>();
 
-  constructor(private readonly opts: { heloName: string; connectionTimeoutMs?: number; /** Pooled connections per destination (default 5). */ maxConnections?: number }) {}
+  constructor(
+    private readonly opts: { heloName: string; connectionTimeoutMs?: number /** Pooled connections per destination (default 5). */; maxConnections?: number },
+  ) {}
 
   private transport(dest: SmtpDestination, source?: SmtpSource): Transporter {
     // One pool per destination and source address: connections bound to a dedicated IP are never shared.

@@ -29,18 +29,25 @@ export interface ParsedMessage {
 
 function addresses(v: AddressObject | AddressObject[] | undefined): string[] {
   const list = Array.isArray(v) ? v : v ? [v] : [];
-  return list.flatMap((a) => a.value.flatMap((e) => (e.group ? e.group : [e])).map((e) => e.address?.toLowerCase()).filter((x): x is string => !!x));
+  return list.flatMap((a) =>
+    a.value
+      .flatMap((e) => (e.group ? e.group : [e]))
+      .map((e) => e.address?.toLowerCase())
+      .filter((x): x is string => !!x),
+  );
 }
 
-const idList = (v: string | string[] | undefined): string[] =>
-  (Array.isArray(v) ? v : v ? v.split(/\s+/) : []).map((s) => s.trim()).filter(Boolean);
+const idList = (v: string | string[] | undefined): string[] => (Array.isArray(v) ? v : v ? v.split(/\s+/) : []).map((s) => s.trim()).filter(Boolean);
 
 export async function parseMessage(raw: Buffer): Promise<ParsedMessage> {
   // keepDeliveryStatus: DSN status parts stay attachments (reports.ts reads them there) instead of joining the text.
   const mail = await simpleParser(raw, { skipImageLinks: true, skipTextLinks: true, maxHtmlLengthToParse: 2_000_000, keepDeliveryStatus: true });
   const headers: Record<string, string> = {};
   for (const line of mail.headerLines) {
-    const value = line.line.slice(line.line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim();
+    const value = line.line
+      .slice(line.line.indexOf(':') + 1)
+      .replace(/\r?\n[ \t]+/g, ' ')
+      .trim();
     headers[line.key] = headers[line.key] ? `${headers[line.key]}, ${value}` : value;
   }
   return {

@@ -235,7 +235,8 @@ describe('parseReport: delivery status notifications (RFC 3464)', () => {
       {
         contentType: 'message/delivery-status',
         headers: { 'Content-Disposition': 'attachment' },
-        content: 'Reporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822;\nOriginal-Recipient: rfc822; Alias@Example.net\nAction: failed\nStatus: 4.0.0\n',
+        content:
+          'Reporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822;\nOriginal-Recipient: rfc822; Alias@Example.net\nAction: failed\nStatus: 4.0.0\n',
       },
     ]);
     const { report: r } = await report(raw);
@@ -283,7 +284,10 @@ describe('parseReport: delivery status notifications (RFC 3464)', () => {
   it('skips field-like prose in the human-readable part when the report is read from mail.text', async () => {
     const raw = await buildReport('multipart/report; report-type=delivery-status', [
       { contentType: 'text/plain', content: 'Hello,\nNote: this is automated.\nAction: none needed from you\n\nThanks\n' },
-      { contentType: 'message/delivery-status', content: 'Reporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; a@example.net\nAction: failed\nStatus: 5.7.1\n' },
+      {
+        contentType: 'message/delivery-status',
+        content: 'Reporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; a@example.net\nAction: failed\nStatus: 5.7.1\n',
+      },
     ]);
     const { report: r } = await report(raw);
     expect(r).toMatchObject({ kind: 'dsn', reportingMta: 'mx.example.net', recipients: [{ address: 'a@example.net', status: '5.7.1', permanent: true }] });
@@ -368,7 +372,10 @@ describe('parseReport: everything else', () => {
     expect((await report(mixed)).report).toBeNull();
     const mdn = await buildReport('multipart/report; report-type=disposition-notification', [
       { contentType: 'text/plain', content: 'Your message was displayed.\n' },
-      { contentType: 'message/disposition-notification', content: 'Reporting-UA: client.example\nFinal-Recipient: rfc822; a@example.net\nDisposition: manual-action/MDN-sent-manually; displayed\n' },
+      {
+        contentType: 'message/disposition-notification',
+        content: 'Reporting-UA: client.example\nFinal-Recipient: rfc822; a@example.net\nDisposition: manual-action/MDN-sent-manually; displayed\n',
+      },
     ]);
     expect((await report(mdn)).report).toBeNull();
   });
@@ -379,7 +386,8 @@ describe('parseReport: everything else', () => {
       {
         contentType: 'message/delivery-status',
         headers: { 'Content-Disposition': 'attachment' },
-        content: 'Reporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; a@example.net\nAction: failed\nStatus: 5.1.1\n\nFinal-Recipient: rfc822; b@exa',
+        content:
+          'Reporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; a@example.net\nAction: failed\nStatus: 5.1.1\n\nFinal-Recipient: rfc822; b@exa',
       },
     ]);
     expect((await report(truncated)).report).toMatchObject({ recipients: [{ address: 'a@example.net' }] });

@@ -245,11 +245,7 @@ function parseDsn(mail: ParsedMail, parts: Attachment[]): DeliveryStatusReport |
   // An attached delivery-status part is the report itself; otherwise mailparser put it into mail.text, between
   // the human-readable part and any expanded original: take the first run of field blocks there that names a
   // recipient.
-  const runs = part
-    ? fieldRuns(partText(part), 'skip')
-    : typeof mail.text === 'string'
-      ? fieldRuns(mail.text.slice(0, TEXT_LIMIT), 'split')
-      : [];
+  const runs = part ? fieldRuns(partText(part), 'skip') : typeof mail.text === 'string' ? fieldRuns(mail.text.slice(0, TEXT_LIMIT), 'split') : [];
   for (const run of runs) {
     const { reportingMta, recipients } = dsnFromRun(run);
     if (!recipients.length) continue;
@@ -278,9 +274,7 @@ function parseArf(parts: Attachment[]): FeedbackReport | null {
     originalRcptTo: unique((fields.get('original-rcpt-to') ?? []).flatMap(listAddresses)).slice(0, MAX_RECIPIENTS),
     originalMailFrom: mailFrom === null ? null : (listAddresses(mailFrom)[0] ?? null),
     originalMessageId: original ? messageIdOf(first(original, 'message-id')) : null,
-    originalRecipients: original
-      ? unique([...(original.get('to') ?? []), ...(original.get('cc') ?? [])].flatMap(listAddresses)).slice(0, MAX_RECIPIENTS)
-      : [],
+    originalRecipients: original ? unique([...(original.get('to') ?? []), ...(original.get('cc') ?? [])].flatMap(listAddresses)).slice(0, MAX_RECIPIENTS) : [],
   };
 }
 

@@ -7,13 +7,17 @@ import { DOMAIN_MODES } from './signup';
 export const AccountOutput = z
   .object({
     id: z.string().meta({ example: 'acct_0a1b2c3d4e5f6g7h8j9k' }),
-    account_status: z.enum(ACCOUNT_STATUSES).meta({ description: 'active after confirm; closing once DELETE /account took effect (every key is revoked then, so only the owner sees it)' }),
+    account_status: z
+      .enum(ACCOUNT_STATUSES)
+      .meta({ description: 'active after confirm; closing once DELETE /account took effect (every key is revoked then, so only the owner sees it)' }),
     primary_address: z.string().meta({ example: 'agent@brave-otter.boxes.localhost' }),
     owner_email: z.string().meta({ description: "The human owner's email", example: 'owner@example.com' }),
     domain: z.object({
       name: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
       mode: z.enum(DOMAIN_MODES),
-      status: z.enum(PUBLIC_DOMAIN_STATUSES).meta({ description: 'active: mail flows; pending_*: a claim being verified (GET /account/domain shows each record); expired: never proven in time' }),
+      status: z
+        .enum(PUBLIC_DOMAIN_STATUSES)
+        .meta({ description: 'active: mail flows; pending_*: a claim being verified (GET /account/domain shows each record); expired: never proven in time' }),
     }),
     agent_callback_webhook: z.string().nullable().meta({ description: 'Where events are POSTed, or null' }),
     credit_balance_cents: z.number().int().meta({ description: 'Prepaid credit in cents; negative in deficit (details: GET /account/credit/balance)' }),

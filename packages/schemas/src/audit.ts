@@ -9,7 +9,10 @@ export const PublicKey = z
     key_id: z.string().meta({ description: 'The JWS kid of what this key signed', example: 'ask_0a1b2c3d4e5f6g7h8j9k' }),
     algorithm: z.literal('EdDSA'),
     curve: z.literal('Ed25519'),
-    public_key_pem: z.string().meta({ description: 'SPKI PEM: save it as pub.pem for openssl, or importSPKI(pem, "EdDSA") with jose', example: '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA...\n-----END PUBLIC KEY-----\n' }),
+    public_key_pem: z.string().meta({
+      description: 'SPKI PEM: save it as pub.pem for openssl, or importSPKI(pem, "EdDSA") with jose',
+      example: '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA...\n-----END PUBLIC KEY-----\n',
+    }),
     created_at: Timestamp,
     retired_at: Timestamp.nullable().meta({ description: 'Set once the key was rotated out; what it signed still verifies with it' }),
   })
@@ -34,10 +37,15 @@ export const AuditBundleOutput = z.object({
       account_id: z.string(),
       account_domain: z.string().nullable(),
       message: z.record(z.string(), z.unknown()).meta({ description: 'The message metadata as GET /messages/{id} shows it, without the body' }),
-      raw_sha256: z.string().nullable().meta({ description: 'Hex SHA-256 of the raw RFC 5322 bytes as stored (kept after the body is reclaimed); null if a sent message was never composed' }),
+      raw_sha256: z
+        .string()
+        .nullable()
+        .meta({ description: 'Hex SHA-256 of the raw RFC 5322 bytes as stored (kept after the body is reclaimed); null if a sent message was never composed' }),
       raw_state: z.enum(['available', 'reclaimed', 'not_composed']),
       events: z.array(EventOutput).meta({ description: 'Every event about this message, as GET /events serves it (with _chain)' }),
-      chain_head: z.object({ seq: z.number().int(), hash: z.string(), at: Timestamp }).meta({ description: "The account's chain head when the bundle was signed" }),
+      chain_head: z
+        .object({ seq: z.number().int(), hash: z.string(), at: Timestamp })
+        .meta({ description: "The account's chain head when the bundle was signed" }),
       evidence: z.object({
         body_state: z.union([z.literal('available'), z.object({ reclaimed_at_utc: Timestamp })]).meta({ description: 'available, or {reclaimed_at_utc}' }),
       }),
@@ -55,7 +63,9 @@ export const AuditBundleOutput = z.object({
 export const Checkpoint = z
   .object({
     id: z.string(),
-    checkpoint: z.string().meta({ description: 'The signed checkpoint (compact JWS, EdDSA) to keep: its payload is {typ, issuer, account_id, seq, hash, signed_at, key_id}' }),
+    checkpoint: z
+      .string()
+      .meta({ description: 'The signed checkpoint (compact JWS, EdDSA) to keep: its payload is {typ, issuer, account_id, seq, hash, signed_at, key_id}' }),
     account_id: z.string(),
     seq: z.number().int(),
     hash: z.string(),
@@ -85,7 +95,10 @@ export const VerifyCheckpointOutput = z.object({
 });
 
 export const PolicyCheck = z.object({
-  check: z.string().meta({ description: 'api_key, scope, box_restriction, idempotency, recipients, header_rules, context_size, from_domain, domain_verified, suppression, credit, ...', example: 'from_domain' }),
+  check: z.string().meta({
+    description: 'api_key, scope, box_restriction, idempotency, recipients, header_rules, context_size, from_domain, domain_verified, suppression, credit, ...',
+    example: 'from_domain',
+  }),
   result: z.literal('passed'),
   detail: z.string().meta({ example: 'agent@brave-otter.boxes.localhost is on the account domain brave-otter.boxes.localhost' }),
 });
@@ -97,7 +110,9 @@ export const Evidence = z
     action: z.enum(['taken', 'suggested']).meta({ description: 'taken; suggested is reserved for a future dry run' }),
     acted_by_key: z.string().meta({ description: 'The id of the key that acted (never the key)', example: 'key_0a1b2c3d4e5f6g7h8j9k' }),
     idempotency_key: z.string().nullable(),
-    policy_checks: z.array(PolicyCheck).meta({ description: 'The checks that ran and passed, in order; a check that did not apply (no headers, an unrestricted key) is absent' }),
+    policy_checks: z
+      .array(PolicyCheck)
+      .meta({ description: 'The checks that ran and passed, in order; a check that did not apply (no headers, an unrestricted key) is absent' }),
     next_verification_step: z.object({ description: z.string(), method: z.string(), url: z.string() }),
   })
   .meta({ id: 'Evidence', description: 'Beta: present only for accounts enrolled with POST /beta/evidence/opt-in' });
@@ -109,7 +124,10 @@ export const EvidenceStatus = z.object({
 });
 
 export const UsermetadataOutput = z.object({
-  audit_retention_days: z.number().int().meta({ description: 'Days a message body is kept after it was recorded before it is reclaimed (1 to 90; default 14)' }),
+  audit_retention_days: z
+    .number()
+    .int()
+    .meta({ description: 'Days a message body is kept after it was recorded before it is reclaimed (1 to 90; default 14)' }),
   audit_retention_source: z.enum(['default', 'usermetadata']),
 });
 export const UsermetadataInput = z.strictObject({
@@ -125,7 +143,10 @@ export const CloseProtectionInput = z.strictObject({
 });
 
 export const CloseAccountInput = z.strictObject({
-  confirm_domain: z.string().max(253).optional().meta({ description: "The account's domain, exactly (case does not matter): without it or wrong, 400 and nothing closes", example: 'brave-otter.boxes.localhost' }),
+  confirm_domain: z.string().max(253).optional().meta({
+    description: "The account's domain, exactly (case does not matter): without it or wrong, 400 and nothing closes",
+    example: 'brave-otter.boxes.localhost',
+  }),
 });
 
 export const CloseAccountOutput = z.object({

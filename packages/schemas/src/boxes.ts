@@ -15,11 +15,7 @@ export const BoxOutput = z
   .meta({ id: 'Box', description: 'An address of the account (a box)' });
 
 export const CreateBoxInput = z.strictObject({
-  address: z
-    .string()
-    .min(1)
-    .max(254)
-    .meta({ description: 'The local part (billing), or a full address on your domain', example: 'billing' }),
+  address: z.string().min(1).max(254).meta({ description: 'The local part (billing), or a full address on your domain', example: 'billing' }),
 });
 
 export const BoxIdInput = z.strictObject({ id: z.string().max(40).meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }) });

@@ -22,48 +22,37 @@ export const BulkSendInput = z
       .array(BulkMessage)
       .min(1)
       .max(MAX_BULK_MESSAGES, `at most ${MAX_BULK_MESSAGES} messages a job`)
-      .meta({ description: `The messages, 1 to ${MAX_BULK_MESSAGES}. Every one is validated before anything is queued: one bad message rejects the job, naming its index and field (messages.<index>.<field>).` }),
-    batch_size: z
-      .number()
-      .int()
-      .min(1)
-      .max(MAX_BULK_MESSAGES)
-      .default(1000)
-      .meta({ description: 'Messages per batch (default 1000, at most the instance setting BULK_MAX_BATCH_SIZE, default 1000: a larger one is refused with 400). Batches go out one after another with the cool-off between them.', example: 1000 }),
+      .meta({
+        description: `The messages, 1 to ${MAX_BULK_MESSAGES}. Every one is validated before anything is queued: one bad message rejects the job, naming its index and field (messages.<index>.<field>).`,
+      }),
+    batch_size: z.number().int().min(1).max(MAX_BULK_MESSAGES).default(1000).meta({
+      description:
+        'Messages per batch (default 1000, at most the instance setting BULK_MAX_BATCH_SIZE, default 1000: a larger one is refused with 400). Batches go out one after another with the cool-off between them.',
+      example: 1000,
+    }),
     from: z
       .string()
       .max(320)
       .optional()
       .meta({ description: 'Sender of every message that names no from (default: the primary address)', example: 'News <news@brave-otter.boxes.localhost>' }),
-    cool_off_seconds: z
-      .number()
-      .int()
-      .min(0)
-      .max(86_400)
-      .optional()
-      .meta({
-        description:
-          'Pause between the end of one batch and the start of the next (default 600, the instance setting BULK_COOL_OFF_SECONDS). Not below the instance floor BULK_MIN_COOL_OFF_SECONDS (default 600: 10 minutes between batches is the rule; an operator may loosen it): a lower value is refused with 400.',
-        example: 600,
-      }),
-    max_bounce_rate: z
-      .number()
-      .min(0)
-      .max(1)
-      .optional()
-      .meta({ description: "Halt the job when its bounces pass this share of its attempted recipients (default and upper bound: the instance's, 0.02)", example: 0.02 }),
-    max_complaint_rate: z
-      .number()
-      .min(0)
-      .max(1)
-      .optional()
-      .meta({ description: "Halt the job when its complaints pass this share of its attempted recipients (default and upper bound: the instance's, 0.005)", example: 0.005 }),
-    idempotency_key: z
-      .string()
-      .min(1)
-      .max(255)
-      .optional()
-      .meta({ description: 'Create the job at most once: the same key with the same request answers the existing job; with a different request 409 idempotency_key_reused', example: 'newsletter-2026-11' }),
+    cool_off_seconds: z.number().int().min(0).max(86_400).optional().meta({
+      description:
+        'Pause between the end of one batch and the start of the next (default 600, the instance setting BULK_COOL_OFF_SECONDS). Not below the instance floor BULK_MIN_COOL_OFF_SECONDS (default 600: 10 minutes between batches is the rule; an operator may loosen it): a lower value is refused with 400.',
+      example: 600,
+    }),
+    max_bounce_rate: z.number().min(0).max(1).optional().meta({
+      description: "Halt the job when its bounces pass this share of its attempted recipients (default and upper bound: the instance's, 0.02)",
+      example: 0.02,
+    }),
+    max_complaint_rate: z.number().min(0).max(1).optional().meta({
+      description: "Halt the job when its complaints pass this share of its attempted recipients (default and upper bound: the instance's, 0.005)",
+      example: 0.005,
+    }),
+    idempotency_key: z.string().min(1).max(255).optional().meta({
+      description:
+        'Create the job at most once: the same key with the same request answers the existing job; with a different request 409 idempotency_key_reused',
+      example: 'newsletter-2026-11',
+    }),
   })
   .meta({ id: 'BulkSendRequest' });
 
@@ -94,9 +83,10 @@ export const BulkBatch = z.object({
 export const BulkJob = z
   .object({
     id: z.string().meta({ example: 'bulk_0a1b2c3d4e5f6g7h8j9k' }),
-    status: z
-      .enum(BULK_STATUSES)
-      .meta({ description: 'queued (no batch sent yet), sending (a batch is going out), cooling_off (waiting for next_batch_at), halted (the breaker or the credit stopped it: see halted), completed, cancelled' }),
+    status: z.enum(BULK_STATUSES).meta({
+      description:
+        'queued (no batch sent yet), sending (a batch is going out), cooling_off (waiting for next_batch_at), halted (the breaker or the credit stopped it: see halted), completed, cancelled',
+    }),
     batch_size: z.number().int().meta({ example: 1000 }),
     cool_off_seconds: z.number().int().meta({ example: 600 }),
     max_bounce_rate: z.number().meta({ example: 0.02 }),

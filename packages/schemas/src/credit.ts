@@ -5,7 +5,10 @@ import { EmailAddress, Timestamp } from './common';
 export const TrailerStatus = z
   .object({
     enabled: z.boolean().meta({ description: 'Whether sent messages carry the short trailer (default true)' }),
-    status: z.enum(['on', 'surcharge', 'paid_off']).meta({ description: 'on: trailer added. surcharge: opted out, each sent message pays a surcharge until the opt-out is paid off. paid_off: opted out, nothing more to pay' }),
+    status: z.enum(['on', 'surcharge', 'paid_off']).meta({
+      description:
+        'on: trailer added. surcharge: opted out, each sent message pays a surcharge until the opt-out is paid off. paid_off: opted out, nothing more to pay',
+    }),
     surcharge_per_message_usd: z.string().meta({ example: '0.001' }),
     surcharge_paid_usd: z.string(),
     surcharge_remaining_usd: z.string().meta({ description: 'What POST /account/trailer/buyout would charge', example: '5' }),
@@ -20,7 +23,8 @@ export const CreditBalance = z.object({
   free_messages_total: z.number().int(),
   emails_covered: z.number().int().meta({ description: 'Estimate: messages the free allowance and the spendable balance still cover (0 in deficit)' }),
   balance_state: z.enum(['ok', 'low', 'critical']).meta({
-    description: 'critical: negative, or below the second (urgent) alert threshold; low: below the first; ok otherwise (without thresholds an account is ok until negative)',
+    description:
+      'critical: negative, or below the second (urgent) alert threshold; low: below the first; ok otherwise (without thresholds an account is ok until negative)',
   }),
   low_balance: z.boolean().meta({ description: 'The low-balance flag: true when balance_state is not ok' }),
   deficit: z.boolean().meta({ description: 'The balance is negative (billing.deficit)' }),
@@ -63,7 +67,10 @@ export const UsageOutput = z.object({
 
 const ThresholdCents = z.number().int().min(0).max(10_000_000).nullable();
 export const AlertThresholdsInput = z.strictObject({
-  first_cents: ThresholdCents.meta({ description: 'Early alert: low_balance {alert: first} when a charge takes the balance below this many cents; null clears it', example: 500 }),
+  first_cents: ThresholdCents.meta({
+    description: 'Early alert: low_balance {alert: first} when a charge takes the balance below this many cents; null clears it',
+    example: 500,
+  }),
   second_cents: ThresholdCents.meta({ description: 'Urgent alert (at most first_cents): low_balance {alert: second}; null clears it', example: 100 }),
 });
 export const AlertThresholdsOutput = z.object({
@@ -121,14 +128,23 @@ const Mandate = z.object({
 
 export const TopupOutput = z.object({
   payment: PaymentView,
-  client_secret: z.string().nullable().meta({ description: 'Card-form path: a page you host confirms the payment with it (open approval_url?client_secret=...). Shown once; null when the mandate settled it' }),
+  client_secret: z.string().nullable().meta({
+    description:
+      'Card-form path: a page you host confirms the payment with it (open approval_url?client_secret=...). Shown once; null when the mandate settled it',
+  }),
   mandate: Mandate,
   next_steps: z.array(z.string()),
 });
 
 export const PaymentIdInput = z.object({
   id: z.string().min(3).max(64).meta({ example: 'pi_0a1b2c3d4e5f6g7h8j9k' }),
-  wait_seconds: z.coerce.number<number>().int().min(0).max(25).optional().meta({ description: 'Wait up to this many seconds for the status to leave pending_approval / requires_approval / approved', example: 25 }),
+  wait_seconds: z.coerce
+    .number<number>()
+    .int()
+    .min(0)
+    .max(25)
+    .optional()
+    .meta({ description: 'Wait up to this many seconds for the status to leave pending_approval / requires_approval / approved', example: 25 }),
 });
 
 export const MppChallengeOutput = z.object({
@@ -147,7 +163,10 @@ export const MppChallengeOutput = z.object({
   }),
   spend_request: PaymentView.shape.spend_request,
   preflight: z.object({
-    payer_email: z.string().nullable().meta({ description: "The payer found by the lookup; null when there is none or the lookup failed (the top-up still works, with the default)" }),
+    payer_email: z
+      .string()
+      .nullable()
+      .meta({ description: 'The payer found by the lookup; null when there is none or the lookup failed (the top-up still works, with the default)' }),
     payer_email_default: z.string().meta({ description: "The account owner's email, used when payer_email is null" }),
     mpp_client_hint: z.string(),
     flow: z.literal('wallet_approval'),

@@ -18,7 +18,8 @@ export const DnsRecordOutput = z
       example: ['192.0.2.10'],
     }),
     reserved: z.boolean().meta({
-      description: 'Carries the account mail (apex MX, SPF and NS, DKIM, DMARC): read-only. The SPF value and the other TXT values of the apex are listed as two records.',
+      description:
+        'Carries the account mail (apex MX, SPF and NS, DKIM, DMARC): read-only. The SPF value and the other TXT values of the apex are listed as two records.',
     }),
   })
   .meta({ id: 'DnsRecord' });
@@ -29,11 +30,10 @@ export const DnsZoneOutput = z.object({
   records: z.array(DnsRecordOutput),
 });
 
-const name = z
-  .string()
-  .min(1)
-  .max(254)
-  .meta({ description: 'Relative to the zone ("www", "@" for the apex, "*.dev" for a wildcard) or fully qualified (with or without the trailing dot); inside the zone', example: 'www' });
+const name = z.string().min(1).max(254).meta({
+  description: 'Relative to the zone ("www", "@" for the apex, "*.dev" for a wildcard) or fully qualified (with or without the trailing dot); inside the zone',
+  example: 'www',
+});
 const type = z.enum(TYPES).meta({
   description:
     'A (IPv4), AAAA (IPv6), CNAME (one host), MX ("10 mail.example.com"), TXT (text), SRV ("10 5 5060 sip.example.com"), CAA ("0 issue \\"letsencrypt.org\\""; tags issue, issuewild, iodef). NS: only the apex NS records exist, and they are reserved.',
@@ -45,7 +45,11 @@ export const DnsRecordChangeInput = z.strictObject({
   name,
   type,
   ttl: z.number().int().min(60).max(86_400).optional().meta({ description: '60 to 86400 seconds (default 3600)', example: 3600 }),
-  values: z.array(z.string().max(2048)).min(1).max(20).meta({ description: '1 to 20 values (duplicates count once)', example: ['192.0.2.10'] }),
+  values: z
+    .array(z.string().max(2048))
+    .min(1)
+    .max(20)
+    .meta({ description: '1 to 20 values (duplicates count once)', example: ['192.0.2.10'] }),
 });
 
 export const DnsRecordDeleteInput = z.strictObject({

@@ -28,7 +28,9 @@ describe('the event catalogue', () => {
     expect(eventDataProblem('box.signature_updated', { ...ok, signatur: 'x' })).toBe('undocumented member signatur');
     expect(eventDataProblem('box.signature_updated', { box_id: 'box_1', address: 'a@b.c' })).toMatch(/^signature: /);
     expect(eventDataProblem('box.renamed', ok)).toBe('unknown event type box.renamed');
-    const deep = { entry: { id: 'tle_1', list: 'block', kind: 'address', value: 'x@y.z', direction: 'receive', box_id: null, note: null, created_at: 'now', extra: 1 } };
+    const deep = {
+      entry: { id: 'tle_1', list: 'block', kind: 'address', value: 'x@y.z', direction: 'receive', box_id: null, note: null, created_at: 'now', extra: 1 },
+    };
     expect(undocumentedPaths(EVENT_CATALOGUE['list.entry_added'], deep)).toEqual(['entry.extra']);
     const arr = { domain: 'd', records: [{ name: 'n', type: 'TXT', ttl: 1, values: [], purpose: 'p', oops: true }], claim_expires_at: null };
     expect(undocumentedPaths(EVENT_CATALOGUE['domain.dns_required'], arr)).toEqual(['records[0].oops']);
@@ -48,12 +50,31 @@ describe('the event catalogue', () => {
     expect(z.array(EventOutput).safeParse([{ ...event, type: 'box.renamed' }]).success).toBe(false);
   });
 
-  it('upcastEvent brings a mail.received stored before 1.3.0 to today\'s shape and leaves current events as they are', () => {
+  it("upcastEvent brings a mail.received stored before 1.3.0 to today's shape and leaves current events as they are", () => {
     const message = {
-      id: 'msg_1', box_id: 'box_1', to_box: 'agent@a.test', from: 'x@y.test', to: ['agent@a.test'], cc: [], subject: 's', rfc_message_id: '<1@y.test>',
-      in_reply_to: null, thread_id: 'thr_1', size_bytes: 10, attachments: 0, via: 'smtp', authentication: null, spam: null,
+      id: 'msg_1',
+      box_id: 'box_1',
+      to_box: 'agent@a.test',
+      from: 'x@y.test',
+      to: ['agent@a.test'],
+      cc: [],
+      subject: 's',
+      rfc_message_id: '<1@y.test>',
+      in_reply_to: null,
+      thread_id: 'thr_1',
+      size_bytes: 10,
+      attachments: 0,
+      via: 'smtp',
+      authentication: null,
+      spam: null,
     };
-    const base = { id: 'evt_1', seq: 3, account_id: 'acct_1', created_at: '2026-11-01T00:00:00.000Z', _chain: { prev_hash: '0'.repeat(64), hash: '1'.repeat(64) } };
+    const base = {
+      id: 'evt_1',
+      seq: 3,
+      account_id: 'acct_1',
+      created_at: '2026-11-01T00:00:00.000Z',
+      _chain: { prev_hash: '0'.repeat(64), hash: '1'.repeat(64) },
+    };
     const old = EventOutput.parse({ ...base, type: 'mail.received', data: { message, context: null } });
     const up = upcastEvent(old);
     expect(up.type === 'mail.received' && up.data.message_id).toBe('msg_1');
@@ -65,4 +86,3 @@ describe('the event catalogue', () => {
     expect(upcastEvent(other)).toBe(other);
   });
 });
-

@@ -26,7 +26,11 @@ const d = (description: string) => ({ description });
 const id = (prefix: string, description: string) => z.string().meta({ description, example: `${prefix}_0a1b2c3d4e5f6g7h8j9k` });
 const byKey = z.string().nullable().meta(d('The API key that made the change (null when the service itself or an owner page did)'));
 const usd = (description: string) => z.string().meta({ description: `${description}, in US dollars as a decimal string`, example: '0.0016' });
-const cents = (description: string) => z.number().int().meta({ description: `${description}, in integer cents`, example: 500 });
+const cents = (description: string) =>
+  z
+    .number()
+    .int()
+    .meta({ description: `${description}, in integer cents`, example: 500 });
 const address = (description: string) => z.string().meta({ description, example: 'agent@brave-otter.boxes.localhost' });
 const addresses = (description: string) => z.array(z.string()).meta({ description, example: ['someone@example.com'] });
 const messageId = id('msg', 'The message (GET /messages/{id})');
@@ -77,7 +81,10 @@ const TopupPayment = {
   kind: z.enum(['topup', 'signup', 'mpp']).meta(d('topup: a card top-up; signup: a funded signup; mpp: a Machine Payments Protocol top-up')),
   amount_cents: cents('The amount'),
   decline_code: z.string().nullable().meta(d('Why the card was declined (failed only), e.g. card_declined or insufficient_funds')),
-  paid_via: z.enum(['mandate', 'owner', 'wallet']).nullable().meta(d('mandate: the saved card within its caps; owner: approved on the owner page; wallet: MPP')),
+  paid_via: z
+    .enum(['mandate', 'owner', 'wallet'])
+    .nullable()
+    .meta(d('mandate: the saved card within its caps; owner: approved on the owner page; wallet: MPP')),
 };
 
 const ForwardRef = {
@@ -180,7 +187,9 @@ export const EVENT_CATALOGUE = {
     previous_payer_email: z.string().nullable().meta(d('The one before, or null')),
     customer_created: z.boolean().meta(d('true when this created the payment customer')),
   }).meta(d('PUT /account/credit/payer-email')),
-  'account.trailer.opted_out': o({ surcharge_remaining_usd: usd('What remains of the opt-out surcharge') }).meta(d('The outbound trailer is off; each send carries a surcharge until paid off')),
+  'account.trailer.opted_out': o({ surcharge_remaining_usd: usd('What remains of the opt-out surcharge') }).meta(
+    d('The outbound trailer is off; each send carries a surcharge until paid off'),
+  ),
   'account.trailer.bought_out': o({ charged_usd: usd('What was charged') }).meta(d('The remaining trailer surcharge was prepaid')),
   'account.sending_ip.provisioned': o({
     id: id('sip', 'The dedicated sending IP row'),
@@ -323,10 +332,10 @@ export const EVENT_CATALOGUE = {
     last_error: z.string().meta(d('The last error, at most 500 characters')),
   }).meta(d('Delivery to a recipient was given up on after its retries')),
   'mail.received': o({
-    message_id: z
-      .string()
-      .optional()
-      .meta({ description: 'The message, as in every event about one message (since API 1.3.0; older events have only message.id: upcastEvent fills it)', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+    message_id: z.string().optional().meta({
+      description: 'The message, as in every event about one message (since API 1.3.0; older events have only message.id: upcastEvent fills it)',
+      example: 'msg_0a1b2c3d4e5f6g7h8j9k',
+    }),
     message: o({
       id: messageId,
       box_id: id('box', 'The box it arrived in'),
@@ -369,7 +378,9 @@ export const EVENT_CATALOGUE = {
     ...Reputation,
     state: z.enum(['bounce_rate_high', 'complaint_rate_high', 'bounce_and_complaint_rate_high']).meta(d('Which rate is too high')),
   }).meta(d('The bounce or complaint rate over the window went above its limit')),
-  'reputation.recovered': o({ ...Reputation, state: z.literal('ok').meta(d('Both rates are under their limits')) }).meta(d('Both rates are back under their limits')),
+  'reputation.recovered': o({ ...Reputation, state: z.literal('ok').meta(d('Both rates are under their limits')) }).meta(
+    d('Both rates are back under their limits'),
+  ),
 
   // --- bulk -----------------------------------------------------------------------------------------------------
   'bulk.queued': o({
@@ -451,9 +462,13 @@ export const EVENT_CATALOGUE = {
     cause: z.string().meta(d('What brought it back')),
   }).meta(d('The balance is back at zero or above; sends work again')),
   'credit.topup.succeeded': o({ ...TopupPayment, status: z.literal('succeeded').meta(d('The payment is succeeded')) }).meta(d('A payment landed as credit')),
-  'credit.topup.failed': o({ ...TopupPayment, status: z.literal('failed').meta(d('The payment is failed')) }).meta(d('A payment failed (the card was declined)')),
+  'credit.topup.failed': o({ ...TopupPayment, status: z.literal('failed').meta(d('The payment is failed')) }).meta(
+    d('A payment failed (the card was declined)'),
+  ),
   'credit.topup.denied': o({ ...TopupPayment, status: z.literal('denied').meta(d('The payment is denied')) }).meta(d('The owner denied a payment')),
-  'credit.topup.expired': o({ ...TopupPayment, status: z.literal('expired').meta(d('The payment is expired')) }).meta(d('A payment lapsed before the owner decided')),
+  'credit.topup.expired': o({ ...TopupPayment, status: z.literal('expired').meta(d('The payment is expired')) }).meta(
+    d('A payment lapsed before the owner decided'),
+  ),
   'credit.topup.declined': o({
     payment_id: z.string().meta({ description: 'The payment', example: 'pi_0a1b2c3d4e5f6g7h8j9k' }),
     amount_cents: cents('The amount'),
@@ -501,7 +516,9 @@ export const EVENT_CATALOGUE = {
     to: z.string().meta(d('The new primary domain')),
     grace_until: Timestamp.meta(d('Until when the old domain still receives')),
   }).meta(d('The account moved onto its new domain; boxes kept their ids')),
-  'domain.retired': o({ domain: z.string().meta(d('The domain')), retired_at: Timestamp.meta(d('When it stopped receiving')) }).meta(d('An old domain stopped receiving after its grace period')),
+  'domain.retired': o({ domain: z.string().meta(d('The domain')), retired_at: Timestamp.meta(d('When it stopped receiving')) }).meta(
+    d('An old domain stopped receiving after its grace period'),
+  ),
   'domain.dns.changed': o({
     zone: z.string().meta(d('The zone')),
     action: z.enum(['create', 'replace', 'delete']).meta(d('What happened to the record set')),
@@ -510,7 +527,9 @@ export const EVENT_CATALOGUE = {
     type: z.string().meta(d('Its type')),
     ttl: z.number().int().nullable().meta(d('Its TTL (null when deleted)')),
     values: z.array(z.string()).meta(d('Its values now (empty when deleted)')),
-    previous: o({ ttl: z.number().int().meta(d('Its TTL before')), values: z.array(z.string()).meta(d('Its values before')) }).nullable().meta(d('What it was, or null when new')),
+    previous: o({ ttl: z.number().int().meta(d('Its TTL before')), values: z.array(z.string()).meta(d('Its values before')) })
+      .nullable()
+      .meta(d('What it was, or null when new')),
     serial: z.number().int().nullable().meta(d("The zone's new SOA serial")),
     by_key_id: byKey,
   }).meta(d('A managed DNS record set changed')),
@@ -524,7 +543,9 @@ export const EVENT_CATALOGUE = {
     message_id: z.string().meta(d('The reply in the thread')),
     answered_at: Timestamp,
   }).meta(d('Support answered a question')),
-  'feature_request.created': o({ feature_request_id: id('fr', 'The feature request'), title: z.string().meta(d('Its title')) }).meta(d('A feature request was filed')),
+  'feature_request.created': o({ feature_request_id: id('fr', 'The feature request'), title: z.string().meta(d('Its title')) }).meta(
+    d('A feature request was filed'),
+  ),
   'feature_request.shipped': o({
     feature_request_id: id('fr', 'The feature request'),
     title: z.string().meta(d('Its title')),

@@ -36,7 +36,9 @@ function typeName(s: z.ZodType): string {
     case 'literal':
       return def.values!.map((v) => JSON.stringify(v)).join(' or ');
     case 'enum':
-      return Object.values(def.entries!).map((v) => JSON.stringify(v)).join(', ');
+      return Object.values(def.entries!)
+        .map((v) => JSON.stringify(v))
+        .join(', ');
     case 'array':
       return `array of ${typeName(def.element!)}`;
     case 'record':

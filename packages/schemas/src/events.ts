@@ -51,19 +51,12 @@ export type BoxesEvent = {
  * catalogue), so an event read back hashes as it was stored.
  */
 export const EventOutput = z
-  .discriminatedUnion(
-    'type',
-    EVENT_TYPES.map((t) => eventVariant(t)) as unknown as [ReturnType<typeof eventVariant>, ...ReturnType<typeof eventVariant>[]],
-  )
+  .discriminatedUnion('type', EVENT_TYPES.map((t) => eventVariant(t)) as unknown as [ReturnType<typeof eventVariant>, ...ReturnType<typeof eventVariant>[]])
   .meta({ id: 'Event', description: 'An event of the account stream; data depends on type (one schema per type)' }) as unknown as z.ZodType<BoxesEvent>;
 
 export const ListEventsInput = z.strictObject({
   since: z.string().max(20).optional().meta({ description: 'Cursor: next_cursor of the previous page; omit to start from the first event', example: '42' }),
-  type: z
-    .string()
-    .max(500)
-    .optional()
-    .meta({ description: 'Only these types (comma-separated)', example: 'mail.received,box.created' }),
+  type: z.string().max(500).optional().meta({ description: 'Only these types (comma-separated)', example: 'mail.received,box.created' }),
   limit: z.coerce.number<number>().int().min(1).max(500).default(100).meta({ description: 'Page size (default 100, at most 500)', example: 100 }),
 });
 

@@ -11,15 +11,25 @@ export const ForwardOutput = z
     to: z.string().meta({ description: "The person's address copies go to", example: 'owner@example.com' }),
     match: z
       .object({
-        from_contains: z.string().nullable().meta({ description: 'Only mail whose sender address contains this (case-insensitive); null: any', example: '@customer.example' }),
-        subject_contains: z.string().nullable().meta({ description: 'Only mail whose subject contains this (case-insensitive); null: any', example: 'invoice' }),
+        from_contains: z
+          .string()
+          .nullable()
+          .meta({ description: 'Only mail whose sender address contains this (case-insensitive); null: any', example: '@customer.example' }),
+        subject_contains: z
+          .string()
+          .nullable()
+          .meta({ description: 'Only mail whose subject contains this (case-insensitive); null: any', example: 'invoice' }),
       })
       .meta({ description: 'Which mail is forwarded: both conditions must hold; nulls match everything' }),
-    status: z
-      .enum(FORWARD_STATUSES)
-      .meta({ description: 'pending_confirmation until the target confirms by the mailed link; active: forwarding; stopped: for good (see stop_reason)', example: 'active' }),
+    status: z.enum(FORWARD_STATUSES).meta({
+      description: 'pending_confirmation until the target confirms by the mailed link; active: forwarding; stopped: for good (see stop_reason)',
+      example: 'active',
+    }),
     stop_reason: z.string().nullable().meta({ description: 'bounced (a copy bounced) or declined (the target declined)', example: 'bounced' }),
-    confirmation_expires_at: Timestamp.nullable().meta({ description: 'Until when the confirmation link works (pending only)', example: '2026-11-30T10:00:00.000Z' }),
+    confirmation_expires_at: Timestamp.nullable().meta({
+      description: 'Until when the confirmation link works (pending only)',
+      example: '2026-11-30T10:00:00.000Z',
+    }),
     confirmed_at: Timestamp.nullable().meta({ description: 'When the target confirmed', example: '2026-11-23T10:05:00.000Z' }),
     stopped_at: Timestamp.nullable().meta({ description: 'When it stopped', example: '2026-11-24T08:00:00.000Z' }),
     created_at: Timestamp,
@@ -28,9 +38,23 @@ export const ForwardOutput = z
 
 export const CreateForwardInput = z.strictObject({
   id: z.string().max(40).meta({ description: 'The box id', example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
-  to: z.string().min(3).max(320).meta({ description: "The person's address; it gets a confirmation link and nothing is forwarded until it is used", example: 'owner@example.com' }),
-  from_contains: z.string().max(254).nullable().optional().meta({ description: 'Forward only mail whose sender address contains this (case-insensitive)', example: '@customer.example' }),
-  subject_contains: z.string().max(998).nullable().optional().meta({ description: 'Forward only mail whose subject contains this (case-insensitive)', example: 'invoice' }),
+  to: z
+    .string()
+    .min(3)
+    .max(320)
+    .meta({ description: "The person's address; it gets a confirmation link and nothing is forwarded until it is used", example: 'owner@example.com' }),
+  from_contains: z
+    .string()
+    .max(254)
+    .nullable()
+    .optional()
+    .meta({ description: 'Forward only mail whose sender address contains this (case-insensitive)', example: '@customer.example' }),
+  subject_contains: z
+    .string()
+    .max(998)
+    .nullable()
+    .optional()
+    .meta({ description: 'Forward only mail whose subject contains this (case-insensitive)', example: 'invoice' }),
 });
 
 export const ForwardListInput = z.strictObject({ id: z.string().max(40).meta({ description: 'The box id', example: 'box_0a1b2c3d4e5f6g7h8j9k' }) });

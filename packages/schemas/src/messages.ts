@@ -5,7 +5,8 @@ import { text } from './strings';
 import { Authentication, SpamVerdict } from './trust';
 
 export const ThreadId = z.string().max(40).meta({
-  description: 'The conversation this message belongs to (GET /threads/{id}): a reply joins the thread of the message it answers (In-Reply-To, then References); any other message starts a thread',
+  description:
+    'The conversation this message belongs to (GET /threads/{id}): a reply joins the thread of the message it answers (In-Reply-To, then References); any other message starts a thread',
   example: 'thr_0a1b2c3d4e5f6g7h8j9k',
 });
 
@@ -42,7 +43,12 @@ export const SendAttachment = z.strictObject({
       .max(MAX_ATTACHMENT_B64)
       .regex(/^[A-Za-z0-9+/\r\n]*={0,2}$/, 'must be base64'),
   ).meta({ description: 'The content, base64-encoded', example: 'JVBERi0xLjQK' }),
-  content_type: z.string().min(3).max(255).regex(/^[\w.+-]+\/[\w.+-]+$/, 'must be a MIME type such as application/pdf').meta({ example: 'application/pdf' }),
+  content_type: z
+    .string()
+    .min(3)
+    .max(255)
+    .regex(/^[\w.+-]+\/[\w.+-]+$/, 'must be a MIME type such as application/pdf')
+    .meta({ example: 'application/pdf' }),
   content_id: z
     .string()
     .max(255)
@@ -56,11 +62,10 @@ export const SendInput = z
     to: Recipients.meta({ description: 'One address or a list of at least one (Name <address> accepted)', example: 'someone@example.com' }),
     cc: AddressList.optional(),
     bcc: AddressList.optional().meta({ description: 'Delivered but not shown in the headers; kept on the sent record' }),
-    from: z
-      .string()
-      .max(320)
-      .optional()
-      .meta({ description: 'A box of your account (default: the primary address agent@<domain>); Name <address> accepted', example: 'Billing <billing@brave-otter.boxes.localhost>' }),
+    from: z.string().max(320).optional().meta({
+      description: 'A box of your account (default: the primary address agent@<domain>); Name <address> accepted',
+      example: 'Billing <billing@brave-otter.boxes.localhost>',
+    }),
     subject: z.string().max(998).default('').meta({ example: 'Your invoice' }),
     text: text(z.string().max(5_000_000)).optional().meta({ description: 'Plain-text body', example: 'Hello!' }),
     html: text(z.string().max(5_000_000)).optional().meta({ description: 'HTML body', example: '<p>Hello!</p>' }),
@@ -73,12 +78,10 @@ export const SendInput = z
       .optional()
       .meta({ description: `Custom headers (at most ${MAX_HEADERS}); no line breaks; reserved names are rejected`, example: { 'X-Campaign': 'november' } }),
     attachments: z.array(SendAttachment).max(20).optional(),
-    idempotency_key: z
-      .string()
-      .min(1)
-      .max(255)
-      .optional()
-      .meta({ description: 'Repeat a send safely: the same key with the same message replays the first response; with a different message it is rejected (409)', example: 'invoice-2026-11-0042' }),
+    idempotency_key: z.string().min(1).max(255).optional().meta({
+      description: 'Repeat a send safely: the same key with the same message replays the first response; with a different message it is rejected (409)',
+      example: 'invoice-2026-11-0042',
+    }),
     context: z
       .record(z.string().max(256), z.unknown())
       .optional()
@@ -91,9 +94,10 @@ export const SendOutput = z.object({
   message_id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
   rfc_message_id: z.string().meta({ description: 'The Message-ID header', example: '<msg_0a1b2c3d4e5f6g7h8j9k@brave-otter.boxes.localhost>' }),
   thread_id: ThreadId,
-  status: z
-    .enum(['queued', 'scheduled', 'suppressed'])
-    .meta({ description: 'queued: durably queued for delivery; scheduled: waits for send_at (cancel with POST /messages/{id}/cancel); suppressed: every recipient is on the suppression list, nothing is sent' }),
+  status: z.enum(['queued', 'scheduled', 'suppressed']).meta({
+    description:
+      'queued: durably queued for delivery; scheduled: waits for send_at (cancel with POST /messages/{id}/cancel); suppressed: every recipient is on the suppression list, nothing is sent',
+  }),
   send_at: Timestamp.optional().meta({ description: 'A scheduled send: when it goes' }),
   from: z.string(),
   recipients: z.array(z.string()).meta({ description: 'Addresses queued for delivery, each once' }),
@@ -121,7 +125,9 @@ export const MessageSummary = z
   .object({
     id: z.string(),
     direction: z.enum(['sent', 'received']),
-    status: z.string().meta({ description: 'sent: scheduled, cancelled, queued, delivered, partially_delivered, failed, bounced, suppressed; received: received' }),
+    status: z
+      .string()
+      .meta({ description: 'sent: scheduled, cancelled, queued, delivered, partially_delivered, failed, bounced, suppressed; received: received' }),
     send_at: Timestamp.nullable().meta({ description: 'A scheduled send: when it goes (or went); null otherwise' }),
     box_id: z.string().nullable(),
     from: z.string().nullable(),
@@ -137,18 +143,19 @@ export const MessageSummary = z
     context: z.record(z.string(), z.unknown()).nullable(),
     recorded_at: Timestamp,
     body_state: z.enum(['available', 'reclaimed']),
-    body_reclaimed_at_utc: Timestamp.nullable().meta({ description: 'When the body was reclaimed (DELETE /messages/{id}, or the audit retention window); null while available' }),
+    body_reclaimed_at_utc: Timestamp.nullable().meta({
+      description: 'When the body was reclaimed (DELETE /messages/{id}, or the audit retention window); null while available',
+    }),
     body_reclaim_due_at_utc: Timestamp.nullable().meta({
-      description: 'While the body is available: when the audit retention window (usermetadata.audit_retention_days, default 14 days after recorded_at) reclaims it',
+      description:
+        'While the body is available: when the audit retention window (usermetadata.audit_retention_days, default 14 days after recorded_at) reclaims it',
     }),
     purged: z.boolean(),
-    flags: z
-      .array(z.string())
-      .meta({
-        description:
-          'Flags mail clients set over IMAP: \\Seen, \\Answered, \\Flagged, \\Draft and keywords such as $Forwarded (a sent message is \\Seen unless a client clears it). \\Deleted is kept per IMAP folder and not shown here.',
-        example: ['\\Seen', '\\Flagged'],
-      }),
+    flags: z.array(z.string()).meta({
+      description:
+        'Flags mail clients set over IMAP: \\Seen, \\Answered, \\Flagged, \\Draft and keywords such as $Forwarded (a sent message is \\Seen unless a client clears it). \\Deleted is kept per IMAP folder and not shown here.',
+      example: ['\\Seen', '\\Flagged'],
+    }),
     authentication: Authentication.nullable(),
     spam: SpamVerdict.nullable(),
   })
@@ -156,10 +163,10 @@ export const MessageSummary = z
 
 export const MessageBody = z.object({
   text: z.string().nullable(),
-  extracted_text: z
-    .string()
-    .nullable()
-    .meta({ description: 'Received messages: the new text of a reply, without the quoted history and signature blocks; null for sent messages or without a text body', example: 'Yes, Thursday works.' }),
+  extracted_text: z.string().nullable().meta({
+    description: 'Received messages: the new text of a reply, without the quoted history and signature blocks; null for sent messages or without a text body',
+    example: 'Yes, Thursday works.',
+  }),
   html: z.string().nullable(),
   headers: z.record(z.string(), z.string()),
   attachments: z.array(
@@ -206,10 +213,10 @@ export const ListMessagesOutput = z.object({
 export const MessageIdInput = z.strictObject({ id: z.string().max(40) });
 export const DeleteMessageInput = z.strictObject({
   id: z.string().max(40),
-  purge: z
-    .boolean()
-    .optional()
-    .meta({ description: 'true also removes subject, from, to and cc (id, provider message id, rfc_message_id, recorded_at and direction stay). Over REST, the query ?purge=true or the JSON body {"purge": true}.' }),
+  purge: z.boolean().optional().meta({
+    description:
+      'true also removes subject, from, to and cc (id, provider message id, rfc_message_id, recorded_at and direction stay). Over REST, the query ?purge=true or the JSON body {"purge": true}.',
+  }),
 });
 export const DeleteMessageOutput = z.object({
   id: z.string(),
@@ -233,7 +240,6 @@ export const SuppressionStatus = z.object({
   entry: SuppressionEntry.nullable(),
 });
 export const UnblockOutput = z.object({ address: z.string(), removed: z.boolean() });
-
 
 export const ReputationOutput = z.object({
   window_days: z.number().int(),
@@ -278,11 +284,16 @@ export const MessageReplyInput = z
     context: z
       .record(z.string().max(256), z.unknown())
       .optional()
-      .meta({ description: 'Your own JSON object (at most 16 KB), returned on replies to this reply; default: the context of the original', example: { ticket: 4211 } }),
+      .meta({
+        description: 'Your own JSON object (at most 16 KB), returned on replies to this reply; default: the context of the original',
+        example: { ticket: 4211 },
+      }),
   })
   .meta({ id: 'ReplyMessage' });
 
-export const CancelMessageInput = z.strictObject({ id: z.string().max(40).meta({ description: 'A message sent with send_at', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }) });
+export const CancelMessageInput = z.strictObject({
+  id: z.string().max(40).meta({ description: 'A message sent with send_at', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+});
 export const CancelMessageOutput = z.object({
   id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
   status: z.literal('cancelled'),

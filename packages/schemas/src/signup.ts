@@ -43,34 +43,41 @@ export const SignupInput = z.strictObject({
     .meta({ description: 'Funded signup: prepaid credit the owner approves (at least 100)', example: 500 }),
 });
 
-const IntentId = z.string().max(40).regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)').meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' });
+const IntentId = z
+  .string()
+  .max(40)
+  .regex(/^int_[0-9a-z]{20}$/, 'must be an intent id (int_...)')
+  .meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' });
 
 export const SignupOutput = z.object({
   intent_id: z.string().meta({ description: 'Signup intent id; pass it to /signup/agentic/confirm', example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
   full_domain: z.string().meta({ description: 'The domain the account will use', example: 'brave-otter.boxes.localhost' }),
   mode: z.enum(DOMAIN_MODES),
   status: z.enum(['pending_confirmation', 'pending_payment']).meta({
-    description: 'pending_confirmation: call confirm. pending_payment (funded signup, mode register): the owner pays; the account is provisioned then, with no confirm call',
+    description:
+      'pending_confirmation: call confirm. pending_payment (funded signup, mode register): the owner pays; the account is provisioned then, with no confirm call',
   }),
   expires_at: Timestamp.meta({ description: 'Confirm (or have the owner pay) before this time' }),
-  next_step: z.object({
-    method: z.literal('POST'),
-    url: z.string().meta({ example: 'http://localhost:3000/api/v1/signup/agentic/confirm' }),
-    body: z.object({ intent_id: z.string(), claim_secret: z.string().optional() }),
-  }).meta({ description: 'The next call: confirm (pending_confirmation), or the claim poll (pending_payment), its body ready to send' }),
-  claim_secret: z
-    .string()
-    .optional()
-    .meta({
-      description:
-        'Funded signup and mode register: the secret that claims the account, shown only here. Poll POST /signup/agentic/claim with intent_id and claim_secret (every retry_after_seconds): once the owner has paid, the answer carries the api_key, exactly once. With agent_callback_webhook, signup.completed carries it instead if it gets there first',
-      example: 'bxs_claim_Vd3kq0Yx8m2Zp4Rt6Wb9Nc1Hf5Js7Lg0Qe2Ua4Ox6Iy',
-    }),
+  next_step: z
+    .object({
+      method: z.literal('POST'),
+      url: z.string().meta({ example: 'http://localhost:3000/api/v1/signup/agentic/confirm' }),
+      body: z.object({ intent_id: z.string(), claim_secret: z.string().optional() }),
+    })
+    .meta({ description: 'The next call: confirm (pending_confirmation), or the claim poll (pending_payment), its body ready to send' }),
+  claim_secret: z.string().optional().meta({
+    description:
+      'Funded signup and mode register: the secret that claims the account, shown only here. Poll POST /signup/agentic/claim with intent_id and claim_secret (every retry_after_seconds): once the owner has paid, the answer carries the api_key, exactly once. With agent_callback_webhook, signup.completed carries it instead if it gets there first',
+    example: 'bxs_claim_Vd3kq0Yx8m2Zp4Rt6Wb9Nc1Hf5Js7Lg0Qe2Ua4Ox6Iy',
+  }),
   local_payment_intent: PaymentView.extend({
     client_secret: z.string().meta({ description: 'Card-form path: confirms the payment on approval_url?client_secret=...; shown once' }),
   })
     .optional()
-    .meta({ description: "Funded signup and mode register: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. The account is provisioned then; its api_key comes from POST /signup/agentic/claim (or signup.completed at agent_callback_webhook)" }),
+    .meta({
+      description:
+        'Funded signup and mode register: the payment intent of the payment provider (here the built-in local provider, hence the name) that the owner approves from the link emailed to human_email. The account is provisioned then; its api_key comes from POST /signup/agentic/claim (or signup.completed at agent_callback_webhook)',
+    }),
   local_wallet_spend_request: z
     .object({
       id: z.string().meta({ example: 'spr_0a1b2c3d4e5f6g7h8j9k' }),
@@ -81,7 +88,10 @@ export const SignupOutput = z.object({
       expires_at: Timestamp,
     })
     .optional()
-    .meta({ description: "Mode register: the spend request in the owner's wallet (the built-in local wallet) for the first year and the initial credit. Approved, the payment clears, the domain is registered and its zone served, and the account is provisioned; denied or expired, nothing is registered or charged" }),
+    .meta({
+      description:
+        "Mode register: the spend request in the owner's wallet (the built-in local wallet) for the first year and the initial credit. Approved, the payment clears, the domain is registered and its zone served, and the account is provisioned; denied or expired, nothing is registered or charged",
+    }),
   registration: z
     .object({
       domain: z.string(),
@@ -111,7 +121,10 @@ export const ConfirmOutput = z.object({
 
 export const ClaimInput = z.strictObject({
   intent_id: IntentId,
-  claim_secret: z.string().max(100).meta({ description: 'claim_secret from the answer of POST /signup/agentic', example: 'bxs_claim_Vd3kq0Yx8m2Zp4Rt6Wb9Nc1Hf5Js7Lg0Qe2Ua4Ox6Iy' }),
+  claim_secret: z
+    .string()
+    .max(100)
+    .meta({ description: 'claim_secret from the answer of POST /signup/agentic', example: 'bxs_claim_Vd3kq0Yx8m2Zp4Rt6Wb9Nc1Hf5Js7Lg0Qe2Ua4Ox6Iy' }),
 });
 
 export const ClaimOutput = z.object({
@@ -124,7 +137,9 @@ export const ClaimOutput = z.object({
   payment: z
     .object({
       id: z.string().meta({ example: 'pi_0a1b2c3d4e5f6g7h8j9k' }),
-      status: z.string().meta({ description: 'The payment intent status: requires_approval, pending_approval, approved, succeeded, denied, expired or failed' }),
+      status: z
+        .string()
+        .meta({ description: 'The payment intent status: requires_approval, pending_approval, approved, succeeded, denied, expired or failed' }),
       decline_code: z.string().nullable().meta({ description: 'Set when the owner tried a card that was declined; the payment still waits for another card' }),
     })
     .nullable(),

@@ -24,14 +24,31 @@ export type SignupIntentStatus = (typeof SIGNUP_INTENT_STATUSES)[number];
 export const DOMAIN_STATUSES = ['active', 'pending_dns', 'pending_delegation', 'expired', 'retiring', 'retired', 'closed'] as const;
 export type DomainStatus = (typeof DOMAIN_STATUSES)[number];
 /** What the API shows of a domain: a closed account's domains are never served. */
-export const PUBLIC_DOMAIN_STATUSES = ['active', 'pending_dns', 'pending_delegation', 'expired', 'retiring', 'retired'] as const satisfies readonly DomainStatus[];
+export const PUBLIC_DOMAIN_STATUSES = [
+  'active',
+  'pending_dns',
+  'pending_delegation',
+  'expired',
+  'retiring',
+  'retired',
+] as const satisfies readonly DomainStatus[];
 export type PublicDomainStatus = (typeof PUBLIC_DOMAIN_STATUSES)[number];
 
 /**
  * messages.status. Sent: scheduled (waits for send_at) | cancelled | queued | suppressed (no recipient left),
  * then, once every delivery is final, delivered | partially_delivered | bounced | failed. Received: received.
  */
-export const MESSAGE_STATUSES = ['scheduled', 'cancelled', 'queued', 'suppressed', 'delivered', 'partially_delivered', 'bounced', 'failed', 'received'] as const;
+export const MESSAGE_STATUSES = [
+  'scheduled',
+  'cancelled',
+  'queued',
+  'suppressed',
+  'delivered',
+  'partially_delivered',
+  'bounced',
+  'failed',
+  'received',
+] as const;
 export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
 
 /**

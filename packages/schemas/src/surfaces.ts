@@ -19,7 +19,10 @@ export const McpFeedbackOutput = z.object({ receipt_id: z.string(), received_at:
 export const AskQuestionInput = z.strictObject({
   subject: z.string().trim().min(1).max(200).meta({ example: 'Bounces from example.org' }),
   body: text(z.string().trim().min(1).max(20_000)).meta({ example: 'Every message to example.org bounces with 5.7.1. What should I check?' }),
-  context: z.record(z.string().max(256), z.unknown()).optional().meta({ description: 'Anything that helps: ids, error bodies', example: { message_id: 'msg_0a1b2c3d4e5f6g7h8j9k' } }),
+  context: z
+    .record(z.string().max(256), z.unknown())
+    .optional()
+    .meta({ description: 'Anything that helps: ids, error bodies', example: { message_id: 'msg_0a1b2c3d4e5f6g7h8j9k' } }),
 });
 
 const ThreadMessage = z.object({ id: z.string(), author: z.enum(['agent', 'operator']), body: z.string(), created_at: Timestamp });
@@ -33,14 +36,18 @@ const QuestionBase = z.object({
   created_at: Timestamp,
   updated_at: Timestamp,
 });
-export const QuestionOutput = QuestionBase.extend({ messages: z.array(ThreadMessage).meta({ description: 'The thread, oldest first' }) }).meta({ id: 'SupportQuestion' });
+export const QuestionOutput = QuestionBase.extend({ messages: z.array(ThreadMessage).meta({ description: 'The thread, oldest first' }) }).meta({
+  id: 'SupportQuestion',
+});
 export const QuestionListOutput = z.object({ questions: z.array(QuestionBase.extend({ replies: z.number().int() })) });
 export const QuestionIdInput = z.strictObject({ id: z.string().max(40) });
 export const ReplyInput = z.strictObject({ id: z.string().max(40), body: text(z.string().trim().min(1).max(20_000)) });
 
 export const FeatureRequestInput = z.strictObject({
   title: z.string().trim().min(5, 'title must be at least 5 characters').max(200).meta({ example: 'Scheduled sends' }),
-  description: text(z.string().trim().min(20, 'description must be at least 20 characters').max(10_000)).meta({ example: 'Let me give send_at so a message goes out later.' }),
+  description: text(z.string().trim().min(20, 'description must be at least 20 characters').max(10_000)).meta({
+    example: 'Let me give send_at so a message goes out later.',
+  }),
 });
 export const FeatureRequestOutput = z
   .object({

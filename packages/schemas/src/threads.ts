@@ -9,9 +9,10 @@ export const ThreadSummary = z
     message_count: z.number().int().meta({ description: 'Messages in the thread that this key may see', example: 4 }),
     received_count: z.number().int().meta({ description: 'Of those, received', example: 2 }),
     sent_count: z.number().int().meta({ description: 'Of those, sent (scheduled and cancelled sends included)', example: 2 }),
-    participants: z
-      .array(z.string())
-      .meta({ description: 'Every address in From, To or Cc of those messages, lower-cased, sorted (Bcc is never shown)', example: ['agent@brave-otter.boxes.localhost', 'someone@example.com'] }),
+    participants: z.array(z.string()).meta({
+      description: 'Every address in From, To or Cc of those messages, lower-cased, sorted (Bcc is never shown)',
+      example: ['agent@brave-otter.boxes.localhost', 'someone@example.com'],
+    }),
     box_ids: z.array(z.string()).meta({ description: 'The boxes the messages were sent from or received in', example: ['box_0a1b2c3d4e5f6g7h8j9k'] }),
     started_at: Timestamp.meta({ description: 'recorded_at of the first message' }),
     last_activity_at: Timestamp.meta({ description: 'recorded_at of the newest message' }),
@@ -20,7 +21,10 @@ export const ThreadSummary = z
   .meta({ id: 'ThreadSummary' });
 
 export const ListThreadsInput = z.strictObject({
-  box: z.string().max(320).optional().meta({ description: 'A box id or address: only the messages of that box count (threads without any are left out)', example: 'agent@brave-otter.boxes.localhost' }),
+  box: z.string().max(320).optional().meta({
+    description: 'A box id or address: only the messages of that box count (threads without any are left out)',
+    example: 'agent@brave-otter.boxes.localhost',
+  }),
   limit: z.coerce.number<number>().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)', example: 50 }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page', example: 'WyIyMDI2LTExLTIzVDA5OjAwOjAwLjAwMFoiLCJ0aHJfMCJd' }),
 });
@@ -34,7 +38,11 @@ export const GetThreadInput = z.strictObject({
   id: ThreadId,
   include: z.enum(['body']).optional().meta({ description: 'include=body adds each message body', example: 'body' }),
   limit: z.coerce.number<number>().int().min(1).max(500).default(100).meta({ description: 'Messages per page (default 100, at most 500)', example: 100 }),
-  cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page (later messages)', example: 'WyIyMDI2LTExLTIzVDA5OjAwOjAwLjAwMFoiLCJtc2dfMCJd' }),
+  cursor: z
+    .string()
+    .max(200)
+    .optional()
+    .meta({ description: 'next_cursor of the previous page (later messages)', example: 'WyIyMDI2LTExLTIzVDA5OjAwOjAwLjAwMFoiLCJtc2dfMCJd' }),
 });
 
 export const ThreadDetail = ThreadSummary.extend({

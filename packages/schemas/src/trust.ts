@@ -18,7 +18,10 @@ export const Authentication = z
           selector: z.string().meta({ description: 'The key selector (s=)', example: 'mail' }),
           result: z.string().meta({ description: 'pass, fail, neutral, policy, temperror or permerror', example: 'pass' }),
           aligned: z.boolean().meta({ description: 'A passing signature whose domain aligns with the From domain', example: true }),
-          comment: z.string().nullable().meta({ description: 'Why it did not pass (a signature over changed content says "body hash did not verify" with result neutral)', example: null }),
+          comment: z
+            .string()
+            .nullable()
+            .meta({ description: 'Why it did not pass (a signature over changed content says "body hash did not verify" with result neutral)', example: null }),
         }),
       )
       .meta({ description: 'Each DKIM signature (RFC 6376); empty when the message is not signed' }),
@@ -42,10 +45,13 @@ export const Authentication = z
         sealer: z.string().nullable().meta({ description: 'The domain that sealed the newest ARC set (a forwarder or list)', example: null }),
       })
       .meta({ description: 'ARC (RFC 8617): forwarders and lists that vouch for what they received' }),
-    sender_verified: z
-      .boolean()
-      .meta({ description: 'true when DMARC passed: the From domain is aligned with a passing DKIM signature or SPF. The one field to act on.', example: true }),
-    checked_by: z.string().meta({ description: 'This instance (the authserv-id of the Authentication-Results header on the stored message)', example: 'mail.boxes.localhost' }),
+    sender_verified: z.boolean().meta({
+      description: 'true when DMARC passed: the From domain is aligned with a passing DKIM signature or SPF. The one field to act on.',
+      example: true,
+    }),
+    checked_by: z
+      .string()
+      .meta({ description: 'This instance (the authserv-id of the Authentication-Results header on the stored message)', example: 'mail.boxes.localhost' }),
   })
   .meta({ id: 'Authentication', description: 'What the MX verified when the message arrived; null on sent messages' });
 
@@ -60,7 +66,9 @@ export const SpamVerdict = z
   .meta({ id: 'SpamVerdict', description: 'rspamd scoring when the instance runs it (RSPAMD_URL); null when it does not, or did not answer' });
 
 export const ListName = z.enum(['allow', 'block']).meta({ description: 'allow or block', example: 'block' });
-export const ListDirection = z.enum(['receive', 'send', 'both']).meta({ description: 'Whether the entry applies to mail received, mail sent, or both', example: 'receive' });
+export const ListDirection = z
+  .enum(['receive', 'send', 'both'])
+  .meta({ description: 'Whether the entry applies to mail received, mail sent, or both', example: 'receive' });
 
 export const ListEntry = z
   .object({
@@ -85,12 +93,14 @@ export const ListEntriesOutput = z.object({ entries: z.array(ListEntry) });
 export const AddListEntryInput = z.strictObject({
   list: ListName,
   direction: ListDirection.default('both'),
-  value: z
-    .string()
-    .min(3)
-    .max(320)
-    .meta({ description: 'An address (name@example.com) or a domain (example.com, @example.com or *.example.com: the domain and its subdomains)', example: 'spammer.example' }),
-  box: z.string().max(320).optional().meta({ description: 'A box id or address: the entry applies to it alone. Omitted: to every box of the account (needs a key not restricted to boxes).', example: 'billing' }),
+  value: z.string().min(3).max(320).meta({
+    description: 'An address (name@example.com) or a domain (example.com, @example.com or *.example.com: the domain and its subdomains)',
+    example: 'spammer.example',
+  }),
+  box: z.string().max(320).optional().meta({
+    description: 'A box id or address: the entry applies to it alone. Omitted: to every box of the account (needs a key not restricted to boxes).',
+    example: 'billing',
+  }),
   note: z.string().max(500).optional().meta({ description: 'Your own note', example: 'phishing since November' }),
 });
 export const AddListEntryOutput = ListEntry.extend({
@@ -102,11 +112,17 @@ export const BoxPolicy = z
   .object({
     box_id: z.string().meta({ description: 'The box', example: 'box_0a1b2c3d4e5f6g7h8j9k' }),
     address: z.string().meta({ description: 'Its address', example: 'agent@brave-otter.boxes.localhost' }),
-    receive_mode: z.enum(['open', 'allow_list']).meta({ description: 'open: anyone not blocked may write; allow_list: only senders (From header) on an allow list of the box or the account', example: 'open' }),
-    require_verified_sender: z
-      .boolean()
-      .meta({ description: 'With allow_list: a listed sender is accepted only when authentication.sender_verified is true (a forged From is refused)', example: false }),
-    spam_action: z.enum(['label', 'refuse']).meta({ description: 'What an rspamd spam verdict does: label (stored with spam.verdict spam) or refuse (550 at DATA)', example: 'label' }),
+    receive_mode: z.enum(['open', 'allow_list']).meta({
+      description: 'open: anyone not blocked may write; allow_list: only senders (From header) on an allow list of the box or the account',
+      example: 'open',
+    }),
+    require_verified_sender: z.boolean().meta({
+      description: 'With allow_list: a listed sender is accepted only when authentication.sender_verified is true (a forged From is refused)',
+      example: false,
+    }),
+    spam_action: z
+      .enum(['label', 'refuse'])
+      .meta({ description: 'What an rspamd spam verdict does: label (stored with spam.verdict spam) or refuse (550 at DATA)', example: 'label' }),
     refused_count: z.number().int().meta({ description: 'Messages refused by lists or policy: never stored, never charged', example: 0 }),
     last_refused_at: Timestamp.nullable(),
   })

@@ -44,10 +44,13 @@ export const DeliveryIdInput = z.strictObject({ id: z.string().max(40) });
 
 export const IotProvisionOutput = z.object({
   client_id: z.string().meta({ description: 'Use as the MQTT client id (it is the certificate common name)', example: 'acct_0a1b2c3d4e5f6g7h8j9k-5x0c7b1n' }),
-  certificate: z.string().meta({ description: 'Client certificate (PEM), signed by this instance\'s CA' }),
+  certificate: z.string().meta({ description: "Client certificate (PEM), signed by this instance's CA" }),
   private_key: z.string().meta({ description: 'Private key (PEM). Shown once, never stored: keep it now.' }),
-  ca_certificate: z.string().meta({ description: 'The CA certificate (PEM) that signs the broker\'s certificate too' }),
-  mqtt_endpoint: z.string().meta({ description: 'mqtts://<MAIL_HOST>:<port>; on a local instance (a *.localhost MAIL_HOST) the address the broker listens on', example: 'mqtts://mail.example.com:8883' }),
+  ca_certificate: z.string().meta({ description: "The CA certificate (PEM) that signs the broker's certificate too" }),
+  mqtt_endpoint: z.string().meta({
+    description: 'mqtts://<MAIL_HOST>:<port>; on a local instance (a *.localhost MAIL_HOST) the address the broker listens on',
+    example: 'mqtts://mail.example.com:8883',
+  }),
   topic: z.string().meta({ example: 'boxes/accounts/acct_0a1b2c3d4e5f6g7h8j9k/events' }),
   not_after: Timestamp,
   qos: z.literal(1),

@@ -47,7 +47,10 @@ const emitted = program.emit(undefined, (file, text) => {
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, text);
 });
-const errors = ts.getPreEmitDiagnostics(program).concat(emitted.diagnostics).filter((d) => d.category === ts.DiagnosticCategory.Error);
+const errors = ts
+  .getPreEmitDiagnostics(program)
+  .concat(emitted.diagnostics)
+  .filter((d) => d.category === ts.DiagnosticCategory.Error);
 if (errors.length) {
   throw new Error(ts.formatDiagnosticsWithColorAndContext(errors, { getCanonicalFileName: (f) => f, getCurrentDirectory: () => sdk, getNewLine: () => '\n' }));
 }
@@ -56,7 +59,12 @@ emitRouterType(path.join(dist, 'router-type.d.ts'));
 // Relative imports with their extension, as NodeNext consumers require.
 for (const f of fs.readdirSync(dist).filter((x) => x.endsWith('.d.ts'))) {
   const file = path.join(dist, f);
-  fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/(from\s+['"])(\.\.?\/[^'"]+?)(['"])/g, (m, a: string, p: string, b: string) => (p.endsWith('.js') ? m : `${a}${p}.js${b}`)));
+  fs.writeFileSync(
+    file,
+    fs
+      .readFileSync(file, 'utf8')
+      .replace(/(from\s+['"])(\.\.?\/[^'"]+?)(['"])/g, (m, a: string, p: string, b: string) => (p.endsWith('.js') ? m : `${a}${p}.js${b}`)),
+  );
 }
 
 // No declaration may name a workspace package.

@@ -63,7 +63,11 @@ export function emitRouterType(outFile: string): void {
       if (f & ts.TypeFlags.Object) {
         const name = t.getSymbol()?.getName();
         if (name === 'Date') return 'Date';
-        if (checker.isTupleType(t)) return `[${checker.getTypeArguments(t as ts.TypeReference).map((x) => print(x, depth + 1)).join(', ')}]`;
+        if (checker.isTupleType(t))
+          return `[${checker
+            .getTypeArguments(t as ts.TypeReference)
+            .map((x) => print(x, depth + 1))
+            .join(', ')}]`;
         if (checker.isArrayType(t)) {
           const [el] = checker.getTypeArguments(t as ts.TypeReference);
           return `Array<${print(el!, depth + 1)}>`;

@@ -62,14 +62,16 @@ export function siteUrlOf(baseUrl: string): string {
 }
 
 /** Rewraps every error as BoxesError so callers can switch on err.code. */
-const boxesErrors: TRPCLink<AppRouter> = () => ({ next, op }) =>
-  observable((observer) =>
-    next(op).subscribe({
-      next: (value) => observer.next(value),
-      error: (err) => observer.error(err instanceof BoxesError ? err : new BoxesError(err)),
-      complete: () => observer.complete(),
-    }),
-  );
+const boxesErrors: TRPCLink<AppRouter> =
+  () =>
+  ({ next, op }) =>
+    observable((observer) =>
+      next(op).subscribe({
+        next: (value) => observer.next(value),
+        error: (err) => observer.error(err instanceof BoxesError ? err : new BoxesError(err)),
+        complete: () => observer.complete(),
+      }),
+    );
 
 /** The typed client: every procedure of the router with its input and output types. */
 export type BoxesClient = TRPCClient<AppRouter>;
@@ -87,14 +89,21 @@ export function createBoxesClient(options: BoxesClientOptions): BoxesClient {
   });
 }
 
-
 /** POST /signup/agentic: starts a signup and returns the intent. */
-export function signup(baseUrl: string, input: BoxesInputs['signup']['create'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['create']> {
+export function signup(
+  baseUrl: string,
+  input: BoxesInputs['signup']['create'],
+  opts: { fetch?: typeof fetch } = {},
+): Promise<BoxesOutputs['signup']['create']> {
   return createBoxesClient({ baseUrl, ...opts }).signup.create.mutate(input);
 }
 
 /** POST /signup/agentic/confirm: provisions the account; the api_key in the result is shown only once. */
-export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['confirm'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['confirm']> {
+export function confirmSignup(
+  baseUrl: string,
+  input: BoxesInputs['signup']['confirm'],
+  opts: { fetch?: typeof fetch } = {},
+): Promise<BoxesOutputs['signup']['confirm']> {
   return createBoxesClient({ baseUrl, ...opts }).signup.confirm.mutate(input);
 }
 
@@ -102,7 +111,11 @@ export function confirmSignup(baseUrl: string, input: BoxesInputs['signup']['con
  * POST /signup/agentic/claim: a funded or register signup (no confirm call). Answers pending_payment until the
  * owner pays, then completed with account.api_key, exactly once. waitForClaim() polls it for you.
  */
-export function claimSignup(baseUrl: string, input: BoxesInputs['signup']['claim'], opts: { fetch?: typeof fetch } = {}): Promise<BoxesOutputs['signup']['claim']> {
+export function claimSignup(
+  baseUrl: string,
+  input: BoxesInputs['signup']['claim'],
+  opts: { fetch?: typeof fetch } = {},
+): Promise<BoxesOutputs['signup']['claim']> {
   return createBoxesClient({ baseUrl, ...opts }).signup.claim.mutate(input);
 }
 
@@ -122,10 +135,14 @@ export async function waitForClaim(
     const wait = Math.min((r.retry_after_seconds ?? 5) * 1000, Math.max(0, deadline - Date.now()));
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(resolve, wait);
-      opts.signal?.addEventListener('abort', () => {
-        clearTimeout(timer);
-        reject(opts.signal!.reason);
-      }, { once: true });
+      opts.signal?.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer);
+          reject(opts.signal!.reason);
+        },
+        { once: true },
+      );
     });
     opts.signal?.throwIfAborted();
   }

@@ -22,7 +22,12 @@ export class WebhookVerificationError extends Error {
  * the parsed event (a BoxesEvent: narrow on its type to read its data); throws WebhookVerificationError when the header is missing or malformed, too old, or no
  * v1 value matches.
  */
-export function verifyWebhook<T = BoxesEvent>(rawBody: string | Uint8Array, signatureHeader: string | null | undefined, secret: string, opts: VerifyWebhookOptions = {}): T {
+export function verifyWebhook<T = BoxesEvent>(
+  rawBody: string | Uint8Array,
+  signatureHeader: string | null | undefined,
+  secret: string,
+  opts: VerifyWebhookOptions = {},
+): T {
   if (!signatureHeader) throw new WebhookVerificationError('missing X-Boxes-Signature header');
   const parts = signatureHeader.split(',').map((p) => p.trim().split('=') as [string, string?]);
   const t = parts.find(([k]) => k === 't')?.[1];

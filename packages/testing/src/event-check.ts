@@ -54,7 +54,11 @@ export async function checkEventsBeforeDrop(runId: string, url: string): Promise
 export function takeRecordedProblems(runId: string): string[] {
   const file = problemsFile(runId);
   if (!fs.existsSync(file)) return [];
-  const lines = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as string);
+  const lines = fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as string);
   fs.rmSync(file, { force: true });
   return lines;
 }

@@ -47,7 +47,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     // Every event the tests wrote must match the event catalogue (event-check.ts).
     const problems = takeRecordedProblems(runId);
     if (problems.length) {
-      throw new Error(`${problems.length} event(s) written during the tests do not match the event catalogue (packages/schemas/src/event-catalogue.ts):\n${problems.slice(0, 50).join('\n')}`);
+      throw new Error(
+        `${problems.length} event(s) written during the tests do not match the event catalogue (packages/schemas/src/event-catalogue.ts):\n${problems.slice(0, 50).join('\n')}`,
+      );
     }
   };
 }

@@ -27,9 +27,17 @@ export async function foldersOf(svc: Services, login: MailLogin): Promise<ImapFo
   const boxes =
     login.kind === 'box'
       ? await svc.db.box.findMany({ where: { id: login.boxId!, accountId: login.accountId }, select: { id: true, localPart: true, isPrimary: true } })
-      : await svc.db.box.findMany({ where: { accountId: login.accountId }, orderBy: [{ isPrimary: 'desc' }, { createdAt: 'asc' }], select: { id: true, localPart: true, isPrimary: true } });
+      : await svc.db.box.findMany({
+          where: { accountId: login.accountId },
+          orderBy: [{ isPrimary: 'desc' }, { createdAt: 'asc' }],
+          select: { id: true, localPart: true, isPrimary: true },
+        });
   if (!boxes.length) return [];
-  const folders = await ensureBoxFolders(svc.db, login.accountId, boxes.map((b) => b.id));
+  const folders = await ensureBoxFolders(
+    svc.db,
+    login.accountId,
+    boxes.map((b) => b.id),
+  );
   const out: ImapFolder[] = [];
   const leaf = (prefix: string, f: (typeof folders)[number]): ImapFolder => ({
     name: `${prefix}${ROLE_NAMES[f.role]}`,

@@ -180,7 +180,11 @@ export class SelectedMailbox {
     }
     for (let k = 0; k < todo.length; k += BATCH) {
       const batch = todo.slice(k, k + BATCH);
-      const p = loadRawMessages(svc, batch.map((e) => e.messageId), this.rawCopy).then((raws) => {
+      const p = loadRawMessages(
+        svc,
+        batch.map((e) => e.messageId),
+        this.rawCopy,
+      ).then((raws) => {
         for (const e of batch) {
           const raw = raws.get(e.messageId);
           this.put(e.messageId, raw ? new ParsedMessage(raw) : null);

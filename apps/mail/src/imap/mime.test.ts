@@ -53,7 +53,9 @@ describe('ENVELOPE', () => {
 
 describe('BODYSTRUCTURE', () => {
   it('a plain text message: the RFC 3501 7.4.2 shape (type, parameters, encoding, octets, lines)', () => {
-    const body = Array.from({ length: 92 }, (_, i) => `line ${String(i).padStart(2, '0')} of the minutes, padded to the right size....`.slice(0, 31)).join('\r\n') + '\r\n';
+    const body =
+      Array.from({ length: 92 }, (_, i) => `line ${String(i).padStart(2, '0')} of the minutes, padded to the right size....`.slice(0, 31)).join('\r\n') +
+      '\r\n';
     const msg = new ParsedMessage(Buffer.from(GRAY_HEADER + body));
     expect(wire(bodyStructure(msg, msg.root, false))).toBe(`("TEXT" "PLAIN" ("CHARSET" "US-ASCII") NIL NIL "7BIT" ${Buffer.byteLength(body)} 92)`);
   });
@@ -88,7 +90,9 @@ ${diff}
 
   it('message/rfc822: envelope, inner structure and lines', () => {
     const inner = crlf('From: b@example.com\nSubject: inner\n\nhello\n');
-    const raw = crlf(`From: a@example.com\nContent-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/plain\n\nouter\n--b\nContent-Type: message/rfc822\n\n${inner}--b--\n`);
+    const raw = crlf(
+      `From: a@example.com\nContent-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/plain\n\nouter\n--b\nContent-Type: message/rfc822\n\n${inner}--b--\n`,
+    );
     const msg = new ParsedMessage(Buffer.from(raw));
     const out = wire(bodyStructure(msg, msg.root, false));
     expect(out).toContain('("MESSAGE" "RFC822" NIL NIL NIL "7BIT" ');

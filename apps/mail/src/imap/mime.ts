@@ -95,7 +95,13 @@ export function parseHeaders(block: string): Header[] {
     if (!line.trim()) continue;
     const colon = line.indexOf(':');
     if (colon <= 0) continue;
-    out.push({ name: line.slice(0, colon).trim().toLowerCase(), value: line.slice(colon + 1).replace(/\r?\n/g, '').replace(/^[ \t]+/, '') });
+    out.push({
+      name: line.slice(0, colon).trim().toLowerCase(),
+      value: line
+        .slice(colon + 1)
+        .replace(/\r?\n/g, '')
+        .replace(/^[ \t]+/, ''),
+    });
   }
   return out;
 }
@@ -179,7 +185,18 @@ function parseEntity(text: string, start: number, end: number, fallback: { type:
 }
 
 function emptyText(at: number): MimeNode {
-  return { headerStart: at, headerEnd: at, bodyStart: at, bodyEnd: at, headers: [], type: 'text', subtype: 'plain', params: [['charset', 'us-ascii']], children: [], message: null };
+  return {
+    headerStart: at,
+    headerEnd: at,
+    bodyStart: at,
+    bodyEnd: at,
+    headers: [],
+    type: 'text',
+    subtype: 'plain',
+    params: [['charset', 'us-ascii']],
+    children: [],
+    message: null,
+  };
 }
 
 function splitMultipart(text: string, start: number, end: number, boundary: string, digest: boolean, depth: number): MimeNode[] {
@@ -200,7 +217,16 @@ function splitMultipart(text: string, start: number, end: number, boundary: stri
     const closing = text.startsWith('--', after);
     // The CRLF before a delimiter belongs to the delimiter.
     const partEnd = at >= 2 && text[at - 2] === '\r' ? at - 2 : at >= 1 && text[at - 1] === '\n' ? at - 1 : at;
-    if (partStart !== -1) parts.push(parseEntity(text, partStart, Math.max(partStart, partEnd), digest ? { type: 'message', subtype: 'rfc822' } : { type: 'text', subtype: 'plain' }, depth + 1));
+    if (partStart !== -1)
+      parts.push(
+        parseEntity(
+          text,
+          partStart,
+          Math.max(partStart, partEnd),
+          digest ? { type: 'message', subtype: 'rfc822' } : { type: 'text', subtype: 'plain' },
+          depth + 1,
+        ),
+      );
     if (closing) return parts;
     const nl = text.indexOf('\n', after);
     if (nl === -1 || nl >= end) return parts;
@@ -309,7 +335,10 @@ function disposition(node: MimeNode): Chunk[] {
 function language(node: MimeNode): Chunk[] {
   const l = headerValue(node.headers, 'content-language');
   if (!l) return ['NIL'];
-  const tags = l.split(',').map((x) => x.trim()).filter(Boolean);
+  const tags = l
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
   return tags.length === 1 ? str(tags[0]!) : paren(tags.map((x) => str(x)));
 }
 
@@ -324,7 +353,8 @@ export function bodyStructure(msg: ParsedMessage, node: MimeNode, extensible: bo
     const out: Chunk[] = ['('];
     for (const child of node.children) out.push(...bodyStructure(msg, child, extensible));
     out.push(' ', ...str(node.subtype.toUpperCase()));
-    if (extensible) out.push(' ', ...paramsList(node.params), ' ', ...disposition(node), ' ', ...language(node), ' ', ...nstr(trimmedHeader(node, 'content-location')));
+    if (extensible)
+      out.push(' ', ...paramsList(node.params), ' ', ...disposition(node), ' ', ...language(node), ' ', ...nstr(trimmedHeader(node, 'content-location')));
     out.push(')');
     return out;
   }
@@ -412,9 +442,18 @@ function mailboxOf(tokens: AddrToken[]): Address | null {
   let name: string | null;
   if (angleAt !== -1) {
     addr = tokens[angleAt]!.text;
-    name = tokens.slice(0, angleAt).filter((t) => t.kind === 'word' || t.kind === 'quoted').map((t) => t.text).join(' ').trim() || null;
+    name =
+      tokens
+        .slice(0, angleAt)
+        .filter((t) => t.kind === 'word' || t.kind === 'quoted')
+        .map((t) => t.text)
+        .join(' ')
+        .trim() || null;
   } else {
-    addr = tokens.filter((t) => t.kind === 'word' || t.kind === 'quoted').map((t) => t.text).join('');
+    addr = tokens
+      .filter((t) => t.kind === 'word' || t.kind === 'quoted')
+      .map((t) => t.text)
+      .join('');
     name = [...tokens].reverse().find((t) => t.kind === 'comment' && t.text)?.text ?? null;
   }
   // A source route (@a,@b:user@host) keeps only the address.
@@ -441,7 +480,10 @@ export function parseAddressList(value: string): Address[] {
   };
   for (const t of tokens) {
     if (t.kind === 'special' && t.text === ':' && !inGroup && !cur.some((x) => x.kind === 'angle')) {
-      const groupName = cur.filter((x) => x.kind === 'word' || x.kind === 'quoted').map((x) => x.text).join(' ');
+      const groupName = cur
+        .filter((x) => x.kind === 'word' || x.kind === 'quoted')
+        .map((x) => x.text)
+        .join(' ');
       out.push({ name: null, mailbox: groupName, host: null });
       cur = [];
       inGroup = true;

@@ -63,7 +63,8 @@ describe('parseCommand: RFC 3501 examples', () => {
   });
 
   it('6.3.11 APPEND with flags and a literal message', () => {
-    const message = 'Date: Mon, 7 Feb 1994 21:52:25 -0800 (PST)\r\nFrom: Fred Foobar <foobar@Blurdybloop.COM>\r\nSubject: afternoon meeting\r\n\r\nHello Joe, do you think we can meet at 3:30 tomorrow?\r\n';
+    const message =
+      'Date: Mon, 7 Feb 1994 21:52:25 -0800 (PST)\r\nFrom: Fred Foobar <foobar@Blurdybloop.COM>\r\nSubject: afternoon meeting\r\n\r\nHello Joe, do you think we can meet at 3:30 tomorrow?\r\n';
     const c = parseCommand(Buffer.from(`A003 APPEND saved-messages (\\Seen) {${Buffer.byteLength(message)}}\r\n${message}`));
     expect(c.name).toBe('APPEND');
     expect(plain(c.args)).toEqual(['saved-messages', ['\\Seen'], { s: message }]);

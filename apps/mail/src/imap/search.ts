@@ -28,7 +28,12 @@ export type SearchKey =
   | { op: 'body' | 'text'; value: string }
   | { op: 'modseq'; n: bigint };
 
-const FLAG_KEYS: Record<string, number> = { ANSWERED: FLAG_BITS['\\Answered'], FLAGGED: FLAG_BITS['\\Flagged'], SEEN: FLAG_BITS['\\Seen'], DRAFT: FLAG_BITS['\\Draft'] };
+const FLAG_KEYS: Record<string, number> = {
+  ANSWERED: FLAG_BITS['\\Answered'],
+  FLAGGED: FLAG_BITS['\\Flagged'],
+  SEEN: FLAG_BITS['\\Seen'],
+  DRAFT: FLAG_BITS['\\Draft'],
+};
 
 class Cursor {
   i = 0;
@@ -197,7 +202,13 @@ export function decodeWords(value: string): string {
   const bytes = Buffer.from(value, 'latin1').toString('utf8');
   return bytes.replace(/=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=(\s+(?==\?))?/g, (_all, charset: string, enc: string, data: string) => {
     try {
-      const raw = enc.toUpperCase() === 'B' ? Buffer.from(data, 'base64') : Buffer.from(data.replace(/_/g, ' ').replace(/=([0-9A-Fa-f]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16))), 'latin1');
+      const raw =
+        enc.toUpperCase() === 'B'
+          ? Buffer.from(data, 'base64')
+          : Buffer.from(
+              data.replace(/_/g, ' ').replace(/=([0-9A-Fa-f]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16))),
+              'latin1',
+            );
       return new TextDecoder(charset.split('*')[0]!.toLowerCase()).decode(raw);
     } catch {
       return _all;

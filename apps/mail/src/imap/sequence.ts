@@ -36,10 +36,12 @@ function bounds(range: [number, number], star: number): [number, number] {
 /** Indexes (0-based) of the messages a sequence-number set names, ascending. */
 export function resolveSequence(set: SequenceSet, count: number): number[] {
   if (!count) return [];
-  return collect(set.map((r) => {
-    const [lo, hi] = bounds(r, count);
-    return [Math.max(1, lo) - 1, Math.min(count, hi) - 1];
-  }));
+  return collect(
+    set.map((r) => {
+      const [lo, hi] = bounds(r, count);
+      return [Math.max(1, lo) - 1, Math.min(count, hi) - 1];
+    }),
+  );
 }
 
 /** First index of a sorted array whose value is at least v. */
@@ -58,10 +60,12 @@ function lowerBound(sorted: number[], v: number): number {
 export function resolveUids(set: SequenceSet, uids: number[]): number[] {
   if (!uids.length) return [];
   const max = uids[uids.length - 1]!;
-  return collect(set.map((r) => {
-    const [lo, hi] = bounds(r, max);
-    return [lowerBound(uids, lo), lowerBound(uids, hi + 1) - 1];
-  }));
+  return collect(
+    set.map((r) => {
+      const [lo, hi] = bounds(r, max);
+      return [lowerBound(uids, lo), lowerBound(uids, hi + 1) - 1];
+    }),
+  );
 }
 
 /** The indexes of inclusive index ranges, ascending and once each (cost: the ranges and what they name). */

@@ -205,17 +205,21 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   };
   let nextId = 1;
   // A client that opens a connection and never completes TLS is closed as one that never logs in.
-  const server = tls.createServer({ key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2', handshakeTimeout: config.mailClients.imapLoginTimeoutMs }, (socket) => {
-    if (hub.all.size >= config.smtp.maxConnections) {
-      socket.end('* BYE Too many connections; try again later\r\n');
-      return;
-    }
-    hub.all.add(new Session(socket, hub, nextId++));
-  });
+  const server = tls.createServer(
+    { key: deps.tls.key, cert: deps.tls.cert, minVersion: 'TLSv1.2', handshakeTimeout: config.mailClients.imapLoginTimeoutMs },
+    (socket) => {
+      if (hub.all.size >= config.smtp.maxConnections) {
+        socket.end('* BYE Too many connections; try again later\r\n');
+        return;
+      }
+      hub.all.add(new Session(socket, hub, nextId++));
+    },
+  );
   // A failed or timed-out handshake: drop the connection (a listener here means Node leaves that to us).
   server.on('tlsClientError', (_err, socket) => socket.destroy());
 
-  const refreshFollowing = () => void hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
+  const refreshFollowing = () =>
+    void hub.refreshFollowing().catch((err: Error) => deps.log.error({ err: err.message }, 'imap: reading the accounts to follow failed'));
   let stopped = false;
   let listener: pg.Client | null = null;
   const listen = async (): Promise<void> => {

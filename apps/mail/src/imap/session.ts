@@ -15,7 +15,22 @@ import type { SelectedMailbox } from './mailbox';
 import { BadArgs, CommandFramer, parseCommand, ParseError, type Command, type Frame } from './parser';
 
 export const CAPABILITIES_BEFORE_LOGIN = ['IMAP4rev1', 'SASL-IR', 'LITERAL+', 'ID', 'ENABLE', 'IDLE', 'AUTH=PLAIN'];
-export const CAPABILITIES = ['IMAP4rev1', 'SASL-IR', 'LITERAL+', 'ID', 'ENABLE', 'IDLE', 'NAMESPACE', 'UIDPLUS', 'MOVE', 'SPECIAL-USE', 'UNSELECT', 'CHILDREN', 'CONDSTORE', 'STATUS=SIZE'];
+export const CAPABILITIES = [
+  'IMAP4rev1',
+  'SASL-IR',
+  'LITERAL+',
+  'ID',
+  'ENABLE',
+  'IDLE',
+  'NAMESPACE',
+  'UIDPLUS',
+  'MOVE',
+  'SPECIAL-USE',
+  'UNSELECT',
+  'CHILDREN',
+  'CONDSTORE',
+  'STATUS=SIZE',
+];
 
 /** A NO answer: [code] and text. */
 export class ImapNo extends Error {

@@ -44,7 +44,8 @@ const CONSUMED = new Set([
 ]);
 
 /** Headers mail clients add on their own that say nothing to the recipient. */
-const NOISE = /^(user-agent|x-mailer|content-language|thread-index|thread-topic|x-mozilla-.*|x-ms-.*|x-microsoft-.*|autocrypt|openpgp|x-priority|importance|priority|x-mimeole|x-originating-ip|accept-language|x-account-key|x-identity-key|fcc|x-draft-info|x-uniform-type-identifier|x-universally-unique-identifier)$/i;
+const NOISE =
+  /^(user-agent|x-mailer|content-language|thread-index|thread-topic|x-mozilla-.*|x-ms-.*|x-microsoft-.*|autocrypt|openpgp|x-priority|importance|priority|x-mimeole|x-originating-ip|accept-language|x-account-key|x-identity-key|fcc|x-draft-info|x-uniform-type-identifier|x-universally-unique-identifier)$/i;
 
 const MIME_TYPE = /^[\w.+-]+\/[\w.+-]+$/;
 
@@ -84,7 +85,10 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
     const key = line.key.toLowerCase();
     if (CONSUMED.has(key) || NOISE.test(key) || key.startsWith('resent-')) continue;
     const name = line.line.slice(0, line.line.indexOf(':')).trim();
-    const value = line.line.slice(line.line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim();
+    const value = line.line
+      .slice(line.line.indexOf(':') + 1)
+      .replace(/\r?\n[ \t]+/g, ' ')
+      .trim();
     if (headers[name] !== undefined) continue;
     headers[name] = value;
   }

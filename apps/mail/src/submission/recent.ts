@@ -16,7 +16,8 @@ export function clientMessageId(raw: Buffer): string | null {
   return m ? m[1]! : null;
 }
 
-const keyOf = (svc: Pick<Services, 'config'>, accountId: string, messageId: string) => `${svc.config.redisPrefix}:submitted:${accountId}:${sha256Hex(messageId)}`;
+const keyOf = (svc: Pick<Services, 'config'>, accountId: string, messageId: string) =>
+  `${svc.config.redisPrefix}:submitted:${accountId}:${sha256Hex(messageId)}`;
 
 export async function rememberSubmission(svc: Pick<Services, 'config' | 'redis'>, accountId: string, raw: Buffer, messageId: string): Promise<void> {
   const id = clientMessageId(raw);

@@ -89,12 +89,20 @@ export async function startSubmission(config: Config, deps: { svc: Services; log
     allowInsecureAuth: false,
     logger: false,
     onAuth(auth: SMTPServerAuthentication, session: SMTPServerSession, cb) {
-      if (auth.method !== 'PLAIN' && auth.method !== 'LOGIN') return cb(Object.assign(new Error('5.7.4 Use AUTH PLAIN or LOGIN with an app-password'), { responseCode: 504 }));
+      if (auth.method !== 'PLAIN' && auth.method !== 'LOGIN')
+        return cb(Object.assign(new Error('5.7.4 Use AUTH PLAIN or LOGIN with an app-password'), { responseCode: 504 }));
       verifyMailLogin(svc, { username: auth.username ?? '', password: auth.password ?? '', service: 'smtp', remoteAddress: session.remoteAddress })
         .then((r) => {
           if (r.ok) return cb(null, { user: r.login });
           if (r.reason === 'locked') return cb(Object.assign(new Error(`4.7.0 ${r.message}`), { responseCode: 454 }));
-          cb(Object.assign(new Error('5.7.8 Authentication failed: use your box address (or the owner\'s email) and an app-password from POST /account/app-passwords; API keys do not work here'), { responseCode: 535 }));
+          cb(
+            Object.assign(
+              new Error(
+                "5.7.8 Authentication failed: use your box address (or the owner's email) and an app-password from POST /account/app-passwords; API keys do not work here",
+              ),
+              { responseCode: 535 },
+            ),
+          );
         })
         .catch((err) => {
           log.error({ err }, 'submission login check failed');

@@ -16,7 +16,13 @@ import { keyProcedure, router } from '../trpc';
 export const accountRouter = router({
   get: keyProcedure
     .meta({
-      openapi: { method: 'GET', path: '/account', tags: ['account'], summary: 'The account', description: 'Status, primary address, domain, callback webhook and creation time. Any valid key.' },
+      openapi: {
+        method: 'GET',
+        path: '/account',
+        tags: ['account'],
+        summary: 'The account',
+        description: 'Status, primary address, domain, callback webhook and creation time. Any valid key.',
+      },
     })
     .input(z.void())
     .output(AccountOutput)
@@ -24,7 +30,13 @@ export const accountRouter = router({
   getCallbackWebhook: keyProcedure
     .meta({
       scope: 'admin',
-      openapi: { method: 'GET', path: '/account/callback-webhook', tags: ['account'], summary: 'The callback webhook URL', description: 'Needs the admin scope.' },
+      openapi: {
+        method: 'GET',
+        path: '/account/callback-webhook',
+        tags: ['account'],
+        summary: 'The callback webhook URL',
+        description: 'Needs the admin scope.',
+      },
     })
     .input(z.void())
     .output(CallbackWebhookOutput)
@@ -43,9 +55,7 @@ export const accountRouter = router({
     })
     .input(CallbackWebhookInput)
     .output(CallbackWebhookOutput)
-    .mutation(({ ctx, input }) =>
-      setCallbackWebhook(ctx.svc, { accountId: ctx.account.id, url: input.agent_callback_webhook, actorKeyId: ctx.key.id }),
-    ),
+    .mutation(({ ctx, input }) => setCallbackWebhook(ctx.svc, { accountId: ctx.account.id, url: input.agent_callback_webhook, actorKeyId: ctx.key.id })),
   reputation: keyProcedure
     .meta({
       openapi: {
@@ -53,14 +63,17 @@ export const accountRouter = router({
         path: '/account/reputation',
         tags: ['account'],
         summary: 'Sending reputation',
-        description: 'Sent, bounced and complained counts over 7 days and their rates; reputation.warning fires above 3% bounces or 0.05% complaints. Any valid key.',
+        description:
+          'Sent, bounced and complained counts over 7 days and their rates; reputation.warning fires above 3% bounces or 0.05% complaints. Any valid key.',
       },
     })
     .input(z.void())
     .output(ReputationOutput)
     .query(({ ctx }) => reputationCounts(ctx.svc.db, ctx.account.id, ctx.svc.clock.now())),
   closeProtection: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/account/close-protection', tags: ['account'], summary: 'Close protection state', description: 'Any valid key.' } })
+    .meta({
+      openapi: { method: 'GET', path: '/account/close-protection', tags: ['account'], summary: 'Close protection state', description: 'Any valid key.' },
+    })
     .input(z.void())
     .output(CloseProtectionOutput)
     .query(({ ctx }) => closeProtectionOf(ctx.account)),
@@ -73,7 +86,8 @@ export const accountRouter = router({
         path: '/account/close-protection',
         tags: ['account'],
         summary: 'Turn close protection on',
-        description: 'Body {"enabled": true} only: set-only, the API cannot turn it off (support can). With it on, DELETE /account waits for the owner to approve by an emailed link. Admin scope, unrestricted key.',
+        description:
+          'Body {"enabled": true} only: set-only, the API cannot turn it off (support can). With it on, DELETE /account waits for the owner to approve by an emailed link. Admin scope, unrestricted key.',
       },
     })
     .input(CloseProtectionInput)

@@ -42,7 +42,13 @@ export const appPasswordsRouter = router({
     .meta({
       scope: 'admin',
       accountWide: true,
-      openapi: { method: 'GET', path: '/account/app-passwords', tags: ['app-passwords'], summary: 'List app-passwords', description: 'Active app-passwords; never their values.' },
+      openapi: {
+        method: 'GET',
+        path: '/account/app-passwords',
+        tags: ['app-passwords'],
+        summary: 'List app-passwords',
+        description: 'Active app-passwords; never their values.',
+      },
     })
     .input(z.void())
     .output(AppPasswordListOutput)
@@ -57,7 +63,8 @@ export const appPasswordsRouter = router({
         path: '/account/app-passwords/{id}',
         tags: ['app-passwords'],
         summary: 'Revoke an app-password',
-        description: 'New logins with it fail at once and open IMAP sessions that used it are closed (on every instance). Appends account.app_password.revoked.',
+        description:
+          'New logins with it fail at once and open IMAP sessions that used it are closed (on every instance). Appends account.app_password.revoked.',
       },
     })
     .input(AppPasswordIdInput)

@@ -3,7 +3,18 @@
  * checkpoints of the chain head and their verification, the evidence envelope (beta) and usermetadata.
  */
 import { z } from 'zod';
-import { auditBundle, evidenceStatus, getUsermetadata, listCheckpoints, optInEvidence, publicKeys, setUsermetadata, signCheckpoint, verifyCheckpoint, AppError } from '@boxes/core';
+import {
+  auditBundle,
+  evidenceStatus,
+  getUsermetadata,
+  listCheckpoints,
+  optInEvidence,
+  publicKeys,
+  setUsermetadata,
+  signCheckpoint,
+  verifyCheckpoint,
+  AppError,
+} from '@boxes/core';
 import {
   AuditBundleOutput,
   Checkpoint,
@@ -32,12 +43,31 @@ const KEY_DESCRIPTION =
 
 export const auditRouter = router({
   publicKey: publicProcedure
-    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/audit/public-key', tags: ['audit'], summary: 'The audit signing key', description: `No key needed. ${KEY_DESCRIPTION}`, protect: false } })
+    .meta({
+      errors: ['not_found'],
+      openapi: {
+        method: 'GET',
+        path: '/audit/public-key',
+        tags: ['audit'],
+        summary: 'The audit signing key',
+        description: `No key needed. ${KEY_DESCRIPTION}`,
+        protect: false,
+      },
+    })
     .input(PublicKeyInput)
     .output(PublicKeyOutput)
     .query(({ ctx, input }) => publicKeyOf(ctx.svc, input.key_id)),
   accountPublicKey: keyProcedure
-    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/account/audit/public-key', tags: ['audit'], summary: 'The audit signing key (keyed)', description: `The same as GET /audit/public-key, kept for compatibility. Any valid key. ${KEY_DESCRIPTION}` } })
+    .meta({
+      errors: ['not_found'],
+      openapi: {
+        method: 'GET',
+        path: '/account/audit/public-key',
+        tags: ['audit'],
+        summary: 'The audit signing key (keyed)',
+        description: `The same as GET /audit/public-key, kept for compatibility. Any valid key. ${KEY_DESCRIPTION}`,
+      },
+    })
     .input(PublicKeyInput)
     .output(PublicKeyOutput)
     .query(({ ctx, input }) => publicKeyOf(ctx.svc, input.key_id)),
@@ -65,14 +95,24 @@ export const auditRouter = router({
         path: '/events/checkpoints',
         tags: ['audit'],
         summary: 'Sign the chain head now',
-        description: "A signed checkpoint of the account's chain head (seq, hash, time) as a compact JWS. Keep it: it must verify against the chain later (POST /events/checkpoints/verify, or offline with openssl as the README shows). The instance also signs every moved head hourly.",
+        description:
+          "A signed checkpoint of the account's chain head (seq, hash, time) as a compact JWS. Keep it: it must verify against the chain later (POST /events/checkpoints/verify, or offline with openssl as the README shows). The instance also signs every moved head hourly.",
       },
     })
     .input(z.void())
     .output(Checkpoint)
     .mutation(({ ctx }) => signCheckpoint(ctx.svc, ctx.account.id)),
   checkpoints: keyProcedure
-    .meta({ scope: 'receive', openapi: { method: 'GET', path: '/events/checkpoints', tags: ['audit'], summary: 'Signed checkpoints of the chain head', description: 'Newest first: the hourly ones and those asked for.' } })
+    .meta({
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/events/checkpoints',
+        tags: ['audit'],
+        summary: 'Signed checkpoints of the chain head',
+        description: 'Newest first: the hourly ones and those asked for.',
+      },
+    })
     .input(CheckpointListInput)
     .output(CheckpointList)
     .query(({ ctx, input }) => listCheckpoints(ctx.svc, { accountId: ctx.account.id, limit: input.limit })),
@@ -84,7 +124,8 @@ export const auditRouter = router({
         path: '/events/checkpoints/verify',
         tags: ['audit'],
         summary: 'Verify a kept checkpoint against the current chain',
-        description: 'Checks the signature (by any key this instance has used), that the checkpoint is of this account, and that the stored events 1..seq recompute from the genesis hash to its hash. ok false names the reason (an altered event fails even if every later hash was recomputed).',
+        description:
+          'Checks the signature (by any key this instance has used), that the checkpoint is of this account, and that the stored events 1..seq recompute from the genesis hash to its hash. ok false names the reason (an altered event fails even if every later hash was recomputed).',
       },
     })
     .input(VerifyCheckpointInput)
@@ -99,19 +140,30 @@ export const auditRouter = router({
         path: '/beta/evidence/opt-in',
         tags: ['audit'],
         summary: 'Enroll in the evidence envelope (beta)',
-        description: 'From then on the responses of POST /messages/send, DELETE /messages/{id}, POST /account/keys and DELETE /account/keys/{id} carry evidence: request_id, capability, action, acted_by_key, idempotency_key, policy_checks and next_verification_step. Admin scope, unrestricted key.',
+        description:
+          'From then on the responses of POST /messages/send, DELETE /messages/{id}, POST /account/keys and DELETE /account/keys/{id} carry evidence: request_id, capability, action, acted_by_key, idempotency_key, policy_checks and next_verification_step. Admin scope, unrestricted key.',
       },
     })
     .input(z.void())
     .output(EvidenceStatus)
     .mutation(({ ctx }) => optInEvidence(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id })),
   evidenceStatus: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/beta/evidence/status', tags: ['audit'], summary: 'Evidence envelope enrollment (beta)', description: 'Any valid key.' } })
+    .meta({
+      openapi: { method: 'GET', path: '/beta/evidence/status', tags: ['audit'], summary: 'Evidence envelope enrollment (beta)', description: 'Any valid key.' },
+    })
     .input(z.void())
     .output(EvidenceStatus)
     .query(({ ctx }) => evidenceStatus(ctx.account)),
   getUsermetadata: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/account/usermetadata', tags: ['account'], summary: 'Account settings (usermetadata)', description: 'audit_retention_days: days a message body is kept before it is reclaimed (default 14). Any valid key.' } })
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/account/usermetadata',
+        tags: ['account'],
+        summary: 'Account settings (usermetadata)',
+        description: 'audit_retention_days: days a message body is kept before it is reclaimed (default 14). Any valid key.',
+      },
+    })
     .input(z.void())
     .output(UsermetadataOutput)
     .query(({ ctx }) => getUsermetadata(ctx.svc, { accountId: ctx.account.id })),
@@ -124,10 +176,13 @@ export const auditRouter = router({
         path: '/account/usermetadata',
         tags: ['account'],
         summary: 'Set account settings (usermetadata)',
-        description: 'audit_retention_days (1 to 90, null for the default 14): bodies (parsed and raw) of messages older than this are reclaimed by the hourly audit job (message.deleted with reason retention); metadata, the raw SHA-256 and events stay. Admin scope, unrestricted key.',
+        description:
+          'audit_retention_days (1 to 90, null for the default 14): bodies (parsed and raw) of messages older than this are reclaimed by the hourly audit job (message.deleted with reason retention); metadata, the raw SHA-256 and events stay. Admin scope, unrestricted key.',
       },
     })
     .input(UsermetadataInput)
     .output(UsermetadataOutput)
-    .mutation(({ ctx, input }) => setUsermetadata(ctx.svc, { accountId: ctx.account.id, auditRetentionDays: input.audit_retention_days, actorKeyId: ctx.key.id })),
+    .mutation(({ ctx, input }) =>
+      setUsermetadata(ctx.svc, { accountId: ctx.account.id, auditRetentionDays: input.audit_retention_days, actorKeyId: ctx.key.id }),
+    ),
 });

@@ -15,7 +15,8 @@ export const boxesRouter = router({
         path: '/boxes',
         tags: ['boxes'],
         summary: 'Create a box',
-        description: 'address is a local part (RFC 5322 dot-atom, at most 64 characters, stored lower-case) on the account domain. Boxes are free and unlimited.',
+        description:
+          'address is a local part (RFC 5322 dot-atom, at most 64 characters, stored lower-case) on the account domain. Boxes are free and unlimited.',
       },
     })
     .input(CreateBoxInput)
@@ -32,7 +33,13 @@ export const boxesRouter = router({
     .meta({
       errors: ['not_found', 'primary_box'],
       scope: 'admin',
-      openapi: { method: 'DELETE', path: '/boxes/{id}', tags: ['boxes'], summary: 'Delete a box', description: 'The primary box cannot be deleted (409 primary_box).' },
+      openapi: {
+        method: 'DELETE',
+        path: '/boxes/{id}',
+        tags: ['boxes'],
+        summary: 'Delete a box',
+        description: 'The primary box cannot be deleted (409 primary_box).',
+      },
     })
     .input(BoxIdInput)
     .output(Deleted)

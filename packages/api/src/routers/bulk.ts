@@ -6,7 +6,16 @@ import { keyProcedure, router } from '../trpc';
 export const bulkRouter = router({
   send: keyProcedure
     .meta({
-      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'not_found', 'payment_required', 'recipient_blocked', 'too_many_bulk_jobs'],
+      errors: [
+        'box_restricted_key',
+        'domain_not_verified',
+        'from_domain_mismatch',
+        'idempotency_key_reused',
+        'not_found',
+        'payment_required',
+        'recipient_blocked',
+        'too_many_bulk_jobs',
+      ],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -24,7 +33,13 @@ export const bulkRouter = router({
     .meta({
       errors: ['invalid_cursor'],
       scope: 'send',
-      openapi: { method: 'GET', path: '/messages/send/bulk', tags: ['messages'], summary: 'List bulk jobs', description: 'Newest first. A box-restricted key sees the jobs that send only from its boxes.' },
+      openapi: {
+        method: 'GET',
+        path: '/messages/send/bulk',
+        tags: ['messages'],
+        summary: 'List bulk jobs',
+        description: 'Newest first. A box-restricted key sees the jobs that send only from its boxes.',
+      },
     })
     .input(ListBulkJobsInput)
     .output(ListBulkJobsOutput)

@@ -55,7 +55,8 @@ export const creditRouter = router({
         path: '/account/credit/usage',
         tags: ['credit'],
         summary: 'Usage by type',
-        description: 'Ledger entries grouped by type (charges negative, credits positive) in [since, before); without a window, all of them. Sums equal the ledger to the micro-dollar. Any valid key.',
+        description:
+          'Ledger entries grouped by type (charges negative, credits positive) in [since, before); without a window, all of them. Sums equal the ledger to the micro-dollar. Any valid key.',
       },
     })
     .input(UsageInput)
@@ -101,7 +102,8 @@ export const creditRouter = router({
         path: '/account/credit/topup/{id}',
         tags: ['credit'],
         summary: 'A card top-up',
-        description: 'Status of a payment intent (requires_approval, succeeded, denied, expired, failed); wait_seconds waits up to 25 s for a decision. Any valid key.',
+        description:
+          'Status of a payment intent (requires_approval, succeeded, denied, expired, failed); wait_seconds waits up to 25 s for a decision. Any valid key.',
       },
     })
     .input(PaymentIdInput)
@@ -140,16 +142,30 @@ export const creditRouter = router({
       const p = await waitForPayment(ctx.svc, ctx.account.id, input.id, 'mpp', (input.wait_seconds ?? 0) * 1000);
       const view = paymentView(ctx.svc, p);
       if (p.status === 'expired') {
-        throw new AppError('mpp_challenge_expired', 'The challenge expired (15 minutes) before the payment completed; approval does not extend it. Start a new top-up with POST /account/credit/topup/mpp.', { payment: view });
+        throw new AppError(
+          'mpp_challenge_expired',
+          'The challenge expired (15 minutes) before the payment completed; approval does not extend it. Start a new top-up with POST /account/credit/topup/mpp.',
+          { payment: view },
+        );
       }
       if (p.status === 'failed') {
-        throw new AppError('card_declined', `The card in the payer's wallet was declined (${p.declineCode}). Ask the owner to update the card, then start a new top-up.`, { decline_code: p.declineCode, payment: view });
+        throw new AppError(
+          'card_declined',
+          `The card in the payer's wallet was declined (${p.declineCode}). Ask the owner to update the card, then start a new top-up.`,
+          { decline_code: p.declineCode, payment: view },
+        );
       }
       return view;
     }),
   getPayerEmail: keyProcedure
     .meta({
-      openapi: { method: 'GET', path: '/account/credit/payer-email', tags: ['credit'], summary: 'Payer email', description: "The payment customer's email, or the owner's email (is_default) when no customer exists. Any valid key." },
+      openapi: {
+        method: 'GET',
+        path: '/account/credit/payer-email',
+        tags: ['credit'],
+        summary: 'Payer email',
+        description: "The payment customer's email, or the owner's email (is_default) when no customer exists. Any valid key.",
+      },
     })
     .input(z.void())
     .output(PayerEmailOutput)
@@ -163,7 +179,8 @@ export const creditRouter = router({
         path: '/account/credit/payer-email',
         tags: ['credit'],
         summary: 'Set the payer email',
-        description: "Updates the payment customer's email, creating the customer if none exists; emits account.credit.payer_email_updated. Needs the admin scope.",
+        description:
+          "Updates the payment customer's email, creating the customer if none exists; emits account.credit.payer_email_updated. Needs the admin scope.",
       },
     })
     .input(PayerEmailInput)
@@ -171,7 +188,13 @@ export const creditRouter = router({
     .mutation(({ ctx, input }) => setPayerEmail(ctx.svc, ctx.account, input.email)),
   trailer: keyProcedure
     .meta({
-      openapi: { method: 'GET', path: '/account/trailer', tags: ['credit'], summary: 'Trailer status', description: 'Whether sent messages carry the trailer, and what remains of the opt-out surcharge. Any valid key.' },
+      openapi: {
+        method: 'GET',
+        path: '/account/trailer',
+        tags: ['credit'],
+        summary: 'Trailer status',
+        description: 'Whether sent messages carry the trailer, and what remains of the opt-out surcharge. Any valid key.',
+      },
     })
     .input(z.void())
     .output(TrailerStatus)
@@ -185,7 +208,8 @@ export const creditRouter = router({
         path: '/account/trailer',
         tags: ['credit'],
         summary: 'Opt out of the trailer',
-        description: 'Sent messages stop carrying the trailer; each pays a surcharge ($0.001) until $5 in total is paid (or POST /account/trailer/buyout). Repeating it changes nothing. Any valid key not restricted to boxes.',
+        description:
+          'Sent messages stop carrying the trailer; each pays a surcharge ($0.001) until $5 in total is paid (or POST /account/trailer/buyout). Repeating it changes nothing. Any valid key not restricted to boxes.',
       },
     })
     .input(z.void())
@@ -200,7 +224,8 @@ export const creditRouter = router({
         path: '/account/trailer/buyout',
         tags: ['credit'],
         summary: 'Buy out the trailer surcharge',
-        description: 'Charges what remains of the opt-out surcharge at once (and opts out if not yet); 402 without the credit for it. Any valid key not restricted to boxes.',
+        description:
+          'Charges what remains of the opt-out surcharge at once (and opts out if not yet); 402 without the credit for it. Any valid key not restricted to boxes.',
       },
     })
     .input(z.void())

@@ -9,7 +9,18 @@ const RULES =
 
 const change = (action: 'create' | 'replace', method: 'POST' | 'PUT', summary: string, what: string) =>
   keyProcedure
-    .meta({ errors: ['dns_not_managed', 'dns_record_exists', 'dns_record_reserved', 'not_found'], scope: 'admin', accountWide: true, openapi: { method, path: '/domain/dns', tags: ['dns'], summary, description: `${what} ${RULES} Bumps the SOA serial and appends domain.dns.changed; answers the record set and the new serial.` } })
+    .meta({
+      errors: ['dns_not_managed', 'dns_record_exists', 'dns_record_reserved', 'not_found'],
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method,
+        path: '/domain/dns',
+        tags: ['dns'],
+        summary,
+        description: `${what} ${RULES} Bumps the SOA serial and appends domain.dns.changed; answers the record set and the new serial.`,
+      },
+    })
     .input(DnsRecordChangeInput)
     .output(DnsChangeOutput)
     .mutation(({ ctx, input }) => changeZoneRecord(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id, action, record: input }));
@@ -31,15 +42,28 @@ export const dnsRouter = router({
     .output(DnsZoneOutput)
     .query(({ ctx }) => listZoneRecords(ctx.svc, ctx.account.id)),
   create: change('create', 'POST', 'Add a record', 'Adds the record set of a name and type; 409 dns_record_exists if the zone has one (PUT replaces it).'),
-  replace: change('replace', 'PUT', 'Replace a record (created if missing)', "Replaces the ttl and values of a name and type's record set, or creates it when missing."),
+  replace: change(
+    'replace',
+    'PUT',
+    'Replace a record (created if missing)',
+    "Replaces the ttl and values of a name and type's record set, or creates it when missing.",
+  ),
   delete: keyProcedure
     .meta({
       errors: ['dns_not_managed', 'dns_record_exists', 'dns_record_reserved', 'not_found'],
       scope: 'admin',
       accountWide: true,
-      openapi: { method: 'DELETE', path: '/domain/dns', tags: ['dns'], summary: 'Delete a record', description: `Deletes the record set (every value) of a name and type, given in the query string or a JSON body; 404 if there is none. ${RULES}` },
+      openapi: {
+        method: 'DELETE',
+        path: '/domain/dns',
+        tags: ['dns'],
+        summary: 'Delete a record',
+        description: `Deletes the record set (every value) of a name and type, given in the query string or a JSON body; 404 if there is none. ${RULES}`,
+      },
     })
     .input(DnsRecordDeleteInput)
     .output(DnsChangeOutput)
-    .mutation(({ ctx, input }) => changeZoneRecord(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id, action: 'delete', record: { name: input.name, type: input.type } })),
+    .mutation(({ ctx, input }) =>
+      changeZoneRecord(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id, action: 'delete', record: { name: input.name, type: input.type } }),
+    ),
 });

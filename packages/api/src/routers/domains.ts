@@ -45,7 +45,7 @@ export const domainsRouter = router({
         tags: ['domains'],
         summary: 'Move the account onto a new domain',
         description:
-          'Body: mode (byo_manual, byo_delegated or register) and domain. The new domain goes through its mode\'s path (DNS records and proof, delegation, or registration paid from the credit: 402 without enough) while the current one stays live; when it is live it becomes the primary domain: agent@<new> and every box move onto it (same box ids, same keys), domain.moved is appended, and the old domain keeps receiving for DOMAIN_MOVE_GRACE_DAYS (30) before it is retired. A second move while one is pending replaces it. A domain live on another account is 409 domain_taken with suggestions. Needs the admin scope and an unrestricted key.',
+          "Body: mode (byo_manual, byo_delegated or register) and domain. The new domain goes through its mode's path (DNS records and proof, delegation, or registration paid from the credit: 402 without enough) while the current one stays live; when it is live it becomes the primary domain: agent@<new> and every box move onto it (same box ids, same keys), domain.moved is appended, and the old domain keeps receiving for DOMAIN_MOVE_GRACE_DAYS (30) before it is retired. A second move while one is pending replaces it. A domain live on another account is 409 domain_taken with suggestions. Needs the admin scope and an unrestricted key.",
       },
     })
     .input(DomainMoveInput)

@@ -25,7 +25,10 @@ export const eventsRouter = router({
         db: ctx.svc.db,
         accountId: ctx.account.id,
         since: input.since,
-        types: input.type?.split(',').map((s) => s.trim()).filter(Boolean),
+        types: input.type
+          ?.split(',')
+          .map((s) => s.trim())
+          .filter(Boolean),
         limit: input.limit,
         boxIds: ctx.boxScope,
       }),

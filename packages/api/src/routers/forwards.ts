@@ -20,12 +20,25 @@ export const forwardsRouter = router({
     .input(CreateForwardInput)
     .output(ForwardOutput)
     .mutation(({ ctx, input }) =>
-      createForward(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, boxId: input.id, to: input.to, fromContains: input.from_contains ?? null, subjectContains: input.subject_contains ?? null }),
+      createForward(ctx.svc, {
+        accountId: ctx.account.id,
+        scope: ctx.boxScope,
+        boxId: input.id,
+        to: input.to,
+        fromContains: input.from_contains ?? null,
+        subjectContains: input.subject_contains ?? null,
+      }),
     ),
   list: keyProcedure
     .meta({
       errors: ['not_found'],
-      openapi: { method: 'GET', path: '/boxes/{id}/forwards', tags: ['boxes'], summary: "A box's forwards", description: 'Every forward of the box with its status (stopped ones stay listed with their stop_reason). Any key that sees the box.' },
+      openapi: {
+        method: 'GET',
+        path: '/boxes/{id}/forwards',
+        tags: ['boxes'],
+        summary: "A box's forwards",
+        description: 'Every forward of the box with its status (stopped ones stay listed with their stop_reason). Any key that sees the box.',
+      },
     })
     .input(ForwardListInput)
     .output(ForwardListOutput)
@@ -34,7 +47,13 @@ export const forwardsRouter = router({
     .meta({
       errors: ['not_found'],
       scope: 'admin',
-      openapi: { method: 'DELETE', path: '/boxes/{id}/forwards/{forward_id}', tags: ['boxes'], summary: 'Remove a forward', description: 'Nothing more is forwarded by it; copies already queued are skipped.' },
+      openapi: {
+        method: 'DELETE',
+        path: '/boxes/{id}/forwards/{forward_id}',
+        tags: ['boxes'],
+        summary: 'Remove a forward',
+        description: 'Nothing more is forwarded by it; copies already queued are skipped.',
+      },
     })
     .input(ForwardIdInput)
     .output(ForwardDeleted)

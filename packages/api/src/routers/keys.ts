@@ -15,7 +15,8 @@ export const keysRouter = router({
         path: '/account/keys',
         tags: ['keys'],
         summary: 'Mint an API key',
-        description: 'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. The raw api_key is returned only here.',
+        description:
+          'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. The raw api_key is returned only here.',
       },
     })
     .input(CreateKeyInput)
@@ -31,7 +32,8 @@ export const keysRouter = router({
       const { key, raw } = await mintKey({ db, accountId: ctx.account.id, label: input.label, scopes: input.scopes, allowedBoxIds, actorKeyId: ctx.key.id });
       const [view] = await presentKeys(db, [key]);
       const checks = keyChecks(ctx, 'admin', true);
-      if (allowedBoxIds.length) checks.push({ check: 'box_restriction', result: 'passed', detail: `every box of the restriction (${allowedBoxIds.length}) is a box of this account` });
+      if (allowedBoxIds.length)
+        checks.push({ check: 'box_restriction', result: 'passed', detail: `every box of the restriction (${allowedBoxIds.length}) is a box of this account` });
       return withEvidence(ctx, { ...view!, api_key: raw }, { capability: 'keys.create', checks, next: eventsStep(ctx.svc) });
     }),
   list: keyProcedure
@@ -60,7 +62,10 @@ export const keysRouter = router({
     .output(RevokedKeyOutput)
     .mutation(async ({ ctx, input }) => {
       const out = await revokeKey({ db: ctx.svc.db, accountId: ctx.account.id, keyId: input.id, actorKeyId: ctx.key.id });
-      const checks = [...keyChecks(ctx, 'admin', true), { check: 'owner_key_protected', result: 'passed' as const, detail: 'the key is not the original owner key' }];
+      const checks = [
+        ...keyChecks(ctx, 'admin', true),
+        { check: 'owner_key_protected', result: 'passed' as const, detail: 'the key is not the original owner key' },
+      ];
       return withEvidence(ctx, out, { capability: 'keys.revoke', checks, next: eventsStep(ctx.svc) });
     }),
 });

@@ -4,7 +4,17 @@
  * and an account-wide entry a key not restricted to boxes.
  */
 import { addEntry, getBoxPolicy, listEntries, removeEntry, setBoxPolicy } from '@boxes/core';
-import { AddListEntryInput, AddListEntryOutput, BoxIdInput, BoxPolicy, Deleted, ListEntriesInput, ListEntriesOutput, ListEntryIdInput, SetBoxPolicyInput } from '@boxes/schemas';
+import {
+  AddListEntryInput,
+  AddListEntryOutput,
+  BoxIdInput,
+  BoxPolicy,
+  Deleted,
+  ListEntriesInput,
+  ListEntriesOutput,
+  ListEntryIdInput,
+  SetBoxPolicyInput,
+} from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 const LISTS_DOC =
@@ -14,20 +24,46 @@ const LISTS_DOC =
 
 export const listsRouter = router({
   list: keyProcedure
-    .meta({ errors: ['not_found'], openapi: { method: 'GET', path: '/lists', tags: ['lists'], summary: 'List allow and block entries', description: `${LISTS_DOC} A box-restricted key sees the account's entries and those of its boxes.` } })
+    .meta({
+      errors: ['not_found'],
+      openapi: {
+        method: 'GET',
+        path: '/lists',
+        tags: ['lists'],
+        summary: 'List allow and block entries',
+        description: `${LISTS_DOC} A box-restricted key sees the account's entries and those of its boxes.`,
+      },
+    })
     .input(ListEntriesInput)
     .output(ListEntriesOutput)
-    .query(({ ctx, input }) => listEntries({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, box: input.box, list: input.list, direction: input.direction })),
+    .query(({ ctx, input }) =>
+      listEntries({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, box: input.box, list: input.list, direction: input.direction }),
+    ),
   add: keyProcedure
     .meta({
       errors: ['box_restricted_key', 'conflict', 'not_found'],
       scope: 'admin',
-      openapi: { method: 'POST', path: '/lists', tags: ['lists'], summary: 'Add an allow or block entry', description: `${LISTS_DOC} Adding the same entry again returns it with created false.` },
+      openapi: {
+        method: 'POST',
+        path: '/lists',
+        tags: ['lists'],
+        summary: 'Add an allow or block entry',
+        description: `${LISTS_DOC} Adding the same entry again returns it with created false.`,
+      },
     })
     .input(AddListEntryInput)
     .output(AddListEntryOutput)
     .mutation(({ ctx, input }) =>
-      addEntry({ db: ctx.svc.db, accountId: ctx.account.id, scope: ctx.boxScope, list: input.list, direction: input.direction, value: input.value, box: input.box, note: input.note }),
+      addEntry({
+        db: ctx.svc.db,
+        accountId: ctx.account.id,
+        scope: ctx.boxScope,
+        list: input.list,
+        direction: input.direction,
+        value: input.value,
+        box: input.box,
+        note: input.note,
+      }),
     ),
   remove: keyProcedure
     .meta({ errors: ['not_found'], scope: 'admin', openapi: { method: 'DELETE', path: '/lists/{id}', tags: ['lists'], summary: 'Remove an entry' } })

@@ -20,6 +20,12 @@ export const mailClientsRouter = router({
     .output(MailCertificateOutput)
     .query(async ({ ctx }) => {
       const tls = await mailTlsMaterial(ctx.svc);
-      return { self_signed: tls.selfSigned, sha256_fingerprint: tls.sha256, certificate_pem: tls.cert, names: tls.names, not_after: tls.notAfter.toISOString() };
+      return {
+        self_signed: tls.selfSigned,
+        sha256_fingerprint: tls.sha256,
+        certificate_pem: tls.cert,
+        names: tls.names,
+        not_after: tls.notAfter.toISOString(),
+      };
     }),
 });

@@ -11,7 +11,11 @@ export const mcpRouter = router({
     .output(McpStatusOutput)
     .query(({ ctx }) => mcpStatus(ctx.svc.db, ctx.account.id)),
   enable: keyProcedure
-    .meta({ scope: 'admin', accountWide: true, openapi: { method: 'POST', path: '/account/mcp/enable', tags: ['mcp'], summary: 'Enable MCP', description: 'Clears disabled_at; account.mcp.enabled.' } })
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: { method: 'POST', path: '/account/mcp/enable', tags: ['mcp'], summary: 'Enable MCP', description: 'Clears disabled_at; account.mcp.enabled.' },
+    })
     .input(z.void())
     .output(McpStatusOutput)
     .mutation(({ ctx }) => setMcpEnabled(ctx.svc.db, ctx.account.id, true, ctx.key.id)),
@@ -19,23 +23,50 @@ export const mcpRouter = router({
     .meta({
       scope: 'admin',
       accountWide: true,
-      openapi: { method: 'POST', path: '/account/mcp/disable', tags: ['mcp'], summary: 'Disable MCP', description: 'Stamps disabled_at (enrolled_at is kept); MCP calls are refused until enabled again; account.mcp.disabled.' },
+      openapi: {
+        method: 'POST',
+        path: '/account/mcp/disable',
+        tags: ['mcp'],
+        summary: 'Disable MCP',
+        description: 'Stamps disabled_at (enrolled_at is kept); MCP calls are refused until enabled again; account.mcp.disabled.',
+      },
     })
     .input(z.void())
     .output(McpStatusOutput)
     .mutation(({ ctx }) => setMcpEnabled(ctx.svc.db, ctx.account.id, false, ctx.key.id)),
   betaOptIn: keyProcedure
-    .meta({ scope: 'admin', openapi: { method: 'POST', path: '/beta/mcp/opt-in', tags: ['mcp'], summary: 'Back-compat no-op', description: 'MCP is generally available; returns the current status and changes nothing.', deprecated: true } })
+    .meta({
+      scope: 'admin',
+      openapi: {
+        method: 'POST',
+        path: '/beta/mcp/opt-in',
+        tags: ['mcp'],
+        summary: 'Back-compat no-op',
+        description: 'MCP is generally available; returns the current status and changes nothing.',
+        deprecated: true,
+      },
+    })
     .input(z.void())
     .output(McpStatusOutput)
     .mutation(({ ctx }) => mcpStatus(ctx.svc.db, ctx.account.id)),
   betaStatus: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/beta/mcp/status', tags: ['mcp'], summary: 'Back-compat status', description: 'Same as GET /account/mcp/status.', deprecated: true } })
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/beta/mcp/status',
+        tags: ['mcp'],
+        summary: 'Back-compat status',
+        description: 'Same as GET /account/mcp/status.',
+        deprecated: true,
+      },
+    })
     .input(z.void())
     .output(McpStatusOutput)
     .query(({ ctx }) => mcpStatus(ctx.svc.db, ctx.account.id)),
   feedback: keyProcedure
-    .meta({ openapi: { method: 'POST', path: '/beta/mcp/feedback', tags: ['mcp'], summary: 'Feedback on MCP', description: 'Free-form notes; returns a receipt.' } })
+    .meta({
+      openapi: { method: 'POST', path: '/beta/mcp/feedback', tags: ['mcp'], summary: 'Feedback on MCP', description: 'Free-form notes; returns a receipt.' },
+    })
     .input(McpFeedbackInput)
     .output(McpFeedbackOutput)
     .mutation(({ ctx, input }) => saveMcpFeedback(ctx.svc.db, ctx.account.id, input)),

@@ -36,11 +36,21 @@ export const messagesRouter = router({
       // The checks are collected only for an enrolled account: the send path stays as lean as before otherwise.
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
-      return checks ? withEvidence(ctx, out, { capability: 'messages.send', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) }) : out;
+      return checks
+        ? withEvidence(ctx, out, { capability: 'messages.send', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) })
+        : out;
     }),
   reply: keyProcedure
     .meta({
-      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'not_found', 'payment_required', 'recipient_blocked'],
+      errors: [
+        'box_restricted_key',
+        'domain_not_verified',
+        'from_domain_mismatch',
+        'idempotency_key_reused',
+        'not_found',
+        'payment_required',
+        'recipient_blocked',
+      ],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -48,7 +58,7 @@ export const messagesRouter = router({
         tags: ['messages'],
         summary: 'Reply to a message',
         description:
-          'Sends a reply with the rules, billing and answer of POST /messages/send. To: the Reply-To of the original, else its From (a sent original: its To); reply_all adds its To and Cc as Cc, without the sending box. Subject: "Re: " once (an existing Re:, RE:, Aw:, Sv: is kept). In-Reply-To: the original\'s Message-ID; References: its References plus its Message-ID (the first and the newest 19 when longer). From: the box that received the original. context: the original\'s unless given. The reply joins the original\'s thread (thread_id). A box-restricted key replies only to messages of its boxes.',
+          "Sends a reply with the rules, billing and answer of POST /messages/send. To: the Reply-To of the original, else its From (a sent original: its To); reply_all adds its To and Cc as Cc, without the sending box. Subject: \"Re: \" once (an existing Re:, RE:, Aw:, Sv: is kept). In-Reply-To: the original's Message-ID; References: its References plus its Message-ID (the first and the newest 19 when longer). From: the box that received the original. context: the original's unless given. The reply joins the original's thread (thread_id). A box-restricted key replies only to messages of its boxes.",
       },
     })
     .input(MessageReplyInput)
@@ -56,7 +66,9 @@ export const messagesRouter = router({
     .mutation(async ({ ctx, input }) => {
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await replyToMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
-      return checks ? withEvidence(ctx, out, { capability: 'messages.reply', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) }) : out;
+      return checks
+        ? withEvidence(ctx, out, { capability: 'messages.reply', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) })
+        : out;
     }),
   cancel: keyProcedure
     .meta({
@@ -78,20 +90,35 @@ export const messagesRouter = router({
     .meta({
       errors: ['invalid_cursor', 'not_found'],
       scope: 'receive',
-      openapi: { method: 'GET', path: '/messages', tags: ['messages'], summary: 'List messages', description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.' },
+      openapi: {
+        method: 'GET',
+        path: '/messages',
+        tags: ['messages'],
+        summary: 'List messages',
+        description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.',
+      },
     })
     .input(ListMessagesInput)
     .output(ListMessagesOutput)
     .query(async ({ ctx, input }) => {
       const page = await listMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
-      const flags = await messageFlags(ctx.svc, page.messages.map((m) => m.id));
+      const flags = await messageFlags(
+        ctx.svc,
+        page.messages.map((m) => m.id),
+      );
       return { ...page, messages: page.messages.map((m) => ({ ...m, flags: flags.get(m.id) ?? [] })) };
     }),
   get: keyProcedure
     .meta({
       errors: ['not_found'],
       scope: 'receive',
-      openapi: { method: 'GET', path: '/messages/{id}', tags: ['messages'], summary: 'Read a message', description: 'The full decrypted body, headers and attachments, and for sent messages each delivery.' },
+      openapi: {
+        method: 'GET',
+        path: '/messages/{id}',
+        tags: ['messages'],
+        summary: 'Read a message',
+        description: 'The full decrypted body, headers and attachments, and for sent messages each delivery.',
+      },
     })
     .input(MessageIdInput)
     .output(MessageWithBody)
@@ -109,13 +136,20 @@ export const messagesRouter = router({
         path: '/messages/{id}',
         tags: ['messages'],
         summary: 'Reclaim a message body',
-        description: 'Removes the body and raw message. With purge (query ?purge=true or JSON body {"purge": true}) also subject, from, to and cc. A message.deleted event records it.',
+        description:
+          'Removes the body and raw message. With purge (query ?purge=true or JSON body {"purge": true}) also subject, from, to and cc. A message.deleted event records it.',
       },
     })
     .input(DeleteMessageInput)
     .output(DeleteMessageOutput)
     .mutation(async ({ ctx, input }) => {
-      const out = await deleteMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, purge: input.purge === true, actorKeyId: ctx.key.id });
+      const out = await deleteMessage(ctx.svc, {
+        accountId: ctx.account.id,
+        scope: ctx.boxScope,
+        id: input.id,
+        purge: input.purge === true,
+        actorKeyId: ctx.key.id,
+      });
       const checks = keyChecks(ctx, 'receive');
       if (ctx.boxScope) checks.push({ check: 'box_restriction', result: 'passed', detail: "the message is in one of the key's boxes" });
       checks.push({ check: 'ownership', result: 'passed', detail: 'the message belongs to this account' });

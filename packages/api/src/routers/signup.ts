@@ -21,20 +21,35 @@ export const signupRouter = router({
     .input(SignupInput)
     .output(SignupOutput)
     .mutation(async ({ ctx, input }) => {
-      await rateLimit(ctx.svc, { bucket: 'signup', key: ctx.clientIp?.() ?? 'unknown', limit: ctx.svc.config.signupRateLimitPerHour, windowSeconds: 3600, what: 'signups' });
+      await rateLimit(ctx.svc, {
+        bucket: 'signup',
+        key: ctx.clientIp?.() ?? 'unknown',
+        limit: ctx.svc.config.signupRateLimitPerHour,
+        windowSeconds: 3600,
+        what: 'signups',
+      });
       const intent = await createSignupIntent(ctx.svc, input);
       const base = { intent_id: intent.id, full_domain: intent.fullDomain, mode: intent.mode as 'subdomain', expires_at: intent.expiresAt.toISOString() };
       if (intent.funding) {
         return {
           ...base,
           status: 'pending_payment' as const,
-          next_step: { method: 'POST' as const, url: `${ctx.svc.config.apiBaseUrl}/signup/agentic/claim`, body: { intent_id: intent.id, claim_secret: intent.funding.claim_secret } },
+          next_step: {
+            method: 'POST' as const,
+            url: `${ctx.svc.config.apiBaseUrl}/signup/agentic/claim`,
+            body: { intent_id: intent.id, claim_secret: intent.funding.claim_secret },
+          },
           claim_secret: intent.funding.claim_secret,
           local_payment_intent: { ...intent.funding.payment, client_secret: intent.funding.client_secret },
           ...(intent.funding.wallet_spend_request
             ? {
                 local_wallet_spend_request: intent.funding.wallet_spend_request,
-                registration: { domain: intent.fullDomain, registrar: ctx.svc.registrar.label, price_cents_per_year: intent.registrationPriceCents!, years: 1 as const },
+                registration: {
+                  domain: intent.fullDomain,
+                  registrar: ctx.svc.registrar.label,
+                  price_cents_per_year: intent.registrationPriceCents!,
+                  years: 1 as const,
+                },
               }
             : {}),
         };

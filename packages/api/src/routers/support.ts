@@ -39,7 +39,10 @@ export const supportRouter = router({
     .output(QuestionOutput)
     .query(({ ctx, input }) => getQuestion(ctx.svc.db, ctx.account.id, input.id)),
   reply: keyProcedure
-    .meta({ errors: ['not_found'], openapi: { method: 'POST', path: '/support/questions/{id}/replies', tags: ['support'], summary: 'Follow up on a question' } })
+    .meta({
+      errors: ['not_found'],
+      openapi: { method: 'POST', path: '/support/questions/{id}/replies', tags: ['support'], summary: 'Follow up on a question' },
+    })
     .input(ReplyInput)
     .output(QuestionOutput)
     .mutation(({ ctx, input }) => replyToQuestion(ctx.svc.db, ctx.account.id, input.id, input.body)),
@@ -48,13 +51,27 @@ export const supportRouter = router({
 export const featuresRouter = router({
   create: keyProcedure
     .meta({
-      openapi: { method: 'POST', path: '/feature-requests', tags: ['feature requests'], summary: 'Request a feature', description: 'title at least 5 characters, description at least 20; 400 otherwise. feature_request.shipped announces it.' },
+      openapi: {
+        method: 'POST',
+        path: '/feature-requests',
+        tags: ['feature requests'],
+        summary: 'Request a feature',
+        description: 'title at least 5 characters, description at least 20; 400 otherwise. feature_request.shipped announces it.',
+      },
     })
     .input(FeatureRequestInput)
     .output(FeatureRequestOutput)
     .mutation(({ ctx, input }) => requestFeature(ctx.svc.db, ctx.account.id, input)),
   list: keyProcedure
-    .meta({ openapi: { method: 'GET', path: '/feature-requests', tags: ['feature requests'], summary: 'The feature board', description: 'Every account\'s requests, newest first, with votes.' } })
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/feature-requests',
+        tags: ['feature requests'],
+        summary: 'The feature board',
+        description: "Every account's requests, newest first, with votes.",
+      },
+    })
     .input(z.void())
     .output(FeatureListOutput)
     .query(async ({ ctx }) => ({ feature_requests: await listFeatures(ctx.svc.db, ctx.account.id) })),
@@ -64,7 +81,16 @@ export const featuresRouter = router({
     .output(FeatureRequestOutput)
     .query(({ ctx, input }) => getFeature(ctx.svc.db, ctx.account.id, input.id)),
   vote: keyProcedure
-    .meta({ errors: ['already_voted', 'not_found'], openapi: { method: 'POST', path: '/feature-requests/{id}/vote', tags: ['feature requests'], summary: 'Upvote', description: 'One vote per account; a second one is 409 already_voted.' } })
+    .meta({
+      errors: ['already_voted', 'not_found'],
+      openapi: {
+        method: 'POST',
+        path: '/feature-requests/{id}/vote',
+        tags: ['feature requests'],
+        summary: 'Upvote',
+        description: 'One vote per account; a second one is 409 already_voted.',
+      },
+    })
     .input(FeatureIdInput)
     .output(FeatureRequestOutput)
     .mutation(({ ctx, input }) => voteFeature(ctx.svc.db, ctx.account.id, input.id)),

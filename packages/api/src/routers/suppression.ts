@@ -20,7 +20,13 @@ export const suppressionRouter = router({
       errors: ['not_found'],
       scope: 'admin',
       accountWide: true,
-      openapi: { method: 'POST', path: '/suppression/{address}/unblock', tags: ['suppression'], summary: 'Remove an address from the list', description: 'Sends to it are attempted again. 404 if it is not listed.' },
+      openapi: {
+        method: 'POST',
+        path: '/suppression/{address}/unblock',
+        tags: ['suppression'],
+        summary: 'Remove an address from the list',
+        description: 'Sends to it are attempted again. 404 if it is not listed.',
+      },
     })
     .input(SuppressionAddressInput)
     .output(UnblockOutput)

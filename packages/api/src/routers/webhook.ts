@@ -2,7 +2,16 @@
 import { z } from 'zod';
 import { AppError, narrowStatus, provisionIot, redeliver, rotateWebhookSecret, webhookConfig, webhookHttpDeps } from '@boxes/core';
 import type { WebhookDelivery } from '@boxes/db';
-import { DeliveryIdInput, IotProvisionOutput, ListDeliveriesInput, ListDeliveriesOutput, RotateSecretOutput, WEBHOOK_DELIVERY_STATUSES, WebhookConfigOutput, WebhookDeliveryOutput } from '@boxes/schemas';
+import {
+  DeliveryIdInput,
+  IotProvisionOutput,
+  ListDeliveriesInput,
+  ListDeliveriesOutput,
+  RotateSecretOutput,
+  WEBHOOK_DELIVERY_STATUSES,
+  WebhookConfigOutput,
+  WebhookDeliveryOutput,
+} from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 const present = (d: WebhookDelivery) => ({
@@ -26,7 +35,13 @@ export const webhookRouter = router({
     .meta({
       scope: 'admin',
       accountWide: true,
-      openapi: { method: 'GET', path: '/account/webhook', tags: ['webhook'], summary: 'Signing secret and scheme', description: 'The secret that signs deliveries to agent_callback_webhook, and how to verify them.' },
+      openapi: {
+        method: 'GET',
+        path: '/account/webhook',
+        tags: ['webhook'],
+        summary: 'Signing secret and scheme',
+        description: 'The secret that signs deliveries to agent_callback_webhook, and how to verify them.',
+      },
     })
     .input(z.void())
     .output(WebhookConfigOutput)
@@ -50,7 +65,13 @@ export const webhookRouter = router({
     .meta({
       scope: 'admin',
       accountWide: true,
-      openapi: { method: 'GET', path: '/account/webhook/deliveries', tags: ['webhook'], summary: 'Recent delivery attempts', description: 'Newest first: status code, latency, next retry.' },
+      openapi: {
+        method: 'GET',
+        path: '/account/webhook/deliveries',
+        tags: ['webhook'],
+        summary: 'Recent delivery attempts',
+        description: 'Newest first: status code, latency, next retry.',
+      },
     })
     .input(ListDeliveriesInput)
     .output(ListDeliveriesOutput)
@@ -97,7 +118,7 @@ export const iotRouter = router({
         tags: ['push'],
         summary: 'Issue an MQTT client certificate',
         description:
-          'Returns a client certificate from this instance\'s CA, its private key (shown once, never stored), the MQTT endpoint (mutual TLS), the client_id to connect with and the topic boxes/accounts/<account id>/events. Provisioning again revokes the previous certificate.',
+          "Returns a client certificate from this instance's CA, its private key (shown once, never stored), the MQTT endpoint (mutual TLS), the client_id to connect with and the topic boxes/accounts/<account id>/events. Provisioning again revokes the previous certificate.",
       },
     })
     .input(z.void())

@@ -70,9 +70,18 @@ export async function getUsermetadata(svc: Services, input: { accountId: string 
 
 export async function setUsermetadata(svc: Services, input: { accountId: string; auditRetentionDays: number | null; actorKeyId: string }) {
   return svc.db.$transaction(async (tx) => {
-    const a = await tx.account.update({ where: { id: input.accountId }, data: { auditRetentionDays: input.auditRetentionDays }, select: { auditRetentionDays: true } });
+    const a = await tx.account.update({
+      where: { id: input.accountId },
+      data: { auditRetentionDays: input.auditRetentionDays },
+      select: { auditRetentionDays: true },
+    });
     const r = retentionOf(a);
-    await appendEvent({ db: tx, accountId: input.accountId, type: 'account.usermetadata_updated', data: { audit_retention_days: r.audit_retention_days, source: r.source, by_key_id: input.actorKeyId } });
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'account.usermetadata_updated',
+      data: { audit_retention_days: r.audit_retention_days, source: r.source, by_key_id: input.actorKeyId },
+    });
     return { audit_retention_days: r.audit_retention_days, audit_retention_source: r.source };
   });
 }

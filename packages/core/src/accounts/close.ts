@@ -91,7 +91,9 @@ export async function requestClose(svc: Services, input: { accountId: string; ke
     const reason = given === null ? 'confirm_domain missing' : 'confirm_domain does not match';
     await svc.db.$transaction(async (tx) => {
       await appendEvent({ db: tx, accountId: input.accountId, type: 'account.close_refused', data: { reason, by_key_id: input.keyId } });
-      const recent = await tx.notice.count({ where: { accountId: input.accountId, kind: 'account.close_refused', createdAt: { gt: new Date(Date.now() - REFUSAL_MAIL_EVERY_MS) } } });
+      const recent = await tx.notice.count({
+        where: { accountId: input.accountId, kind: 'account.close_refused', createdAt: { gt: new Date(Date.now() - REFUSAL_MAIL_EVERY_MS) } },
+      });
       if (recent === 0) {
         await queueNotice(tx, {
           accountId: input.accountId,
@@ -102,16 +104,23 @@ export async function requestClose(svc: Services, input: { accountId: string; ke
         });
       }
     });
-    throw new AppError('validation_error', `${reason}: to close the account, send confirm_domain with the account's domain (GET /account shows it). Nothing was closed; the owner was told.`, {
-      fields: [{ path: 'confirm_domain', message: given === null ? 'required' : "not the account's domain" }],
-    });
+    throw new AppError(
+      'validation_error',
+      `${reason}: to close the account, send confirm_domain with the account's domain (GET /account shows it). Nothing was closed; the owner was told.`,
+      {
+        fields: [{ path: 'confirm_domain', message: given === null ? 'required' : "not the account's domain" }],
+      },
+    );
   }
   if (account.status !== 'active') throw new AppError('conflict', 'This account is already closing');
   if (!account.closeProtectionAt) return closeAccount(svc, { accountId: input.accountId, by: { keyId: input.keyId } });
 
   return svc.db.$transaction(async (tx) => {
     const now = svc.clock.now();
-    await tx.accountCloseRequest.updateMany({ where: { accountId: input.accountId, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'replaced' satisfies CloseRequestStatus, decidedAt: now } });
+    await tx.accountCloseRequest.updateMany({
+      where: { accountId: input.accountId, status: 'pending' satisfies CloseRequestStatus },
+      data: { status: 'replaced' satisfies CloseRequestStatus, decidedAt: now },
+    });
     const req = await tx.accountCloseRequest.create({
       data: { id: newId('clr'), accountId: input.accountId, requestedByKeyId: input.keyId, expiresAt: new Date(now.getTime() + CLOSE_REQUEST_TTL_MS) },
     });
@@ -123,11 +132,17 @@ export async function requestClose(svc: Services, input: { accountId: string; ke
       subject: `Approve closing your Boxes account ${domain}?`,
       text: `Your agent asked to close the Boxes account ${domain} (key ${input.keyId}). Close protection is on, so nothing closes unless you approve:\n\n${link}\n\nThe link works once, until ${req.expiresAt.toISOString()}. If you do nothing, the account stays open.`,
     });
-    await appendEvent({ db: tx, accountId: input.accountId, type: 'account.close_requested', data: { close_request_id: req.id, by_key_id: input.keyId, expires_at: req.expiresAt.toISOString() } });
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'account.close_requested',
+      data: { close_request_id: req.id, by_key_id: input.keyId, expires_at: req.expiresAt.toISOString() },
+    });
     return {
       status: 'pending_owner_approval' as const,
       account_status: 'active' as const,
-      message: 'Close protection is on: the owner was emailed a link to approve closing. Nothing closes until they do; then every key is revoked and the export link is mailed to the owner.',
+      message:
+        'Close protection is on: the owner was emailed a link to approve closing. Nothing closes until they do; then every key is revoked and the export link is mailed to the owner.',
       closed_at: null,
       delete_after: null,
       keys_revoked: 0,
@@ -140,7 +155,10 @@ export async function requestClose(svc: Services, input: { accountId: string; ke
 }
 
 /** Closes the account now (no protection, or the owner approved request closeRequestId). */
-export async function closeAccount(svc: Services, input: { accountId: string; by: { keyId: string } | { ownerEmail: string; closeRequestId: string } }): Promise<CloseResult> {
+export async function closeAccount(
+  svc: Services,
+  input: { accountId: string; by: { keyId: string } | { ownerEmail: string; closeRequestId: string } },
+): Promise<CloseResult> {
   const token = randomBytes(32).toString('base64url');
   const result = await svc.db.$transaction(
     async (tx) => {
@@ -158,9 +176,15 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
       const held = await holdAndUnpublish(svc, tx, account.domains);
       const primary = account.domains.find((d) => d.isPrimary)?.name ?? account.domains[0]?.name ?? input.accountId;
       if ('closeRequestId' in input.by) {
-        await tx.accountCloseRequest.update({ where: { id: input.by.closeRequestId }, data: { status: 'approved' satisfies CloseRequestStatus, decidedAt: now } });
+        await tx.accountCloseRequest.update({
+          where: { id: input.by.closeRequestId },
+          data: { status: 'approved' satisfies CloseRequestStatus, decidedAt: now },
+        });
       }
-      await tx.accountCloseRequest.updateMany({ where: { accountId: input.accountId, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'replaced' satisfies CloseRequestStatus, decidedAt: now } });
+      await tx.accountCloseRequest.updateMany({
+        where: { accountId: input.accountId, status: 'pending' satisfies CloseRequestStatus },
+        data: { status: 'replaced' satisfies CloseRequestStatus, decidedAt: now },
+      });
       const exportExpires = new Date(Math.min(now.getTime() + svc.config.audit.exportLinkTtlDays * DAY_MS, deleteAfter.getTime()));
       const exp = await tx.accountExport.create({
         data: { id: newId('exp'), accountId: input.accountId, tokenHash: sha256Hex(token), tokenEnc: seal(svc.secretKey, token), expiresAt: exportExpires },
@@ -205,7 +229,13 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
         keys_revoked: keys.count,
         deliveries_stopped: stopped,
         domains_held_for_transfer: held.map((h) => h.name),
-        export: { id: exp.id, status: 'building' as const, download_url: exportUrl(svc, token), expires_at: exportExpires.toISOString(), format: 'application/x-tar' as const },
+        export: {
+          id: exp.id,
+          status: 'building' as const,
+          download_url: exportUrl(svc, token),
+          expires_at: exportExpires.toISOString(),
+          format: 'application/x-tar' as const,
+        },
         close_request: null,
       };
     },
@@ -218,7 +248,10 @@ export async function closeAccount(svc: Services, input: { accountId: string; by
 /** Bulk jobs are cancelled; queued, deferred and scheduled deliveries (and those waiting for a bulk batch) fail now (holds released, mail.failed each); returns how many. */
 async function stopDeliveries(tx: Tx, accountId: string): Promise<number> {
   await stopBulkJobs(tx, accountId);
-  const open = await tx.delivery.findMany({ where: { accountId, status: { in: ['queued', 'deferred', 'bulk', 'scheduled'] satisfies DeliveryStatus[] } }, select: { id: true, attempts: true } });
+  const open = await tx.delivery.findMany({
+    where: { accountId, status: { in: ['queued', 'deferred', 'bulk', 'scheduled'] satisfies DeliveryStatus[] } },
+    select: { id: true, attempts: true },
+  });
   for (const d of open) await markFailed(tx, d.id, { error: 'stopped: the account is closing', attempts: d.attempts });
   return open.length;
 }
@@ -249,24 +282,45 @@ async function holdAndUnpublish(
 export async function ownerCloseRequest(svc: Services, ownerEmail: string, id: string) {
   const req = await svc.db.accountCloseRequest.findUnique({
     where: { id },
-    include: { account: { select: { id: true, humanEmail: true, status: true, primaryAddress: true, domains: { where: { isPrimary: true }, select: { name: true } } } } },
+    include: {
+      account: { select: { id: true, humanEmail: true, status: true, primaryAddress: true, domains: { where: { isPrimary: true }, select: { name: true } } } },
+    },
   });
   if (!req || req.account.humanEmail.toLowerCase() !== ownerEmail.toLowerCase()) throw new AppError('not_found', 'No such close request for you.');
   let status = narrowStatus(CLOSE_REQUEST_STATUSES, req.status);
   if (status === 'pending' && req.expiresAt < svc.clock.now()) {
-    await svc.db.accountCloseRequest.updateMany({ where: { id, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'expired' satisfies CloseRequestStatus, decidedAt: svc.clock.now() } });
+    await svc.db.accountCloseRequest.updateMany({
+      where: { id, status: 'pending' satisfies CloseRequestStatus },
+      data: { status: 'expired' satisfies CloseRequestStatus, decidedAt: svc.clock.now() },
+    });
     status = 'expired';
   }
-  return { id: req.id, status, expiresAt: req.expiresAt, accountId: req.account.id, domain: req.account.domains[0]?.name ?? '', primaryAddress: req.account.primaryAddress, requestedByKeyId: req.requestedByKeyId };
+  return {
+    id: req.id,
+    status,
+    expiresAt: req.expiresAt,
+    accountId: req.account.id,
+    domain: req.account.domains[0]?.name ?? '',
+    primaryAddress: req.account.primaryAddress,
+    requestedByKeyId: req.requestedByKeyId,
+  };
 }
 
 /** The owner approves (the account closes now) or denies a pending close request. */
-export async function decideCloseRequest(svc: Services, ownerEmail: string, id: string, action: 'approve' | 'deny'): Promise<{ status: CloseRequestStatus; result: CloseResult | null }> {
+export async function decideCloseRequest(
+  svc: Services,
+  ownerEmail: string,
+  id: string,
+  action: 'approve' | 'deny',
+): Promise<{ status: CloseRequestStatus; result: CloseResult | null }> {
   const req = await ownerCloseRequest(svc, ownerEmail, id);
   if (req.status !== 'pending') throw new AppError('conflict', `This request is ${req.status}; nothing to decide.`);
   if (action === 'deny') {
     await svc.db.$transaction(async (tx) => {
-      const r = await tx.accountCloseRequest.updateMany({ where: { id, status: 'pending' satisfies CloseRequestStatus }, data: { status: 'denied' satisfies CloseRequestStatus, decidedAt: svc.clock.now() } });
+      const r = await tx.accountCloseRequest.updateMany({
+        where: { id, status: 'pending' satisfies CloseRequestStatus },
+        data: { status: 'denied' satisfies CloseRequestStatus, decidedAt: svc.clock.now() },
+      });
       if (r.count === 1) await appendEvent({ db: tx, accountId: req.accountId, type: 'account.close_denied', data: { close_request_id: id } });
     });
     return { status: 'denied', result: null };

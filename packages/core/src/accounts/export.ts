@@ -40,7 +40,9 @@ async function tarOf(files: { name: string; body: Buffer; mtime: Date }[]): Prom
     p.on('error', reject);
   });
   for (const f of files) {
-    await new Promise<void>((resolve, reject) => p.entry({ name: f.name, size: f.body.length, mtime: f.mtime, mode: 0o644 }, f.body, (err) => (err ? reject(err) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      p.entry({ name: f.name, size: f.body.length, mtime: f.mtime, mode: 0o644 }, f.body, (err) => (err ? reject(err) : resolve())),
+    );
   }
   p.finalize();
   return done;
@@ -63,7 +65,12 @@ export async function buildExport(svc: Services, exportId: string): Promise<{ do
   const messages: unknown[] = [];
   let cursor: string | undefined;
   for (;;) {
-    const page = await svc.db.message.findMany({ where: { accountId }, orderBy: { id: 'asc' }, take: 200, ...(cursor ? { cursor: { id: cursor }, skip: 1 } : {}) });
+    const page = await svc.db.message.findMany({
+      where: { accountId },
+      orderBy: { id: 'asc' },
+      take: 200,
+      ...(cursor ? { cursor: { id: cursor }, skip: 1 } : {}),
+    });
     for (const m of page) {
       let raw: Buffer | null = m.rawEnc ? open(svc.secretKey, m.rawEnc) : null;
       if (!raw && m.bodyEnc && m.direction === 'sent' && m.fromAddress) {
@@ -130,7 +137,9 @@ export async function buildExport(svc: Services, exportId: string): Promise<{ do
           status: d.status,
           primary: d.isPrimary,
           created_at: d.createdAt.toISOString(),
-          registration: d.registration ? { registrar: d.registration.registrar, status: d.registration.status, expires_at: d.registration.expiresAt.toISOString() } : null,
+          registration: d.registration
+            ? { registrar: d.registration.registrar, status: d.registration.status, expires_at: d.registration.expiresAt.toISOString() }
+            : null,
         })),
       }),
       mtime: now,
@@ -154,19 +163,47 @@ export async function buildExport(svc: Services, exportId: string): Promise<{ do
       ),
       mtime: now,
     },
-    { name: 'boxes.json', body: json(a.boxes.map((b) => ({ id: b.id, address: b.address, local_part: b.localPart, signature: b.signature, primary: b.isPrimary, created_at: b.createdAt.toISOString() }))), mtime: now },
+    {
+      name: 'boxes.json',
+      body: json(
+        a.boxes.map((b) => ({
+          id: b.id,
+          address: b.address,
+          local_part: b.localPart,
+          signature: b.signature,
+          primary: b.isPrimary,
+          created_at: b.createdAt.toISOString(),
+        })),
+      ),
+      mtime: now,
+    },
     { name: 'keys.json', body: json(keys), mtime: now },
-    { name: 'checkpoints.json', body: json(checkpoints.map((c) => ({ seq: c.seq, hash: c.hash, signed_at: c.signedAt.toISOString(), key_id: c.keyId, checkpoint: c.jws }))), mtime: now },
+    {
+      name: 'checkpoints.json',
+      body: json(checkpoints.map((c) => ({ seq: c.seq, hash: c.hash, signed_at: c.signedAt.toISOString(), key_id: c.keyId, checkpoint: c.jws }))),
+      mtime: now,
+    },
   ];
   const archive = await tarOf([...head, ...files]);
   const sha = sha256Hex(archive);
   await svc.db.$transaction(async (tx) => {
     const r = await tx.accountExport.updateMany({
       where: { id: exportId, status: 'building' satisfies ExportStatus },
-      data: { status: 'ready' satisfies ExportStatus, archiveEnc: seal(svc.secretKey, archive), sizeBytes: archive.length, sha256: sha, readyAt: svc.clock.now() },
+      data: {
+        status: 'ready' satisfies ExportStatus,
+        archiveEnc: seal(svc.secretKey, archive),
+        sizeBytes: archive.length,
+        sha256: sha,
+        readyAt: svc.clock.now(),
+      },
     });
     if (r.count !== 1) return;
-    await appendEvent({ db: tx, accountId, type: 'account.export_ready', data: { export_id: exportId, size_bytes: archive.length, sha256: sha, expires_at: exp.expiresAt.toISOString() } });
+    await appendEvent({
+      db: tx,
+      accountId,
+      type: 'account.export_ready',
+      data: { export_id: exportId, size_bytes: archive.length, sha256: sha, expires_at: exp.expiresAt.toISOString() },
+    });
     const token = open(svc.secretKey, exp.tokenEnc).toString('utf8');
     await queueNotice(tx, {
       accountId,
@@ -182,7 +219,10 @@ export async function buildExport(svc: Services, exportId: string): Promise<{ do
 /** GET /exports/<token>: the archive, or where it stands. */
 export async function exportByToken(svc: Services, token: string) {
   if (!/^[A-Za-z0-9_-]{20,100}$/.test(token)) throw new AppError('not_found', 'No such export.');
-  const exp = await svc.db.accountExport.findUnique({ where: { tokenHash: sha256Hex(token) }, include: { account: { select: { domains: { where: { isPrimary: true }, select: { name: true } } } } } });
+  const exp = await svc.db.accountExport.findUnique({
+    where: { tokenHash: sha256Hex(token) },
+    include: { account: { select: { domains: { where: { isPrimary: true }, select: { name: true } } } } },
+  });
   if (!exp) throw new AppError('not_found', 'No such export.');
   if (exp.expiresAt < svc.clock.now()) throw new AppError('link_expired', 'This export link has expired.');
   if (exp.status === 'failed') throw new AppError('internal', 'Building this export failed; the operators were told.');
@@ -194,7 +234,11 @@ export async function exportByToken(svc: Services, token: string) {
 
 /** Exports left building (their job lost): enqueued again. */
 export async function pendingExports(svc: Services): Promise<string[]> {
-  const rows = await svc.db.accountExport.findMany({ where: { status: 'building' satisfies ExportStatus, createdAt: { lt: new Date(Date.now() - 30_000) } }, select: { id: true }, take: 100 });
+  const rows = await svc.db.accountExport.findMany({
+    where: { status: 'building' satisfies ExportStatus, createdAt: { lt: new Date(Date.now() - 30_000) } },
+    select: { id: true },
+    take: 100,
+  });
   return rows.map((r) => r.id);
 }
 
@@ -203,7 +247,11 @@ export async function pendingExports(svc: Services): Promise<string[]> {
  * cascade, its domains, boxes, keys, messages, events, ledger, payments, notices, exports, checkpoints, ...).
  */
 export async function deleteClosedAccounts(svc: Services): Promise<string[]> {
-  const due = await svc.db.account.findMany({ where: { status: 'closing' satisfies AccountStatus, deleteAfter: { lte: svc.clock.now() } }, select: { id: true }, take: 100 });
+  const due = await svc.db.account.findMany({
+    where: { status: 'closing' satisfies AccountStatus, deleteAfter: { lte: svc.clock.now() } },
+    select: { id: true },
+    take: 100,
+  });
   for (const { id } of due) {
     await svc.db.$transaction(
       async (tx) => {
@@ -216,7 +264,9 @@ export async function deleteClosedAccounts(svc: Services): Promise<string[]> {
         await tx.mcpFeedback.deleteMany({ where: { accountId: id } });
         await tx.mailSyncState.deleteMany({ where: { accountId: id } });
         const payments = await tx.payment.findMany({ where: { accountId: id }, select: { id: true } });
-        await tx.ownerLink.deleteMany({ where: { OR: [{ closeRequestId: { in: requests.map((r) => r.id) } }, { paymentId: { in: payments.map((p) => p.id) } }] } });
+        await tx.ownerLink.deleteMany({
+          where: { OR: [{ closeRequestId: { in: requests.map((r) => r.id) } }, { paymentId: { in: payments.map((p) => p.id) } }] },
+        });
         await tx.account.delete({ where: { id } });
       },
       { maxWait: 10_000, timeout: 120_000 },

@@ -63,7 +63,11 @@ export async function liveDomainCovering(svc: Services, name: string): Promise<{
  */
 export async function domainSuggestions(svc: Services, taken: string): Promise<{ domain: string; mode: 'subdomain' }[]> {
   const label = (taken.split('.')[0] ?? 'agent').replace(/[^a-z0-9-]/g, '').slice(0, 40) || 'agent';
-  const candidates = [`${label}.${svc.config.baseDomain}`, ...Array.from({ length: 6 }, () => `${label}-${wordPair().split('-')[1]}.${svc.config.baseDomain}`), `${wordPair()}.${svc.config.baseDomain}`];
+  const candidates = [
+    `${label}.${svc.config.baseDomain}`,
+    ...Array.from({ length: 6 }, () => `${label}-${wordPair().split('-')[1]}.${svc.config.baseDomain}`),
+    `${wordPair()}.${svc.config.baseDomain}`,
+  ];
   const out: { domain: string; mode: 'subdomain' }[] = [];
   for (const name of [...new Set(candidates)]) {
     if (out.length >= 3) break;
@@ -98,10 +102,14 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
     const quote = await svc.registrar.quote(svc.db, name);
     if (!quote.available || (await liveDomainCovering(svc, name))) {
       const offers = await svc.registrar.suggest(svc.db, name);
-      throw new AppError('domain_taken', `${name} cannot be registered: ${quote.available ? 'it is already live on another account here' : quote.reason} (${svc.registrar.label})`, {
-        registrar: svc.registrar.label,
-        suggestions: offers.map((o) => ({ domain: o.name, mode: 'register' as const, price_cents_per_year: o.priceCentsPerYear })),
-      });
+      throw new AppError(
+        'domain_taken',
+        `${name} cannot be registered: ${quote.available ? 'it is already live on another account here' : quote.reason} (${svc.registrar.label})`,
+        {
+          registrar: svc.registrar.label,
+          suggestions: offers.map((o) => ({ domain: o.name, mode: 'register' as const, price_cents_per_year: o.priceCentsPerYear })),
+        },
+      );
     }
     fullDomain = name;
     registrationPriceCents = quote.priceCentsPerYear;
@@ -119,9 +127,15 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
     }
     const holder = await liveDomainCovering(svc, name);
     if (holder) {
-      throw new AppError('domain_taken', holder.name === name ? `${name} is already verified by another account on this instance` : `${name} is inside ${holder.name}, which is live on another account of this instance`, {
-        suggestions: await domainSuggestions(svc, name),
-      });
+      throw new AppError(
+        'domain_taken',
+        holder.name === name
+          ? `${name} is already verified by another account on this instance`
+          : `${name} is inside ${holder.name}, which is live on another account of this instance`,
+        {
+          suggestions: await domainSuggestions(svc, name),
+        },
+      );
     }
     fullDomain = name;
   }
@@ -148,7 +162,9 @@ export async function createSignupIntent(svc: Services, input: z.infer<typeof Si
     });
     // A funded signup pays its credit; a registration pays the first year plus any initial credit, approved
     // by the owner as a wallet spend request. Nothing is registered or charged before that approval.
-    const funding = claimSecret ? { ...(await createSignupPayment(svc, tx, created, amount, { walletSpendRequest: registrationPriceCents !== null })), claim_secret: claimSecret } : null;
+    const funding = claimSecret
+      ? { ...(await createSignupPayment(svc, tx, created, amount, { walletSpendRequest: registrationPriceCents !== null })), claim_secret: claimSecret }
+      : null;
     return { ...created, funding };
   });
 }
@@ -190,10 +206,14 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
           throw new AppError('intent_expired', 'This signup intent has expired; start again with POST /signup/agentic');
         }
         if (intent.payment) {
-          throw new AppError('funded_signup', 'This signup is funded: it completes by itself when the owner approves the payment (no confirm call). Poll POST /signup/agentic/claim with the intent_id and the claim_secret from the signup answer; the API key comes in its answer once the payment clears (or in signup.completed at the callback webhook, if you gave one, whichever is first).', {
-            payment_id: intent.payment.id,
-            payment_status: intent.payment.status,
-          });
+          throw new AppError(
+            'funded_signup',
+            'This signup is funded: it completes by itself when the owner approves the payment (no confirm call). Poll POST /signup/agentic/claim with the intent_id and the claim_secret from the signup answer; the API key comes in its answer once the payment clears (or in signup.completed at the callback webhook, if you gave one, whichever is first).',
+            {
+              payment_id: intent.payment.id,
+              payment_status: intent.payment.status,
+            },
+          );
         }
         if (!dkim) throw new Error('unreachable: a pending intent always has a DKIM key prepared');
         return provisionAccount(svc, tx, intent, dkim);
@@ -216,7 +236,9 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
   const accountId = newId('acct');
   const primaryAddress = `${PRIMARY_LOCAL_PART}@${intent.fullDomain}`;
   // A free subdomain is ours to give and a registered domain was just registered for this account: live at once.
-  const domainStatus = (intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns') satisfies DomainStatus;
+  const domainStatus = (
+    intent.mode === 'subdomain' || intent.mode === 'register' ? 'active' : intent.mode === 'byo_delegated' ? 'pending_delegation' : 'pending_dns'
+  ) satisfies DomainStatus;
   await tx.account.create({
     data: { id: accountId, humanEmail: intent.humanEmail, primaryAddress, callbackWebhook: intent.callbackWebhook },
   });
@@ -239,7 +261,8 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
       nextCheckAt: live ? null : now,
     },
   });
-  if (intent.mode === 'register') await registerDomain(svc, tx, { domainId: domain.id, name: domain.name, registrant: intent.humanEmail, priceCentsPerYear: intent.registrationPriceCents! });
+  if (intent.mode === 'register')
+    await registerDomain(svc, tx, { domainId: domain.id, name: domain.name, registrant: intent.humanEmail, priceCentsPerYear: intent.registrationPriceCents! });
   if (live) await publishLiveDomain(tx, svc.config, domain);
   // Resolvers following a new delegation ask this instance for the zone's NS: serve its SOA and NS at once.
   else if (intent.mode === 'byo_delegated') await ensureOwnZone(tx, svc.config, domain.name, 'delegated');
@@ -247,7 +270,13 @@ async function provisionAccount(svc: Services, tx: Tx, intent: SignupIntent, dki
     db: tx,
     accountId,
     type: 'signup.completed',
-    data: { account_id: accountId, primary_address: primaryAddress, domain: domain.name, mode: intent.mode as EventDataInput<'signup.completed'>['mode'], account_status: 'active' },
+    data: {
+      account_id: accountId,
+      primary_address: primaryAddress,
+      domain: domain.name,
+      mode: intent.mode as EventDataInput<'signup.completed'>['mode'],
+      account_status: 'active',
+    },
   });
   if (domainStatus === 'active') {
     await appendEvent({ db: tx, accountId, type: 'domain.ready', data: { domain: domain.name } });
@@ -351,17 +380,37 @@ export async function claimSignup(svc: Services, input: z.infer<typeof ClaimInpu
 }
 
 /** Registers a domain for an account (inside the provisioning transaction) and records the registration. */
-export async function registerDomain(svc: Services, tx: Tx, r: { domainId: string; name: string; registrant: string; priceCentsPerYear: number }): Promise<void> {
+export async function registerDomain(
+  svc: Services,
+  tx: Tx,
+  r: { domainId: string; name: string; registrant: string; priceCentsPerYear: number },
+): Promise<void> {
   const now = svc.clock.now();
   const quote = await svc.registrar.quote(tx, r.name);
   if (!quote.available) {
-    throw new AppError('domain_taken', `${r.name} was registered by someone else meanwhile (${svc.registrar.label}); nothing was charged. Start again with another name.`, {
-      suggestions: (await svc.registrar.suggest(tx, r.name)).map((o) => ({ domain: o.name, mode: 'register' as const, price_cents_per_year: o.priceCentsPerYear })),
-    });
+    throw new AppError(
+      'domain_taken',
+      `${r.name} was registered by someone else meanwhile (${svc.registrar.label}); nothing was charged. Start again with another name.`,
+      {
+        suggestions: (await svc.registrar.suggest(tx, r.name)).map((o) => ({
+          domain: o.name,
+          mode: 'register' as const,
+          price_cents_per_year: o.priceCentsPerYear,
+        })),
+      },
+    );
   }
   const { expiresAt } = await svc.registrar.register(tx, r.name, { years: 1, nameservers: svc.config.nameservers, registrant: r.registrant, now });
   await tx.domainRegistration.create({
-    data: { id: newId('reg'), domainId: r.domainId, name: r.name, registrar: svc.registrar.id, priceCentsPerYear: r.priceCentsPerYear, registeredAt: now, expiresAt },
+    data: {
+      id: newId('reg'),
+      domainId: r.domainId,
+      name: r.name,
+      registrar: svc.registrar.id,
+      priceCentsPerYear: r.priceCentsPerYear,
+      registeredAt: now,
+      expiresAt,
+    },
   });
 }
 
@@ -383,6 +432,11 @@ export async function chargeRegistration(svc: Services, tx: Tx, intentId: string
     db: tx,
     accountId,
     type: 'domain.registered',
-    data: { domain: intent.fullDomain, registrar: svc.registrar.label, expires_at: reg.expiresAt.toISOString(), price_cents_per_year: intent.registrationPriceCents },
+    data: {
+      domain: intent.fullDomain,
+      registrar: svc.registrar.label,
+      expires_at: reg.expiresAt.toISOString(),
+      price_cents_per_year: intent.registrationPriceCents,
+    },
   });
 }

@@ -149,7 +149,11 @@ export async function createAppPassword(input: {
 /** The usernames an unrestricted app-password logs in with: the owner's email (every box), then each box address. */
 async function accountUsernames(db: Db, accountId: string): Promise<string[]> {
   const account = await db.account.findUniqueOrThrow({ where: { id: accountId }, select: { humanEmail: true } });
-  const boxes = await db.box.findMany({ where: { accountId, liveAddress: { not: null } }, orderBy: [{ isPrimary: 'desc' }, { createdAt: 'asc' }], select: { address: true } });
+  const boxes = await db.box.findMany({
+    where: { accountId, liveAddress: { not: null } },
+    orderBy: [{ isPrimary: 'desc' }, { createdAt: 'asc' }],
+    select: { address: true },
+  });
   return [account.humanEmail.toLowerCase(), ...boxes.map((b) => b.address)];
 }
 

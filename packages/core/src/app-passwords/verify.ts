@@ -44,9 +44,7 @@ export interface MailLogin {
   sendBoxIds: string[] | null;
 }
 
-export type VerifyResult =
-  | { ok: true; login: MailLogin }
-  | { ok: false; reason: 'invalid' | 'locked'; message: string; retryAfterSeconds?: number };
+export type VerifyResult = { ok: true; login: MailLogin } | { ok: false; reason: 'invalid' | 'locked'; message: string; retryAfterSeconds?: number };
 
 /** How long, and for how many credentials, a verified password skips scrypt (see above). */
 const VERIFIED_TTL_MS = 10 * 60_000;
@@ -109,13 +107,9 @@ async function countFailure(svc: Services, keys: { user: string; address: string
   const limits = svc.config.mailClients.auth;
   const windowMs = limits.windowSeconds * 1000;
   try {
-    const res = (await svc.redis
-      .multi()
-      .set(keys.user, 0, 'PX', windowMs, 'NX')
-      .incr(keys.user)
-      .set(keys.address, 0, 'PX', windowMs, 'NX')
-      .incr(keys.address)
-      .exec()) ?? [];
+    const res =
+      (await svc.redis.multi().set(keys.user, 0, 'PX', windowMs, 'NX').incr(keys.user).set(keys.address, 0, 'PX', windowMs, 'NX').incr(keys.address).exec()) ??
+      [];
     const user = Number(res[1]?.[1] ?? 0);
     const addr = Number(res[3]?.[1] ?? 0);
     // The failure that reaches a limit starts the lockout's full length.

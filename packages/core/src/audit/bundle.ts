@@ -47,12 +47,20 @@ export async function auditBundle(svc: Services, input: { accountId: string; sco
     account_domain: account.domains[0]?.name ?? null,
     message: presentMessage(m, retention.audit_retention_days),
     raw_sha256: rawSha256,
-    raw_state: (rawSha256 ? (m.rawEnc ? 'available' : 'reclaimed') : m.bodyReclaimedAt ? 'reclaimed' : 'not_composed') as 'available' | 'reclaimed' | 'not_composed',
+    raw_state: (rawSha256 ? (m.rawEnc ? 'available' : 'reclaimed') : m.bodyReclaimedAt ? 'reclaimed' : 'not_composed') as
+      | 'available'
+      | 'reclaimed'
+      | 'not_composed',
     events: events.map(toApiEvent),
     chain_head: { seq: account.chainSeq, hash: account.chainHash, at: signedAt.toISOString() },
     evidence: { body_state: bodyState(m) },
     retention: { ...retention, body_reclaim_due_at_utc: bodyReclaimDueAt(m, retention.audit_retention_days)?.toISOString() ?? null },
-    signing: { alg: 'EdDSA' as const, key_id: key.id, public_key_url: publicKeyUrl(svc.config, key.id), public_keys_url: `${svc.config.apiBaseUrl}/audit/public-key` },
+    signing: {
+      alg: 'EdDSA' as const,
+      key_id: key.id,
+      public_key_url: publicKeyUrl(svc.config, key.id),
+      public_keys_url: `${svc.config.apiBaseUrl}/audit/public-key`,
+    },
   };
   const { jws } = await signJws(svc, payload, BUNDLE_TYP, key);
   return { bundle: jws, payload, format: 'JWS compact serialization (RFC 7515), alg EdDSA with Ed25519 (RFC 8037)' };

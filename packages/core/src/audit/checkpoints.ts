@@ -48,7 +48,11 @@ export async function signCheckpoint(svc: Services, accountId: string) {
 }
 
 export async function listCheckpoints(svc: Services, input: { accountId: string; limit: number }) {
-  const rows = await svc.db.auditCheckpoint.findMany({ where: { accountId: input.accountId }, orderBy: [{ signedAt: 'desc' }, { id: 'desc' }], take: input.limit });
+  const rows = await svc.db.auditCheckpoint.findMany({
+    where: { accountId: input.accountId },
+    orderBy: [{ signedAt: 'desc' }, { id: 'desc' }],
+    take: input.limit,
+  });
   return { checkpoints: rows.map((r) => present(r, svc.config)) };
 }
 
@@ -132,7 +136,8 @@ export async function verifyCheckpoint(svc: Services, input: { accountId: string
     }
     if (rows.length < 2000) break;
   }
-  if (after !== p.seq) return fail(`the stream ends at seq ${after}, before the checkpoint's seq ${p.seq}`, { ...base, ...claimed, recomputed_hash_at_seq: after ? prev : null });
+  if (after !== p.seq)
+    return fail(`the stream ends at seq ${after}, before the checkpoint's seq ${p.seq}`, { ...base, ...claimed, recomputed_hash_at_seq: after ? prev : null });
   if (prev !== p.hash) {
     return fail(`the events up to seq ${p.seq} no longer hash to the signed value: an event at or before seq ${p.seq} was altered, removed or reordered`, {
       ...base,

@@ -51,7 +51,12 @@ export async function optInEvidence(svc: Services, input: { accountId: string; a
       select: { evidenceEnrolledAt: true },
     });
     if (enrolled.length) {
-      await appendEvent({ db: tx, accountId: input.accountId, type: 'account.evidence.enrolled', data: { by_key_id: input.actorKeyId, enrolled_at: enrolled[0]!.evidenceEnrolledAt!.toISOString() } });
+      await appendEvent({
+        db: tx,
+        accountId: input.accountId,
+        type: 'account.evidence.enrolled',
+        data: { by_key_id: input.actorKeyId, enrolled_at: enrolled[0]!.evidenceEnrolledAt!.toISOString() },
+      });
       return evidenceStatus(enrolled[0]!);
     }
     return evidenceStatus(await tx.account.findUniqueOrThrow({ where: { id: input.accountId }, select: { evidenceEnrolledAt: true } }));

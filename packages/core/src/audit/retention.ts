@@ -63,7 +63,14 @@ export async function reclaimExpiredBodies(svc: Services, limit = 1000): Promise
         accountId: m.accountId,
         type: 'message.deleted',
         boxId: m.boxId,
-        data: { message_id: m.id, purged: false, reclaimed_at_utc: at.toISOString(), by_key_id: null, reason: 'retention', audit_retention_days: retentionOf(m.account).audit_retention_days },
+        data: {
+          message_id: m.id,
+          purged: false,
+          reclaimed_at_utc: at.toISOString(),
+          by_key_id: null,
+          reason: 'retention',
+          audit_retention_days: retentionOf(m.account).audit_retention_days,
+        },
       });
       return true;
     });

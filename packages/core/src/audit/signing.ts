@@ -89,7 +89,12 @@ function privateKeyOf(secretKey: Buffer, k: AuditSigningKey): KeyObject {
 const b64url = (b: Buffer | string): string => Buffer.from(b).toString('base64url');
 
 /** Signs a JSON payload as a compact JWS with the current key. */
-export async function signJws(svc: Pick<Services, 'db' | 'secretKey'>, payload: unknown, typ: string, key?: AuditSigningKey): Promise<{ jws: string; keyId: string }> {
+export async function signJws(
+  svc: Pick<Services, 'db' | 'secretKey'>,
+  payload: unknown,
+  typ: string,
+  key?: AuditSigningKey,
+): Promise<{ jws: string; keyId: string }> {
   const k = key ?? (await currentSigningKey(svc));
   const header = { alg: AUDIT_ALG, kid: k.id, typ };
   const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(payload))}`;

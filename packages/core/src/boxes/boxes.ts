@@ -54,20 +54,14 @@ export function parseLocalPart(input: string, domain: string): string {
   if (!local || local.length > 64 || !DOT_ATOM.test(local)) {
     throw new AppError(
       'validation_error',
-      'address: a local part is 1 to 64 characters of letters, digits and !#$%&\'*+/=?^_`{|}~- with single dots between them (no leading, trailing or double dot)',
+      "address: a local part is 1 to 64 characters of letters, digits and !#$%&'*+/=?^_`{|}~- with single dots between them (no leading, trailing or double dot)",
       { fields: [{ path: 'address', message: 'not a valid local part (RFC 5322 dot-atom)' }] },
     );
   }
   return local.toLowerCase();
 }
 
-export async function createBox(input: {
-  db: DbClient;
-  accountId: string;
-  address: string;
-  isPrimary?: boolean;
-  domainId?: string;
-}): Promise<Box> {
+export async function createBox(input: { db: DbClient; accountId: string; address: string; isPrimary?: boolean; domainId?: string }): Promise<Box> {
   return inTransaction(input.db, async (tx) => {
     const domain = input.domainId
       ? await tx.domain.findUniqueOrThrow({ where: { id: input.domainId } })

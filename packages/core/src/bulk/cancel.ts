@@ -42,7 +42,12 @@ export async function stopBulkJobs(tx: Tx, accountId: string): Promise<number> {
     WHERE account_id = ${accountId} AND status IN ('queued', 'sending', 'cooling_off')
     RETURNING id, batches_done, batch_count`;
   for (const j of jobs) {
-    await appendEvent({ db: tx, accountId, type: 'bulk.cancelled', data: { bulk_job_id: j.id, batches_completed: j.batches_done, batches_total: j.batch_count, reason: 'the account is closing' } });
+    await appendEvent({
+      db: tx,
+      accountId,
+      type: 'bulk.cancelled',
+      data: { bulk_job_id: j.id, batches_completed: j.batches_done, batches_total: j.batch_count, reason: 'the account is closing' },
+    });
   }
   return jobs.length;
 }

@@ -216,7 +216,11 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
 
 async function replay(svc: Services, id: string, priorHash: string, requestHash: string, accountId: string): Promise<BulkJobView> {
   if (priorHash !== requestHash) {
-    throw new AppError('idempotency_key_reused', 'This idempotency_key was already used for a different bulk job; nothing was queued. Use a new key for a new job.', { bulk_job_id: id });
+    throw new AppError(
+      'idempotency_key_reused',
+      'This idempotency_key was already used for a different bulk job; nothing was queued. Use a new key for a new job.',
+      { bulk_job_id: id },
+    );
   }
   return { ...(await bulkJobView(svc, { accountId, id, scope: null })), idempotent_replay: true };
 }

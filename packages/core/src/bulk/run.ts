@@ -74,8 +74,12 @@ interface JobRow {
 
 async function loadJob(db: Services['db'] | Tx, id: string, lock = false): Promise<JobRow | null> {
   const rows = lock
-    ? await db.$queryRaw<JobRow[]>`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id} FOR UPDATE`
-    : await db.$queryRaw<JobRow[]>`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id}`;
+    ? await db.$queryRaw<
+        JobRow[]
+      >`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id} FOR UPDATE`
+    : await db.$queryRaw<
+        JobRow[]
+      >`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id}`;
   return rows[0] ?? null;
 }
 
@@ -87,7 +91,13 @@ type HaltFigures = Omit<Halted, 'bulk_job_id' | 'reason' | 'message' | 'batches_
 /** The circuit breaker: the job's own bounces or complaints over its limits (strictly above). */
 export function breaker(job: Pick<JobRow, 'max_bounce_rate' | 'max_complaint_rate'>, o: BulkOutcomes): Trip | null {
   if (o.attempted === 0) return null;
-  const figures = { attempted: o.attempted, bounced: o.bounced, complaints: o.complaints, bounce_rate: rate(o.bounced, o.attempted), complaint_rate: rate(o.complaints, o.attempted) };
+  const figures = {
+    attempted: o.attempted,
+    bounced: o.bounced,
+    complaints: o.complaints,
+    bounce_rate: rate(o.bounced, o.attempted),
+    complaint_rate: rate(o.complaints, o.attempted),
+  };
   if (o.bounced / o.attempted > job.max_bounce_rate) {
     return {
       reason: 'bounce_rate',
@@ -106,7 +116,13 @@ export function breaker(job: Pick<JobRow, 'max_bounce_rate' | 'max_complaint_rat
 }
 
 /** Halts the job (once) and appends bulk.halted; the caller releases what was not sent. */
-async function halt(tx: Tx, job: Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>, reason: Halted['reason'], message: string, figures: HaltFigures): Promise<boolean> {
+async function halt(
+  tx: Tx,
+  job: Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>,
+  reason: Halted['reason'],
+  message: string,
+  figures: HaltFigures,
+): Promise<boolean> {
   const at = new Date().toISOString();
   const n = await tx.$executeRaw`
     UPDATE bulk_jobs SET status = 'halted', halt_reason = ${reason}, halt_detail = ${JSON.stringify({ message, at, ...figures })}::jsonb,
@@ -173,7 +189,17 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     let sim: LockedAccount = { ...a };
     let held = 0n;
     let free = 0;
-    const deliveries: { id: string; message_id: string; recipient: string; route: string; status: DeliveryStatus; held_micros: string; used_free: boolean; attachment_micros: string; surcharge_micros: string }[] = [];
+    const deliveries: {
+      id: string;
+      message_id: string;
+      recipient: string;
+      route: string;
+      status: DeliveryStatus;
+      held_micros: string;
+      used_free: boolean;
+      attachment_micros: string;
+      surcharge_micros: string;
+    }[] = [];
     const marks: { index: number; suppressed: number; status: MessageStatus }[] = [];
     for (const item of items) {
       const recipients = item.recipients.filter((r) => !suppressed.has(r));
@@ -185,11 +211,17 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       } catch (err) {
         if (!(err instanceof AppError) || err.code !== 'payment_required') throw err;
         // The credit was checked for the whole job when it was accepted; it was spent elsewhere since.
-        await halt(tx, job, 'insufficient_credit', `Halted before batch ${batch}: ${err.message.replace(/ Nothing was sent\.$/, '')}. Top up, then send the remaining messages as a new job.`, {
-          top_up: err.details.top_up as Record<string, unknown>,
-          required_usd: err.details.required_usd as string,
-          available_usd: err.details.available_usd as string,
-        });
+        await halt(
+          tx,
+          job,
+          'insufficient_credit',
+          `Halted before batch ${batch}: ${err.message.replace(/ Nothing was sent\.$/, '')}. Top up, then send the remaining messages as a new job.`,
+          {
+            top_up: err.details.top_up as Record<string, unknown>,
+            required_usd: err.details.required_usd as string,
+            available_usd: err.details.available_usd as string,
+          },
+        );
         return null;
       }
       sim = { ...sim, held_micros: sim.held_micros + r.heldMicros, held_free_messages: sim.held_free_messages + r.freeUsed };
@@ -441,7 +473,9 @@ class BatchSender {
     const envelope = { from: bounceAddress(d.id, domainOf(d.from_address!)), to: d.recipient };
     // Bound to the account's dedicated IP while it is provisioned and under today's warm-up cap, as single sends.
     this.sendingIp ??= this.svc.db.$queryRaw<(Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: Date | null })[]>`
-      SELECT id, mode, ip, helo_name AS "heloName", warmup_started_at AS "warmupStartedAt" FROM sending_ips WHERE account_id = ${this.job.account_id}`.then((r) => r[0] ?? null);
+      SELECT id, mode, ip, helo_name AS "heloName", warmup_started_at AS "warmupStartedAt" FROM sending_ips WHERE account_id = ${this.job.account_id}`.then(
+      (r) => r[0] ?? null,
+    );
     const source = await sendingSource(this.svc, await this.sendingIp);
     let lastError = '';
     for (const dest of destinations) {
@@ -483,7 +517,9 @@ class BatchSender {
       const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
       const touched = new Set<string>();
       if (delivered.length) {
-        const claimed = await tx.$queryRaw<{ id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[]>`
+        const claimed = await tx.$queryRaw<
+          { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[]
+        >`
           UPDATE deliveries d SET status = 'delivered', delivered_at = now(), remote_mta = x.mta, last_error = NULL, next_attempt_at = NULL,
             attempts = d.attempts + 1, settled_at = now(), updated_at = now()
           FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
@@ -546,7 +582,9 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
     const job = await loadJob(tx, jobId, true);
     if (!job || job.status !== 'sending' || job.batches_done !== batch) return null;
     const o = await bulkOutcomes(tx, jobId);
-    const [b] = await tx.$queryRaw<{ messages: bigint; delivered: bigint; bounced: bigint; deferred: bigint; failed: bigint; pending: bigint; suppressed: bigint | null }[]>`
+    const [b] = await tx.$queryRaw<
+      { messages: bigint; delivered: bigint; bounced: bigint; deferred: bigint; failed: bigint; pending: bigint; suppressed: bigint | null }[]
+    >`
       WITH msgs AS (SELECT message_id, suppressed FROM bulk_job_items WHERE job_id = ${jobId} AND batch = ${batch}),
       d AS (SELECT d.status FROM deliveries d JOIN msgs ON d.message_id = msgs.message_id)
       SELECT (SELECT count(*) FROM msgs) AS messages,
@@ -572,7 +610,15 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
         bulk_job_id: jobId,
         batch,
         batches_total: job.batch_count,
-        counts: { messages: n(b?.messages), delivered: n(b?.delivered), bounced: n(b?.bounced), deferred: n(b?.deferred), failed: n(b?.failed), pending: n(b?.pending), suppressed: n(b?.suppressed) },
+        counts: {
+          messages: n(b?.messages),
+          delivered: n(b?.delivered),
+          bounced: n(b?.bounced),
+          deferred: n(b?.deferred),
+          failed: n(b?.failed),
+          pending: n(b?.pending),
+          suppressed: n(b?.suppressed),
+        },
         totals,
         next_batch_at: trip ? null : (nextAt?.toISOString() ?? null),
       },
@@ -586,7 +632,13 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
         db: tx,
         accountId: job.account_id,
         type: 'bulk.completed',
-        data: { bulk_job_id: jobId, batches: job.batch_count, counts: totals, bounce_rate: rate(o.bounced, o.attempted), complaint_rate: rate(o.complaints, o.attempted) },
+        data: {
+          bulk_job_id: jobId,
+          batches: job.batch_count,
+          counts: totals,
+          bounce_rate: rate(o.bounced, o.attempted),
+          complaint_rate: rate(o.complaints, o.attempted),
+        },
       });
       return null;
     }
@@ -612,7 +664,13 @@ export async function haltFailedBatch(svc: Services, input: { bulkJobId: string;
     const [job] = await tx.$queryRaw<Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>[]>`
       SELECT id, account_id, batches_done, batch_count FROM bulk_jobs WHERE id = ${input.bulkJobId} FOR UPDATE`;
     if (!job) return false;
-    return halt(tx, job, 'batch_failed', `Batch ${input.batch + 1} failed after every retry: ${error.slice(0, 300)}. What was not sent is released (not charged).`, { batch: input.batch });
+    return halt(
+      tx,
+      job,
+      'batch_failed',
+      `Batch ${input.batch + 1} failed after every retry: ${error.slice(0, 300)}. What was not sent is released (not charged).`,
+      { batch: input.batch },
+    );
   });
   if (halted) await releaseUnsent(svc, input.bulkJobId, 'not sent: the bulk job halted (a batch failed after every retry)');
   return halted;

@@ -30,7 +30,19 @@ export interface BulkOutcomes {
 
 /** The job's outcomes so far, in one round trip. */
 export async function bulkOutcomes(db: DbClient, jobId: string): Promise<BulkOutcomes> {
-  const rows = await db.$queryRaw<{ pending: bigint; delivered: bigint; deferred: bigint; bounced: bigint; failed: bigint; attempted: bigint; suppressed: bigint | null; complaints: bigint; last_batch: number | null }[]>`
+  const rows = await db.$queryRaw<
+    {
+      pending: bigint;
+      delivered: bigint;
+      deferred: bigint;
+      bounced: bigint;
+      failed: bigint;
+      attempted: bigint;
+      suppressed: bigint | null;
+      complaints: bigint;
+      last_batch: number | null;
+    }[]
+  >`
     WITH msgs AS (SELECT message_id, suppressed, batch FROM bulk_job_items WHERE job_id = ${jobId} AND started_at IS NOT NULL),
     d AS (SELECT d.status, d.attempts FROM deliveries d JOIN msgs ON d.message_id = msgs.message_id)
     SELECT
@@ -70,7 +82,13 @@ export interface BulkJobView {
   max_complaint_rate: number;
   batches_total: number;
   batches_completed: number;
-  batches: { index: number; messages: number; status: 'pending' | 'sending' | 'completed' | 'stopped' | 'skipped'; started_at: string | null; completed_at: string | null }[];
+  batches: {
+    index: number;
+    messages: number;
+    status: 'pending' | 'sending' | 'completed' | 'stopped' | 'skipped';
+    started_at: string | null;
+    completed_at: string | null;
+  }[];
   next_batch_at: string | null;
   counts: Omit<BulkOutcomes, 'attempted' | 'lastStartedBatch'> & { messages: number };
   bounce_rate: number;
@@ -95,10 +113,13 @@ function toView(job: BulkJob, o: BulkOutcomes): BulkJobView {
   const batches = Array.from({ length: job.batchCount }, (_, index) => {
     const messages = Math.min(job.batchSize, job.messageCount - index * job.batchSize);
     const done = log.get(index);
-    if (index < job.batchesDone) return { index, messages, status: 'completed' as const, started_at: done?.started_at ?? null, completed_at: done?.completed_at ?? null };
-    if (index === job.batchesDone && job.status === 'sending') return { index, messages, status: 'sending' as const, started_at: job.nextBatchAt?.toISOString() ?? null, completed_at: null };
+    if (index < job.batchesDone)
+      return { index, messages, status: 'completed' as const, started_at: done?.started_at ?? null, completed_at: done?.completed_at ?? null };
+    if (index === job.batchesDone && job.status === 'sending')
+      return { index, messages, status: 'sending' as const, started_at: job.nextBatchAt?.toISOString() ?? null, completed_at: null };
     // Halted or cancelled while this batch was going out: part of it was sent.
-    if (index === job.batchesDone && finished && index <= o.lastStartedBatch) return { index, messages, status: 'stopped' as const, started_at: null, completed_at: null };
+    if (index === job.batchesDone && finished && index <= o.lastStartedBatch)
+      return { index, messages, status: 'stopped' as const, started_at: null, completed_at: null };
     return { index, messages, status: finished ? ('skipped' as const) : ('pending' as const), started_at: null, completed_at: null };
   });
   const { attempted, lastStartedBatch: _last, ...counts } = o;
@@ -116,7 +137,10 @@ function toView(job: BulkJob, o: BulkOutcomes): BulkJobView {
     counts: { messages: job.messageCount, ...counts },
     bounce_rate: rate(o.bounced, attempted),
     complaint_rate: rate(o.complaints, attempted),
-    halted: job.status === 'halted' && job.haltReason ? ({ ...((job.haltDetail as Record<string, unknown>) ?? {}), reason: job.haltReason } as BulkJobView['halted']) : null,
+    halted:
+      job.status === 'halted' && job.haltReason
+        ? ({ ...((job.haltDetail as Record<string, unknown>) ?? {}), reason: job.haltReason } as BulkJobView['halted'])
+        : null,
     box_ids: job.boxIds,
     idempotency_key: job.idempotencyKey,
     created_at: job.createdAt.toISOString(),

@@ -22,14 +22,16 @@ function usageTime(value: string | undefined, path: 'since' | 'before'): Date | 
   const d = new Date(value);
   // The database's timestamps end where JavaScript's do not (-271821-04-20 is a valid Date): a year outside
   // 1..9999 is a 400 too, not a 500 from the query.
-  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999) throw new AppError('validation_error', `${path}: not an ISO 8601 time`, { fields: [{ path, message: 'not an ISO 8601 time' }] });
+  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999)
+    throw new AppError('validation_error', `${path}: not an ISO 8601 time`, { fields: [{ path, message: 'not an ISO 8601 time' }] });
   return d;
 }
 
 export async function creditUsage(svc: Services, accountId: string, window: { since?: string | undefined; before?: string | undefined }) {
   const since = usageTime(window.since, 'since');
   const before = usageTime(window.before, 'before');
-  if (since && before && since >= before) throw new AppError('validation_error', 'since must be before before', { fields: [{ path: 'since', message: 'after before' }] });
+  if (since && before && since >= before)
+    throw new AppError('validation_error', 'since must be before before', { fields: [{ path: 'since', message: 'after before' }] });
   const rows = await svc.db.ledgerEntry.groupBy({
     by: ['type'],
     where: { accountId, createdAt: { ...(since ? { gte: since } : {}), ...(before ? { lt: before } : {}) } },
@@ -68,7 +70,9 @@ export async function creditUsage(svc: Services, accountId: string, window: { si
 
 export async function setAlertThresholds(svc: Services, accountId: string, input: { first_cents: number | null; second_cents: number | null }) {
   if (input.first_cents !== null && input.second_cents !== null && input.second_cents > input.first_cents) {
-    throw new AppError('validation_error', 'second_cents (urgent) must not be above first_cents (early)', { fields: [{ path: 'second_cents', message: 'above first_cents' }] });
+    throw new AppError('validation_error', 'second_cents (urgent) must not be above first_cents (early)', {
+      fields: [{ path: 'second_cents', message: 'above first_cents' }],
+    });
   }
   await svc.db.account.update({
     where: { id: accountId },
@@ -92,7 +96,12 @@ export async function optOutOfTrailer(svc: Services, accountId: string): Promise
     const a = await lockAccountCredit(tx, accountId);
     if (a.trailer_opted_out_at === null) {
       await tx.account.update({ where: { id: accountId }, data: { trailerOptedOutAt: svc.clock.now() } });
-      await appendEvent({ db: tx, accountId, type: 'account.trailer.opted_out', data: { surcharge_remaining_usd: microsToUsd(TRAILER_PAYOFF_MICROS - a.trailer_paid_micros) } });
+      await appendEvent({
+        db: tx,
+        accountId,
+        type: 'account.trailer.opted_out',
+        data: { surcharge_remaining_usd: microsToUsd(TRAILER_PAYOFF_MICROS - a.trailer_paid_micros) },
+      });
     }
     const fresh = await tx.account.findUniqueOrThrow({ where: { id: accountId }, select: { trailerOptedOutAt: true, trailerPaidMicros: true } });
     return trailerStatus(fresh);
@@ -107,12 +116,19 @@ export async function buyOutTrailer(svc: Services, accountId: string): Promise<T
     if (remaining > 0n) {
       const spendable = a.balance_micros - a.held_micros;
       if (spendable < remaining) {
-        throw paymentRequired(svc, `The buyout costs ${microsToUsd(remaining)} USD and ${microsToUsd(spendable > 0n ? spendable : 0n)} USD is available. Top up first.`, {
-          required_usd: microsToUsd(remaining),
-          credit_balance_cents: microsToCents(a.balance_micros),
-        });
+        throw paymentRequired(
+          svc,
+          `The buyout costs ${microsToUsd(remaining)} USD and ${microsToUsd(spendable > 0n ? spendable : 0n)} USD is available. Top up first.`,
+          {
+            required_usd: microsToUsd(remaining),
+            credit_balance_cents: microsToCents(a.balance_micros),
+          },
+        );
       }
-      await postEntries(svc, tx, accountId, [{ type: 'trailer_buyout', amountMicros: -remaining, description: 'trailer opt-out bought out' }], { locked: a, trailerPaidMicros: remaining });
+      await postEntries(svc, tx, accountId, [{ type: 'trailer_buyout', amountMicros: -remaining, description: 'trailer opt-out bought out' }], {
+        locked: a,
+        trailerPaidMicros: remaining,
+      });
       if (a.trailer_opted_out_at === null) await tx.account.update({ where: { id: accountId }, data: { trailerOptedOutAt: svc.clock.now() } });
       await appendEvent({ db: tx, accountId, type: 'account.trailer.bought_out', data: { charged_usd: microsToUsd(remaining) } });
     }

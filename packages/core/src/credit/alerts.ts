@@ -41,7 +41,10 @@ export interface BalanceChange {
 
 export async function announceBalanceChange(svc: Services, tx: Tx, c: BalanceChange): Promise<void> {
   if (c.after < c.before) {
-    for (const [alert, threshold] of [['first', c.thresholds.first], ['second', c.thresholds.second]] as const) {
+    for (const [alert, threshold] of [
+      ['first', c.thresholds.first],
+      ['second', c.thresholds.second],
+    ] as const) {
       if (threshold === null || !(c.before >= threshold && c.after < threshold)) continue;
       await appendEvent({
         db: tx,

@@ -35,13 +35,23 @@ export function isQuietCharge(a: LockedAccount, postings: Posting[]): boolean {
  * its first one carries. The caller checked with isQuietCharge that each is quiet on that running state.
  */
 export function leanChargesSql(charges: LeanCharge[]): { ctes: Prisma.Sql; notify: Prisma.Sql; eventIds: string[] } {
-  const accounts = new Map<string, { balance: bigint; free: number; heldMicros: bigint; heldFree: number; trailer: bigint; head: { chain_seq: number; chain_hash: string } }>();
+  const accounts = new Map<
+    string,
+    { balance: bigint; free: number; heldMicros: bigint; heldFree: number; trailer: bigint; head: { chain_seq: number; chain_hash: string } }
+  >();
   const entries: Record<string, unknown>[] = [];
   const events: EventRow[] = [];
   for (const c of charges) {
     let s = accounts.get(c.accountId);
     if (!s) {
-      s = { balance: c.locked.balance_micros, free: 0, heldMicros: 0n, heldFree: 0, trailer: 0n, head: { chain_seq: c.locked.chain_seq, chain_hash: c.locked.chain_hash } };
+      s = {
+        balance: c.locked.balance_micros,
+        free: 0,
+        heldMicros: 0n,
+        heldFree: 0,
+        trailer: 0n,
+        head: { chain_seq: c.locked.chain_seq, chain_hash: c.locked.chain_hash },
+      };
       accounts.set(c.accountId, s);
     }
     for (const p of c.postings) {

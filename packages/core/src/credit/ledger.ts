@@ -109,7 +109,10 @@ export async function postEntries(svc: Services, tx: Tx, accountId: string, post
   let balance = a.balance_micros;
   let free = 0;
   let posted = 0;
-  const seen = await postedKeys(tx, postings.map((p) => p.idempotencyKey).filter((k): k is string => !!k));
+  const seen = await postedKeys(
+    tx,
+    postings.map((p) => p.idempotencyKey).filter((k): k is string => !!k),
+  );
   const rows = [];
   for (const p of postings) {
     if (p.idempotencyKey && seen.has(p.idempotencyKey)) continue;
@@ -177,7 +180,11 @@ export interface Reservation {
 export function paymentRequired(svc: Services, message: string, extra: Record<string, unknown> = {}): AppError {
   return new AppError('payment_required', message, {
     top_up: {
-      mpp: { method: 'POST', url: `${svc.config.apiBaseUrl}/account/credit/topup/mpp`, description: 'Machine Payments Protocol challenge; your agent runs the payment client' },
+      mpp: {
+        method: 'POST',
+        url: `${svc.config.apiBaseUrl}/account/credit/topup/mpp`,
+        description: 'Machine Payments Protocol challenge; your agent runs the payment client',
+      },
       card: { method: 'POST', url: `${svc.config.apiBaseUrl}/account/credit/topup`, description: 'payment intent (amount_cents) for the owner to approve' },
       human_approval:
         'Your human owner approves the payment in their wallet; tell them what it is for and wait for approved, denied or expired. Do not retry a denied payment without their consent.',
@@ -200,9 +207,13 @@ export function surchargeApplies(a: Pick<LockedAccount, 'trailer_opted_out_at' |
 export function planReservation(svc: Services, a: LockedAccount, count: number, opts: { attachmentBytes?: number; trailer?: boolean } = {}): Reservation {
   const price = messagePrice(svc);
   if (a.balance_micros < 0n) {
-    throw paymentRequired(svc, `Sending is blocked while the balance is negative (${microsToUsd(a.balance_micros)} USD). Top up to resume; inbound mail keeps arriving.`, {
-      credit_balance_cents: microsToCents(a.balance_micros),
-    });
+    throw paymentRequired(
+      svc,
+      `Sending is blocked while the balance is negative (${microsToUsd(a.balance_micros)} USD). Top up to resume; inbound mail keeps arriving.`,
+      {
+        credit_balance_cents: microsToCents(a.balance_micros),
+      },
+    );
   }
   const attach = attachmentMicros(opts.attachmentBytes ?? 0);
   const surcharge = !opts.trailer && surchargeApplies(a) ? BigInt(PRICES_MICROS.trailerSurcharge) : 0n;
@@ -232,7 +243,13 @@ export function planReservation(svc: Services, a: LockedAccount, count: number, 
 }
 
 /** Reserves `count` recipients of one message, or throws 402 with nothing reserved. */
-export async function reserveMessages(svc: Services, tx: Tx, accountId: string, count: number, opts: { attachmentBytes?: number; trailer?: boolean } = {}): Promise<Reservation> {
+export async function reserveMessages(
+  svc: Services,
+  tx: Tx,
+  accountId: string,
+  count: number,
+  opts: { attachmentBytes?: number; trailer?: boolean } = {},
+): Promise<Reservation> {
   const r = planReservation(svc, await lockAccountCredit(tx, accountId), count, opts);
   await tx.$executeRaw`
     UPDATE accounts SET held_micros = held_micros + ${r.heldMicros}, held_free_messages = held_free_messages + ${r.freeUsed}
@@ -256,12 +273,21 @@ export async function releaseDelivery(tx: Tx, d: SettledDelivery): Promise<void>
 }
 
 /** What settling a delivered recipient's hold posts: the message, its attachments and the surcharge still owed. */
-export function deliveryCharge(a: Pick<LockedAccount, 'trailer_paid_micros'>, d: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }) {
+export function deliveryCharge(
+  a: Pick<LockedAccount, 'trailer_paid_micros'>,
+  d: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint },
+) {
   const free = d.used_free ? 1 : 0;
   // The surcharge stops once the opt-out is paid off, even when more was held.
   const surcharge = minBig(d.surcharge_micros, maxBig(0n, TRAILER_PAYOFF_MICROS - a.trailer_paid_micros));
   const postings: Posting[] = [
-    { type: 'message_sent', amountMicros: -(d.held_micros - d.attachment_micros - d.surcharge_micros), freeMessages: free, messageId: d.message_id, deliveryId: d.id },
+    {
+      type: 'message_sent',
+      amountMicros: -(d.held_micros - d.attachment_micros - d.surcharge_micros),
+      freeMessages: free,
+      messageId: d.message_id,
+      deliveryId: d.id,
+    },
   ];
   if (d.attachment_micros > 0n) postings.push({ type: 'attachments', amountMicros: -d.attachment_micros, messageId: d.message_id });
   if (surcharge > 0n) postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.message_id });
@@ -272,8 +298,19 @@ export function deliveryCharge(a: Pick<LockedAccount, 'trailer_paid_micros'>, d:
 export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery): Promise<void> {
   if (!(await claimHold(tx, d))) return;
   const a = await lockAccountCredit(tx, d.accountId);
-  const c = deliveryCharge(a, { id: d.id, message_id: d.messageId, held_micros: d.heldMicros, used_free: d.usedFree, attachment_micros: d.attachmentMicros, surcharge_micros: d.surchargeMicros });
-  await postEntries(svc, tx, d.accountId, c.postings, { locked: a, releaseHeld: { micros: d.heldMicros, freeMessages: c.free }, trailerPaidMicros: c.surcharge });
+  const c = deliveryCharge(a, {
+    id: d.id,
+    message_id: d.messageId,
+    held_micros: d.heldMicros,
+    used_free: d.usedFree,
+    attachment_micros: d.attachmentMicros,
+    surcharge_micros: d.surchargeMicros,
+  });
+  await postEntries(svc, tx, d.accountId, c.postings, {
+    locked: a,
+    releaseHeld: { micros: d.heldMicros, freeMessages: c.free },
+    trailerPaidMicros: c.surcharge,
+  });
 }
 
 const minBig = (x: bigint, y: bigint) => (x < y ? x : y);

@@ -56,7 +56,13 @@ export async function runBillingCycle(svc: Services): Promise<CycleResult> {
       where: { id: { gt: cursor }, status: 'active' satisfies AccountStatus },
       orderBy: { id: 'asc' },
       take: 200,
-      select: { id: true, createdAt: true, storageBilledThrough: true, sendingIp: { select: { id: true, ip: true, mode: true, createdAt: true } }, domains: { where: { status: { in: ['active', 'retiring'] satisfies DomainStatus[] } }, select: { id: true, name: true, mode: true, verifiedAt: true } } },
+      select: {
+        id: true,
+        createdAt: true,
+        storageBilledThrough: true,
+        sendingIp: { select: { id: true, ip: true, mode: true, createdAt: true } },
+        domains: { where: { status: { in: ['active', 'retiring'] satisfies DomainStatus[] } }, select: { id: true, name: true, mode: true, verifiedAt: true } },
+      },
     });
     if (!accounts.length) break;
     cursor = accounts[accounts.length - 1]!.id;
@@ -90,13 +96,25 @@ async function billAccount(
     // Hosting is billed from the month the domain went live (a delegation proven), never for a pending claim.
     if (!monthly || !d.verifiedAt) continue;
     for (const month of monthsFrom(d.verifiedAt, now)) {
-      postings.push({ type: monthly.type, amountMicros: -BigInt(monthly.micros), idempotencyKey: `${monthly.type}:${d.id}:${month}`, quantity: 1n, description: `${d.name} ${month}` });
+      postings.push({
+        type: monthly.type,
+        amountMicros: -BigInt(monthly.micros),
+        idempotencyKey: `${monthly.type}:${d.id}:${month}`,
+        quantity: 1n,
+        description: `${d.name} ${month}`,
+      });
     }
     const counts = await svc.db.dnsQueryCount.findMany({ where: { domainId: d.id, month: { lt: thisMonth } } });
     for (const c of counts) {
       const micros = dnsOverageMicros(c.queries);
       if (micros > 0n) {
-        postings.push({ type: 'dns_overage', amountMicros: -micros, idempotencyKey: `dns_overage:${d.id}:${c.month}`, quantity: c.queries, description: `${d.name} ${c.month}: ${c.queries} queries` });
+        postings.push({
+          type: 'dns_overage',
+          amountMicros: -micros,
+          idempotencyKey: `dns_overage:${d.id}:${c.month}`,
+          quantity: c.queries,
+          description: `${d.name} ${c.month}: ${c.queries} queries`,
+        });
       }
     }
   }
@@ -113,11 +131,21 @@ async function billAccount(
     const bytes = rows[0]?.bytes ?? 0n;
     const micros = storageDayMicros(bytes);
     const key = day.toISOString().slice(0, 10);
-    if (micros > 0n) postings.push({ type: 'storage', amountMicros: -micros, idempotencyKey: `storage:${a.id}:${key}`, quantity: bytes, description: `${key}: ${bytes} bytes` });
+    if (micros > 0n)
+      postings.push({
+        type: 'storage',
+        amountMicros: -micros,
+        idempotencyKey: `storage:${a.id}:${key}`,
+        quantity: bytes,
+        description: `${key}: ${bytes} bytes`,
+      });
     through = day;
   }
   // Periods charged already are dropped here, so an account with nothing new is not locked at all.
-  const seen = await postedKeys(svc.db, postings.map((p) => p.idempotencyKey!));
+  const seen = await postedKeys(
+    svc.db,
+    postings.map((p) => p.idempotencyKey!),
+  );
   const due = postings.filter((p) => !seen.has(p.idempotencyKey!));
   if (!due.length && !through) return 0;
   const renewed = await renewRegistrations(svc, a.id, now);
@@ -139,7 +167,9 @@ async function billAccount(
  * its debit commit together.
  */
 async function renewRegistrations(svc: Services, accountId: string, now: Date): Promise<number> {
-  const due = await svc.db.domainRegistration.findMany({ where: { domain: { accountId, status: 'active' satisfies DomainStatus }, status: 'active' satisfies DomainRegistrationStatus, expiresAt: { lte: now } } });
+  const due = await svc.db.domainRegistration.findMany({
+    where: { domain: { accountId, status: 'active' satisfies DomainStatus }, status: 'active' satisfies DomainRegistrationStatus, expiresAt: { lte: now } },
+  });
   let posted = 0;
   for (const reg of due) {
     posted += await svc.db.$transaction(

@@ -109,13 +109,23 @@ async function zoneOf(svc: Services, accountId: string): Promise<ZoneOf> {
   const d = await svc.db.domain.findFirstOrThrow({ where: { accountId, isPrimary: true }, include: { zone: true } });
   const see = `${svc.config.apiBaseUrl}/events?type=domain.dns_required`;
   if (d.mode === 'byo_manual') {
-    throw new AppError('dns_not_managed', `${d.name} is served by your own DNS (mode byo_manual): change its records there. The records Boxes needs are in GET ${see}.`, { see });
+    throw new AppError(
+      'dns_not_managed',
+      `${d.name} is served by your own DNS (mode byo_manual): change its records there. The records Boxes needs are in GET ${see}.`,
+      { see },
+    );
   }
   if (d.mode === 'subdomain') {
-    throw new AppError('dns_not_managed', `${d.name} is a free subdomain of ${svc.config.baseDomain}, whose zone belongs to this instance: its records are the mail records only. Managed DNS is for registered and delegated domains (POST /account/domain moves the account onto one).`);
+    throw new AppError(
+      'dns_not_managed',
+      `${d.name} is a free subdomain of ${svc.config.baseDomain}, whose zone belongs to this instance: its records are the mail records only. Managed DNS is for registered and delegated domains (POST /account/domain moves the account onto one).`,
+    );
   }
   if (d.status !== 'active' || !d.zone) {
-    const why = d.mode === 'byo_delegated' ? 'its zone becomes editable once the delegation is verified (GET /account/domain shows the check; POST /account/domain/verify checks now)' : 'its zone becomes editable once it is live';
+    const why =
+      d.mode === 'byo_delegated'
+        ? 'its zone becomes editable once the delegation is verified (GET /account/domain shows the check; POST /account/domain/verify checks now)'
+        : 'its zone becomes editable once it is live';
     throw new AppError('dns_not_managed', `${d.name} is not live yet (${d.status}): ${why}.`, { domain_status: d.status });
   }
   return { id: d.zone.id, name: d.zone.name, serial: d.zone.serial };
@@ -133,7 +143,8 @@ function absoluteName(zone: string, name: string): string {
   const n = raw.replace(/\.$/, '');
   const full = n === '@' ? zone : absolute || n === zone || n.endsWith(`.${zone}`) ? n : `${n}.${zone}`;
   const wildcard = full.startsWith('*.');
-  if (!HOST.test(wildcard ? full.slice(2) : full)) throw bad('name', `"${name}" is not a valid name (labels of letters, digits, - and _; "*" only as the leftmost label)`);
+  if (!HOST.test(wildcard ? full.slice(2) : full))
+    throw bad('name', `"${name}" is not a valid name (labels of letters, digits, - and _; "*" only as the leftmost label)`);
   if (full !== zone && !full.endsWith(`.${zone}`)) throw bad('name', `"${name}" is not inside the zone ${zone}`);
   return full;
 }
@@ -154,7 +165,9 @@ export interface RecordSet {
  * on it; calls address records by name and type.
  */
 function setId(zoneId: string, name: string, type: string, reserved: boolean): string {
-  const digest = createHash('sha256').update(`${zoneId}\n${name}\n${type}\n${reserved ? 'reserved' : 'managed'}`).digest();
+  const digest = createHash('sha256')
+    .update(`${zoneId}\n${name}\n${type}\n${reserved ? 'reserved' : 'managed'}`)
+    .digest();
   let out = '';
   for (const b of digest.subarray(0, 20)) out += BASE32[b & 31];
   return `rrs_${out}`;
@@ -195,7 +208,12 @@ const reservedError = (name: string, type: string, why: string) =>
  */
 export async function changeZoneRecord(
   svc: Services,
-  input: { accountId: string; actorKeyId: string; action: DnsAction; record: { name: string; type: RecordType; ttl?: number | undefined; values?: string[] | undefined } },
+  input: {
+    accountId: string;
+    actorKeyId: string;
+    action: DnsAction;
+    record: { name: string; type: RecordType; ttl?: number | undefined; values?: string[] | undefined };
+  },
 ) {
   const zone = await zoneOf(svc, input.accountId);
   const { action, record } = input;
@@ -219,7 +237,11 @@ export async function changeZoneRecord(
     if (type === 'CNAME' && apex) throw bad('type', 'no CNAME at the zone apex (it cannot stand beside the SOA, NS and mail records there)');
     if (type === 'CNAME' && contents[0] === name) throw bad('values.0', 'a CNAME cannot point at its own name');
     if (type === 'TXT' && apex && values.some((v) => /^v=spf1(?:\s|$)/i.test(v.trim()))) {
-      throw reservedError(name, 'TXT', 'its SPF record is read-only, and a second SPF record would make SPF fail (RFC 7208 4.5). Other TXT values may stand at the apex.');
+      throw reservedError(
+        name,
+        'TXT',
+        'its SPF record is read-only, and a second SPF record would make SPF fail (RFC 7208 4.5). Other TXT values may stand at the apex.',
+      );
     }
   }
   return svc.db.$transaction(async (tx: Tx) => {
@@ -233,11 +255,15 @@ export async function changeZoneRecord(
     const apexTxt = type === 'TXT' && apex;
     if (reservedHere.length && !apexTxt) throw reservedError(name, type, 'it is read-only.');
     if (action === 'delete') {
-      if (!managed.length && reservedHere.length) throw reservedError(name, type, 'its SPF value is read-only, and there are no other TXT values at the apex to delete.');
+      if (!managed.length && reservedHere.length)
+        throw reservedError(name, type, 'its SPF value is read-only, and there are no other TXT values at the apex to delete.');
       if (!managed.length) throw new AppError('not_found', `There is no ${type} record at ${name}.`, { name, type });
     } else {
       if (type === 'CNAME' && reservedTypes.length) {
-        throw new AppError('dns_record_reserved', `${name} carries the account's mail (${reservedTypes.join(', ')}): a CNAME there would shadow it.`, { name, type });
+        throw new AppError('dns_record_reserved', `${name} carries the account's mail (${reservedTypes.join(', ')}): a CNAME there would shadow it.`, {
+          name,
+          type,
+        });
       }
       const others = [...new Set(atName.filter((r) => r.type !== 'CNAME').map((r) => r.type))];
       if (type === 'CNAME' && others.length) throw bad('type', `${name} already has ${others.join(', ')} records: a CNAME cannot stand beside other data`);
@@ -247,7 +273,10 @@ export async function changeZoneRecord(
       }
       const count = await tx.dnsRecord.count({ where: { zoneId: zone.id } });
       if (count - managed.length + contents.length > MAX_RECORDS_PER_ZONE) {
-        throw bad('values', `the zone holds at most ${MAX_RECORDS_PER_ZONE} records (values), reserved ones included; it has ${count}`, { limit: MAX_RECORDS_PER_ZONE, records_in_zone: count });
+        throw bad('values', `the zone holds at most ${MAX_RECORDS_PER_ZONE} records (values), reserved ones included; it has ${count}`, {
+          limit: MAX_RECORDS_PER_ZONE,
+          records_in_zone: count,
+        });
       }
     }
     await tx.dnsRecord.deleteMany({ where: { id: { in: managed.map((r) => r.id) } } });
@@ -262,7 +291,18 @@ export async function changeZoneRecord(
       db: tx,
       accountId: input.accountId,
       type: 'domain.dns.changed',
-      data: { zone: zone.name, action, id: set.id, name, type, ttl: set.ttl, values, previous: managed.length ? { ttl: managed[0]!.ttl, values: managed.map((r) => recordValue(type, r.content)) } : null, serial: after.serial, by_key_id: input.actorKeyId },
+      data: {
+        zone: zone.name,
+        action,
+        id: set.id,
+        name,
+        type,
+        ttl: set.ttl,
+        values,
+        previous: managed.length ? { ttl: managed[0]!.ttl, values: managed.map((r) => recordValue(type, r.content)) } : null,
+        serial: after.serial,
+        by_key_id: input.actorKeyId,
+      },
     });
     return { zone: zone.name, serial: after.serial, action, record: set };
   });

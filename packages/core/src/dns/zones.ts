@@ -84,9 +84,20 @@ export async function ensureBaseZone(db: Db, config: Config): Promise<string> {
     const missing = want.filter((r) => !have.some((h) => key(h) === key(r)));
     // Free subdomains live before their records were kept here (and any whose records are missing).
     const unserved = await tx.domain.findMany({
-      where: { mode: 'subdomain', status: 'active', NOT: { id: { in: (await tx.dnsRecord.findMany({ where: { zoneId: zone.id, domainId: { not: null } }, select: { domainId: true }, distinct: ['domainId'] })).map((r) => r.domainId!) } } },
+      where: {
+        mode: 'subdomain',
+        status: 'active',
+        NOT: {
+          id: {
+            in: (await tx.dnsRecord.findMany({ where: { zoneId: zone.id, domainId: { not: null } }, select: { domainId: true }, distinct: ['domainId'] })).map(
+              (r) => r.domainId!,
+            ),
+          },
+        },
+      },
     });
-    if (!stale.length && !missing.length && !unserved.length && zone.soaMname === soa(config).soaMname && zone.soaRname === soa(config).soaRname) return zone.id;
+    if (!stale.length && !missing.length && !unserved.length && zone.soaMname === soa(config).soaMname && zone.soaRname === soa(config).soaRname)
+      return zone.id;
     if (stale.length) await tx.dnsRecord.deleteMany({ where: { id: { in: stale.map((r) => r.id) } } });
     await insertRecords(tx, zone.id, missing, { reserved: true });
     for (const d of unserved) await insertRecords(tx, zone.id, mailRecordContents(config, d), { reserved: true, domainId: d.id });

@@ -19,12 +19,18 @@ export async function goLive(svc: Services, tx: Tx, d: Domain): Promise<Domain> 
   try {
     // A savepoint, so that losing the race for the name leaves the transaction usable.
     await tx.$executeRaw`SAVEPOINT go_live`;
-    live = await tx.domain.update({ where: { id: d.id }, data: { status: 'active' satisfies DomainStatus, liveName: d.name, verifiedAt: now, nextCheckAt: null, claimExpiresAt: null } });
+    live = await tx.domain.update({
+      where: { id: d.id },
+      data: { status: 'active' satisfies DomainStatus, liveName: d.name, verifiedAt: now, nextCheckAt: null, claimExpiresAt: null },
+    });
     await tx.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${d.id}`;
   } catch (err) {
     if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
       await tx.$executeRaw`ROLLBACK TO SAVEPOINT go_live`;
-      const checks = { ...((d.checks as unknown as DomainChecks | null) ?? { checked_at: now.toISOString(), records: [] }), blocked_by: 'another account proved this domain first' };
+      const checks = {
+        ...((d.checks as unknown as DomainChecks | null) ?? { checked_at: now.toISOString(), records: [] }),
+        blocked_by: 'another account proved this domain first',
+      };
       return tx.domain.update({ where: { id: d.id }, data: { checks: checks as unknown as Prisma.InputJsonValue } });
     }
     throw err;
@@ -33,7 +39,7 @@ export async function goLive(svc: Services, tx: Tx, d: Domain): Promise<Domain> 
   await appendEvent({ db: tx, accountId: d.accountId, type: 'domain.ready', data: { domain: d.name, mode: d.mode, verified_at: now.toISOString() } });
   // The target of a move (POST /account/domain) takes over as the primary domain.
   if (!live.isPrimary) await completeMove(svc, tx, live);
-  return (await tx.domain.findUniqueOrThrow({ where: { id: d.id } }));
+  return await tx.domain.findUniqueOrThrow({ where: { id: d.id } });
 }
 
 /**
@@ -50,13 +56,20 @@ export async function completeMove(svc: Services, tx: Tx, target: Domain): Promi
     UPDATE boxes SET domain_id = ${target.id}, address = local_part || '@' || ${target.name}, live_address = local_part || '@' || ${target.name}
     WHERE account_id = ${target.accountId} AND domain_id = ${old.id}`;
   await tx.account.update({ where: { id: target.accountId }, data: { primaryAddress: `agent@${target.name}` } });
-  await appendEvent({ db: tx, accountId: target.accountId, type: 'domain.moved', data: { from: old.name, to: target.name, grace_until: graceUntil.toISOString() } });
+  await appendEvent({
+    db: tx,
+    accountId: target.accountId,
+    type: 'domain.moved',
+    data: { from: old.name, to: target.name, grace_until: graceUntil.toISOString() },
+  });
 }
-
 
 /** Retiring domains past their grace period: retired, their name freed and their records no longer served. */
 export async function retireMovedDomains(svc: Services): Promise<number> {
-  const due = await svc.db.domain.findMany({ where: { status: 'retiring' satisfies DomainStatus, graceUntil: { lte: svc.clock.now() } }, select: { id: true } });
+  const due = await svc.db.domain.findMany({
+    where: { status: 'retiring' satisfies DomainStatus, graceUntil: { lte: svc.clock.now() } },
+    select: { id: true },
+  });
   for (const { id } of due) {
     await svc.db.$transaction(async (tx) => {
       const d = await tx.domain.findUniqueOrThrow({ where: { id } });
@@ -69,4 +82,3 @@ export async function retireMovedDomains(svc: Services): Promise<number> {
   }
   return due.length;
 }
-

@@ -48,7 +48,18 @@ export const LOCAL_TLD_PRICES_CENTS: Record<string, number> = {
 };
 
 /** Names the local registrar treats as registered by someone else (deterministic, so tests can rely on them). */
-export const LOCAL_TAKEN = new Set(['google.com', 'amazon.com', 'openai.com', 'gmail.com', 'outlook.com', 'taken-name.com', 'agent.com', 'mail.com', 'boxes.dev', 'agents.ai']);
+export const LOCAL_TAKEN = new Set([
+  'google.com',
+  'amazon.com',
+  'openai.com',
+  'gmail.com',
+  'outlook.com',
+  'taken-name.com',
+  'agent.com',
+  'mail.com',
+  'boxes.dev',
+  'agents.ai',
+]);
 
 /** RFC 2606 and RFC 6761: example names and reserved TLDs are never registrable. */
 function reserved(name: string): boolean {
@@ -67,7 +78,12 @@ export class LocalRegistrar implements Registrar {
     const no = (reason: string): RegistrarQuote => ({ name, available: false, reason, priceCentsPerYear: price });
     if (reserved(name)) return no('reserved: example and test names can never be registered (RFC 2606)');
     if (labels.length !== 2) return no('only second-level names (name.tld) can be registered');
-    if (price === null) return no(`the .${tld} TLD is not offered (offered: ${Object.keys(LOCAL_TLD_PRICES_CENTS).map((t) => `.${t}`).join(', ')})`);
+    if (price === null)
+      return no(
+        `the .${tld} TLD is not offered (offered: ${Object.keys(LOCAL_TLD_PRICES_CENTS)
+          .map((t) => `.${t}`)
+          .join(', ')})`,
+      );
     if (LOCAL_TAKEN.has(name) || (await db.simulatedRegistryName.findUnique({ where: { name }, select: { name: true } }))) return no('already registered');
     return { name, available: true, reason: null, priceCentsPerYear: price };
   }

@@ -45,7 +45,8 @@ const MIN_BACKOFF_MS = 60_000;
 const MAX_BACKOFF_MS = 60 * 60_000;
 const DAY_MS = 24 * 60 * 60_000;
 
-export const isPending = (status: string): boolean => status === ('pending_dns' satisfies DomainStatus) || status === ('pending_delegation' satisfies DomainStatus);
+export const isPending = (status: string): boolean =>
+  status === ('pending_dns' satisfies DomainStatus) || status === ('pending_delegation' satisfies DomainStatus);
 
 export function claimDeadline(config: Config, from: Date): Date {
   return new Date(from.getTime() + config.dns.claimTtlDays * DAY_MS);
@@ -70,13 +71,31 @@ async function lookup<T>(fn: () => Promise<T[]>): Promise<T[]> {
 
 const squash = (s: string) => s.replace(/\s+/g, '');
 
-function txtCheck(name: string, purpose: string, expected: string, found: string[], matches: (v: string) => boolean, related: (v: string) => boolean): RecordCheck {
+function txtCheck(
+  name: string,
+  purpose: string,
+  expected: string,
+  found: string[],
+  matches: (v: string) => boolean,
+  related: (v: string) => boolean,
+): RecordCheck {
   const relevant = found.filter(related);
-  return { name, type: 'TXT', purpose, expected: [expected], found: relevant, state: relevant.some(matches) ? 'found' : relevant.length ? 'different' : 'missing' };
+  return {
+    name,
+    type: 'TXT',
+    purpose,
+    expected: [expected],
+    found: relevant,
+    state: relevant.some(matches) ? 'found' : relevant.length ? 'different' : 'missing',
+  };
 }
 
 /** Looks up every record a claim needs; never throws for records that are missing or wrong. */
-export async function checkRecords(config: Config, resolver: Resolver, d: Pick<Domain, 'name' | 'mode' | 'dkimSelector' | 'dkimPublicKey'>): Promise<RecordCheck[]> {
+export async function checkRecords(
+  config: Config,
+  resolver: Resolver,
+  d: Pick<Domain, 'name' | 'mode' | 'dkimSelector' | 'dkimPublicKey'>,
+): Promise<RecordCheck[]> {
   const txt = async (name: string) => (await lookup(() => resolver.resolveTxt(name))).map((chunks) => chunks.join(''));
   const dkimName = `${d.dkimSelector}._domainkey.${d.name}`;
   const dkimKeyOf = (v: string) => /(?:^|;)\s*p=([^;]*)/.exec(v)?.[1];
@@ -99,9 +118,23 @@ export async function checkRecords(config: Config, resolver: Resolver, d: Pick<D
   const apexTxt = await txt(d.name);
   return [
     { name: d.name, type: 'MX', purpose: 'receive mail', expected: [`10 ${hostContent(config.mailHost)}`], found: mx, state: mxState },
-    txtCheck(d.name, 'SPF: authorise this instance to send', spfValue(config), apexTxt, (v) => v.toLowerCase().includes(`a:${hostContent(config.mailHost)}`), (v) => /^v=spf1\b/i.test(v)),
+    txtCheck(
+      d.name,
+      'SPF: authorise this instance to send',
+      spfValue(config),
+      apexTxt,
+      (v) => v.toLowerCase().includes(`a:${hostContent(config.mailHost)}`),
+      (v) => /^v=spf1\b/i.test(v),
+    ),
     dkim,
-    txtCheck(`_dmarc.${d.name}`, 'DMARC policy', DMARC_VALUE, await txt(`_dmarc.${d.name}`), (v) => /^v=DMARC1\b/i.test(v), (v) => /^v=DMARC1\b/i.test(v)),
+    txtCheck(
+      `_dmarc.${d.name}`,
+      'DMARC policy',
+      DMARC_VALUE,
+      await txt(`_dmarc.${d.name}`),
+      (v) => /^v=DMARC1\b/i.test(v),
+      (v) => /^v=DMARC1\b/i.test(v),
+    ),
   ];
 }
 
@@ -140,7 +173,14 @@ export async function verifyDomain(svc: Services, domainId: string, resolver: Re
     records = await checkRecords(svc.config, resolver, d);
   } catch (err) {
     // The resolvers failed (not a missing record): try again later, without counting it against the claim.
-    return svc.db.domain.update({ where: { id: d.id }, data: { lastCheckedAt: now, nextCheckAt: new Date(now.getTime() + MIN_BACKOFF_MS), checks: { checked_at: now.toISOString(), records: [], blocked_by: `DNS lookup failed: ${(err as Error).message}` } } });
+    return svc.db.domain.update({
+      where: { id: d.id },
+      data: {
+        lastCheckedAt: now,
+        nextCheckAt: new Date(now.getTime() + MIN_BACKOFF_MS),
+        checks: { checked_at: now.toISOString(), records: [], blocked_by: `DNS lookup failed: ${(err as Error).message}` },
+      },
+    });
   }
   const proofSeen = records.some((r) => r.type === 'TXT' && r.name.includes('._domainkey.') && r.state === 'found');
   let blockedBy: string | null = null;
@@ -149,8 +189,11 @@ export async function verifyDomain(svc: Services, domainId: string, resolver: Re
     const live = await svc.db.domain.findUnique({ where: { liveName: d.name }, select: { accountId: true } });
     if (live) blockedBy = 'another account proved this domain first';
     else if (d.mode === 'byo_delegated' && !proofSeen && !d.proofSeenAt) {
-      const rivals = await svc.db.domain.count({ where: { name: d.name, id: { not: d.id }, status: { in: ['pending_dns', 'pending_delegation'] satisfies DomainStatus[] } } });
-      if (rivals) blockedBy = `another account also claims this domain: publish the DKIM record ${d.dkimSelector}._domainkey.${d.name} (see expected) where the domain's DNS is served, so the verifier can tell your claim apart`;
+      const rivals = await svc.db.domain.count({
+        where: { name: d.name, id: { not: d.id }, status: { in: ['pending_dns', 'pending_delegation'] satisfies DomainStatus[] } },
+      });
+      if (rivals)
+        blockedBy = `another account also claims this domain: publish the DKIM record ${d.dkimSelector}._domainkey.${d.name} (see expected) where the domain's DNS is served, so the verifier can tell your claim apart`;
     }
   }
   const backoff = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** Math.min(d.checkAttempts, 10));
@@ -185,18 +228,31 @@ export async function expireClaim(svc: Services, domainId: string): Promise<Doma
     const d = await tx.domain.findUniqueOrThrow({ where: { id: domainId } });
     if (!locked || !isPending(locked.status)) return d;
     const expired = await tx.domain.update({ where: { id: domainId }, data: { status: 'expired' satisfies DomainStatus, nextCheckAt: null } });
-    await appendEvent({ db: tx, accountId: d.accountId, type: 'domain.claim_expired', data: { domain: d.name, mode: d.mode, expired_at: svc.clock.now().toISOString() } });
-    const others = await tx.domain.count({ where: { name: d.name, id: { not: d.id }, status: { in: ['pending_delegation', 'active'] satisfies DomainStatus[] } } });
+    await appendEvent({
+      db: tx,
+      accountId: d.accountId,
+      type: 'domain.claim_expired',
+      data: { domain: d.name, mode: d.mode, expired_at: svc.clock.now().toISOString() },
+    });
+    const others = await tx.domain.count({
+      where: { name: d.name, id: { not: d.id }, status: { in: ['pending_delegation', 'active'] satisfies DomainStatus[] } },
+    });
     if (!others) await tx.dnsZone.deleteMany({ where: { name: d.name, domainId: null, kind: 'delegated' } });
     return expired;
   });
 }
 
 /** One pass of the verifier: every pending claim due for a check (oldest first, at most `limit`). */
-export async function runDomainVerification(svc: Services, opts: { limit?: number; resolver?: Resolver } = {}): Promise<{ checked: number; live: number; expired: number; retired: number }> {
+export async function runDomainVerification(
+  svc: Services,
+  opts: { limit?: number; resolver?: Resolver } = {},
+): Promise<{ checked: number; live: number; expired: number; retired: number }> {
   const now = svc.clock.now();
   const due = await svc.db.domain.findMany({
-    where: { status: { in: ['pending_dns', 'pending_delegation'] }, OR: [{ nextCheckAt: null }, { nextCheckAt: { lte: now } }, { claimExpiresAt: { lte: now } }] },
+    where: {
+      status: { in: ['pending_dns', 'pending_delegation'] },
+      OR: [{ nextCheckAt: null }, { nextCheckAt: { lte: now } }, { claimExpiresAt: { lte: now } }],
+    },
     orderBy: { nextCheckAt: 'asc' },
     take: opts.limit ?? 100,
     select: { id: true },
@@ -241,12 +297,18 @@ export function presentDomain(config: Config, d: Domain) {
 
 /** POST /account/domain/verify: checks the account's pending claims now (or says why there is nothing to check). */
 export async function verifyAccountDomains(svc: Services, accountId: string) {
-  const pending = await svc.db.domain.findMany({ where: { accountId, status: { in: ['pending_dns', 'pending_delegation', 'expired'] satisfies DomainStatus[] } } });
+  const pending = await svc.db.domain.findMany({
+    where: { accountId, status: { in: ['pending_dns', 'pending_delegation', 'expired'] satisfies DomainStatus[] } },
+  });
   if (!pending.length) return accountDomains(svc, accountId);
   const resolver = createResolver(svc.config);
   for (const d of pending) {
     if (d.status === 'expired') {
-      throw new AppError('domain_claim_expired', `The claim on ${d.name} expired on ${d.claimExpiresAt?.toISOString() ?? 'its deadline'} without proof; it is no longer checked. Start a new signup for it.`, { domain: d.name });
+      throw new AppError(
+        'domain_claim_expired',
+        `The claim on ${d.name} expired on ${d.claimExpiresAt?.toISOString() ?? 'its deadline'} without proof; it is no longer checked. Start a new signup for it.`,
+        { domain: d.name },
+      );
     }
     await verifyDomain(svc, d.id, resolver);
   }

@@ -51,8 +51,25 @@ export interface EventRow {
 export function chainEvent(head: ChainHead, input: NewEvent & { accountId: string }): EventRow {
   // A JSON round trip drops undefined members so the hashed body equals what the database returns.
   const data = JSON.parse(JSON.stringify(input.data)) as Record<string, unknown>;
-  const body: ChainBody = { id: newId('evt'), seq: head.chain_seq + 1, type: input.type, account_id: input.accountId, created_at: new Date().toISOString(), data };
-  return { id: body.id, account_id: input.accountId, seq: body.seq, type: input.type, box_id: input.boxId ?? null, data, created_at: body.created_at, prev_hash: head.chain_hash, hash: chainHash(head.chain_hash, body) };
+  const body: ChainBody = {
+    id: newId('evt'),
+    seq: head.chain_seq + 1,
+    type: input.type,
+    account_id: input.accountId,
+    created_at: new Date().toISOString(),
+    data,
+  };
+  return {
+    id: body.id,
+    account_id: input.accountId,
+    seq: body.seq,
+    type: input.type,
+    box_id: input.boxId ?? null,
+    data,
+    created_at: body.created_at,
+    prev_hash: head.chain_hash,
+    hash: chainHash(head.chain_hash, body),
+  };
 }
 
 /** The INSERT of chained rows, for a CTE of the caller's statement. */

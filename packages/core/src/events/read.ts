@@ -108,13 +108,25 @@ export async function verifyChain(input: { db: Db; accountId: string; batchSize?
         broken = true;
       }
       if (row.prevHash !== expectedPrev) {
-        anomalies.push({ at_seq: row.seq, kind: 'prev_hash_mismatch', message: `event ${row.seq} does not link to the event before it`, expected: expectedPrev, found: row.prevHash });
+        anomalies.push({
+          at_seq: row.seq,
+          kind: 'prev_hash_mismatch',
+          message: `event ${row.seq} does not link to the event before it`,
+          expected: expectedPrev,
+          found: row.prevHash,
+        });
         broken = true;
       }
       const { _chain, ...body } = toApiEvent(row);
       const recomputed = chainHash(row.prevHash, body);
       if (recomputed !== row.hash) {
-        anomalies.push({ at_seq: row.seq, kind: 'hash_mismatch', message: `event ${row.seq} was altered after it was written`, expected: recomputed, found: row.hash });
+        anomalies.push({
+          at_seq: row.seq,
+          kind: 'hash_mismatch',
+          message: `event ${row.seq} was altered after it was written`,
+          expected: recomputed,
+          found: row.hash,
+        });
         broken = true;
       }
       verified += 1;
@@ -130,7 +142,13 @@ export async function verifyChain(input: { db: Db; accountId: string; batchSize?
     if (rows.length < batchSize) break;
   }
   if (account.chainSeq !== after || account.chainHash !== expectedPrev) {
-    anomalies.push({ at_seq: Math.max(after, account.chainSeq), kind: 'head_mismatch', message: `the chain head records seq ${account.chainSeq} but the stored events end at seq ${after}`, expected: account.chainHash, found: expectedPrev });
+    anomalies.push({
+      at_seq: Math.max(after, account.chainSeq),
+      kind: 'head_mismatch',
+      message: `the chain head records seq ${account.chainSeq} but the stored events end at seq ${after}`,
+      expected: account.chainHash,
+      found: expectedPrev,
+    });
   }
   const ok = anomalies.length === 0;
   return {

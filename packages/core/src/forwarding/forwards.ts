@@ -72,15 +72,23 @@ export async function createForward(
     await tx.$queryRaw`SELECT id FROM boxes WHERE id = ${box.id} FOR UPDATE`;
     const open = await tx.boxForward.findMany({ where: { boxId: box.id, status: { in: ['pending_confirmation', 'active'] satisfies ForwardStatus[] } } });
     const same = open.find((f) => f.target === target);
-    if (same) throw new AppError('forward_exists', `${box.address} already forwards to ${target} (${same.status})`, { forward_id: same.id, status: same.status });
+    if (same)
+      throw new AppError('forward_exists', `${box.address} already forwards to ${target} (${same.status})`, { forward_id: same.id, status: same.status });
     // Counted from the outbox, so deleting forwards does not reset it.
-    const recent = await tx.notice.count({ where: { accountId: input.accountId, kind: 'forward_confirmation', createdAt: { gt: new Date(Date.now() - 86_400_000) } } });
+    const recent = await tx.notice.count({
+      where: { accountId: input.accountId, kind: 'forward_confirmation', createdAt: { gt: new Date(Date.now() - 86_400_000) } },
+    });
     const perDay = svc.config.smtp.forwardConfirmationsPerDay;
     if (recent >= perDay) {
-      throw new AppError('rate_limited', `At most ${perDay} forwards (confirmation mails) per account a day; try again later`, { retry_after_seconds: 3600, limit: perDay });
+      throw new AppError('rate_limited', `At most ${perDay} forwards (confirmation mails) per account a day; try again later`, {
+        retry_after_seconds: 3600,
+        limit: perDay,
+      });
     }
     if (open.length >= MAX_FORWARDS_PER_BOX) {
-      throw new AppError('validation_error', `to: a box has at most ${MAX_FORWARDS_PER_BOX} forwards; delete one first`, { fields: [{ path: 'to', message: 'too many forwards' }] });
+      throw new AppError('validation_error', `to: a box has at most ${MAX_FORWARDS_PER_BOX} forwards; delete one first`, {
+        fields: [{ path: 'to', message: 'too many forwards' }],
+      });
     }
     const created = await tx.boxForward.create({
       data: {
@@ -114,7 +122,14 @@ export async function createForward(
       accountId: input.accountId,
       type: 'box.forward.created',
       boxId: box.id,
-      data: { id: created.id, box_id: box.id, box: box.address, to: target, match: { from_contains: created.matchFrom, subject_contains: created.matchSubject }, status: created.status },
+      data: {
+        id: created.id,
+        box_id: box.id,
+        box: box.address,
+        to: target,
+        match: { from_contains: created.matchFrom, subject_contains: created.matchSubject },
+        status: created.status,
+      },
     });
     return created;
   });
@@ -132,7 +147,10 @@ async function refreshBoxFlag(tx: Tx, boxId: string) {
   await tx.$executeRaw`UPDATE boxes SET forwarding = EXISTS (SELECT 1 FROM box_forwards WHERE box_id = ${boxId} AND status = 'active') WHERE id = ${boxId}`;
 }
 
-export async function deleteForward(svc: Services, input: { accountId: string; scope: BoxScope; boxId: string; forwardId: string }): Promise<{ deleted: true; id: string }> {
+export async function deleteForward(
+  svc: Services,
+  input: { accountId: string; scope: BoxScope; boxId: string; forwardId: string },
+): Promise<{ deleted: true; id: string }> {
   const box = await visibleBox(svc, input.accountId, input.scope, input.boxId);
   return svc.db.$transaction(async (tx) => {
     const f = await tx.boxForward.findFirst({ where: { id: input.forwardId, boxId: box.id } });
@@ -148,7 +166,8 @@ export async function deleteForward(svc: Services, input: { accountId: string; s
 export async function peekForwardConfirmation(svc: Services, token: string) {
   const f = await svc.db.boxForward.findUnique({ where: { confirmTokenHash: hashToken(token) }, include: { box: { select: { address: true } } } });
   if (!f) throw new AppError('not_found', 'This confirmation link is not valid');
-  if (f.status === 'pending_confirmation' && f.confirmExpiresAt <= svc.clock.now()) throw new AppError('link_expired', 'This confirmation link has expired; nothing will be forwarded');
+  if (f.status === 'pending_confirmation' && f.confirmExpiresAt <= svc.clock.now())
+    throw new AppError('link_expired', 'This confirmation link has expired; nothing will be forwarded');
   return presentForward(f);
 }
 
@@ -162,8 +181,16 @@ export async function answerForwardConfirmation(svc: Services, token: string, an
     if (f.confirmExpiresAt <= now) throw new AppError('link_expired', 'This confirmation link has expired; nothing will be forwarded');
     const updated =
       answer === 'confirm'
-        ? await tx.boxForward.update({ where: { id: f.id }, data: { status: 'active' satisfies ForwardStatus, confirmedAt: now }, include: { box: { select: { address: true } } } })
-        : await tx.boxForward.update({ where: { id: f.id }, data: { status: 'stopped' satisfies ForwardStatus, stopReason: 'declined', stoppedAt: now }, include: { box: { select: { address: true } } } });
+        ? await tx.boxForward.update({
+            where: { id: f.id },
+            data: { status: 'active' satisfies ForwardStatus, confirmedAt: now },
+            include: { box: { select: { address: true } } },
+          })
+        : await tx.boxForward.update({
+            where: { id: f.id },
+            data: { status: 'stopped' satisfies ForwardStatus, stopReason: 'declined', stoppedAt: now },
+            include: { box: { select: { address: true } } },
+          });
     await refreshBoxFlag(tx, f.boxId);
     const ref = { id: f.id, box_id: f.boxId, to: f.target };
     await appendEvent({
@@ -178,10 +205,19 @@ export async function answerForwardConfirmation(svc: Services, token: string, an
 
 /** Stops a forward for good and says why (box.forward.stopped). */
 export async function stopForward(tx: Tx, f: Pick<BoxForward, 'id' | 'accountId' | 'boxId' | 'target'>, reason: string, detail: Record<string, unknown> = {}) {
-  const done = await tx.boxForward.updateMany({ where: { id: f.id, status: { not: 'stopped' satisfies ForwardStatus } }, data: { status: 'stopped' satisfies ForwardStatus, stopReason: reason, stoppedAt: new Date() } });
+  const done = await tx.boxForward.updateMany({
+    where: { id: f.id, status: { not: 'stopped' satisfies ForwardStatus } },
+    data: { status: 'stopped' satisfies ForwardStatus, stopReason: reason, stoppedAt: new Date() },
+  });
   if (done.count !== 1) return;
   await refreshBoxFlag(tx, f.boxId);
-  await appendEvent({ db: tx, accountId: f.accountId, type: 'box.forward.stopped', boxId: f.boxId, data: { id: f.id, box_id: f.boxId, to: f.target, reason, ...detail } });
+  await appendEvent({
+    db: tx,
+    accountId: f.accountId,
+    type: 'box.forward.stopped',
+    boxId: f.boxId,
+    data: { id: f.id, box_id: f.boxId, to: f.target, reason, ...detail },
+  });
 }
 
 /** markBounced's hook: when the bounced message was an auto-forwarded copy, its forward stops. */

@@ -36,21 +36,39 @@ function matches(f: { matchFrom: string | null; matchSubject: string | null }, p
 }
 
 /** In the receiving transaction: one run per active, matching forward. Returns the runs to enqueue. */
-export async function queueForwardRuns(tx: Tx, input: { box: Pick<Box, 'id' | 'accountId' | 'address'>; messageId: string; parsed: ParsedMessage }): Promise<string[]> {
+export async function queueForwardRuns(
+  tx: Tx,
+  input: { box: Pick<Box, 'id' | 'accountId' | 'address'>; messageId: string; parsed: ParsedMessage },
+): Promise<string[]> {
   const forwards = await tx.boxForward.findMany({ where: { boxId: input.box.id, status: 'active' satisfies ForwardStatus } });
   const loop = Object.keys(input.parsed.headers).some((k) => k.toLowerCase() === FORWARDED_BY_HEADER.toLowerCase());
   const pending: string[] = [];
   for (const f of forwards) {
     if (!matches(f, input.parsed)) continue;
     const id = newId('fwr');
-    await tx.forwardRun.create({ data: { id, forwardId: f.id, messageId: input.messageId, status: (loop ? 'skipped' : 'pending') satisfies ForwardRunStatus, reason: loop ? 'loop' : null } });
+    await tx.forwardRun.create({
+      data: {
+        id,
+        forwardId: f.id,
+        messageId: input.messageId,
+        status: (loop ? 'skipped' : 'pending') satisfies ForwardRunStatus,
+        reason: loop ? 'loop' : null,
+      },
+    });
     if (loop) {
       await appendEvent({
         db: tx,
         accountId: f.accountId,
         type: 'box.forward.skipped',
         boxId: f.boxId,
-        data: { id: f.id, box_id: f.boxId, to: f.target, message_id: input.messageId, reason: 'loop', detail: `the message was already forwarded by ${input.parsed.headers[FORWARDED_BY_HEADER.toLowerCase()] ?? 'a Boxes forward'}` },
+        data: {
+          id: f.id,
+          box_id: f.boxId,
+          to: f.target,
+          message_id: input.messageId,
+          reason: 'loop',
+          detail: `the message was already forwarded by ${input.parsed.headers[FORWARDED_BY_HEADER.toLowerCase()] ?? 'a Boxes forward'}`,
+        },
       });
     } else pending.push(id);
   }
@@ -64,7 +82,13 @@ export async function enqueueForwardRuns(svc: Services, runIds: string[]): Promi
       runIds.map((forwardRunId) => ({
         name: 'forward',
         data: { forwardRunId },
-        opts: { jobId: `forward-${forwardRunId}`, attempts: 8, backoff: { type: 'exponential', delay: 2_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } },
+        opts: {
+          jobId: `forward-${forwardRunId}`,
+          attempts: 8,
+          backoff: { type: 'exponential', delay: 2_000 },
+          removeOnComplete: { age: 3600 },
+          removeOnFail: { age: 7 * 86_400 },
+        },
       })),
     );
   } catch {
@@ -74,17 +98,39 @@ export async function enqueueForwardRuns(svc: Services, runIds: string[]): Promi
 
 /** Pending runs older than graceMs (their enqueue lost): enqueued again; the job id makes that harmless. */
 export async function sweepForwardRuns(svc: Services, graceMs = 30_000): Promise<number> {
-  const rows = await svc.db.forwardRun.findMany({ where: { status: 'pending' satisfies ForwardRunStatus, createdAt: { lt: new Date(Date.now() - graceMs) } }, select: { id: true }, take: 1000 });
-  await enqueueForwardRuns(svc, rows.map((r) => r.id));
+  const rows = await svc.db.forwardRun.findMany({
+    where: { status: 'pending' satisfies ForwardRunStatus, createdAt: { lt: new Date(Date.now() - graceMs) } },
+    select: { id: true },
+    take: 1000,
+  });
+  await enqueueForwardRuns(
+    svc,
+    rows.map((r) => r.id),
+  );
   return rows.length;
 }
 
-async function skip(svc: Services, run: { id: string; forward: { id: string; accountId: string; boxId: string; target: string } }, messageId: string, reason: string, detail?: string) {
+async function skip(
+  svc: Services,
+  run: { id: string; forward: { id: string; accountId: string; boxId: string; target: string } },
+  messageId: string,
+  reason: string,
+  detail?: string,
+) {
   await svc.db.$transaction(async (tx) => {
-    const done = await tx.forwardRun.updateMany({ where: { id: run.id, status: 'pending' satisfies ForwardRunStatus }, data: { status: 'skipped' satisfies ForwardRunStatus, reason } });
+    const done = await tx.forwardRun.updateMany({
+      where: { id: run.id, status: 'pending' satisfies ForwardRunStatus },
+      data: { status: 'skipped' satisfies ForwardRunStatus, reason },
+    });
     if (done.count !== 1) return;
     const f = run.forward;
-    await appendEvent({ db: tx, accountId: f.accountId, type: 'box.forward.skipped', boxId: f.boxId, data: { id: f.id, box_id: f.boxId, to: f.target, message_id: messageId, reason, ...(detail ? { detail } : {}) } });
+    await appendEvent({
+      db: tx,
+      accountId: f.accountId,
+      type: 'box.forward.skipped',
+      boxId: f.boxId,
+      data: { id: f.id, box_id: f.boxId, to: f.target, message_id: messageId, reason, ...(detail ? { detail } : {}) },
+    });
   });
 }
 
@@ -144,6 +190,9 @@ export async function runForward(svc: Services, runId: string): Promise<'sent' |
     }
     throw err;
   }
-  await svc.db.forwardRun.updateMany({ where: { id: run.id, status: 'pending' satisfies ForwardRunStatus }, data: { status: 'sent' satisfies ForwardRunStatus, sentMessageId: messageId } });
+  await svc.db.forwardRun.updateMany({
+    where: { id: run.id, status: 'pending' satisfies ForwardRunStatus },
+    data: { status: 'sent' satisfies ForwardRunStatus, sentMessageId: messageId },
+  });
   return 'sent';
 }

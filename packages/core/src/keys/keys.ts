@@ -178,9 +178,7 @@ export async function authenticateKey(input: { db: Db; raw: string }) {
   if (!key || key.revokedAt || !constantTimeEqual(key.hash, hash)) return null;
   if (!key.lastUsedAt || Date.now() - key.lastUsedAt.getTime() > 60_000) {
     // At most one write a minute per key; failure to record use must not fail the request.
-    void input.db.apiKey
-      .updateMany({ where: { id: key.id }, data: { lastUsedAt: new Date() } })
-      .catch(() => undefined);
+    void input.db.apiKey.updateMany({ where: { id: key.id }, data: { lastUsedAt: new Date() } }).catch(() => undefined);
   }
   return key;
 }

@@ -154,7 +154,10 @@ function applyKeywords(mode: FlagChange['mode'], current: string[], given: strin
 }
 
 /** STORE: changes the flags of these UIDs of a folder. */
-export async function storeFlags(svc: Pick<Services, 'db'>, input: { accountId: string; folderId: string; uids: number[]; change: FlagChange }): Promise<StoreResult> {
+export async function storeFlags(
+  svc: Pick<Services, 'db'>,
+  input: { accountId: string; folderId: string; uids: number[]; change: FlagChange },
+): Promise<StoreResult> {
   const { change } = input;
   return svc.db.$transaction(
     async (tx) => {
@@ -214,7 +217,10 @@ export interface CopyResult {
  * COPY and MOVE between two folders of the same box. A message already in the destination keeps its UID there
  * (it is reported as the copy). MOVE takes the messages out of the source in the same transaction.
  */
-export async function copyEntries(svc: Pick<Services, 'db'>, input: { fromFolderId: string; toFolderId: string; uids: number[]; move: boolean }): Promise<CopyResult> {
+export async function copyEntries(
+  svc: Pick<Services, 'db'>,
+  input: { fromFolderId: string; toFolderId: string; uids: number[]; move: boolean },
+): Promise<CopyResult> {
   return svc.db.$transaction(
     async (tx) => {
       const source = await tx.$queryRaw<{ uid: number; message_id: string; deleted: boolean }[]>`
@@ -222,7 +228,11 @@ export async function copyEntries(svc: Pick<Services, 'db'>, input: { fromFolder
       const existing = await tx.$queryRaw<{ uid: number; message_id: string }[]>`
         SELECT uid, message_id FROM mail_folder_entries WHERE folder_id = ${input.toFolderId} AND message_id = ANY(${source.map((s) => s.message_id)}::text[])`;
       const known = new Map(existing.map((e) => [e.message_id, e.uid]));
-      const added = await appendToFolder(tx, input.toFolderId, source.filter((s) => !known.has(s.message_id)).map((s) => s.message_id));
+      const added = await appendToFolder(
+        tx,
+        input.toFolderId,
+        source.filter((s) => !known.has(s.message_id)).map((s) => s.message_id),
+      );
       for (const a of added) known.set(a.messageId, a.uid);
       if (input.move && source.length) {
         await tx.$executeRaw`DELETE FROM mail_folder_entries WHERE folder_id = ${input.fromFolderId} AND uid = ANY(${source.map((s) => s.uid)}::int[])`;
@@ -243,7 +253,10 @@ export async function copyEntries(svc: Pick<Services, 'db'>, input: { fromFolder
  * is then in no folder at all is reclaimed as DELETE /messages/{id} reclaims it (body and raw message removed,
  * message.deleted appended). Returns the UIDs removed.
  */
-export async function expungeEntries(svc: Services, input: { accountId: string; folderId: string; uids?: number[] | undefined; actorId: string }): Promise<number[]> {
+export async function expungeEntries(
+  svc: Services,
+  input: { accountId: string; folderId: string; uids?: number[] | undefined; actorId: string },
+): Promise<number[]> {
   const removed = await svc.db.$transaction(
     async (tx) => {
       const rows = input.uids
@@ -288,4 +301,3 @@ export function flagNames(bits: number, deleted: boolean, keywords: string[]): s
   if (deleted) names.push('\\Deleted' as SystemFlag);
   return [...names, ...keywords];
 }
-

@@ -28,7 +28,14 @@ interface RawFolder {
   highest_modseq: bigint;
 }
 
-const toRow = (r: RawFolder): FolderRow => ({ id: r.id, boxId: r.box_id, role: r.role as FolderRole, uidValidity: r.uid_validity, uidNext: r.uid_next, highestModseq: BigInt(r.highest_modseq) });
+const toRow = (r: RawFolder): FolderRow => ({
+  id: r.id,
+  boxId: r.box_id,
+  role: r.role as FolderRole,
+  uidValidity: r.uid_validity,
+  uidNext: r.uid_next,
+  highestModseq: BigInt(r.highest_modseq),
+});
 
 /** The folders of these boxes of the account (made if missing), by box then role. Boxes of other accounts give none. */
 export async function ensureBoxFolders(db: DbClient, accountId: string, boxIds: string[]): Promise<FolderRow[]> {
@@ -69,7 +76,9 @@ export interface FolderStatus {
 /** Counts for STATUS and the folder head, in one round trip. */
 export async function folderStatus(db: DbClient, folderIds: string[]): Promise<Map<string, FolderStatus>> {
   if (!folderIds.length) return new Map();
-  const rows = await db.$queryRaw<{ id: string; uid_validity: number; uid_next: number; highest_modseq: bigint; messages: bigint; unseen: bigint; size: bigint | null }[]>`
+  const rows = await db.$queryRaw<
+    { id: string; uid_validity: number; uid_next: number; highest_modseq: bigint; messages: bigint; unseen: bigint; size: bigint | null }[]
+  >`
     SELECT f.id, f.uid_validity, f.uid_next, f.highest_modseq,
       (SELECT count(*) FROM mail_folder_entries e WHERE e.folder_id = f.id) AS messages,
       (SELECT count(*) FROM mail_folder_entries e LEFT JOIN message_flags mf ON mf.message_id = e.message_id
@@ -79,7 +88,15 @@ export async function folderStatus(db: DbClient, folderIds: string[]): Promise<M
   return new Map(
     rows.map((r) => [
       r.id,
-      { id: r.id, uidValidity: r.uid_validity, uidNext: r.uid_next, highestModseq: BigInt(r.highest_modseq), messages: Number(r.messages), unseen: Number(r.unseen), size: Number(r.size ?? 0) },
+      {
+        id: r.id,
+        uidValidity: r.uid_validity,
+        uidNext: r.uid_next,
+        highestModseq: BigInt(r.highest_modseq),
+        messages: Number(r.messages),
+        unseen: Number(r.unseen),
+        size: Number(r.size ?? 0),
+      },
     ]),
   );
 }

@@ -64,7 +64,8 @@ export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string
   if (!head[0].foldable) {
     // Nothing to fold up to the head read: every event up to it is committed, so the cursor may pass them.
     if (head[0].seq !== null) {
-      await svc.db.$executeRaw`UPDATE mail_sync_state SET seq = ${head[0].chain_seq}, updated_at = now() WHERE account_id = ${accountId} AND seq = ${head[0].seq}`;
+      await svc.db
+        .$executeRaw`UPDATE mail_sync_state SET seq = ${head[0].chain_seq}, updated_at = now() WHERE account_id = ${accountId} AND seq = ${head[0].seq}`;
     }
     return false;
   }
@@ -150,7 +151,12 @@ async function addAll(tx: Tx, accountId: string, rows: StreamRow[]): Promise<voi
  * with nobody else adding (the unique (message, folder) index stays a backstop that is never hit), without the
  * speculative insertion of ON CONFLICT, which cost a fold of 10,000 messages a third more.
  */
-export async function appendToFolder(tx: Tx, folderId: string, messageIds: string[], opts: { returning?: boolean } = {}): Promise<{ messageId: string; uid: number }[]> {
+export async function appendToFolder(
+  tx: Tx,
+  folderId: string,
+  messageIds: string[],
+  opts: { returning?: boolean } = {},
+): Promise<{ messageId: string; uid: number }[]> {
   const ids = [...new Set(messageIds)];
   if (!ids.length) return [];
   const [folder] = await tx.$queryRaw<{ first: number; modseq: bigint }[]>`

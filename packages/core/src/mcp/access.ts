@@ -22,7 +22,12 @@ export async function setMcpEnabled(db: Db, accountId: string, enabled: boolean,
       data: { mcpDisabledAt: enabled ? null : new Date() },
       select: { mcpEnrolledAt: true, mcpDisabledAt: true },
     });
-    await appendEvent({ db: tx, accountId, type: enabled ? 'account.mcp.enabled' : 'account.mcp.disabled', data: { ...present(updated), by_key_id: actorKeyId } });
+    await appendEvent({
+      db: tx,
+      accountId,
+      type: enabled ? 'account.mcp.enabled' : 'account.mcp.disabled',
+      data: { ...present(updated), by_key_id: actorKeyId },
+    });
     return present(updated);
   });
 }

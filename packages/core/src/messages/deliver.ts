@@ -52,12 +52,18 @@ async function privateKeyFor(svc: Services, domainName: string, known?: SealedKe
 }
 
 /** The signed RFC 5322 bytes of a sent message, composed on first use and stored sealed. */
-export type ComposableMessage = Pick<Message, 'id' | 'rawEnc' | 'bodyEnc' | 'fromAddress' | 'toAddresses' | 'ccAddresses' | 'subject' | 'rfcMessageId' | 'recordedAt'>;
+export type ComposableMessage = Pick<
+  Message,
+  'id' | 'rawEnc' | 'bodyEnc' | 'fromAddress' | 'toAddresses' | 'ccAddresses' | 'subject' | 'rfcMessageId' | 'recordedAt'
+>;
 
 export async function ensureComposed(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
   if (message.rawEnc) return open(svc.secretKey, message.rawEnc);
   const signed = await composeSigned(svc, message, key);
-  const stored = await svc.db.message.updateMany({ where: { id: message.id, rawEnc: null }, data: { rawEnc: sealBytes(svc.secretKey, signed), sizeBytes: signed.length } });
+  const stored = await svc.db.message.updateMany({
+    where: { id: message.id, rawEnc: null },
+    data: { rawEnc: sealBytes(svc.secretKey, signed), sizeBytes: signed.length },
+  });
   if (stored.count === 1) return signed;
   // Another attempt stored it first: deliver the same bytes to every recipient.
   const again = await svc.db.message.findUniqueOrThrow({ where: { id: message.id }, select: { rawEnc: true } });
@@ -105,15 +111,11 @@ const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
  * transaction (markDeliveredMany). A job's promise settles once its delivery is recorded.
  */
 const recorderOf = (svc: Services) =>
-  groupCommitOf<DeliveredOutcome, boolean>(
-    svc,
-    'delivery_outcomes',
-    async (items) => {
-      await acceptAll(svc, items);
-      const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
-      return items.map((o) => done.has(o.deliveryId));
-    },
-  );
+  groupCommitOf<DeliveredOutcome, boolean>(svc, 'delivery_outcomes', async (items) => {
+    await acceptAll(svc, items);
+    const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
+    return items.map((o) => done.has(o.deliveryId));
+  });
 
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
@@ -156,7 +158,27 @@ interface LoadedDelivery {
 /** A delivery with what sending it needs (its message, the sending domain's DKIM key) in one round trip. */
 async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
   const rows = await svc.db.$queryRaw<
-    { id: string; status: string; route: string; recipient: string; message_id: string; raw_enc: Uint8Array<ArrayBuffer> | null; body_enc: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; rfc_message_id: string; recorded_at: Date; dkim_selector: string | null; dkim_private_key_enc: string | null; accepted_at: Date | null; accepted_response: string | null; remote_mta: string | null; sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null }[]
+    {
+      id: string;
+      status: string;
+      route: string;
+      recipient: string;
+      message_id: string;
+      raw_enc: Uint8Array<ArrayBuffer> | null;
+      body_enc: string | null;
+      from_address: string | null;
+      to_addresses: string[];
+      cc_addresses: string[];
+      subject: string | null;
+      rfc_message_id: string;
+      recorded_at: Date;
+      dkim_selector: string | null;
+      dkim_private_key_enc: string | null;
+      accepted_at: Date | null;
+      accepted_response: string | null;
+      remote_mta: string | null;
+      sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
+    }[]
   >`
     SELECT d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses,
       m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc,
@@ -172,14 +194,30 @@ async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDe
     status: r.status,
     route: r.route,
     recipient: r.recipient,
-    message: { id: r.message_id, rawEnc: r.raw_enc, bodyEnc: r.body_enc, fromAddress: r.from_address, toAddresses: r.to_addresses, ccAddresses: r.cc_addresses, subject: r.subject, rfcMessageId: r.rfc_message_id, recordedAt: r.recorded_at },
+    message: {
+      id: r.message_id,
+      rawEnc: r.raw_enc,
+      bodyEnc: r.body_enc,
+      fromAddress: r.from_address,
+      toAddresses: r.to_addresses,
+      ccAddresses: r.cc_addresses,
+      subject: r.subject,
+      rfcMessageId: r.rfc_message_id,
+      recordedAt: r.recorded_at,
+    },
     key: r.dkim_selector && r.dkim_private_key_enc ? { dkimSelector: r.dkim_selector, dkimPrivateKeyEnc: r.dkim_private_key_enc } : null,
     accepted: r.accepted_at ? { mta: r.remote_mta, response: r.accepted_response ?? '250 accepted' } : null,
     sendingIp: r.sending_ip ? { ...r.sending_ip, warmupStartedAt: r.sending_ip.warmupStartedAt ? new Date(r.sending_ip.warmupStartedAt) : null } : null,
   };
 }
 
-export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliveryId: string, attemptsMade: number, opts: AttemptOptions = {}): Promise<AttemptResult> {
+export async function attemptDelivery(
+  svc: Services,
+  deps: DeliveryDeps,
+  deliveryId: string,
+  attemptsMade: number,
+  opts: AttemptOptions = {},
+): Promise<AttemptResult> {
   let delivery = await loadDelivery(svc, deliveryId);
   // A scheduled send's delayed job: release the message (unless it was cancelled first), then deliver.
   if (delivery?.status === 'scheduled') {
@@ -200,7 +238,17 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   if (delivery.route === 'local') {
     const target = await resolveRecipient(svc, delivery.recipient);
     if (target.kind !== 'box') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: 550, response: `5.1.1 <${delivery.recipient}>: no such box on this instance`, source: 'local', attempts, now: svc.clock.now() }), RECORD_TX);
+      await svc.db.$transaction(
+        (tx) =>
+          markBounced(tx, deliveryId, {
+            code: 550,
+            response: `5.1.1 <${delivery.recipient}>: no such box on this instance`,
+            source: 'local',
+            attempts,
+            now: svc.clock.now(),
+          }),
+        RECORD_TX,
+      );
       return { done: true };
     }
     const mailFrom = bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!));
@@ -222,7 +270,9 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
       async (tx) => {
         // Locked: a second run of the same job (a stalled lock handed on while the first still runs) waits here
         // and then sees the delivery done.
-        const [fresh] = await tx.$queryRaw<{ status: string; account_id: string }[]>`SELECT status, account_id FROM deliveries WHERE id = ${deliveryId} FOR UPDATE`;
+        const [fresh] = await tx.$queryRaw<
+          { status: string; account_id: string }[]
+        >`SELECT status, account_id FROM deliveries WHERE id = ${deliveryId} FOR UPDATE`;
         if (!fresh || ['delivered', 'bounced', 'failed'].includes(fresh.status)) return [];
         // Both accounts (the recipient's for the copy, the sender's for the outcome) locked now, in id order, as
         // every transaction that locks several accounts does (group commits): taken one after the other, the
@@ -246,14 +296,21 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
   } catch (err) {
     const code = (err as { code?: string }).code;
     if (code === 'ENOTFOUND') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
+      await svc.db.$transaction(
+        (tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.2 domain ${domain} does not exist`, source: 'smtp', attempts, now: svc.clock.now() }),
+        RECORD_TX,
+      );
       return { done: true };
     }
     destinations = [];
     lastError = `DNS lookup for ${domain} failed: ${(err as Error).message}`;
   }
   if (!deps.relay && destinations.length === 0 && !lastError) {
-    await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
+    await svc.db.$transaction(
+      (tx) =>
+        markBounced(tx, deliveryId, { code: null, response: `5.1.10 ${domain} accepts no mail (null MX)`, source: 'smtp', attempts, now: svc.clock.now() }),
+      RECORD_TX,
+    );
     return { done: true };
   }
   const envelope = { from: bounceAddress(deliveryId, domainOf(delivery.message.fromAddress!)), to: delivery.recipient };
@@ -272,7 +329,10 @@ export async function attemptDelivery(svc: Services, deps: DeliveryDeps, deliver
       return { done: true };
     }
     if (outcome.kind === 'permanent') {
-      await svc.db.$transaction((tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts, now: svc.clock.now() }), RECORD_TX);
+      await svc.db.$transaction(
+        (tx) => markBounced(tx, deliveryId, { code: outcome.code, response: outcome.response, source: 'smtp', attempts, now: svc.clock.now() }),
+        RECORD_TX,
+      );
       return { done: true };
     }
     lastError = `${outcome.mta}: ${outcome.response}`;

@@ -17,11 +17,12 @@ export async function checkSendLoop(svc: Services, accountId: string, singleReci
   const previous = `${svc.config.redisPrefix}:loop:${accountId}:${window - 1}`;
   let distinct: number;
   try {
-    const [[, , ], [, count]] = (await svc.redis.multi().pfadd(key, singleRecipient).pfcount(key, previous).expire(key, LOOP_WINDOW_SECONDS * 3).exec()) as [
-      [unknown, unknown],
-      [unknown, number],
-      [unknown, unknown],
-    ];
+    const [[, ,], [, count]] = (await svc.redis
+      .multi()
+      .pfadd(key, singleRecipient)
+      .pfcount(key, previous)
+      .expire(key, LOOP_WINDOW_SECONDS * 3)
+      .exec()) as [[unknown, unknown], [unknown, number], [unknown, unknown]];
     distinct = count;
   } catch {
     return undefined; // Redis trouble must not block sending.
@@ -30,7 +31,12 @@ export async function checkSendLoop(svc: Services, accountId: string, singleReci
   const message = `${distinct} single-recipient sends to different addresses in the last minute. Put such messages in one bulk job instead: POST /messages/send/bulk takes up to 5,000 messages and sends them in batches with a cool-off and a bounce breaker (see README "Bulk send").`;
   const first = await svc.redis.set(`${svc.config.redisPrefix}:loop-event:${accountId}`, '1', 'EX', 600, 'NX').catch(() => null);
   if (first === 'OK') {
-    await appendEvent({ db: svc.db, accountId, type: 'send.loop_detected', data: { distinct_recipients_last_minute: distinct, advice: 'send these messages as one bulk job: POST /messages/send/bulk' } });
+    await appendEvent({
+      db: svc.db,
+      accountId,
+      type: 'send.loop_detected',
+      data: { distinct_recipients_last_minute: distinct, advice: 'send these messages as one bulk job: POST /messages/send/bulk' },
+    });
   }
   return { code: 'looping_single_sends', message };
 }

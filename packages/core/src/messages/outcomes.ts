@@ -79,7 +79,12 @@ export interface DeliveredOutcome {
  * A delivery the remote (or local) MX accepted: charged from its hold, announced as mail.delivered, and the
  * message's status follows. False if it had already reached a final state (a duplicate job or report).
  */
-export async function markDelivered(svc: Services, tx: Tx, deliveryId: string, info: { mta: string | null; response: string; attempts: number }): Promise<boolean> {
+export async function markDelivered(
+  svc: Services,
+  tx: Tx,
+  deliveryId: string,
+  info: { mta: string | null; response: string; attempts: number },
+): Promise<boolean> {
   return (await markDeliveredMany(svc, tx, [{ deliveryId, ...info }])).has(deliveryId);
 }
 
@@ -153,7 +158,15 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
   }
   for (const d of general) {
     // The general path: its announcements (low_balance, billing.deficit) run as for every other charge.
-    await chargeDelivery(svc, tx, { id: d.id, accountId: d.account_id, messageId: d.message_id, heldMicros: d.held_micros, usedFree: d.used_free, attachmentMicros: d.attachment_micros, surchargeMicros: d.surcharge_micros });
+    await chargeDelivery(svc, tx, {
+      id: d.id,
+      accountId: d.account_id,
+      messageId: d.message_id,
+      heldMicros: d.held_micros,
+      usedFree: d.used_free,
+      attachmentMicros: d.attachment_micros,
+      surchargeMicros: d.surcharge_micros,
+    });
     await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data: eventData(d) });
     await refreshMessageStatus(tx, d.message_id);
   }
@@ -166,9 +179,17 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
 }
 
 /** attempts: the attempts made when our own attempt bounced; omitted for a bounce reported later (DSN). */
-export async function markBounced(tx: Tx, deliveryId: string, info: { code: number | null; response: string; source: 'smtp' | 'dsn' | 'local'; attempts?: number; now: Date }) {
+export async function markBounced(
+  tx: Tx,
+  deliveryId: string,
+  info: { code: number | null; response: string; source: 'smtp' | 'dsn' | 'local'; attempts?: number; now: Date },
+) {
   const d = await tx.delivery.findUniqueOrThrow({ where: { id: deliveryId } });
-  const fresh = await claim(tx, deliveryId, 'bounced', { lastError: info.response.slice(0, 1000), nextAttemptAt: null, ...(info.attempts !== undefined ? { attempts: info.attempts } : {}) });
+  const fresh = await claim(tx, deliveryId, 'bounced', {
+    lastError: info.response.slice(0, 1000),
+    nextAttemptAt: null,
+    ...(info.attempts !== undefined ? { attempts: info.attempts } : {}),
+  });
   // A DSN can arrive after we recorded the delivery as delivered (the remote accepted, then bounced): it still
   // counts as a bounce for the suppression list.
   if (!fresh && d.status !== 'delivered') return;
@@ -180,7 +201,14 @@ export async function markBounced(tx: Tx, deliveryId: string, info: { code: numb
     type: 'mail.bounced',
     data: { message_id: d.messageId, recipient: d.recipient, code: info.code, response: info.response.slice(0, 500), source: info.source },
   });
-  await suppress(tx, { accountId: d.accountId, address: d.recipient, reason: 'bounce', detail: info.response.slice(0, 500), messageId: d.messageId, now: info.now });
+  await suppress(tx, {
+    accountId: d.accountId,
+    address: d.recipient,
+    reason: 'bounce',
+    detail: info.response.slice(0, 500),
+    messageId: d.messageId,
+    now: info.now,
+  });
   // A bounced auto-forwarded copy stops its forward.
   await stopForwardOnBounce(tx, { messageId: d.messageId, recipient: d.recipient, response: info.response });
   await evaluateReputation(tx, d.accountId, info.now);

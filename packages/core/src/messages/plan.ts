@@ -135,7 +135,16 @@ export interface SenderBox {
   signature: string | null;
 }
 
-type StateDomain = { id: string; name: string; status: string; mode: string; checks: unknown; claimExpiresAt: Date | null; dkimSelector: string; dkimPublicKey: string };
+type StateDomain = {
+  id: string;
+  name: string;
+  status: string;
+  mode: string;
+  checks: unknown;
+  claimExpiresAt: Date | null;
+  dkimSelector: string;
+  dkimPublicKey: string;
+};
 
 /** What planning reads from the account. */
 export interface SendState {
@@ -162,7 +171,15 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
   const candidates = [...new Set(recipients.flatMap(candidatesOf))];
   const parents = [...new Set(messages.flatMap((m) => m.parents))];
   const rows = await svc.db.$queryRaw<
-    { domains: StateDomain[] | null; boxes: SenderBox[] | null; suppressed: string[] | null; hosted: string[] | null; dedicated: boolean; listed: ListedRow[] | null; parents: SendState['parents'] | null }[]
+    {
+      domains: StateDomain[] | null;
+      boxes: SenderBox[] | null;
+      suppressed: string[] | null;
+      hosted: string[] | null;
+      dedicated: boolean;
+      listed: ListedRow[] | null;
+      parents: SendState['parents'] | null;
+    }[]
   >`
     SELECT
       (SELECT json_agg(json_build_object('id', id, 'name', name, 'status', status, 'mode', mode, 'checks', checks,
@@ -237,7 +254,10 @@ function resolveSender(config: Services['config'], state: SendState, caller: Pla
   const box = state.boxes.get(from.address);
   if (!box) throw invalid('from', `${from.address} is not a box of this account; create it with POST /boxes`);
   if (caller.boxScope && !caller.boxScope.includes(box.id)) {
-    throw new AppError('box_restricted_key', `This key may not send from ${box.address}`, { from: box.address, fields: [{ path: 'from', message: 'outside the key\'s boxes' }] });
+    throw new AppError('box_restricted_key', `This key may not send from ${box.address}`, {
+      from: box.address,
+      fields: [{ path: 'from', message: "outside the key's boxes" }],
+    });
   }
   return box;
 }

@@ -84,7 +84,8 @@ function decodeCursor(cursor: string): { at: Date; id: string } {
 function parseTime(value: string | undefined, field: string): Date | undefined {
   if (value === undefined) return undefined;
   const d = new Date(value);
-  if (Number.isNaN(d.getTime())) throw new AppError('validation_error', `${field}: must be an ISO 8601 time`, { fields: [{ path: field, message: 'not a time' }] });
+  if (Number.isNaN(d.getTime()))
+    throw new AppError('validation_error', `${field}: must be an ISO 8601 time`, { fields: [{ path: field, message: 'not a time' }] });
   return d;
 }
 
@@ -167,7 +168,9 @@ export async function deleteMessage(svc: Services, input: { accountId: string; s
     const m = await findVisible(tx, input.accountId, input.scope, input.id);
     // The body of a scheduled send is what will be sent: it goes away only with the send.
     if (m.status === 'scheduled') {
-      throw new AppError('conflict', `message ${m.id} is scheduled (send_at ${m.sendAt?.toISOString()}); cancel it first with POST /messages/${m.id}/cancel`, { status: m.status });
+      throw new AppError('conflict', `message ${m.id} is scheduled (send_at ${m.sendAt?.toISOString()}); cancel it first with POST /messages/${m.id}/cancel`, {
+        status: m.status,
+      });
     }
     const at = m.bodyReclaimedAt ?? new Date();
     await tx.message.update({
@@ -179,7 +182,15 @@ export async function deleteMessage(svc: Services, input: { accountId: string; s
         // The raw bytes go, their SHA-256 stays: audit bundles still name what was stored.
         rawSha256: rawSha256Of(svc.secretKey, m),
         ...(input.purge
-          ? { subject: null, fromAddress: null, toAddresses: [], ccAddresses: [], bccAddresses: [], purgedAt: m.purgedAt ?? new Date(), response: Prisma.DbNull }
+          ? {
+              subject: null,
+              fromAddress: null,
+              toAddresses: [],
+              ccAddresses: [],
+              bccAddresses: [],
+              purgedAt: m.purgedAt ?? new Date(),
+              response: Prisma.DbNull,
+            }
           : {}),
       },
     });

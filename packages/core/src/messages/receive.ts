@@ -41,7 +41,9 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
     (await svc.db.box.findUnique({ where: { liveAddress: address } })) ??
     // The old domain of an account that moved (retiring, in its grace period): its boxes moved to the new
     // domain with their local parts, so name@old reaches the box that is now name@new.
-    (domain.status === 'retiring' ? await svc.db.box.findFirst({ where: { accountId: domain.accountId, localPart: address.slice(0, address.lastIndexOf('@')) } }) : null);
+    (domain.status === 'retiring'
+      ? await svc.db.box.findFirst({ where: { accountId: domain.accountId, localPart: address.slice(0, address.lastIndexOf('@')) } })
+      : null);
   if (box) return { kind: 'box', box };
   const m = BOUNCE_LOCAL.exec(address.slice(0, address.lastIndexOf('@')));
   if (m) {
@@ -57,7 +59,12 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
  * for the message's own Message-ID (a local delivery: the sender may be this same account). No query at all
  * for a message that answers nothing: it starts a thread.
  */
-async function findParents(tx: Tx, accountId: string, parsed: ParsedMessage, own: boolean): Promise<{ context: Record<string, unknown> | null; threadId: string }> {
+async function findParents(
+  tx: Tx,
+  accountId: string,
+  parsed: ParsedMessage,
+  own: boolean,
+): Promise<{ context: Record<string, unknown> | null; threadId: string }> {
   const ids = parentIds({ inReplyTo: parsed.inReplyTo, references: parsed.references, own: own ? parsed.messageId : null });
   const found = ids.length
     ? await tx.message.findMany({
@@ -185,11 +192,7 @@ const groupable = (p: Prepared): boolean =>
  * is being stored share the next transaction (storeInboundBatch); a batch that fails is retried one by one.
  */
 const inboundOf = (svc: Services) =>
-  groupCommitOf<Prepared, StoredInbound>(
-    svc,
-    'inbound_messages',
-    (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX),
-  );
+  groupCommitOf<Prepared, StoredInbound>(svc, 'inbound_messages', (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX));
 
 /**
  * Many groupable messages in one transaction (README "Hot paths"): the accounts locked once, in id order (two
@@ -307,7 +310,9 @@ async function writeReceived(tx: Tx, list: ReceivedRow[]): Promise<void> {
     thread_id: m.threadId,
   }));
   const bodies = list.map(({ p, i }) => p.sealed[i]!.bodyEnc);
-  const raws = list.map(({ p, i }) => Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'));
+  const raws = list.map(({ p, i }) =>
+    Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'),
+  );
   const sql = leanChargesSql(list.map((r) => r.charge));
   await tx.$queryRaw`
     WITH msg AS (
@@ -388,7 +393,9 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
     const postings = input.free ? [] : receivedCharge(svc, a, id, p.attachmentBytes);
     if (isQuietCharge(a, postings)) {
       const m = { id, context, threadId, rfcMessageId, eventData };
-      await writeReceived(tx, [{ p, i, box, m, charge: { accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } } }]);
+      await writeReceived(tx, [
+        { p, i, box, m, charge: { accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } } },
+      ]);
     } else {
       await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
     }

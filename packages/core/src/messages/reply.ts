@@ -81,7 +81,11 @@ function quoted(parent: Message, body: StoredBody, author: string) {
   const text = body.text ?? (body.html ? body.html.replace(/<[^>]*>/g, '') : '');
   const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   return {
-    text: `${intro}\n${text.replace(/\r?\n$/, '').split(/\r?\n/).map((l) => (l ? `> ${l}` : '>')).join('\n')}`,
+    text: `${intro}\n${text
+      .replace(/\r?\n$/, '')
+      .split(/\r?\n/)
+      .map((l) => (l ? `> ${l}` : '>'))
+      .join('\n')}`,
     html: `<p>${escapeHtml(intro)}</p><blockquote style="margin:0 0 0 .8ex;border-left:1px solid #ccc;padding-left:1ex">${body.html ?? escapeHtml(text).replace(/\r?\n/g, '<br>')}</blockquote>`,
   };
 }
@@ -92,12 +96,16 @@ export async function replyToMessage(svc: Services, caller: SendCaller, input: I
   if (!parent || (caller.boxScope && (!parent.boxId || !caller.boxScope.includes(parent.boxId)))) throw notFound('message', input.id);
   for (const name of Object.keys(input.headers ?? {})) {
     if (['in-reply-to', 'references'].includes(name.toLowerCase())) {
-      throw new AppError('validation_error', `headers.${name}: a reply sets ${name} itself`, { fields: [{ path: `headers.${name}`, message: 'set by the reply' }] });
+      throw new AppError('validation_error', `headers.${name}: a reply sets ${name} itself`, {
+        fields: [{ path: `headers.${name}`, message: 'set by the reply' }],
+      });
     }
   }
   const body = parent.bodyEnc ? openBody(svc.secretKey, parent.bodyEnc) : null;
   if (input.quote && !body) {
-    throw new AppError('validation_error', 'quote: the body of this message was reclaimed; reply without quote', { fields: [{ path: 'quote', message: 'no body to quote' }] });
+    throw new AppError('validation_error', 'quote: the body of this message was reclaimed; reply without quote', {
+      fields: [{ path: 'quote', message: 'no body to quote' }],
+    });
   }
   // The box that received (or sent) the original answers, unless from says otherwise.
   const box = parent.boxId ? await svc.db.box.findUnique({ where: { id: parent.boxId }, select: { address: true } }) : null;

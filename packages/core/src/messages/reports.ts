@@ -24,20 +24,23 @@ export async function applyReport(
   const quoted = report.kind === 'arf' ? BOUNCE_ADDRESS.exec(report.originalMailFrom ?? '')?.[1] : undefined;
   const deliveryId = input.deliveryId ?? quoted;
   const exact = deliveryId ? await tx.delivery.findFirst({ where: { id: deliveryId, accountId } }) : null;
-  const original = !exact && report.originalMessageId
-    ? await tx.message.findFirst({ where: { accountId, direction: 'sent', rfcMessageId: report.originalMessageId }, select: { id: true } })
-    : null;
+  const original =
+    !exact && report.originalMessageId
+      ? await tx.message.findFirst({ where: { accountId, direction: 'sent', rfcMessageId: report.originalMessageId }, select: { id: true } })
+      : null;
   const messageId = exact?.messageId ?? original?.id ?? null;
 
   if (report.kind === 'dsn') {
     if (!messageId) return;
     for (const r of report.recipients.filter((x) => x.permanent)) {
-      const delivery =
-        exact && exact.recipient === r.address
-          ? exact
-          : await tx.delivery.findFirst({ where: { accountId, messageId, recipient: r.address } });
+      const delivery = exact && exact.recipient === r.address ? exact : await tx.delivery.findFirst({ where: { accountId, messageId, recipient: r.address } });
       if (!delivery) continue;
-      await markBounced(tx, delivery.id, { code: null, response: `${r.status ?? ''} ${r.diagnostic ?? 'bounced (DSN)'}`.trim(), source: 'dsn', now: input.now });
+      await markBounced(tx, delivery.id, {
+        code: null,
+        response: `${r.status ?? ''} ${r.diagnostic ?? 'bounced (DSN)'}`.trim(),
+        source: 'dsn',
+        now: input.now,
+      });
     }
     return;
   }
@@ -49,6 +52,13 @@ export async function applyReport(
       orderBy: { createdAt: 'desc' },
     });
     if (!delivery) continue;
-    await suppress(tx, { accountId, address, reason: 'complaint', detail: `feedback report: ${report.feedbackType}`, messageId: delivery.messageId, now: input.now });
+    await suppress(tx, {
+      accountId,
+      address,
+      reason: 'complaint',
+      detail: `feedback report: ${report.feedbackType}`,
+      messageId: delivery.messageId,
+      now: input.now,
+    });
   }
 }

@@ -41,7 +41,21 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
       const m = await tx.message.findUnique({ where: { id: messageId }, select: { accountId: true, status: true } });
       if (!m || m.status !== ('scheduled' satisfies MessageStatus)) return false;
       await lockAccountCredit(tx, m.accountId);
-      const rows = await tx.$queryRaw<{ id: string; box_id: string | null; rfc_message_id: string; thread_id: string; from_address: string | null; to_addresses: string[]; cc_addresses: string[]; subject: string | null; send_at: Date | null; context: unknown; recipients: number }[]>`
+      const rows = await tx.$queryRaw<
+        {
+          id: string;
+          box_id: string | null;
+          rfc_message_id: string;
+          thread_id: string;
+          from_address: string | null;
+          to_addresses: string[];
+          cc_addresses: string[];
+          subject: string | null;
+          send_at: Date | null;
+          context: unknown;
+          recipients: number;
+        }[]
+      >`
         WITH m AS (
           UPDATE messages SET status = ${statusLiteral(MESSAGE_STATUSES, 'queued')} WHERE id = ${messageId} AND status = 'scheduled'
           RETURNING id, box_id, rfc_message_id, thread_id, from_address, to_addresses, cc_addresses, subject, send_at, context
@@ -80,23 +94,50 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
 export async function cancelScheduled(svc: Services, input: { accountId: string; scope: BoxScope; id: string; actorKeyId: string }) {
   const out = await svc.db.$transaction(
     async (tx) => {
-      const m = await tx.message.findFirst({ where: { id: input.id, accountId: input.accountId }, select: { id: true, boxId: true, status: true, direction: true, sendAt: true } });
+      const m = await tx.message.findFirst({
+        where: { id: input.id, accountId: input.accountId },
+        select: { id: true, boxId: true, status: true, direction: true, sendAt: true },
+      });
       if (!m || (input.scope && (!m.boxId || !input.scope.includes(m.boxId)))) throw notFound('message', input.id);
       // The account first, as every writer of credit and events locks it, then the message row.
       await lockAccountCredit(tx, input.accountId);
-      const cancelled = await tx.message.updateMany({ where: { id: m.id, status: 'scheduled' satisfies MessageStatus }, data: { status: 'cancelled' satisfies MessageStatus } });
+      const cancelled = await tx.message.updateMany({
+        where: { id: m.id, status: 'scheduled' satisfies MessageStatus },
+        data: { status: 'cancelled' satisfies MessageStatus },
+      });
       if (cancelled.count === 0) {
         const now = await tx.message.findUniqueOrThrow({ where: { id: m.id }, select: { status: true } });
         if (now.status === 'cancelled') throw new AppError('conflict', `message ${m.id} was already cancelled`, { status: now.status });
-        throw new AppError('conflict', m.sendAt ? `message ${m.id} has already gone (status ${now.status}); it can no longer be cancelled` : `message ${m.id} was not scheduled (status ${now.status}); only a send with send_at can be cancelled`, {
-          status: now.status,
-        });
+        throw new AppError(
+          'conflict',
+          m.sendAt
+            ? `message ${m.id} has already gone (status ${now.status}); it can no longer be cancelled`
+            : `message ${m.id} was not scheduled (status ${now.status}); only a send with send_at can be cancelled`,
+          {
+            status: now.status,
+          },
+        );
       }
       const deliveries = await tx.delivery.findMany({ where: { messageId: m.id, status: 'scheduled' satisfies DeliveryStatus } });
-      await tx.delivery.updateMany({ where: { messageId: m.id, status: 'scheduled' satisfies DeliveryStatus }, data: { status: 'cancelled' satisfies DeliveryStatus } });
+      await tx.delivery.updateMany({
+        where: { messageId: m.id, status: 'scheduled' satisfies DeliveryStatus },
+        data: { status: 'cancelled' satisfies DeliveryStatus },
+      });
       for (const d of deliveries) await releaseDelivery(tx, d);
-      await appendEvent({ db: tx, accountId: input.accountId, type: 'mail.cancelled', boxId: m.boxId, data: { message_id: m.id, send_at: m.sendAt?.toISOString() ?? null, recipients: deliveries.length, by_key_id: input.actorKeyId } });
-      return { id: m.id, status: 'cancelled' as const, send_at: m.sendAt?.toISOString() ?? null, released_messages: deliveries.length, deliveryIds: deliveries.map((d) => d.id) };
+      await appendEvent({
+        db: tx,
+        accountId: input.accountId,
+        type: 'mail.cancelled',
+        boxId: m.boxId,
+        data: { message_id: m.id, send_at: m.sendAt?.toISOString() ?? null, recipients: deliveries.length, by_key_id: input.actorKeyId },
+      });
+      return {
+        id: m.id,
+        status: 'cancelled' as const,
+        send_at: m.sendAt?.toISOString() ?? null,
+        released_messages: deliveries.length,
+        deliveryIds: deliveries.map((d) => d.id),
+      };
     },
     { maxWait: 10_000, timeout: 20_000 },
   );

@@ -67,7 +67,12 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     checks.push(passed('from_domain', `${box.address} is a box on the account domain ${domainOf(box.address)}`));
     checks.push(passed('domain_verified', `${domainOf(box.address)} is live (proven) and may send`));
     if (caller.boxScope) checks.push(passed('box_restriction', `the key is restricted to ${caller.boxScope.length} box(es), ${box.address} among them`));
-    checks.push(passed('suppression', `${recipients.length} recipient(s) not on the suppression list${planned.suppressed.length ? `; ${planned.suppressed.length} suppressed and skipped` : ''}`));
+    checks.push(
+      passed(
+        'suppression',
+        `${recipients.length} recipient(s) not on the suppression list${planned.suppressed.length ? `; ${planned.suppressed.length} suppressed and skipped` : ''}`,
+      ),
+    );
   }
   // A scheduled send (send_at) is stored and reserved now; its deliveries wait (messages/schedule.ts).
   const sendAt = scheduledTime(input.send_at, date);
@@ -100,7 +105,12 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     throw err;
   }
   if (checks && response.recipients.length) {
-    checks.push(passed('credit', `${response.billing.messages} message(s) reserved under the account lock: ${response.billing.free_messages_used} free, ${response.billing.reserved_usd} USD held`));
+    checks.push(
+      passed(
+        'credit',
+        `${response.billing.messages} message(s) reserved under the account lock: ${response.billing.free_messages_used} free, ${response.billing.reserved_usd} USD held`,
+      ),
+    );
   }
   try {
     await svc.jobs.enqueueDeliveries(deliveryIds, sendAt ? Math.max(0, sendAt.getTime() - Date.now()) : 0);
@@ -112,9 +122,13 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
 
 function replay(prior: Message, requestHash: string): Output {
   if (prior.requestHash !== requestHash) {
-    throw new AppError('idempotency_key_reused', 'This idempotency_key was already used for a different message; nothing was sent. Use a new key for a new message.', {
-      message_id: prior.id,
-    });
+    throw new AppError(
+      'idempotency_key_reused',
+      'This idempotency_key was already used for a different message; nothing was sent. Use a new key for a new message.',
+      {
+        message_id: prior.id,
+      },
+    );
   }
   return { ...(prior.response as unknown as Output), idempotent_replay: true };
 }
@@ -248,7 +262,12 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
     };
   });
   const deliveries = staged.flatMap((s) =>
-    s.deliveries.map((d) => ({ ...d, message_id: s.plan.planned.messageId, account_id: s.plan.accountId, status: (s.plan.sendAt ? 'scheduled' : 'queued') satisfies DeliveryStatus })),
+    s.deliveries.map((d) => ({
+      ...d,
+      message_id: s.plan.planned.messageId,
+      account_id: s.plan.accountId,
+      status: (s.plan.sendAt ? 'scheduled' : 'queued') satisfies DeliveryStatus,
+    })),
   );
   const events = staged.map((s) => s.event);
   await tx.$queryRaw`
@@ -288,24 +307,21 @@ const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
  * idempotency_key raced by two requests) is retried send by send.
  */
 const sendersOf = (svc: Services) =>
-  groupCommitOf<SendPlan, SendResult>(
-    svc,
-    'sends',
-    (plans) =>
-      svc.db.$transaction(async (tx) => {
-        const ids = [...new Set(plans.map((p) => p.accountId))].sort();
-        const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
-        const staged: StagedSend[] = [];
-        const results: SendResult[] = plans.map((p) => {
-          try {
-            const s = stageSend(svc, rows.get(p.accountId)!, p);
-            staged.push(s);
-            return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
-          } catch (error) {
-            return { error };
-          }
-        });
-        if (staged.length) await writeSends(tx, staged);
-        return results;
-      }, SEND_TX),
+  groupCommitOf<SendPlan, SendResult>(svc, 'sends', (plans) =>
+    svc.db.$transaction(async (tx) => {
+      const ids = [...new Set(plans.map((p) => p.accountId))].sort();
+      const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
+      const staged: StagedSend[] = [];
+      const results: SendResult[] = plans.map((p) => {
+        try {
+          const s = stageSend(svc, rows.get(p.accountId)!, p);
+          staged.push(s);
+          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+        } catch (error) {
+          return { error };
+        }
+      });
+      if (staged.length) await writeSends(tx, staged);
+      return results;
+    }, SEND_TX),
   );

@@ -34,13 +34,19 @@ export async function deliverNotice(svc: Services, deps: NoticeDeps, id: string,
     date: n.createdAt,
   });
   const fail = async (error: string, final: boolean): Promise<NoticeResult> => {
-    await svc.db.notice.update({ where: { id }, data: { attempts: { increment: 1 }, lastError: error.slice(0, 1000), ...(final ? { status: 'failed' satisfies NoticeStatus } : {}) } });
+    await svc.db.notice.update({
+      where: { id },
+      data: { attempts: { increment: 1 }, lastError: error.slice(0, 1000), ...(final ? { status: 'failed' satisfies NoticeStatus } : {}) },
+    });
     return final ? { done: true } : { done: false, error };
   };
   const target = await resolveRecipient(svc, n.to);
   if (target.kind === 'box') {
     const forwardRuns = await svc.db.$transaction(async (tx) => {
-      const claimed = await tx.notice.updateMany({ where: { id, status: 'pending' satisfies NoticeStatus }, data: { status: 'sent' satisfies NoticeStatus, sentAt: new Date(), attempts: { increment: 1 } } });
+      const claimed = await tx.notice.updateMany({
+        where: { id, status: 'pending' satisfies NoticeStatus },
+        data: { status: 'sent' satisfies NoticeStatus, sentAt: new Date(), attempts: { increment: 1 } },
+      });
       if (claimed.count !== 1) return [];
       return (await receiveMessage(svc, { raw, recipients: [target], mailFrom: svc.config.noticeFrom, via: 'local', free: true, tx })).forwardRunIds ?? [];
     });
@@ -58,7 +64,10 @@ export async function deliverNotice(svc: Services, deps: NoticeDeps, id: string,
   for (const dest of destinations) {
     const outcome = await deps.sender.send(dest, { from: svc.config.noticeFrom, to: n.to }, raw);
     if (outcome.kind === 'delivered') {
-      await svc.db.notice.update({ where: { id }, data: { status: 'sent' satisfies NoticeStatus, sentAt: new Date(), attempts: { increment: 1 }, lastError: null } });
+      await svc.db.notice.update({
+        where: { id },
+        data: { status: 'sent' satisfies NoticeStatus, sentAt: new Date(), attempts: { increment: 1 }, lastError: null },
+      });
       return { done: true };
     }
     if (outcome.kind === 'permanent') return fail(`${outcome.mta}: ${outcome.response}`, true);

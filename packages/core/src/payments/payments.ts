@@ -59,17 +59,25 @@ export function maskEmail(email: string): string {
 async function checkPendingLimit(svc: Services, accountId: string): Promise<void> {
   const pending = await svc.db.payment.count({ where: { accountId, status: { in: PENDING }, expiresAt: { gt: svc.clock.now() } } });
   if (pending >= MAX_PENDING_PAYMENTS) {
-    throw new AppError('rate_limited', `${pending} payments of this account are already waiting for the owner's approval; wait for them to be decided or to expire before asking for more.`, {
-      pending_payments: pending,
-    });
+    throw new AppError(
+      'rate_limited',
+      `${pending} payments of this account are already waiting for the owner's approval; wait for them to be decided or to expire before asking for more.`,
+      {
+        pending_payments: pending,
+      },
+    );
   }
 }
 
 function checkAmount(amountCents: number): void {
   if (!Number.isInteger(amountCents) || amountCents < TOPUP_MIN_CENTS || amountCents > TOPUP_MAX_CENTS) {
-    throw new AppError('validation_error', `amount_cents: between ${TOPUP_MIN_CENTS} and ${TOPUP_MAX_CENTS} (${usd(TOPUP_MIN_CENTS)} to ${usd(TOPUP_MAX_CENTS)})`, {
-      fields: [{ path: 'amount_cents', message: 'out of range' }],
-    });
+    throw new AppError(
+      'validation_error',
+      `amount_cents: between ${TOPUP_MIN_CENTS} and ${TOPUP_MAX_CENTS} (${usd(TOPUP_MIN_CENTS)} to ${usd(TOPUP_MAX_CENTS)})`,
+      {
+        fields: [{ path: 'amount_cents', message: 'out of range' }],
+      },
+    );
   }
 }
 
@@ -221,7 +229,7 @@ export function paymentView(svc: Services, p: Payment): PaymentView {
             status: spendStatus!,
             payer_email: p.payerEmail,
             shared_payment_token: p.sharedPaymentToken,
-            token_attached_at: p.sharedPaymentToken ? (p.settledAt ?? p.decidedAt)?.toISOString() ?? null : null,
+            token_attached_at: p.sharedPaymentToken ? ((p.settledAt ?? p.decidedAt)?.toISOString() ?? null) : null,
           }
         : null,
   };
@@ -237,8 +245,7 @@ export async function refreshPayment(svc: Services, id: string): Promise<Payment
   const quick = await svc.db.payment.findUnique({ where: { id } });
   if (!quick) return null;
   const due =
-    (PENDING.includes(quick.status) && quick.expiresAt <= now) ||
-    (quick.status === 'approved' && quick.tokenDueAt !== null && quick.tokenDueAt <= now);
+    (PENDING.includes(quick.status) && quick.expiresAt <= now) || (quick.status === 'approved' && quick.tokenDueAt !== null && quick.tokenDueAt <= now);
   if (!due) return quick;
   return svc.db.$transaction(
     async (tx) => {
@@ -259,7 +266,10 @@ export async function refreshPayment(svc: Services, id: string): Promise<Payment
       if (!charge.ok) {
         return conclude(tx, id, { status: 'failed', sharedPaymentToken: token, declineCode: charge.declineCode });
       }
-      const done = await tx.payment.update({ where: { id }, data: { status: 'succeeded' satisfies PaymentStatus, sharedPaymentToken: token, settledAt: now, paidVia: 'wallet' } });
+      const done = await tx.payment.update({
+        where: { id },
+        data: { status: 'succeeded' satisfies PaymentStatus, sharedPaymentToken: token, settledAt: now, paidVia: 'wallet' },
+      });
       await landCredit(svc, tx, done, done.accountId!, 'topup');
       await announce(tx, done);
       return done;
@@ -314,10 +324,13 @@ export async function createCardTopup(
   const m = trusted ? await mandateView(svc, w, owner) : { active: false, per_topup_cents: null, per_30d_cents: null, used_30d_cents: 0, card: null };
   const now = svc.clock.now();
   let reason: string;
-  if (w?.mandateAcceptedAt && !trusted) reason = "the wallet's mandate covers accounts its owner has paid for before: the owner approves this first payment, later ones within the caps settle at once";
+  if (w?.mandateAcceptedAt && !trusted)
+    reason =
+      "the wallet's mandate covers accounts its owner has paid for before: the owner approves this first payment, later ones within the caps settle at once";
   else if (!m.active) reason = 'no saved-card mandate: the owner approves this payment (and can save a card with a mandate on the approval page)';
   else if (amountCents > m.per_topup_cents!) reason = `above the mandate's per-top-up cap of ${usd(m.per_topup_cents!)}: the owner approves it`;
-  else if (m.used_30d_cents + amountCents > m.per_30d_cents!) reason = `above the mandate's 30-day cap of ${usd(m.per_30d_cents!)} (${usd(m.used_30d_cents)} used): the owner approves it`;
+  else if (m.used_30d_cents + amountCents > m.per_30d_cents!)
+    reason = `above the mandate's 30-day cap of ${usd(m.per_30d_cents!)} (${usd(m.used_30d_cents)} used): the owner approves it`;
   else reason = 'within the saved-card mandate: settled without a per-payment approval';
   const applies = reason.startsWith('within');
 
@@ -327,7 +340,13 @@ export async function createCardTopup(
       async (tx) => {
         await tx.$queryRaw`SELECT id FROM wallets WHERE owner_email = ${owner} FOR UPDATE`;
         if ((await mandateUsed30d(svc, owner)) + amountCents > m.per_30d_cents!) return null;
-        const charge = await svc.payments.chargeCard(tx, w!.cardRef!, amountCents, `top-up of ${account.primaryAddress}`, `mandate:${account.id}:${randomBytes(12).toString('hex')}`);
+        const charge = await svc.payments.chargeCard(
+          tx,
+          w!.cardRef!,
+          amountCents,
+          `top-up of ${account.primaryAddress}`,
+          `mandate:${account.id}:${randomBytes(12).toString('hex')}`,
+        );
         const p = await createPayment(svc, tx, {
           kind: 'topup',
           accountId: account.id,
@@ -347,13 +366,22 @@ export async function createCardTopup(
       { maxWait: 10_000, timeout: 20_000 },
     );
     if (result && !result.charge.ok) {
-      throw new AppError('card_declined', `The saved card was declined (${result.charge.declineCode}): ${result.charge.message} Ask the owner to update the card.`, {
-        decline_code: result.charge.declineCode,
-        payment: paymentView(svc, result.p),
-      });
+      throw new AppError(
+        'card_declined',
+        `The saved card was declined (${result.charge.declineCode}): ${result.charge.message} Ask the owner to update the card.`,
+        {
+          decline_code: result.charge.declineCode,
+          payment: paymentView(svc, result.p),
+        },
+      );
     }
     if (result) {
-      return { payment: paymentView(svc, result.p), client_secret: null, mandate: { ...(await mandateView(svc, w, owner)), applied: true, reason }, next_steps: ['The credit has landed: GET /account/credit/balance.'] };
+      return {
+        payment: paymentView(svc, result.p),
+        client_secret: null,
+        mandate: { ...(await mandateView(svc, w, owner)), applied: true, reason },
+        next_steps: ['The credit has landed: GET /account/credit/balance.'],
+      };
     }
     reason = `above the mandate's 30-day cap of ${usd(m.per_30d_cents!)}: the owner approves it`;
   }
@@ -431,33 +459,44 @@ async function lookupPayerEmail(svc: Services, account: Pick<Account, 'id'>): Pr
   }
 }
 
-export async function createMppChallenge(svc: Services, account: Pick<Account, 'id' | 'humanEmail' | 'primaryAddress'>, amountCents: number): Promise<MppChallenge> {
+export async function createMppChallenge(
+  svc: Services,
+  account: Pick<Account, 'id' | 'humanEmail' | 'primaryAddress'>,
+  amountCents: number,
+): Promise<MppChallenge> {
   checkAmount(amountCents);
   const payerDefault = account.humanEmail.toLowerCase();
   const payerEmail = await lookupPayerEmail(svc, account);
   const walletEmail = payerEmail ?? payerDefault;
   const w = await wallet(svc.db, walletEmail);
   if (!w?.cardRef) {
-    const recent = await svc.db.notice.count({ where: { to: walletEmail, kind: 'wallet.enroll', createdAt: { gt: new Date(Date.now() - ENROLL_MAIL_INTERVAL_MS) } } });
-    if (!recent) await svc.db.$transaction(async (tx) => {
-      const link = await createOwnerLink(svc, tx, { email: walletEmail, purpose: 'card' });
-      await queueNotice(tx, {
-        accountId: account.id,
-        kind: 'wallet.enroll',
-        to: walletEmail,
-        subject: `Set up your wallet to pay for ${account.primaryAddress}`,
-        text: [
-          `${account.primaryAddress} tried to top up its credit (${usd(amountCents)}) with a wallet payment, but your wallet has no card yet.`,
-          '',
-          `Save a card (you approve every wallet payment; nothing is charged now): ${link}`,
-          `Payment provider: ${svc.payments.label}.`,
-        ].join('\n'),
+    const recent = await svc.db.notice.count({
+      where: { to: walletEmail, kind: 'wallet.enroll', createdAt: { gt: new Date(Date.now() - ENROLL_MAIL_INTERVAL_MS) } },
+    });
+    if (!recent)
+      await svc.db.$transaction(async (tx) => {
+        const link = await createOwnerLink(svc, tx, { email: walletEmail, purpose: 'card' });
+        await queueNotice(tx, {
+          accountId: account.id,
+          kind: 'wallet.enroll',
+          to: walletEmail,
+          subject: `Set up your wallet to pay for ${account.primaryAddress}`,
+          text: [
+            `${account.primaryAddress} tried to top up its credit (${usd(amountCents)}) with a wallet payment, but your wallet has no card yet.`,
+            '',
+            `Save a card (you approve every wallet payment; nothing is charged now): ${link}`,
+            `Payment provider: ${svc.payments.label}.`,
+          ].join('\n'),
+        });
       });
-    });
-    throw new AppError('wallet_not_enrolled', `The payer's wallet (${maskEmail(walletEmail)}) is not enrolled: it has no card. The owner was emailed a link to enroll (at most once every 10 minutes); start a new top-up once they have.`, {
-      payer_email: payerEmail,
-      payer_email_default: payerDefault,
-    });
+    throw new AppError(
+      'wallet_not_enrolled',
+      `The payer's wallet (${maskEmail(walletEmail)}) is not enrolled: it has no card. The owner was emailed a link to enroll (at most once every 10 minutes); start a new top-up once they have.`,
+      {
+        payer_email: payerEmail,
+        payer_email_default: payerDefault,
+      },
+    );
   }
   await checkPendingLimit(svc, account.id);
   const now = svc.clock.now();
@@ -509,10 +548,7 @@ export async function createMppChallenge(svc: Services, account: Pick<Account, '
 // ---------------------------------------------------------------------------------------------------------
 // The owner's decisions (owner pages)
 
-export type OwnerDecision =
-  | { action: 'deny' }
-  | { action: 'approve'; card?: CardInput; mandateTier?: number | null; saveCard?: boolean };
-
+export type OwnerDecision = { action: 'deny' } | { action: 'approve'; card?: CardInput; mandateTier?: number | null; saveCard?: boolean };
 
 /** Payments waiting for this owner, newest first (the owner's home page). */
 export async function ownerPayments(svc: Services, email: string): Promise<Payment[]> {
@@ -554,7 +590,11 @@ export async function setMandate(svc: Services, email: string, mandateTier: numb
   if (mandateTier !== null && !tier) throw new AppError('validation_error', 'Unknown mandate tier');
   return svc.db.wallet.update({
     where: { ownerEmail: email },
-    data: { mandatePerTopupCents: tier?.per_topup_cents ?? null, mandatePer30dCents: tier?.per_30d_cents ?? null, mandateAcceptedAt: tier ? svc.clock.now() : null },
+    data: {
+      mandatePerTopupCents: tier?.per_topup_cents ?? null,
+      mandatePer30dCents: tier?.per_30d_cents ?? null,
+      mandateAcceptedAt: tier ? svc.clock.now() : null,
+    },
   });
 }
 
@@ -592,7 +632,8 @@ export async function decidePayment(svc: Services, email: string, id: string, de
   const result = await svc.db.$transaction(
     async (tx) => {
       const p = await lockPayment(tx, id);
-      if (!p || !PENDING.includes(p.status)) throw new AppError('payment_not_pending', `This payment is ${p?.status ?? 'gone'}; nothing to decide.`, { status: p?.status });
+      if (!p || !PENDING.includes(p.status))
+        throw new AppError('payment_not_pending', `This payment is ${p?.status ?? 'gone'}; nothing to decide.`, { status: p?.status });
       if (p.expiresAt <= now) {
         return { p: await conclude(tx, id, { status: 'expired', decidedAt: now }), error: null };
       }
@@ -610,18 +651,29 @@ export async function decidePayment(svc: Services, email: string, id: string, de
       }
       if (!cardRef) throw new AppError('validation_error', 'Enter a card to pay with.', { fields: [{ path: 'card', message: 'required' }] });
       if (p.kind === 'mpp') {
-        const done = await tx.payment.update({ where: { id }, data: { status: 'approved' satisfies PaymentStatus, decidedAt: now, tokenDueAt: new Date(now.getTime() + TOKEN_DELAY_MS) } });
+        const done = await tx.payment.update({
+          where: { id },
+          data: { status: 'approved' satisfies PaymentStatus, decidedAt: now, tokenDueAt: new Date(now.getTime() + TOKEN_DELAY_MS) },
+        });
         return { p: done, error: null };
       }
       const charge = await svc.payments.chargeCard(tx, cardRef, p.amountCents, what(p), `${p.id}:${cardRef}`);
       if (!charge.ok) {
         const done = await tx.payment.update({ where: { id }, data: { declineCode: charge.declineCode } });
         if (done.accountId) {
-          await appendEvent({ db: tx, accountId: done.accountId, type: 'credit.topup.declined', data: { payment_id: id, amount_cents: done.amountCents, decline_code: charge.declineCode } });
+          await appendEvent({
+            db: tx,
+            accountId: done.accountId,
+            type: 'credit.topup.declined',
+            data: { payment_id: id, amount_cents: done.amountCents, decline_code: charge.declineCode },
+          });
         }
         return { p: done, error: `${charge.message} (${charge.declineCode}) Try another card.` };
       }
-      let done = await tx.payment.update({ where: { id }, data: { status: 'succeeded' satisfies PaymentStatus, decidedAt: now, settledAt: now, paidVia: 'owner', declineCode: null } });
+      let done = await tx.payment.update({
+        where: { id },
+        data: { status: 'succeeded' satisfies PaymentStatus, decidedAt: now, settledAt: now, paidVia: 'owner', declineCode: null },
+      });
       if (p.kind === 'signup') {
         const accountId = await provisionFunded(svc, tx, p.signupIntentId!, dkim!);
         done = await tx.payment.update({ where: { id }, data: { accountId } });
@@ -679,7 +731,14 @@ export async function createSignupPayment(
 /** The wallet side of a signup payment of mode register: the spend request the owner approves or denies. */
 export function walletSpendRequestView(p: Payment) {
   const status = p.status === 'requires_approval' ? 'pending_approval' : p.status === 'succeeded' ? 'approved' : p.status;
-  return { id: p.spendRequestId!, status, payer_email: payerOf(p), amount_cents: p.amountCents, currency: 'usd' as const, expires_at: p.expiresAt.toISOString() };
+  return {
+    id: p.spendRequestId!,
+    status,
+    payer_email: payerOf(p),
+    amount_cents: p.amountCents,
+    currency: 'usd' as const,
+    expires_at: p.expiresAt.toISOString(),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -691,7 +750,7 @@ export async function getPayerEmail(svc: Services, account: Pick<Account, 'id' |
     payer_email: exists ? account.payerEmail! : account.humanEmail,
     is_default: !exists,
     customer_exists: exists,
-    used_for: 'card top-ups (POST /account/credit/topup: this wallet\'s card, mandate and approval mail) and the MPP preflight (payer_email)',
+    used_for: "card top-ups (POST /account/credit/topup: this wallet's card, mandate and approval mail) and the MPP preflight (payer_email)",
   };
 }
 
@@ -701,7 +760,12 @@ export async function setPayerEmail(svc: Services, account: Pick<Account, 'id' |
   const previous = account.payerCustomerId ? account.payerEmail : null;
   await svc.db.$transaction(async (tx) => {
     await tx.account.update({ where: { id: account.id }, data: { payerEmail: next, payerCustomerId: customerId } });
-    await appendEvent({ db: tx, accountId: account.id, type: 'account.credit.payer_email_updated', data: { payer_email: next, previous_payer_email: previous, customer_created: !account.payerCustomerId } });
+    await appendEvent({
+      db: tx,
+      accountId: account.id,
+      type: 'account.credit.payer_email_updated',
+      data: { payer_email: next, previous_payer_email: previous, customer_created: !account.payerCustomerId },
+    });
   });
   return getPayerEmail(svc, { ...account, payerEmail: next, payerCustomerId: customerId });
 }

@@ -46,7 +46,18 @@ const WILDCARD_ADDRESSES = new Set(['0.0.0.0', '::', '']);
 /** What the self-signed certificate names: MAIL_HOST, this machine's loopback names, and each listener's address. */
 export function mailCertificateNames(config: Config): string[] {
   const hosts = [config.mailHost, 'localhost', '127.0.0.1', config.smtp.host, config.mailClients.imapHost, config.mailClients.submissionHost];
-  return [...new Set(hosts.map((h) => h.trim().toLowerCase().replace(/^\[|\]$/g, '')).filter((h) => !WILDCARD_ADDRESSES.has(h)))];
+  return [
+    ...new Set(
+      hosts
+        .map((h) =>
+          h
+            .trim()
+            .toLowerCase()
+            .replace(/^\[|\]$/g, ''),
+        )
+        .filter((h) => !WILDCARD_ADDRESSES.has(h)),
+    ),
+  ];
 }
 
 function materialOf(cert: string, key: string, selfSigned: boolean): MailTls {
@@ -96,7 +107,11 @@ export async function mailTlsMaterial(svc: Pick<Services, 'db' | 'secretKey' | '
       const all = [...new Set([...names, ...(again?.names ?? [])])];
       const made = await makeSelfSigned(all);
       const value: Stored = { names: all, certPem: made.cert, keyEnc: seal(svc.secretKey, made.key) };
-      await tx.platformSetting.upsert({ where: { key: SETTING }, create: { key: SETTING, value: JSON.stringify(value) }, update: { value: JSON.stringify(value) } });
+      await tx.platformSetting.upsert({
+        where: { key: SETTING },
+        create: { key: SETTING, value: JSON.stringify(value) },
+        update: { value: JSON.stringify(value) },
+      });
       return value;
     });
   }
@@ -104,7 +119,9 @@ export async function mailTlsMaterial(svc: Pick<Services, 'db' | 'secretKey' | '
   try {
     key = open(svc.secretKey, stored.keyEnc).toString('utf8');
   } catch {
-    throw new Error('the kept mail certificate (platform_settings mail_tls) does not open with this BOXES_SECRET_KEY: every process of an instance needs the same key');
+    throw new Error(
+      'the kept mail certificate (platform_settings mail_tls) does not open with this BOXES_SECRET_KEY: every process of an instance needs the same key',
+    );
   }
   return materialOf(stored.certPem, key, true);
 }

@@ -130,15 +130,32 @@ export async function provisionSendingIp(svc: Services, input: { accountId: stri
         const a = await lockAccountCredit(tx, accountId);
         const existing = await tx.sendingIp.findUnique({ where: { accountId } });
         if (existing) {
-          throw new AppError('sending_ip_exists', `This account already has a dedicated sending IP (${existing.ip}, ${existing.mode}); DELETE /account/sending-ip first`, {
-            sending_ip: { id: existing.id, ip: existing.ip, provisioning_mode: existing.mode },
-          });
+          throw new AppError(
+            'sending_ip_exists',
+            `This account already has a dedicated sending IP (${existing.ip}, ${existing.mode}); DELETE /account/sending-ip first`,
+            {
+              sending_ip: { id: existing.id, ip: existing.ip, provisioning_mode: existing.mode },
+            },
+          );
         }
         if (mode === 'simulated') {
           const created = await tx.sendingIp.create({
-            data: { id: newId('sip'), accountId, mode, ip: simulatedAddress(accountId), liveIp: null, heloName: `simulated.${svc.config.mailHost}`, warmupStartedAt: now },
+            data: {
+              id: newId('sip'),
+              accountId,
+              mode,
+              ip: simulatedAddress(accountId),
+              liveIp: null,
+              heloName: `simulated.${svc.config.mailHost}`,
+              warmupStartedAt: now,
+            },
           });
-          await appendEvent({ db: tx, accountId, type: 'account.sending_ip.provisioned', data: { id: created.id, ip: created.ip, provisioning_mode: mode, status: 'warming', configuration_set: configurationSetName(accountId) } });
+          await appendEvent({
+            db: tx,
+            accountId,
+            type: 'account.sending_ip.provisioned',
+            data: { id: created.id, ip: created.ip, provisioning_mode: mode, status: 'warming', configuration_set: configurationSetName(accountId) },
+          });
           return created;
         }
         const taken = new Set((await tx.sendingIp.findMany({ where: { liveIp: { not: null } }, select: { liveIp: true } })).map((r) => r.liveIp));
@@ -154,11 +171,17 @@ export async function provisionSendingIp(svc: Services, input: { accountId: stri
         }
         const price = BigInt(PRICES_MICROS.dedicatedIpPerMonth);
         if (a.balance_micros - a.held_micros < price) {
-          throw paymentRequired(svc, `A dedicated sending IP costs ${microsToUsd(price)} USD a month, the first month now, and ${microsToUsd(a.balance_micros - a.held_micros)} USD is available. Nothing was provisioned.`, {
-            required_usd: microsToUsd(price),
-          });
+          throw paymentRequired(
+            svc,
+            `A dedicated sending IP costs ${microsToUsd(price)} USD a month, the first month now, and ${microsToUsd(a.balance_micros - a.held_micros)} USD is available. Nothing was provisioned.`,
+            {
+              required_usd: microsToUsd(price),
+            },
+          );
         }
-        const created = await tx.sendingIp.create({ data: { id: newId('sip'), accountId, mode, ip: free.ip, liveIp: free.ip, heloName: free.heloName, warmupStartedAt: null } });
+        const created = await tx.sendingIp.create({
+          data: { id: newId('sip'), accountId, mode, ip: free.ip, liveIp: free.ip, heloName: free.heloName, warmupStartedAt: null },
+        });
         await postEntries(svc, tx, accountId, [monthPosting(created, monthKey(now))], { locked: a });
         return created;
       },
@@ -171,7 +194,17 @@ export async function provisionSendingIp(svc: Services, input: { accountId: stri
   }
   if (row.mode === 'live') {
     try {
-      await svc.jobs.billing.add('sending-ip', { sendingIpId: row.id }, { jobId: `sending-ip-${row.id}`, attempts: 8, backoff: { type: 'exponential', delay: 2_000 }, removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } });
+      await svc.jobs.billing.add(
+        'sending-ip',
+        { sendingIpId: row.id },
+        {
+          jobId: `sending-ip-${row.id}`,
+          attempts: 8,
+          backoff: { type: 'exponential', delay: 2_000 },
+          removeOnComplete: { age: 3600 },
+          removeOnFail: { age: 7 * 86_400 },
+        },
+      );
     } catch {
       // Redis away: the billing cycle finishes rows still provisioning (finishPendingSendingIps).
     }
@@ -180,7 +213,13 @@ export async function provisionSendingIp(svc: Services, input: { accountId: stri
 }
 
 function monthPosting(row: Pick<SendingIp, 'id' | 'ip'>, month: string): Posting {
-  return { type: 'dedicated_ip', amountMicros: -BigInt(PRICES_MICROS.dedicatedIpPerMonth), idempotencyKey: `dedicated_ip:${row.id}:${month}`, quantity: 1n, description: `dedicated sending IP ${row.ip} ${month}` };
+  return {
+    type: 'dedicated_ip',
+    amountMicros: -BigInt(PRICES_MICROS.dedicatedIpPerMonth),
+    idempotencyKey: `dedicated_ip:${row.id}:${month}`,
+    quantity: 1n,
+    description: `dedicated sending IP ${row.ip} ${month}`,
+  };
 }
 
 /** The months a live row is charged for up to now (the billing cycle posts those not yet charged). */
@@ -225,7 +264,19 @@ export async function finishProvisioning(svc: Services, sendingIpId: string): Pr
   await svc.db.$transaction(async (tx) => {
     const done = await tx.sendingIp.updateMany({ where: { id: row.id, warmupStartedAt: null }, data: { warmupStartedAt: now, lastError: null } });
     if (done.count !== 1) return;
-    await appendEvent({ db: tx, accountId: row.accountId, type: 'account.sending_ip.provisioned', data: { id: row.id, ip: row.ip, helo_name: row.heloName, provisioning_mode: 'live', status: 'warming', configuration_set: configurationSetName(row.accountId) } });
+    await appendEvent({
+      db: tx,
+      accountId: row.accountId,
+      type: 'account.sending_ip.provisioned',
+      data: {
+        id: row.id,
+        ip: row.ip,
+        helo_name: row.heloName,
+        provisioning_mode: 'live',
+        status: 'warming',
+        configuration_set: configurationSetName(row.accountId),
+      },
+    });
   });
   return 'warming';
 }
@@ -243,7 +294,12 @@ export async function deprovisionSendingIp(svc: Services, accountId: string): Pr
     const row = await tx.sendingIp.findUnique({ where: { accountId } });
     if (!row) throw new AppError('not_found', 'This account has no dedicated sending IP');
     await tx.sendingIp.delete({ where: { id: row.id } });
-    await appendEvent({ db: tx, accountId, type: 'account.sending_ip.deprovisioned', data: { id: row.id, ip: row.ip, provisioning_mode: row.mode as 'live' | 'simulated' } });
+    await appendEvent({
+      db: tx,
+      accountId,
+      type: 'account.sending_ip.deprovisioned',
+      data: { id: row.id, ip: row.ip, provisioning_mode: row.mode as 'live' | 'simulated' },
+    });
     return { deleted: true as const, id: row.id, ip: row.ip };
   });
 }

@@ -55,7 +55,9 @@ export class GroupCommit<T, R> {
           await Promise.all(batch.map((b) => this.flush([b.item]).then((r) => b.resolve(r[0]!), b.reject)));
           continue;
         }
-        batch.forEach((b, i) => { b.resolve(results[i]!); });
+        batch.forEach((b, i) => {
+          b.resolve(results[i]!);
+        });
       }
     } finally {
       this.running = false;

@@ -63,10 +63,14 @@ export async function rateLimit(svc: Pick<Services, 'redis' | 'config'>, input: 
   if (input.limit <= 0) return;
   const w = await takeFromWindow(svc, input);
   if (w.limited) {
-    throw new AppError('rate_limited', `Too many ${input.what} from this address: at most ${input.limit} per ${input.windowSeconds / 60} minutes. Try again in ${w.resetSeconds} s.`, {
-      retry_after_seconds: w.resetSeconds,
-      limit: input.limit,
-    });
+    throw new AppError(
+      'rate_limited',
+      `Too many ${input.what} from this address: at most ${input.limit} per ${input.windowSeconds / 60} minutes. Try again in ${w.resetSeconds} s.`,
+      {
+        retry_after_seconds: w.resetSeconds,
+        limit: input.limit,
+      },
+    );
   }
 }
 

@@ -73,7 +73,9 @@ function problems(f: Finding): string[] {
 }
 
 describe('status literals in SQL', () => {
-  const roots = [path.join(repo, 'packages/core/src'), ...fs.readdirSync(path.join(repo, 'apps')).map((a) => path.join(repo, 'apps', a, 'src'))].filter((d) => fs.existsSync(d));
+  const roots = [path.join(repo, 'packages/core/src'), ...fs.readdirSync(path.join(repo, 'apps')).map((a) => path.join(repo, 'apps', a, 'src'))].filter((d) =>
+    fs.existsSync(d),
+  );
   const findings = roots.flatMap(sources).flatMap((file) => scanStatusLiterals(file, fs.readFileSync(file, 'utf8')));
 
   it('finds the literals of the typed SQL', () => {
@@ -85,22 +87,22 @@ describe('status literals in SQL', () => {
     expect(bulk.some((f) => f.values.includes('halted') && f.tables.includes('bulk_jobs'))).toBe(true);
   });
 
-  it('each literal is a value of its table\'s vocabulary', () => {
+  it("each literal is a value of its table's vocabulary", () => {
     expect(findings.flatMap(problems)).toEqual([]);
   });
 
   it('flags a misspelt literal, an unknown alias table and a statement that names no status table', () => {
     const src = [
-      'const a = sql`UPDATE deliveries d SET status = \'delivred\' WHERE d.status IN (\'queued\', \'bulk\')`;',
-      'const b = sql`SELECT 1 FROM bulk_jobs j JOIN deliveries d ON true WHERE j.status = \'bulk\'`;',
-      'const c = sql`SELECT 1 FROM x WHERE status = \'queued\'`;',
+      "const a = sql`UPDATE deliveries d SET status = 'delivred' WHERE d.status IN ('queued', 'bulk')`;",
+      "const b = sql`SELECT 1 FROM bulk_jobs j JOIN deliveries d ON true WHERE j.status = 'bulk'`;",
+      "const c = sql`SELECT 1 FROM x WHERE status = 'queued'`;",
       "const d = { status: 'not sql' };",
     ].join('\n');
-    expect(scanStatusLiterals('/t.ts', src).flatMap(problems).map((p) => p.replace(/^.*?: /, ''))).toEqual([
-      "'delivred' is not a status of deliveries",
-      "'bulk' is not a status of bulk_jobs",
-      'no status table named in this statement',
-    ]);
+    expect(
+      scanStatusLiterals('/t.ts', src)
+        .flatMap(problems)
+        .map((p) => p.replace(/^.*?: /, '')),
+    ).toEqual(["'delivred' is not a status of deliveries", "'bulk' is not a status of bulk_jobs", 'no status table named in this statement']);
   });
 });
 

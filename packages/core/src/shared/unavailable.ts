@@ -21,7 +21,12 @@ const PG_CODES = new Set([
   '57P02', // crash_shutdown
   '57P03', // cannot_connect_now (starting up, shutting down, recovering)
   '53300', // too_many_connections
-  '08000', '08001', '08003', '08004', '08006', '08007', // connection_exception and its subclasses
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+  '08007', // connection_exception and its subclasses
 ]);
 
 /** Prisma's codes for an unreachable or vanished database, a pool that gave no connection, a timed-out connect. */

@@ -54,7 +54,12 @@ export async function askQuestion(db: Db, accountId: string, input: { subject: s
 }
 
 export async function listQuestions(db: Db, accountId: string) {
-  const qs = await db.supportQuestion.findMany({ where: { accountId }, orderBy: { createdAt: 'desc' }, take: 200, include: { messages: { orderBy: { createdAt: 'asc' } } } });
+  const qs = await db.supportQuestion.findMany({
+    where: { accountId },
+    orderBy: { createdAt: 'desc' },
+    take: 200,
+    include: { messages: { orderBy: { createdAt: 'asc' } } },
+  });
   return qs.map(presentSummary);
 }
 
@@ -93,7 +98,11 @@ export async function answerQuestion(db: Db, id: string, body: string) {
 }
 
 export async function openQuestions(db: Db) {
-  return db.supportQuestion.findMany({ where: { status: 'open' satisfies SupportQuestionStatus }, orderBy: { updatedAt: 'asc' }, include: { messages: { orderBy: { createdAt: 'asc' } } } });
+  return db.supportQuestion.findMany({
+    where: { status: 'open' satisfies SupportQuestionStatus },
+    orderBy: { updatedAt: 'asc' },
+    include: { messages: { orderBy: { createdAt: 'asc' } } },
+  });
 }
 
 type FeatureWithVotes = FeatureRequest & { _count: { votes: number } };
@@ -128,7 +137,11 @@ export async function requestFeature(db: Db, accountId: string, input: { title: 
 
 export async function listFeatures(db: Db, accountId: string) {
   const fs = await db.featureRequest.findMany({ orderBy: { createdAt: 'desc' }, take: 500, include: { _count: { select: { votes: true } } } });
-  const voted = await votedBy(db, accountId, fs.map((f) => f.id));
+  const voted = await votedBy(
+    db,
+    accountId,
+    fs.map((f) => f.id),
+  );
   return fs.map((f) => presentFeature(f, accountId, voted));
 }
 
@@ -174,7 +187,11 @@ export async function shipFeature(db: Db, id: string, note?: string) {
 }
 
 export async function openFeatures(db: Db) {
-  return db.featureRequest.findMany({ where: { status: 'open' satisfies FeatureRequestStatus }, orderBy: { createdAt: 'asc' }, include: { _count: { select: { votes: true } } } });
+  return db.featureRequest.findMany({
+    where: { status: 'open' satisfies FeatureRequestStatus },
+    orderBy: { createdAt: 'asc' },
+    include: { _count: { select: { votes: true } } },
+  });
 }
 
 export async function saveMcpFeedback(db: Db, accountId: string, notes: Record<string, unknown>) {

@@ -9,7 +9,10 @@ export function presentSuppression(s: Suppression) {
 }
 
 /** Adds (or keeps) an address on one account's list, with its event, and re-evaluates reputation. */
-export async function suppress(tx: Tx, input: { accountId: string; address: string; reason: 'bounce' | 'complaint'; detail?: string | null; messageId?: string | null; now: Date }) {
+export async function suppress(
+  tx: Tx,
+  input: { accountId: string; address: string; reason: 'bounce' | 'complaint'; detail?: string | null; messageId?: string | null; now: Date },
+) {
   const address = input.address.toLowerCase();
   const existing = await tx.suppression.findUnique({ where: { accountId_address: { accountId: input.accountId, address } } });
   if (existing && (existing.reason === input.reason || existing.reason === 'complaint')) return;

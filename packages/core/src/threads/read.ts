@@ -101,7 +101,10 @@ const byActivity = (a: Pick<ThreadRow, 'last_activity_at' | 'thread_id'>, b: Pic
  * gone below the last activity of the limit-th thread found, no thread it has not met can sort before that one.
  * Threads met below the cursor whose last activity is above it were on earlier pages and are left out.
  */
-async function newestThreads(svc: Services, q: { accountId: string; boxes: string[] | null; after?: { at: Date; id: string }; limit: number }): Promise<ThreadRow[]> {
+async function newestThreads(
+  svc: Services,
+  q: { accountId: string; boxes: string[] | null; after?: { at: Date; id: string }; limit: number },
+): Promise<ThreadRow[]> {
   const cursor = q.after ? { last_activity_at: q.after.at, thread_id: q.after.id } : null;
   const met = new Set<string>();
   const found: ThreadRow[] = [];
@@ -132,7 +135,10 @@ async function newestThreads(svc: Services, q: { accountId: string; boxes: strin
   return found.slice(0, q.limit);
 }
 
-export async function listThreads(svc: Services, input: { accountId: string; scope: BoxScope; box?: string | undefined; limit: number; cursor?: string | undefined }) {
+export async function listThreads(
+  svc: Services,
+  input: { accountId: string; scope: BoxScope; box?: string | undefined; limit: number; cursor?: string | undefined },
+) {
   const boxes = await visibleBoxes(svc, input.accountId, input.scope, input.box);
   const after = input.cursor ? decodeCursor(input.cursor, 'GET /threads') : undefined;
   const rows = await newestThreads(svc, { accountId: input.accountId, boxes, limit: input.limit + 1, ...(after ? { after } : {}) });
@@ -147,7 +153,10 @@ export async function listThreads(svc: Services, input: { accountId: string; sco
 const THREAD_ID = /^thr_[0-9a-z]{20}$/;
 
 /** One thread with its messages, oldest first (paged with cursor for a long conversation). */
-export async function getThread(svc: Services, input: { accountId: string; scope: BoxScope; id: string; include?: 'body' | undefined; limit: number; cursor?: string | undefined }) {
+export async function getThread(
+  svc: Services,
+  input: { accountId: string; scope: BoxScope; id: string; include?: 'body' | undefined; limit: number; cursor?: string | undefined },
+) {
   if (!THREAD_ID.test(input.id)) throw notFound('thread', input.id.slice(0, 40));
   const [row] = await threadRows(svc, { accountId: input.accountId, boxes: input.scope, threadIds: [input.id] });
   if (!row) throw notFound('thread', input.id);

@@ -75,10 +75,18 @@ export function summarize(r: AuthenticateResult, mailHost: string): Authenticati
   const dmarc = r.dmarc || null;
   const dkim = (r.dkim.results ?? [])
     .filter((s) => s.signingDomain)
-    .map((s) => ({ domain: s.signingDomain!, selector: s.selector ?? '', result: s.status.result, aligned: s.status.result === 'pass' && Boolean(s.status.aligned), comment: s.status.comment ?? null }));
+    .map((s) => ({
+      domain: s.signingDomain!,
+      selector: s.selector ?? '',
+      result: s.status.result,
+      aligned: s.status.result === 'pass' && Boolean(s.status.aligned),
+      comment: s.status.comment ?? null,
+    }));
   const arcSealer = r.arc && r.arc.signature ? (r.arc.signature.signingDomain ?? null) : null;
   return {
-    spf: r.spf ? { result: r.spf.status.result, domain: r.spf.domain ?? null, client_ip: r.spf['client-ip'] ?? null } : { result: 'none', domain: null, client_ip: null },
+    spf: r.spf
+      ? { result: r.spf.status.result, domain: r.spf.domain ?? null, client_ip: r.spf['client-ip'] ?? null }
+      : { result: 'none', domain: null, client_ip: null },
     dkim,
     dmarc: {
       result: dmarc?.status.result ?? 'none',
@@ -86,7 +94,9 @@ export function summarize(r: AuthenticateResult, mailHost: string): Authenticati
       from_domain: dmarc?.status.header?.from ?? null,
       alignment: { spf: Boolean(dmarc?.alignment?.spf?.result), dkim: Boolean(dmarc?.alignment?.dkim?.result) },
     },
-    arc: r.arc ? { result: r.arc.status.result, instance: typeof r.arc.i === 'number' ? r.arc.i : 0, sealer: arcSealer } : { result: 'none', instance: 0, sealer: null },
+    arc: r.arc
+      ? { result: r.arc.status.result, instance: typeof r.arc.i === 'number' ? r.arc.i : 0, sealer: arcSealer }
+      : { result: 'none', instance: 0, sealer: null },
     // DMARC is not evaluated for a message with no From domain or several (dmarc false): never verified.
     sender_verified: dmarc?.status.result === 'pass' && Boolean(dmarc.alignment?.spf?.result || dmarc.alignment?.dkim?.result),
     checked_by: mailHost,
@@ -117,7 +127,11 @@ export interface AuthenticateInput {
 }
 
 /** Verifies one message. Never throws for what the message or DNS contains; mailauth reports that as results. */
-export async function verifyMessage(config: Config, db: Db, input: AuthenticateInput): Promise<{ authentication: Authentication; headers: string; fromAddresses: string[] }> {
+export async function verifyMessage(
+  config: Config,
+  db: Db,
+  input: AuthenticateInput,
+): Promise<{ authentication: Authentication; headers: string; fromAddresses: string[] }> {
   const r = await authenticate(input.raw, {
     resolver: ownZonesFirst(config, db),
     mta: config.mailHost,

@@ -49,7 +49,10 @@ export async function checkEnvelopeSender(db: DbClient, box: Box, mailFrom: stri
   if (!mailFrom) return { refusal: null, rows: [] };
   const rows = await matchingEntries(db, box.accountId, [box.id], 'receive', [mailFrom]);
   if (isBlocked(rows, box.id, mailFrom)) {
-    return { refusal: { code: 550, message: `5.7.1 <${box.address}>: mail from <${mailFrom}> is refused by the recipient's block list`, reason: 'blocked' }, rows };
+    return {
+      refusal: { code: 550, message: `5.7.1 <${box.address}>: mail from <${mailFrom}> is refused by the recipient's block list`, reason: 'blocked' },
+      rows,
+    };
   }
   return { refusal: null, rows };
 }
@@ -79,8 +82,18 @@ export async function refusalsFor(
     const byAccount = new Map<string, Box[]>();
     for (const b of boxes) byAccount.set(b.accountId, [...(byAccount.get(b.accountId) ?? []), b]);
     for (const [accountId, list] of byAccount) {
-      const rows = await matchingEntries(db, accountId, list.map((b) => b.id), 'receive', senders);
-      for (const b of list) rowsOf.set(b.id, rows.filter((r) => r.box_id === null || r.box_id === b.id));
+      const rows = await matchingEntries(
+        db,
+        accountId,
+        list.map((b) => b.id),
+        'receive',
+        senders,
+      );
+      for (const b of list)
+        rowsOf.set(
+          b.id,
+          rows.filter((r) => r.box_id === null || r.box_id === b.id),
+        );
     }
   }
   for (const box of boxes) {

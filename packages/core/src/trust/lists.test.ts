@@ -15,7 +15,13 @@ describe('list values', () => {
     expect(candidatesOf('A@x.Example.com')).toEqual(['a@x.example.com', 'x.example.com', 'example.com', 'com']);
   });
 
-  const row = (list: string, value: string, box_id: string | null = null): ListedRow => ({ box_id, list, direction: 'both', value, kind: value.includes('@') ? 'address' : 'domain' });
+  const row = (list: string, value: string, box_id: string | null = null): ListedRow => ({
+    box_id,
+    list,
+    direction: 'both',
+    value,
+    kind: value.includes('@') ? 'address' : 'domain',
+  });
 
   it('block by domain covers subdomains, not lookalikes; an exact allow beats a domain block; other boxes do not count', () => {
     const rows = [row('block', 'corp.example'), row('allow', 'ceo@corp.example'), row('block', 'x@other.example', 'box_b')];
@@ -32,13 +38,17 @@ describe('list values', () => {
 describe('stampRaw', () => {
   const trust = { headers: 'Received-SPF: none\r\nAuthentication-Results: mx.test;\r\n dkim=none\r\n' } as InboundTrust;
   it('puts our results on top and drops one forged in our name (folded lines included), keeping others', () => {
-    const raw = Buffer.from('Authentication-Results: mx.test;\r\n dkim=pass\r\nAuthentication-Results: other.example; spf=pass\r\nFrom: a@b.example\r\n\r\nAuthentication-Results: mx.test; in the body\r\n');
+    const raw = Buffer.from(
+      'Authentication-Results: mx.test;\r\n dkim=pass\r\nAuthentication-Results: other.example; spf=pass\r\nFrom: a@b.example\r\n\r\nAuthentication-Results: mx.test; in the body\r\n',
+    );
     const out = stampRaw(raw, trust, 'mx.test').toString();
     expect(out).toBe(
       'Received-SPF: none\r\nAuthentication-Results: mx.test;\r\n dkim=none\r\nAuthentication-Results: other.example; spf=pass\r\nFrom: a@b.example\r\n\r\nAuthentication-Results: mx.test; in the body\r\n',
     );
   });
   it('keeps bare LF messages in LF', () => {
-    expect(stampRaw(Buffer.from('From: a@b.example\n\nhi\n'), trust, 'mx.test').toString()).toBe('Received-SPF: none\nAuthentication-Results: mx.test;\n dkim=none\nFrom: a@b.example\n\nhi\n');
+    expect(stampRaw(Buffer.from('From: a@b.example\n\nhi\n'), trust, 'mx.test').toString()).toBe(
+      'Received-SPF: none\nAuthentication-Results: mx.test;\n dkim=none\nFrom: a@b.example\n\nhi\n',
+    );
   });
 });

@@ -63,7 +63,13 @@ export interface ListedRow {
 }
 
 /** Entries of the account (and of these boxes) that match any of the addresses, for one direction. */
-export async function matchingEntries(db: DbClient, accountId: string, boxIds: string[], direction: 'receive' | 'send', addresses: string[]): Promise<ListedRow[]> {
+export async function matchingEntries(
+  db: DbClient,
+  accountId: string,
+  boxIds: string[],
+  direction: 'receive' | 'send',
+  addresses: string[],
+): Promise<ListedRow[]> {
   const candidates = [...new Set(addresses.flatMap(candidatesOf))];
   if (!candidates.length) return [];
   return db.$queryRaw<ListedRow[]>`
@@ -107,7 +113,14 @@ async function boxOf(db: DbClient, accountId: string, scope: BoxScope, ref: stri
   return box;
 }
 
-export async function listEntries(input: { db: Db; accountId: string; scope: BoxScope; box?: string | undefined; list?: ListName | undefined; direction?: ListDirection | undefined }) {
+export async function listEntries(input: {
+  db: Db;
+  accountId: string;
+  scope: BoxScope;
+  box?: string | undefined;
+  list?: ListName | undefined;
+  direction?: ListDirection | undefined;
+}) {
   const where: Prisma.TrustListEntryWhereInput = { accountId: input.accountId };
   if (input.box) {
     const box = await boxOf(input.db, input.accountId, input.scope, input.box);
@@ -167,9 +180,13 @@ export async function removeEntry(input: { db: Db; accountId: string; scope: Box
 export function assertRecipientsAllowed(rows: ListedRow[], boxId: string, recipients: string[]): void {
   const blocked = recipients.filter((r) => isBlocked(rows, boxId, r));
   if (blocked.length) {
-    throw new AppError('recipient_blocked', `Sending to ${blocked.join(', ')} is refused: ${blocked.length === 1 ? 'it is' : 'they are'} on your block list (GET /lists)`, {
-      blocked,
-    });
+    throw new AppError(
+      'recipient_blocked',
+      `Sending to ${blocked.join(', ')} is refused: ${blocked.length === 1 ? 'it is' : 'they are'} on your block list (GET /lists)`,
+      {
+        blocked,
+      },
+    );
   }
 }
 

@@ -39,7 +39,12 @@ export async function scoreMessage(
   // rspamd reads one Rcpt header per recipient; fetch joins repeated names with commas, which it also splits.
   if (input.recipients.length) headers.Rcpt = input.recipients.join(',');
   headers.Hostname = config.mailHost;
-  const res = await fetch(`${url}/checkv2`, { method: 'POST', headers, body: new Uint8Array(input.raw), signal: AbortSignal.timeout(config.trust.rspamdTimeoutMs) });
+  const res = await fetch(`${url}/checkv2`, {
+    method: 'POST',
+    headers,
+    body: new Uint8Array(input.raw),
+    signal: AbortSignal.timeout(config.trust.rspamdTimeoutMs),
+  });
   if (!res.ok) throw new Error(`rspamd answered ${res.status}`);
   const body = (await res.json()) as RspamdReply;
   const action = body.action ?? 'no action';

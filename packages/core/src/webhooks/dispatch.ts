@@ -47,7 +47,12 @@ export interface PostResult {
 }
 
 /** One POST, 2xx within the timeout counts; redirects are not followed; non-public addresses are refused. */
-export function postWebhook(url: string, headers: Record<string, string>, body: string, deps: Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>): Promise<PostResult> {
+export function postWebhook(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  deps: Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>,
+): Promise<PostResult> {
   const started = performance.now();
   return new Promise((resolve) => {
     let settled = false;
@@ -92,7 +97,9 @@ export function postWebhook(url: string, headers: Record<string, string>, body: 
         },
       );
       req.setTimeout(deps.timeoutMs, () => req.destroy(new Error(`no response within ${deps.timeoutMs} ms`)));
-      req.on('error', (err: NodeJS.ErrnoException) => done({ ok: false, status: null, error: err.code === 'EREFUSEDADDRESS' ? `refused: ${err.message}` : err.message }));
+      req.on('error', (err: NodeJS.ErrnoException) =>
+        done({ ok: false, status: null, error: err.code === 'EREFUSEDADDRESS' ? `refused: ${err.message}` : err.message }),
+      );
       req.end(body);
     }
   });
@@ -132,7 +139,17 @@ export async function readPushDue(svc: Services, accountId: string, channel: 'we
       webhook_secret_prev_enc: string | null;
       webhook_secret_prev_until: Date | null;
       mqtt_live: boolean;
-      events: { id: string; account_id: string; seq: number; type: string; box_id: string | null; data: Prisma.JsonValue; created_at: string; prev_hash: string; hash: string }[];
+      events: {
+        id: string;
+        account_id: string;
+        seq: number;
+        type: string;
+        box_id: string | null;
+        data: Prisma.JsonValue;
+        created_at: string;
+        prev_hash: string;
+        hash: string;
+      }[];
     }[]
   >`
     SELECT a.callback_webhook, ${cursorColumn} AS cursor, a.webhook_attempts, a.webhook_next_attempt_at, a.chain_seq,
@@ -144,7 +161,20 @@ export async function readPushDue(svc: Services, accountId: string, channel: 'we
     FROM accounts a WHERE a.id = ${accountId}`;
   const r = rows[0];
   if (!r) return null;
-  const events: Event[] = r.events.map((e) => ({ id: e.id, accountId: e.account_id, seq: e.seq, type: e.type, boxId: e.box_id, data: e.data, createdAt: new Date(e.created_at), prevHash: e.prev_hash, hash: e.hash }) as Event);
+  const events: Event[] = r.events.map(
+    (e) =>
+      ({
+        id: e.id,
+        accountId: e.account_id,
+        seq: e.seq,
+        type: e.type,
+        boxId: e.box_id,
+        data: e.data,
+        createdAt: new Date(e.created_at),
+        prevHash: e.prev_hash,
+        hash: e.hash,
+      }) as Event,
+  );
   return { ...r, events };
 }
 
@@ -160,7 +190,11 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
     const events = a.events;
     if (!events.length || events[0]!.seq !== a.cursor + 1) return;
     const secrets = a.webhook_secret_enc
-      ? secretsOf(svc, { webhookSecretEnc: a.webhook_secret_enc, webhookSecretPrevEnc: a.webhook_secret_prev_enc, webhookSecretPrevUntil: a.webhook_secret_prev_until })
+      ? secretsOf(svc, {
+          webhookSecretEnc: a.webhook_secret_enc,
+          webhookSecretPrevEnc: a.webhook_secret_prev_enc,
+          webhookSecretPrevUntil: a.webhook_secret_prev_until,
+        })
       : await signingSecrets(svc, accountId);
     let cursor = a.cursor;
     let failedBefore = a.webhook_attempts;
@@ -171,7 +205,18 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
     let clearKey = false;
     const flush = async () => {
       if (cursor === stored) return;
-      const rows = pending.map((d) => ({ id: d.id, event_id: d.eventId, seq: d.seq, event_type: d.eventType, url: d.url, attempt: d.attempt, status: d.status, status_code: d.statusCode ?? null, error: d.error ?? null, latency_ms: d.latencyMs ?? null }));
+      const rows = pending.map((d) => ({
+        id: d.id,
+        event_id: d.eventId,
+        seq: d.seq,
+        event_type: d.eventType,
+        url: d.url,
+        attempt: d.attempt,
+        status: d.status,
+        status_code: d.statusCode ?? null,
+        error: d.error ?? null,
+        latency_ms: d.latencyMs ?? null,
+      }));
       await svc.db.$queryRaw`
         WITH acc AS (
           UPDATE accounts SET webhook_cursor = ${cursor}, webhook_attempts = 0, webhook_next_attempt_at = NULL WHERE id = ${accountId} AND webhook_cursor = ${stored}
@@ -193,7 +238,18 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
       const body = await eventPayload(svc, event, true);
       const result = await postWebhook(url, signatureHeaders(secrets, event.id, body), body, deps);
       const attempt = failedBefore + 1;
-      const base = { id: newId('whd'), accountId, eventId: event.id, seq: event.seq, eventType: event.type, url, attempt, statusCode: result.status, error: result.error, latencyMs: result.latencyMs };
+      const base = {
+        id: newId('whd'),
+        accountId,
+        eventId: event.id,
+        seq: event.seq,
+        eventType: event.type,
+        url,
+        attempt,
+        statusCode: result.status,
+        error: result.error,
+        latencyMs: result.latencyMs,
+      };
       if (result.ok) {
         pending.push({ ...base, status: 'delivered' });
         if (event.type === 'signup.completed') clearKey = true;
@@ -218,7 +274,15 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
               db: tx,
               accountId,
               type: 'webhook.delivery_failed',
-              data: { event_id: event.id, seq: event.seq, event_type: event.type, attempts: attempt, last_status: result.status, last_error: result.error, url },
+              data: {
+                event_id: event.id,
+                seq: event.seq,
+                event_type: event.type,
+                attempts: attempt,
+                last_status: result.status,
+                last_error: result.error,
+                url,
+              },
             });
           }
         });
@@ -242,7 +306,12 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
 }
 
 /** A manual redelivery of one event (outside the ordered stream), recorded like any attempt. */
-export async function redeliver(svc: Services, deps: Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>, accountId: string, deliveryId: string) {
+export async function redeliver(
+  svc: Services,
+  deps: Pick<WebhookDeps, 'lookup' | 'secureContext' | 'timeoutMs' | 'agent'>,
+  accountId: string,
+  deliveryId: string,
+) {
   const d = await svc.db.webhookDelivery.findFirst({ where: { id: deliveryId, accountId } });
   if (!d) return null;
   const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { callbackWebhook: true } });
@@ -277,7 +346,9 @@ export function webhookHttpDeps(config: Services['config']): Pick<WebhookDeps, '
   if (!deps) {
     deps = {
       lookup: guardedLookupImpl({ allowPrivate: config.webhook.allowPrivate }),
-      secureContext: config.webhook.caFile ? tls.createSecureContext({ ca: [...tls.rootCertificates, readFileSync(config.webhook.caFile, 'utf8')] }) : undefined,
+      secureContext: config.webhook.caFile
+        ? tls.createSecureContext({ ca: [...tls.rootCertificates, readFileSync(config.webhook.caFile, 'utf8')] })
+        : undefined,
       timeoutMs: config.webhook.timeoutMs,
       // A TLS handshake per event would cap each account's ordered stream at a few dozen events a second.
       agent: new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000, maxSockets: 256, maxFreeSockets: 64, timeout: 30_000, scheduling: 'lifo' }),

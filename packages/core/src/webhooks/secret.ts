@@ -30,14 +30,23 @@ export async function signingSecrets(svc: Services, accountId: string): Promise<
     select: { webhookSecretEnc: true, webhookSecretPrevEnc: true, webhookSecretPrevUntil: true },
   });
   if (!a.webhookSecretEnc) {
-    await svc.db.account.updateMany({ where: { id: accountId, webhookSecretEnc: null }, data: { webhookSecretEnc: seal(svc.secretKey, generateWebhookSecret()) } });
-    a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { webhookSecretEnc: true, webhookSecretPrevEnc: true, webhookSecretPrevUntil: true } });
+    await svc.db.account.updateMany({
+      where: { id: accountId, webhookSecretEnc: null },
+      data: { webhookSecretEnc: seal(svc.secretKey, generateWebhookSecret()) },
+    });
+    a = await svc.db.account.findUniqueOrThrow({
+      where: { id: accountId },
+      select: { webhookSecretEnc: true, webhookSecretPrevEnc: true, webhookSecretPrevUntil: true },
+    });
   }
   return secretsOf(svc, a);
 }
 
 /** The secrets from an account row's sealed columns (the current one set). */
-export function secretsOf(svc: Services, a: { webhookSecretEnc: string | null; webhookSecretPrevEnc: string | null; webhookSecretPrevUntil: Date | null }): SigningSecrets {
+export function secretsOf(
+  svc: Services,
+  a: { webhookSecretEnc: string | null; webhookSecretPrevEnc: string | null; webhookSecretPrevUntil: Date | null },
+): SigningSecrets {
   const live = a.webhookSecretPrevUntil && a.webhookSecretPrevUntil.getTime() > Date.now();
   return {
     current: open(svc.secretKey, a.webhookSecretEnc!).toString('utf8'),
@@ -52,7 +61,8 @@ export const SCHEME_DESCRIPTION = {
   signed_payload: '<t>.<raw request body>',
   algorithm: 'HMAC-SHA256, keyed by signing_secret (the whole string, whsec_ included)',
   tolerance_seconds: SIGNATURE_TOLERANCE_SECONDS,
-  rotation: 'After POST /account/webhook/secret/rotate the previous secret stays valid for 24 hours; during that time each header carries one v1 signature per secret.',
+  rotation:
+    'After POST /account/webhook/secret/rotate the previous secret stays valid for 24 hours; during that time each header carries one v1 signature per secret.',
   standard_webhooks: {
     headers: ['webhook-id', 'webhook-timestamp', 'webhook-signature'],
     note: 'Also signed per the Standard Webhooks specification with the same secret, so the standardwebhooks library verifies deliveries unchanged.',

@@ -23,7 +23,8 @@ export async function append(s: Session, cmd: Command) {
       const rows = await s.svc.db.$queryRaw<{ uid: number; uid_validity: number }[]>`
         SELECT e.uid, f.uid_validity FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id
         WHERE e.folder_id = ${folder.folderId} AND e.message_id = ${copy}`;
-      if (rows[0]) return { code: `APPENDUID ${rows[0].uid_validity} ${rows[0].uid}`, text: 'APPEND completed: the copy sent through SMTP submission is already here' };
+      if (rows[0])
+        return { code: `APPENDUID ${rows[0].uid_validity} ${rows[0].uid}`, text: 'APPEND completed: the copy sent through SMTP submission is already here' };
     }
   }
   throw new ImapNo('CANNOT', 'Mail enters a box by being received or sent (SMTP submission files a copy in Sent itself); APPEND is not supported');

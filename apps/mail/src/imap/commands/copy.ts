@@ -23,7 +23,12 @@ async function transfer(s: Session, cmd: Command, uid: boolean, move: boolean) {
   }
   const targets = uid ? resolveUids(set, mailbox.uids()) : resolveSequence(set, mailbox.entries.length);
   if (!targets.length) return { text: `${move ? 'MOVE' : 'COPY'} completed (no messages)` };
-  const r = await copyEntries(s.svc, { fromFolderId: mailbox.folder.folderId, toFolderId: dest.folderId, uids: targets.map((i) => mailbox.entries[i]!.uid), move });
+  const r = await copyEntries(s.svc, {
+    fromFolderId: mailbox.folder.folderId,
+    toFolderId: dest.folderId,
+    uids: targets.map((i) => mailbox.entries[i]!.uid),
+    move,
+  });
   const copyuid = r.pairs.length ? `COPYUID ${r.destUidValidity} ${formatSet(r.pairs.map((p) => p.from))} ${formatSet(r.pairs.map((p) => p.to))}` : undefined;
   if (!move) return { ...(copyuid ? { code: copyuid } : {}), text: 'COPY completed' };
   if (copyuid) s.untagged([`* OK [${copyuid}] Moved`]);

@@ -170,7 +170,12 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
       const unseen = round.map((i) => mailbox.entries[i]!).filter((e) => !(e.flags & FLAG_BITS['\\Seen']));
       if (unseen.length) {
         const before = mailbox.highestModseq;
-        const r = await storeFlags(s.svc, { accountId: s.login!.accountId, folderId: mailbox.folder.folderId, uids: unseen.map((e) => e.uid), change: { mode: 'add', bits: FLAG_BITS['\\Seen'], deleted: false, keywords: [] } });
+        const r = await storeFlags(s.svc, {
+          accountId: s.login!.accountId,
+          folderId: mailbox.folder.folderId,
+          uids: unseen.map((e) => e.uid),
+          change: { mode: 'add', bits: FLAG_BITS['\\Seen'], deleted: false, keywords: [] },
+        });
         mailbox.applyChanged(r.changed, r.highestModseq, r.highestModseq === before + 1n);
         seenNow = new Set(r.changed.map((c) => c.uid));
       }

@@ -12,7 +12,10 @@ export async function authenticateAs(s: Session, username: string, password: str
   if (!r.ok) {
     s.loginFailed();
     if (r.reason === 'locked') throw new ImapNo('UNAVAILABLE', r.message);
-    throw new ImapNo('AUTHENTICATIONFAILED', 'Invalid username or app-password (use a box address or the owner\'s email, and an app-password from POST /account/app-passwords)');
+    throw new ImapNo(
+      'AUTHENTICATIONFAILED',
+      "Invalid username or app-password (use a box address or the owner's email, and an app-password from POST /account/app-passwords)",
+    );
   }
   s.loggedIn(r.login);
   return { code: `CAPABILITY ${CAPABILITIES.join(' ')}`, text: 'Logged in' };
