@@ -74,6 +74,7 @@ async function everyRoute(): Promise<{ name: string; status: number; body: any; 
   const bodies: Record<string, unknown> = {
     'POST /signup/agentic': { human_email: 'owner@example.com', domain_intent: { mode: 'subdomain' } },
     'POST /signup/agentic/confirm': { intent_id: 'int_aaaaaaaaaaaaaaaaaaaa' },
+    'POST /signup/agentic/claim': { intent_id: 'int_aaaaaaaaaaaaaaaaaaaa', claim_secret: 'bxs_claim_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' },
     'POST /messages/send': { to: b.primaryAddress, text: 'probe' },
   };
   const out = [];
