@@ -543,6 +543,47 @@ describe('payments (real time)', () => {
     expect((await t.db.signupIntent.findUniqueOrThrow({ where: { id: r.body.intent_id } })).apiKeyEnc).toBeNull();
   });
 
+  test('funded signup: while the callback POST carrying the key is in flight the claim waits; a failed POST leaves the key to the claim, and the key goes out once', async () => {
+    const email = 'funded-slow-hook@owner.test';
+    receiver.behave('/slow-funded', (n) => (n === 0 ? 'hang' : 200));
+    const r = await rest(t, 'POST', '/signup/agentic', {
+      body: { human_email: email, domain_intent: { mode: 'subdomain' }, initial_credit_cents: 600, agent_callback_webhook: receiver.url('/slow-funded') },
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const s = await approvalSession(t, inbox, email, 600, r.body.local_payment_intent.id);
+    expect((await s.post(s.landing, { action: 'approve', ...card(CARDS.ok), mandate: 'none' })).html).toContain('Approved and paid');
+    const first = await waitFor(
+      'signup.completed on its way to the callback',
+      () => receiver.at('/slow-funded').find((x) => x.event.type === 'signup.completed'),
+      15_000,
+    );
+    expect(first.event.api_key).toMatch(/^bxs_live_/);
+    const ask = () => rest(t, 'POST', '/signup/agentic/claim', { body: { intent_id: r.body.intent_id, claim_secret: r.body.claim_secret } });
+    // The POST hangs: the claim neither hands the key out a second time nor says it is gone.
+    const during = await ask();
+    expect(during.status, JSON.stringify(during.body)).toBe(200);
+    expect(during.body).toMatchObject({ status: 'delivering_to_callback', account: null, retry_after_seconds: 5 });
+    expect(JSON.stringify(during.body)).not.toContain('bxs_live_');
+    // The POST fails: the key is the claim's, once; the callback's retry carries no key.
+    receiver.release(500);
+    const claimed = await waitFor(
+      'the claim to hand out the key',
+      async () => {
+        const c = await ask();
+        return c.body.status === 'completed' ? c : null;
+      },
+      15_000,
+    );
+    expect(claimed.body.account.api_key).toBe(first.event.api_key);
+    expect((await ask()).status).toBe(409);
+    const retried = await waitFor(
+      'the retried signup.completed',
+      () => receiver.at('/slow-funded').filter((x) => x.event.type === 'signup.completed' && x.answered === 200)[0],
+      15_000,
+    );
+    expect(retried.event.api_key).toBeUndefined();
+  });
+
   test('funded signup whose callback never answers: once the delivery is given up, the claim still hands out the key', async () => {
     const email = 'funded-dead-hook@owner.test';
     receiver.behave('/dead-funded', () => 500);

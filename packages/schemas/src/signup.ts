@@ -130,9 +130,9 @@ export const ClaimInput = z.strictObject({
 export const ClaimOutput = z.object({
   intent_id: z.string().meta({ example: 'int_8f3k2m9x0c7b1n3p5q8r' }),
   full_domain: z.string().meta({ example: 'brave-otter.boxes.localhost' }),
-  status: z.enum(['pending_payment', 'completed', 'payment_denied', 'expired']).meta({
+  status: z.enum(['pending_payment', 'delivering_to_callback', 'completed', 'payment_denied', 'payment_failed', 'expired']).meta({
     description:
-      'pending_payment: the owner has not paid yet; ask again after retry_after_seconds. completed: the account exists and account carries the api_key (this once; a later claim is 409). payment_denied: the owner said no (do not retry without their consent). expired: the payment or the intent timed out; start again',
+      'pending_payment: the owner has not paid yet; ask again after retry_after_seconds. delivering_to_callback: the account exists and signup.completed with the api_key is being POSTed to agent_callback_webhook right now; ask again after retry_after_seconds (if that POST fails, the claim hands the key out; if it succeeds, the claim is 409). completed: the account exists and account carries the api_key (this once; a later claim is 409). payment_denied: the owner said no (do not retry without their consent). payment_failed: the payment was declined (final; start again with another card or wallet). expired: the payment or the intent timed out; start again',
   }),
   payment: z
     .object({

@@ -120,8 +120,9 @@ export function claimSignup(
 }
 
 /**
- * Polls POST /signup/agentic/claim every retry_after_seconds until the signup is no longer pending_payment (or
- * timeoutMs passes): completed carries account.api_key; payment_denied and expired are final.
+ * Polls POST /signup/agentic/claim every retry_after_seconds while the signup is pending_payment or
+ * delivering_to_callback (or until timeoutMs passes): completed carries account.api_key; payment_denied,
+ * payment_failed and expired are final. A claim after the callback got the key is 409 (BoxesError).
  */
 export async function waitForClaim(
   baseUrl: string,
@@ -131,7 +132,7 @@ export async function waitForClaim(
   const deadline = Date.now() + (opts.timeoutMs ?? 15 * 60_000);
   for (;;) {
     const r = await claimSignup(baseUrl, input, opts.fetch ? { fetch: opts.fetch } : {});
-    if (r.status !== 'pending_payment' || Date.now() >= deadline) return r;
+    if ((r.status !== 'pending_payment' && r.status !== 'delivering_to_callback') || Date.now() >= deadline) return r;
     const wait = Math.min((r.retry_after_seconds ?? 5) * 1000, Math.max(0, deadline - Date.now()));
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(resolve, wait);

@@ -86,7 +86,7 @@ export const signupRouter = router({
         protect: false,
         summary: 'Claim a paid signup',
         description:
-          'For a funded or register signup (which has no confirm): with the intent_id and the claim_secret of POST /signup/agentic, answers pending_payment (ask again after retry_after_seconds) until the owner pays, then completed with the account and its api_key, exactly once; a later claim is 409 intent_already_confirmed, as is a claim after signup.completed took the key to the callback webhook. payment_denied and expired are final. An unknown intent and a wrong claim_secret are both 404.',
+          'For a funded or register signup (which has no confirm): with the intent_id and the claim_secret of POST /signup/agentic, answers pending_payment (ask again after retry_after_seconds) until the owner pays, then completed with the account and its api_key, exactly once; a later claim is 409 intent_already_confirmed, as is a claim after signup.completed took the key to the callback webhook. delivering_to_callback means that POST is on its way right now (ask again: if it fails, the claim gets the key). payment_denied, payment_failed and expired are final. An unknown intent and a wrong claim_secret are both 404.',
       },
     })
     .input(ClaimInput)

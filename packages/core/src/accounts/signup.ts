@@ -334,7 +334,8 @@ export async function claimSignup(svc: Services, input: z.infer<typeof ClaimInpu
   if (intent.status !== 'completed' || !intent.accountId) {
     // Lazily expires a payment whose time ran out, as its status page does.
     const p = intent.payment ? await refreshPayment(svc, intent.payment.id) : null;
-    const status = !p || p.status === 'expired' ? 'expired' : p.status === 'denied' ? 'payment_denied' : 'pending_payment';
+    const status =
+      !p || p.status === 'expired' ? 'expired' : p.status === 'denied' ? 'payment_denied' : p.status === 'failed' ? 'payment_failed' : 'pending_payment';
     return {
       ...base,
       status,
@@ -344,12 +345,22 @@ export async function claimSignup(svc: Services, input: z.infer<typeof ClaimInpu
     } as const;
   }
   const accountId = intent.accountId;
+  // A POST to the callback may be carrying the key right now: wait for it (it is either delivered, and the key
+  // is gone, or it fails and the key is the claim's). A mark older than the webhook timeout is a worker that died
+  // mid-POST; the key is then the claim's too.
+  const sendingSince = new Date(Date.now() - svc.config.webhook.timeoutMs - 5_000);
   const sealed = await svc.db.$transaction(async (tx) => {
-    const rows = await tx.$queryRaw<{ api_key_enc: string | null }[]>`SELECT api_key_enc FROM signup_intents WHERE id = ${intent.id} FOR UPDATE`;
+    const rows = await tx.$queryRaw<{ api_key_enc: string | null; api_key_sending_at: Date | null }[]>`
+      SELECT api_key_enc, api_key_sending_at FROM signup_intents WHERE id = ${intent.id} FOR UPDATE`;
     const enc = rows[0]?.api_key_enc ?? null;
-    if (enc) await tx.signupIntent.update({ where: { id: intent.id }, data: { apiKeyEnc: null } });
+    const sending = rows[0]?.api_key_sending_at ?? null;
+    if (enc && sending && sending > sendingSince) return 'sending' as const;
+    if (enc) await tx.signupIntent.update({ where: { id: intent.id }, data: { apiKeyEnc: null, apiKeySendingAt: null } });
     return enc;
   });
+  if (sealed === 'sending') {
+    return { ...base, status: 'delivering_to_callback', payment: null, retry_after_seconds: CLAIM_RETRY_SECONDS, account: null } as const;
+  }
   const [account, key, domain] = await Promise.all([
     svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { primaryAddress: true } }),
     svc.db.apiKey.findFirstOrThrow({ where: { accountId, isOwner: true }, orderBy: { createdAt: 'asc' }, select: { id: true } }),

@@ -110,9 +110,10 @@ export async function eventPayload(svc: Services, event: Parameters<typeof toApi
   const api = toApiEvent(event);
   if (forWebhook && event.type === 'signup.completed') {
     // The owner key goes out once: to the signup callback, unless the signup's claim took it first. It is kept
-    // sealed only until then.
-    const intent = await svc.db.signupIntent.findUnique({ where: { accountId: event.accountId }, select: { apiKeyEnc: true } });
-    if (intent?.apiKeyEnc) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.apiKeyEnc).toString('utf8') });
+    // sealed only until then, and marked as on its way while this POST runs, so a claim meanwhile waits.
+    const [intent] = await svc.db.$queryRaw<{ api_key_enc: string }[]>`
+      UPDATE signup_intents SET api_key_sending_at = now() WHERE account_id = ${event.accountId} AND api_key_enc IS NOT NULL RETURNING api_key_enc`;
+    if (intent) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.api_key_enc).toString('utf8') });
   }
   return JSON.stringify(api);
 }
@@ -226,7 +227,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
             AS d(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
         ), intent AS (
-          UPDATE signup_intents SET api_key_enc = NULL WHERE account_id = ${accountId} AND ${clearKey}
+          UPDATE signup_intents SET api_key_enc = NULL, api_key_sending_at = NULL WHERE account_id = ${accountId} AND ${clearKey}
         )
         SELECT 1 AS done`;
       stored = cursor;
@@ -259,6 +260,8 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
         continue;
       }
       await flush();
+      // The POST that carried the owner key failed: the key is no longer on its way (the claim may take it).
+      if (event.type === 'signup.completed') await svc.db.signupIntent.updateMany({ where: { accountId }, data: { apiKeySendingAt: null } });
       // Only the drainer holding the lock moves the cursor; the where clause makes a stale drainer a no-op.
       const at = { id: accountId, webhookCursor: cursor };
       const old = Date.now() - event.createdAt.getTime() > deps.giveUpAfterMs;
