@@ -252,3 +252,29 @@ describe('a configured certificate', () => {
     }
   }, 60_000);
 });
+
+describe('GET /mail-clients/certificate on a process without mail listeners', () => {
+  it('reads what the mail listeners keep and never makes a certificate or opens its key itself', async () => {
+    const api = await startTestServer();
+    try {
+      const account = await signupAccount(api);
+      const before = await rest(api, 'GET', '/mail-clients/certificate', { key: account.apiKey });
+      expect(before.status, JSON.stringify(before.body)).toBe(404);
+      expect(before.body.error.code).toBe('not_found');
+      expect(await api.db.platformSetting.findUnique({ where: { key: 'mail_tls' } })).toBeNull();
+      // A mail listener of the same instance starts and keeps its certificate: the API shows that one.
+      const mail = await startTestServer({ sameStoreAs: api, mail: true });
+      try {
+        const after = await rest(api, 'GET', '/mail-clients/certificate', { key: account.apiKey });
+        expect(after.status, JSON.stringify(after.body)).toBe(200);
+        const kept = JSON.parse((await api.db.platformSetting.findUniqueOrThrow({ where: { key: 'mail_tls' } })).value) as { certPem: string };
+        expect(after.body.certificate_pem).toBe(kept.certPem);
+        expect(after.body.sha256_fingerprint).toBe(new X509Certificate(kept.certPem).fingerprint256);
+      } finally {
+        await mail.stop();
+      }
+    } finally {
+      await api.stop();
+    }
+  }, 60_000);
+});

@@ -10,6 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appRouter } from '@boxes/api';
+import { mailTlsMaterial } from '@boxes/core';
 import { mintKey, rest, signupAccount, startTestServer, type JsonResponse, type TestAccount, type TestServer } from '@boxes/testing';
 
 type Scope = 'send' | 'receive' | 'admin';
@@ -426,6 +427,8 @@ function expectError(r: JsonResponse, status: number, code: string, label: strin
 beforeAll(async () => {
   // Fixtures create many bulk jobs per account, none of which runs here (no worker): the active-job bound has its test.
   t = await startTestServer({ env: { FORWARD_CONFIRMATIONS_PER_DAY: '1000', BULK_MAX_ACTIVE_JOBS: '1000' } });
+  // The mail listeners (not started here) keep the certificate GET /mail-clients/certificate shows: as their start would.
+  await mailTlsMaterial(t.svc);
   const [a, b, c] = await Promise.all([fixture(), fixture(), signupAccount(t, 'sec-c@example.com')]);
   A = a;
   B = b;

@@ -1,12 +1,13 @@
 /** What mail clients need to trust the IMAP and submission servers: their certificate and its fingerprint. */
 import { z } from 'zod';
-import { mailTlsMaterial } from '@boxes/core';
+import { AppError, mailCertificate } from '@boxes/core';
 import { MailCertificateOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
 export const mailClientsRouter = router({
   certificate: keyProcedure
     .meta({
+      errors: ['not_found'],
       openapi: {
         method: 'GET',
         path: '/mail-clients/certificate',
@@ -19,7 +20,12 @@ export const mailClientsRouter = router({
     .input(z.void())
     .output(MailCertificateOutput)
     .query(async ({ ctx }) => {
-      const tls = await mailTlsMaterial(ctx.svc);
+      const tls = await mailCertificate(ctx.svc);
+      if (!tls)
+        throw new AppError(
+          'not_found',
+          'No mail server has started on this instance yet, so it keeps no certificate: start the mail apps (boxes start mx, or pnpm start)',
+        );
       return {
         self_signed: tls.selfSigned,
         sha256_fingerprint: tls.sha256,

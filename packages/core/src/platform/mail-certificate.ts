@@ -60,14 +60,19 @@ export function mailCertificateNames(config: Config): string[] {
   ];
 }
 
-function materialOf(cert: string, key: string, selfSigned: boolean): MailTls {
+/** What a mail client may see of the certificate (no key). */
+export type MailCertificate = Omit<MailTls, 'key'>;
+
+function certificateOf(cert: string, selfSigned: boolean): MailCertificate {
   const x = new X509Certificate(cert);
   const names = (x.subjectAltName ?? '')
     .split(/,\s*/)
     .map((n) => n.replace(/^(DNS|IP Address):/, '').toLowerCase())
     .filter(Boolean);
-  return { key, cert, selfSigned, sha256: x.fingerprint256, notAfter: new Date(x.validTo), names };
+  return { cert, selfSigned, sha256: x.fingerprint256, notAfter: new Date(x.validTo), names };
 }
+
+const materialOf = (cert: string, key: string, selfSigned: boolean): MailTls => ({ ...certificateOf(cert, selfSigned), key });
 
 async function makeSelfSigned(names: string[]): Promise<{ cert: string; key: string }> {
   const pems = await generate([{ name: 'commonName', value: names[0] ?? 'localhost' }], {
@@ -124,4 +129,16 @@ export async function mailTlsMaterial(svc: Pick<Services, 'db' | 'secretKey' | '
     );
   }
   return materialOf(stored.certPem, key, true);
+}
+
+/**
+ * The certificate the mail listeners serve, for clients to pin (GET /mail-clients/certificate): read only, so a
+ * process that serves no mail neither opens the key nor makes a certificate. Null while no mail listener has
+ * started on this instance (nothing kept yet).
+ */
+export async function mailCertificate(svc: Pick<Services, 'db' | 'config'>): Promise<MailCertificate | null> {
+  const { tlsCertFile, tlsKeyFile } = svc.config.smtp;
+  if (tlsCertFile && tlsKeyFile) return certificateOf(fs.readFileSync(tlsCertFile, 'utf8'), false);
+  const stored = parse(await svc.db.platformSetting.findUnique({ where: { key: SETTING } }));
+  return stored ? certificateOf(stored.certPem, true) : null;
 }
