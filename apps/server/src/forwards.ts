@@ -4,10 +4,10 @@
  * Confirm and Decline buttons POST. No key: the token is the credential. Plain HTML, no scripts.
  */
 import type { Hono } from 'hono';
-import { answerForwardConfirmation, AppError, peekForwardConfirmation, type Services } from '@boxes/core';
+import { answerForwardConfirmation, AppError, escapeHtml, peekForwardConfirmation, type Services } from '@boxes/core';
 import type { Logger } from './logger';
 
-const esc = (s: unknown): string => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const esc = escapeHtml;
 
 function page(title: string, body: string, status = 200): Response {
   const html = `<!doctype html>

@@ -12,7 +12,6 @@
  */
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
-import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

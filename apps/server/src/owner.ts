@@ -17,6 +17,7 @@ import {
   MANDATE_TIERS,
   maskEmail,
   ownerCloseRequest,
+  escapeHtml,
   ownerPayment,
   ownerPayments,
   ownerSession,
@@ -39,7 +40,7 @@ import type { Logger } from './logger';
 
 const COOKIE = 'boxes_owner';
 
-const esc = (s: unknown): string => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const esc = escapeHtml;
 
 function page(title: string, body: string, status = 200, notice = ''): Response {
   const html = `<!doctype html>

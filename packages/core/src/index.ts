@@ -3,6 +3,7 @@ export * from './shared/errors';
 export * from './shared/unavailable';
 export * from './shared/ids';
 export * from './shared/crypto';
+export * from './shared/html';
 export * from './shared/context';
 export * from './shared/clock';
 export * from './shared/rate-limit';

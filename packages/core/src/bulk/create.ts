@@ -18,7 +18,7 @@ import { parseMailbox } from '../messages/addresses';
 import { checkMessage, loadSendState, planMessage, type MessagePlan } from '../messages/plan';
 import type { Services } from '../shared/context';
 import { sha256Hex } from '../shared/crypto';
-import { AppError, isUniqueViolation } from '../shared/errors';
+import { AppError, invalidField, isUniqueViolation } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { bulkJobView, type BulkJobView } from './view';
 
@@ -44,9 +44,7 @@ function atIndex(err: unknown, index: number): unknown {
   });
 }
 
-function invalid(path: string, message: string): AppError {
-  return new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }] });
-}
+const invalid = invalidField;
 
 /** Runs one message's step, its error moved under messages.<index>. */
 function atEach<T>(index: number, step: () => T): T {

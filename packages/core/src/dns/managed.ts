@@ -10,7 +10,7 @@ import { isIP } from 'node:net';
 import type { Tx } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
-import { AppError } from '../shared/errors';
+import { AppError, invalidField } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { hostContent, txtContent, txtText } from './content';
 import { bumpSerial, DEFAULT_TTL } from './zones';
@@ -33,9 +33,7 @@ const HOST = new RegExp(`^(?=.{1,253}$)(?:${LABEL}\\.)*(?!-)[a-z0-9-]{1,63}(?<!-
 /** A host name in a value: as HOST, with at least two labels (values are absolute: "mail" is a mistake). */
 const TARGET = new RegExp(`^(?=.{1,253}$)(?:${LABEL}\\.)+(?!-)[a-z0-9-]{1,63}(?<!-)$`);
 
-function bad(path: string, message: string, details: Record<string, unknown> = {}): AppError {
-  return new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }], ...details });
-}
+const bad = invalidField;
 
 const hostValue = (v: string, path: string): string => {
   const h = hostContent(v);

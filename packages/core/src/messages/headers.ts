@@ -1,6 +1,6 @@
 /** Custom header rules of POST /messages/send. */
 import { MAX_HEADERS } from '@boxes/schemas';
-import { AppError } from '../shared/errors';
+import { invalidField } from '../shared/errors';
 
 /** Headers Boxes sets itself, or that would break the MIME structure. */
 export const RESERVED_HEADERS = [
@@ -26,7 +26,7 @@ const FIELD_NAME = /^[!-9;-~]+$/; // printable ASCII except colon (RFC 5322 2.2)
 
 export function validateHeaders(headers: Record<string, string> | undefined): Record<string, string> {
   const entries = Object.entries(headers ?? {});
-  const bad = (path: string, message: string) => new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }] });
+  const bad = invalidField;
   if (entries.length > MAX_HEADERS) throw bad('headers', `at most ${MAX_HEADERS} custom headers (got ${entries.length})`);
   const seen = new Set<string>();
   for (const [name, value] of entries) {

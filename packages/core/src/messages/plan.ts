@@ -21,7 +21,8 @@ import type { BoxScope } from '../boxes/boxes';
 import { assertSendable } from '../domains/verify';
 import { CONFIGURATION_SET_HEADER, configurationSetName } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
-import { AppError } from '../shared/errors';
+import { AppError, invalidField } from '../shared/errors';
+import { escapeHtml } from '../shared/html';
 import { newId } from '../shared/ids';
 import { headerValue, parentIds, pickThread, splitReferences } from '../threads/parents';
 import { assertRecipientsAllowed, candidatesOf, type ListedRow } from '../trust/lists';
@@ -38,7 +39,7 @@ export function trailerText(siteUrl: string): string {
 }
 
 export function appendTrailer(body: { text?: string | undefined; html?: string | undefined }, siteUrl: string) {
-  const href = siteUrl.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+  const href = escapeHtml(siteUrl);
   return {
     text: body.text !== undefined || body.html === undefined ? `${body.text ?? ''}\n\n${trailerText(siteUrl)}` : undefined,
     html: body.html !== undefined ? `${body.html}<p style="color:#666;font-size:12px">Sent by an AI agent with <a href="${href}">Boxes</a></p>` : undefined,
@@ -47,15 +48,14 @@ export function appendTrailer(body: { text?: string | undefined; html?: string |
 
 export function appendSignature(body: { text?: string | undefined; html?: string | undefined }, signature: string | null) {
   if (!signature) return body;
-  const escaped = signature.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`).replace(/\r?\n/g, '<br>');
+  const escaped = escapeHtml(signature).replace(/\r?\n/g, '<br>');
   return {
     text: body.text !== undefined || body.html === undefined ? `${body.text ?? ''}\n\n${signature}` : undefined,
     html: body.html !== undefined ? `${body.html}<br><br>${escaped}` : undefined,
   };
 }
 
-const invalid = (path: string, message: string, extra: Record<string, unknown> = {}) =>
-  new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }], ...extra });
+const invalid = invalidField;
 
 /** A message that passed the rules needing no database. */
 export interface CheckedMessage {

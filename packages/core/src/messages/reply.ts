@@ -10,6 +10,7 @@ import type { MessageReplyInput, SendInput, SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
+import { escapeHtml } from '../shared/html';
 import { openBody, type StoredBody } from './body';
 import { formatMailbox, isAddress, type Mailbox } from './addresses';
 import { sendMessage, type SendCaller } from './send';
@@ -79,7 +80,6 @@ function quoted(parent: Message, body: StoredBody, author: string) {
   const when = parent.recordedAt.toUTCString();
   const intro = `On ${when}, ${author} wrote:`;
   const text = body.text ?? (body.html ? body.html.replace(/<[^>]*>/g, '') : '');
-  const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   return {
     text: `${intro}\n${text
       .replace(/\r?\n$/, '')

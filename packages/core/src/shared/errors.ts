@@ -72,6 +72,10 @@ export class AppError extends Error {
 
 export const notFound = (what: string, id: string): AppError => new AppError('not_found', `${what} ${id} not found`);
 
+/** 400 validation_error naming one field (the message starts with its path, as zod's errors do). */
+export const invalidField = (path: string, message: string, details: ErrorDetails = {}): AppError =>
+  new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }], ...details });
+
 /**
  * A unique-constraint violation, from a Prisma model query (P2002) or a raw query (P2010 carrying PostgreSQL's
  * 23505).

@@ -7,7 +7,7 @@
 import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
-import { WEBHOOK_GIVE_UP_SECONDS, WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
+import { WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
 import { Prisma, type Event } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { toApiEvent } from '../events/read';
