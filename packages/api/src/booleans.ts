@@ -6,8 +6,9 @@
  */
 import type { z } from 'zod';
 
-type Def = { type: string; coerce?: boolean; [k: string]: unknown };
-const defOf = (s: z.ZodType): Def => (s as unknown as { _zod: { def: Def } })._zod.def;
+/** A zod schema's definition, as the pinning and the field walk read it. */
+export type Def = { type: string; coerce?: boolean; [k: string]: unknown };
+export const defOf = (s: z.ZodType): Def => (s as unknown as { _zod: { def: Def } })._zod.def;
 
 /** The top-level fields of an object input that take a boolean (through optional, nullable and default). */
 export function booleanFields(input: z.ZodType | undefined): string[] {

@@ -7,7 +7,7 @@
  */
 import type { z } from 'zod';
 
-type Def = { type: string; coerce?: boolean; [k: string]: unknown };
+import { defOf, type Def } from './booleans';
 const COERCIBLE = new Set(['number', 'boolean', 'bigint', 'date']);
 
 /** Definitions pinned already: pinning is idempotent (a schema shared by several inputs, or a second call). */
@@ -19,7 +19,7 @@ function walk(v: unknown, seen: Set<object>): void {
   if (typeof v !== 'object' || v === null || seen.has(v)) return;
   seen.add(v);
   if (isSchema(v)) {
-    const def = (v as unknown as { _zod: { def: Def } })._zod.def;
+    const def = defOf(v);
     if (COERCIBLE.has(def.type) && !def.coerce && !pinned.has(def)) {
       Object.defineProperty(def, 'coerce', { get: () => false, set: () => {}, enumerable: true, configurable: false });
       pinned.add(def);

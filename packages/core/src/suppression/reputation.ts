@@ -65,7 +65,19 @@ export async function evaluateReputation(tx: Tx, accountId: string, now: Date): 
  * Returns how many recovered.
  */
 export async function reevaluateReputations(svc: Pick<Services, 'db' | 'clock'>): Promise<number> {
-  const flagged = await svc.db.account.findMany({ where: { reputationState: { not: 'ok' } }, select: { id: true }, take: 1000 });
+  // Every flagged account, in pages by id (a first page alone would leave the rest flagged for good).
+  const flagged: { id: string }[] = [];
+  for (let after = ''; ; ) {
+    const page = await svc.db.account.findMany({
+      where: { reputationState: { not: 'ok' }, id: { gt: after } },
+      orderBy: { id: 'asc' },
+      select: { id: true },
+      take: 1000,
+    });
+    flagged.push(...page);
+    if (page.length < 1000) break;
+    after = page.at(-1)!.id;
+  }
   let recovered = 0;
   for (const { id } of flagged) {
     await svc.db.$transaction(async (tx) => {
