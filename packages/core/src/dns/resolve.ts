@@ -13,6 +13,36 @@ export type ResolvedRecords = string[] | string[][] | { exchange: string; priori
 
 const MAX_CNAME_CHAIN = 8;
 
+/**
+ * Names no zone here is the authority for, remembered a few seconds per database: inbound mail asks several
+ * names of the sender's domain (SPF, the DKIM key, DMARC), and mail from outside is most mail, so each such name
+ * would cost a query before the outside resolvers are asked. Names of our own zones are never remembered (a
+ * changed key counts at once); a zone made here is seen within NOT_OURS_TTL_MS.
+ */
+const NOT_OURS_TTL_MS = 5_000;
+const NOT_OURS_MAX = 10_000;
+const notOurs = new WeakMap<Db, Map<string, number>>();
+
+function knownNotOurs(db: Db, name: string): boolean {
+  const names = notOurs.get(db);
+  const until = names?.get(name);
+  if (until === undefined) return false;
+  if (until > Date.now()) return true;
+  names!.delete(name);
+  return false;
+}
+
+function rememberNotOurs(db: Db, name: string): void {
+  let names = notOurs.get(db);
+  if (!names) {
+    names = new Map();
+    notOurs.set(db, names);
+  }
+  // The oldest entry makes room (a Map iterates in insertion order).
+  if (names.size >= NOT_OURS_MAX) names.delete(names.keys().next().value!);
+  names.set(name, Date.now() + NOT_OURS_TTL_MS);
+}
+
 /** An error shaped like node:dns's (code ENOTFOUND for NXDOMAIN, ENODATA for no record of the type). */
 function dnsError(code: 'ENOTFOUND' | 'ENODATA', rrtype: string, name: string): Error {
   return Object.assign(new Error(`query${rrtype[0]}${rrtype.slice(1).toLowerCase()} ${code} ${name}`), { code, hostname: name });
@@ -55,9 +85,14 @@ export async function resolveOwnZones(
   outside: (name: string, rrtype: string) => Promise<ResolvedRecords>,
 ): Promise<ResolvedRecords | null> {
   let current = hostContent(name);
+  if (knownNotOurs(db, current)) return null;
   for (let step = 0; step <= MAX_CNAME_CHAIN; step++) {
     const found = await lookupName(db, current);
-    if (!found.zone || found.delegation || !authoritative(found.zone)) return step === 0 ? null : outside(current, rrtype);
+    if (!found.zone || found.delegation || !authoritative(found.zone)) {
+      if (step > 0) return outside(current, rrtype);
+      rememberNotOurs(db, current);
+      return null;
+    }
     const records = found.exists ? found.records : found.wildcard;
     const wanted = records.filter((r) => r.type === rrtype);
     if (wanted.length) return shape(rrtype, wanted);

@@ -105,7 +105,8 @@ export function summarize(r: AuthenticateResult, mailHost: string): Authenticati
 
 /**
  * The lookup the checks use: the zones served here from their rows (never cached, so a changed key counts at
- * once, as apps/dns serves it), every other name through dnsLookupFor.
+ * once, as apps/dns serves it), every other name through dnsLookupFor (a name found not to be ours is not asked
+ * of the database again for a few seconds: dns/resolve.ts).
  */
 export function ownZonesFirst(config: Config, db: Db): DnsLookup {
   const outside = dnsLookupFor(config);
