@@ -5,7 +5,7 @@
  */
 import { Worker, type ConnectionOptions } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { attemptDelivery, type DeliveryDeps, type Services } from '@boxes/core';
+import { attemptDelivery, type DeliveryDeps, type DeliveryStatus, type Services } from '@boxes/core';
 import { createRedis, DELIVERY_ATTEMPTS, deliveryRetryDelayMs, QUEUE, type DeliveryJob } from '@boxes/jobs';
 import { dnsMxResolver, parseRelayUrl, parseStaticRoutes, SmtpSender, staticResolver, type MxResolver } from '@boxes/mail';
 import type { Logger } from 'pino';
@@ -98,10 +98,10 @@ export async function start(
       where: {
         OR: [
           // Re-enqueueing a delivery whose job is only waiting its turn does nothing (the job id is the delivery id).
-          { status: 'queued', createdAt: { lt: new Date(now - Math.min(graceMs, QUEUED_GRACE_MS)) } },
-          { status: 'deferred', nextAttemptAt: { lt: new Date(now - graceMs) } },
+          { status: 'queued' satisfies DeliveryStatus, createdAt: { lt: new Date(now - Math.min(graceMs, QUEUED_GRACE_MS)) } },
+          { status: 'deferred' satisfies DeliveryStatus, nextAttemptAt: { lt: new Date(now - graceMs) } },
           // A scheduled send whose delayed job was lost (Redis lost its data): due is due.
-          { status: 'scheduled', message: { sendAt: { lt: new Date(now - graceMs) } } },
+          { status: 'scheduled' satisfies DeliveryStatus, message: { sendAt: { lt: new Date(now - graceMs) } } },
         ],
       },
       select: { id: true },

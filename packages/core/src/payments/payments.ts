@@ -9,7 +9,8 @@
  * double click or two workers cannot pay twice; the credit entry also carries the key payment:<id>.
  */
 import type { EventDataInput, NewEvent } from '@boxes/schemas';
-import type { PaymentStatus } from '@boxes/schemas';
+import { PAYMENT_STATUSES, type PaymentStatus } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 import { randomBytes } from 'node:crypto';
 import type { Account, Payment, Tx, Wallet } from '@boxes/db';
 import type { Prisma } from '@boxes/db';
@@ -240,7 +241,15 @@ export function paymentView(svc: Services, p: Payment): PaymentView {
  * whose token is due gets it and is charged (or expires, when the challenge lapsed before that: approval
  * does not reset the TTL). Idempotent; run by readers, by the delayed job and by the billing sweep.
  */
-export async function refreshPayment(svc: Services, id: string): Promise<Payment | null> {
+export async function refreshPayment(svc: Services, id: string): Promise<KnownPayment | null> {
+  const p = await refreshPaymentRow(svc, id);
+  return p && { ...p, status: narrowStatus(PAYMENT_STATUSES, p.status) };
+}
+
+/** A payment row whose status is read as the vocabulary's union (the column is text; its CHECK keeps it in the list). */
+export type KnownPayment = Omit<Payment, 'status'> & { status: PaymentStatus };
+
+async function refreshPaymentRow(svc: Services, id: string): Promise<Payment | null> {
   const now = svc.clock.now();
   const quick = await svc.db.payment.findUnique({ where: { id } });
   if (!quick) return null;
@@ -279,7 +288,7 @@ export async function refreshPayment(svc: Services, id: string): Promise<Payment
 }
 
 /** A payment of this account, brought up to date. */
-export async function getAccountPayment(svc: Services, accountId: string, id: string, kind?: 'mpp' | 'card'): Promise<Payment> {
+export async function getAccountPayment(svc: Services, accountId: string, id: string, kind?: 'mpp' | 'card'): Promise<KnownPayment> {
   const p = await refreshPayment(svc, id);
   if (!p || p.accountId !== accountId || (kind === 'mpp' && p.kind !== 'mpp') || (kind === 'card' && p.kind === 'mpp')) {
     throw new AppError('not_found', `payment ${id} not found`);
@@ -288,7 +297,7 @@ export async function getAccountPayment(svc: Services, accountId: string, id: st
 }
 
 /** Waits (up to waitMs) until the payment leaves its current in-between state; returns it up to date. */
-export async function waitForPayment(svc: Services, accountId: string, id: string, kind: 'mpp' | 'card', waitMs: number): Promise<Payment> {
+export async function waitForPayment(svc: Services, accountId: string, id: string, kind: 'mpp' | 'card', waitMs: number): Promise<KnownPayment> {
   const end = Date.now() + waitMs;
   let p = await getAccountPayment(svc, accountId, id, kind);
   while (Date.now() < end && ['requires_approval', 'pending_approval', 'approved'].includes(p.status)) {
@@ -556,7 +565,7 @@ export async function ownerPayments(svc: Services, email: string): Promise<Payme
   return Promise.all(rows.map(async (p) => (await refreshPayment(svc, p.id)) ?? p));
 }
 
-export async function ownerPayment(svc: Services, email: string, id: string): Promise<{ payment: Payment; account: string; wallet: Wallet | null }> {
+export async function ownerPayment(svc: Services, email: string, id: string): Promise<{ payment: KnownPayment; account: string; wallet: Wallet | null }> {
   const p = await refreshPayment(svc, id);
   if (!p || (p.ownerEmail !== email && p.payerEmail !== email)) throw new AppError('not_found', 'No such payment for you.');
   const account = p.accountId
@@ -616,7 +625,7 @@ export async function walletOf(svc: Services, email: string): Promise<{ wallet: 
  * leaves the payment waiting, so another card can be tried. Approving an MPP spend request schedules the
  * token. A funded signup is provisioned on payment.
  */
-export async function decidePayment(svc: Services, email: string, id: string, decision: OwnerDecision): Promise<Payment> {
+export async function decidePayment(svc: Services, email: string, id: string, decision: OwnerDecision): Promise<KnownPayment> {
   const { payment: current } = await ownerPayment(svc, email, id);
   if (!PENDING.includes(current.status)) {
     throw new AppError('payment_not_pending', `This payment is ${current.status}; nothing to decide.`, { status: current.status });
@@ -692,7 +701,7 @@ export async function decidePayment(svc: Services, email: string, id: string, de
     await svc.jobs.schedulePaymentCheck(id, TOKEN_DELAY_MS).catch(() => undefined);
   }
   if (result.error) throw new AppError('card_declined', result.error, { decline_code: result.p.declineCode });
-  return result.p;
+  return { ...result.p, status: narrowStatus(PAYMENT_STATUSES, result.p.status) };
 }
 
 /** The public pay page's view of a payment with its client_secret (card-form path): pay with a card. */
