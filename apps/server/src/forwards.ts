@@ -6,6 +6,7 @@
 import type { Hono } from 'hono';
 import { answerForwardConfirmation, AppError, escapeHtml, peekForwardConfirmation, type Services } from '@boxes/core';
 import type { Logger } from './logger';
+import { htmlResponse } from './html-page';
 
 const esc = escapeHtml;
 
@@ -19,16 +20,7 @@ button.primary{background:#0a5;color:#fff;border-color:#0a5}.note{background:#f4
 <body><main><h1>${esc(title)}</h1>
 ${body}
 </main></body></html>`;
-  return new Response(html, {
-    status,
-    headers: {
-      'content-type': 'text/html; charset=utf-8',
-      'cache-control': 'no-store',
-      'x-frame-options': 'DENY',
-      'referrer-policy': 'no-referrer',
-      'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-    },
-  });
+  return htmlResponse(html, status);
 }
 
 function what(f: { box?: string | undefined; to: string; match: { from_contains: string | null; subject_contains: string | null } }): string {

@@ -37,6 +37,7 @@ import {
 } from '@boxes/core';
 import type { Payment } from '@boxes/db';
 import type { Logger } from './logger';
+import { htmlResponse } from './html-page';
 
 const COOKIE = 'boxes_owner';
 
@@ -62,16 +63,7 @@ ${body}
 </main>
 <footer><small>Boxes owner pages. Payments here go through the ${esc('configured payment provider')}; the built-in local provider simulates the card network, and no real money moves.</small></footer>
 </body></html>`;
-  return new Response(html, {
-    status,
-    headers: {
-      'content-type': 'text/html; charset=utf-8',
-      'cache-control': 'no-store',
-      'x-frame-options': 'DENY',
-      'referrer-policy': 'no-referrer',
-      'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-    },
-  });
+  return htmlResponse(html, status);
 }
 
 const banner = (kind: 'ok' | 'error' | 'note', text: string) => `<p class="${kind}" role="${kind === 'error' ? 'alert' : 'status'}">${esc(text)}</p>`;
