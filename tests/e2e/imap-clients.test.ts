@@ -10,7 +10,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
-import { appPassword, deliver, execFileAsync, multipartMessage, requireTool, waitFor } from './imap-helpers';
+import { appPassword, deliver, execFileAsync, mbsyncConfig, multipartMessage, requireTool, waitFor } from './imap-helpers';
 
 let t: TestServer;
 let dir: string;
@@ -164,30 +164,7 @@ describe('mbsync (isync)', () => {
     const rc = path.join(root, 'mbsyncrc');
     fs.writeFileSync(
       rc,
-      `IMAPAccount boxes
-Host 127.0.0.1
-Port ${t.imapPort}
-User ${a.primaryAddress}
-Pass ${password}
-SSLType IMAPS
-CertificateFile ${path.join(root, 'cert.pem')}
-
-IMAPStore remote
-Account boxes
-
-MaildirStore local
-Path ${maildir}/
-Inbox ${maildir}/INBOX
-SubFolders Verbatim
-
-Channel boxes
-Far :remote:
-Near :local:
-Patterns *
-Create Near
-Expunge Both
-SyncState *
-`,
+      mbsyncConfig({ port: t.imapPort!, user: a.primaryAddress, password, certificate: path.join(root, 'cert.pem'), maildir, expunge: true }),
     );
     const mbsync = async () => {
       const r = await execFileAsync('mbsync', ['-V', '-c', rc, '-a'], { timeout: 60_000 });

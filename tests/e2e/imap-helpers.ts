@@ -83,3 +83,33 @@ export async function withImap<T>(t: TestServer, user: string, pass: string, fn:
     await c.logout().catch(() => undefined);
   }
 }
+
+/**
+ * An mbsync (isync) configuration syncing every folder of an account over implicit TLS into a Maildir, trusting
+ * only `certificate` (CertificateFile). With expunge, deletions flow both ways.
+ */
+export function mbsyncConfig(o: { port: number; user: string; password: string; certificate: string; maildir: string; expunge?: boolean }): string {
+  return `IMAPAccount boxes
+Host 127.0.0.1
+Port ${o.port}
+User ${o.user}
+Pass ${o.password}
+SSLType IMAPS
+CertificateFile ${o.certificate}
+
+IMAPStore remote
+Account boxes
+
+MaildirStore local
+Path ${o.maildir}/
+Inbox ${o.maildir}/INBOX
+SubFolders Verbatim
+
+Channel boxes
+Far :remote:
+Near :local:
+Patterns *
+Create Near
+${o.expunge ? 'Expunge Both\n' : ''}SyncState *
+`;
+}

@@ -16,7 +16,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generate } from 'selfsigned';
 import { createTestDatabase, freePort, rest, signupAccount, startTestServer, waitFor } from '@boxes/testing';
-import { requireTool } from './mail-receive-helpers';
+import { mbsyncConfig, requireTool } from './imap-helpers';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
@@ -54,32 +54,7 @@ function mbsyncWith(port: number, pinned: string, user: string, password: string
   const maildir = path.join(dir, 'maildir');
   fs.mkdirSync(maildir, { recursive: true });
   const rc = path.join(dir, 'mbsyncrc');
-  fs.writeFileSync(
-    rc,
-    `IMAPAccount boxes
-Host 127.0.0.1
-Port ${port}
-User ${user}
-Pass ${password}
-SSLType IMAPS
-CertificateFile ${pinned}
-
-IMAPStore remote
-Account boxes
-
-MaildirStore local
-Path ${maildir}/
-Inbox ${maildir}/INBOX
-SubFolders Verbatim
-
-Channel boxes
-Far :remote:
-Near :local:
-Patterns *
-Create Near
-SyncState *
-`,
-  );
+  fs.writeFileSync(rc, mbsyncConfig({ port, user, password, certificate: pinned, maildir }));
   return async () => {
     try {
       const r = await run('mbsync', ['-c', rc, '-a'], { timeout: 60_000 });
