@@ -20,9 +20,11 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import type { Tx } from '@boxes/db';
+import { Prisma, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
-import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
+import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
+import { writeBatch, type AccountChange } from '../store/write';
+import type { MessageRow } from '../store/rows';
 import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
@@ -162,6 +164,27 @@ export async function releaseUnsent(svc: Services, jobId: string, why: string): 
   }, TX);
 }
 
+/** A message of a batch as its job stored it (bulk_job_items), before it starts. */
+interface BatchItem {
+  index: number;
+  message_id: string;
+  recipients: string[];
+  attachment_bytes: number;
+  box_id: string | null;
+  rfc_message_id: string;
+  in_reply_to: string | null;
+  references: string[];
+  from_address: string | null;
+  to_addresses: string[];
+  cc_addresses: string[];
+  bcc_addresses: string[];
+  subject: string | null;
+  size_bytes: number;
+  body_enc: string | null;
+  context: unknown;
+  thread_id: string;
+}
+
 /**
  * Starts the batch: reserves its credit and writes its messages and deliveries (only for messages not started yet,
  * so a repeated start does nothing). Returns the local deliveries to enqueue, or null when the job stopped.
@@ -171,9 +194,10 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
     const a = await lockAccountCredit(tx, job.account_id);
-    const items = await tx.$queryRaw<{ index: number; message_id: string; recipients: string[]; attachment_bytes: number }[]>`
-      SELECT index, message_id, recipients, attachment_bytes FROM bulk_job_items
-      WHERE job_id = ${jobId} AND batch = ${batch} AND started_at IS NULL ORDER BY index`;
+    const items = await tx.$queryRaw<BatchItem[]>`
+      SELECT index, message_id, recipients, attachment_bytes, box_id, rfc_message_id, in_reply_to, "references", from_address, to_addresses,
+        cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, thread_id
+      FROM bulk_job_items WHERE job_id = ${jobId} AND batch = ${batch} AND started_at IS NULL ORDER BY index`;
     if (!items.length) {
       await tx.$executeRaw`UPDATE bulk_jobs SET status = 'sending', updated_at = now() WHERE id = ${jobId} AND status <> 'sending'`;
       return { local: [] };
@@ -243,29 +267,40 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
         });
       });
     }
-    // One statement: the holds, the messages (their sealed bodies move from the items), the deliveries, the items
-    // marked started and the job sending. Every CTE reads the rows as they were before the statement.
-    await tx.$executeRaw`
-      WITH acc AS (
-        UPDATE accounts SET held_micros = held_micros + ${held}, held_free_messages = held_free_messages + ${free} WHERE id = ${job.account_id}
-      ), x AS (
-        SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text)
-      ), msg AS (
-        INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, recorded_at, thread_id)
-        SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', x.status, i.rfc_message_id, i.message_id, i.in_reply_to, i."references",
-          i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.subject, i.size_bytes, i.body_enc, i.context, now(), i.thread_id
-        FROM bulk_job_items i JOIN x ON x.index = i.index WHERE i.job_id = ${jobId}
-      ), dlv AS (
-        INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
-        SELECT d.id, d.message_id, ${job.account_id}, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
-        FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
-          AS d(id text, message_id text, recipient text, route text, status text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
-      ), itm AS (
-        UPDATE bulk_job_items i SET started_at = now(), suppressed = x.suppressed, body_enc = NULL FROM x WHERE i.job_id = ${jobId} AND i.index = x.index
-      )
-      UPDATE bulk_jobs SET status = 'sending', next_batch_at = CASE WHEN status = 'sending' THEN next_batch_at ELSE now() END, updated_at = now()
-      WHERE id = ${jobId}`;
+    // One statement (store/write.ts): the holds, the messages (their sealed bodies move from the items), the
+    // deliveries, the items marked started and the job sending. Every CTE reads the rows as they were before it.
+    const status = new Map(marks.map((m) => [m.index, m.status]));
+    const messages: MessageRow[] = items.map((i) => ({
+      id: i.message_id,
+      account_id: job.account_id,
+      box_id: i.box_id,
+      direction: 'sent',
+      status: status.get(i.index)!,
+      rfc_message_id: i.rfc_message_id,
+      in_reply_to: i.in_reply_to,
+      refs: i.references,
+      from_address: i.from_address,
+      to_addresses: i.to_addresses,
+      cc_addresses: i.cc_addresses,
+      bcc_addresses: i.bcc_addresses,
+      subject: i.subject,
+      size_bytes: i.size_bytes,
+      context: i.context,
+      thread_id: i.thread_id,
+      body_enc: i.body_enc,
+    }));
+    await writeBatch(svc, tx, {
+      locked: new Map([[a.id, a]]),
+      changes: [{ accountId: job.account_id, hold: { micros: held, freeMessages: free } }],
+      messages,
+      deliveries: deliveries.map((d) => ({ ...d, account_id: job.account_id })),
+      also: [
+        Prisma.sql`x AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text))`,
+        Prisma.sql`itm AS (UPDATE bulk_job_items i SET started_at = now(), suppressed = x.suppressed, body_enc = NULL FROM x WHERE i.job_id = ${jobId} AND i.index = x.index)`,
+        Prisma.sql`job AS (UPDATE bulk_jobs SET status = 'sending', next_batch_at = CASE WHEN status = 'sending' THEN next_batch_at ELSE now() END, updated_at = now()
+          WHERE id = ${jobId})`,
+      ],
+    });
     return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id) };
   }, TX);
 }
@@ -528,20 +563,16 @@ class BatchSender {
         if (claimed.length) {
           const a = await lockAccountCredit(tx, accountId);
           let paid = a.trailer_paid_micros;
-          let held = 0n;
-          let free = 0;
-          let surcharge = 0n;
-          const postings: Posting[] = [];
-          for (const d of claimed) {
+          const changes: AccountChange[] = claimed.map((d) => {
             const c = deliveryCharge({ trailer_paid_micros: paid }, d);
             paid += c.surcharge;
-            surcharge += c.surcharge;
-            held += d.held_micros;
-            free += c.free;
-            postings.push(...c.postings);
             touched.add(d.message_id);
-          }
-          await postEntries(svc, tx, accountId, postings, { locked: a, releaseHeld: { micros: held, freeMessages: free }, trailerPaidMicros: surcharge });
+            return {
+              accountId,
+              charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
+            };
+          });
+          await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes });
         }
       }
       for (const o of outcomes) {

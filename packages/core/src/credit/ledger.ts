@@ -294,25 +294,6 @@ export function deliveryCharge(
   return { postings, free, surcharge };
 }
 
-/** Charges a delivered recipient's hold: message_sent, attachments and trailer_surcharge entries. */
-export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery): Promise<void> {
-  if (!(await claimHold(tx, d))) return;
-  const a = await lockAccountCredit(tx, d.accountId);
-  const c = deliveryCharge(a, {
-    id: d.id,
-    message_id: d.messageId,
-    held_micros: d.heldMicros,
-    used_free: d.usedFree,
-    attachment_micros: d.attachmentMicros,
-    surcharge_micros: d.surchargeMicros,
-  });
-  await postEntries(svc, tx, d.accountId, c.postings, {
-    locked: a,
-    releaseHeld: { micros: d.heldMicros, freeMessages: c.free },
-    trailerPaidMicros: c.surcharge,
-  });
-}
-
 const minBig = (x: bigint, y: bigint) => (x < y ? x : y);
 const maxBig = (x: bigint, y: bigint) => (x > y ? x : y);
 

@@ -5,9 +5,9 @@
  * before it. Not FOR UPDATE: rows inserted in the same transaction (a box, a key) hold KEY SHARE on the account
  * through their foreign key, and FOR UPDATE conflicts with that, so two such transactions would deadlock.
  *
- * The hash is computed here, in TypeScript, and only here (chain.ts has the formula): the batch writers (the
- * send group commit in messages/send.ts, and credit/lean.ts for inbound and delivery outcomes) chain several
- * events onto heads they locked and put eventsInsert in their own statement; appendEvent does the same for one.
+ * The hash is computed here, in TypeScript, and only here (chain.ts has the formula): the batch writer
+ * (store/write.ts: sends, inbound, delivery outcomes, bulk) chains several events onto heads its callers locked
+ * and puts eventsInsert in its one statement; appendEvent does the same for one.
  */
 import { Prisma, type DbClient } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';

@@ -4,9 +4,9 @@
  * final transition happens once; the message's status follows its deliveries.
  */
 import { Prisma, type Tx } from '@boxes/db';
-import { chargeDelivery, deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
+import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
-import { isQuietCharge, leanChargesSql, type LeanCharge } from '../credit/lean';
+import { writeBatch, type AccountChange } from '../store/write';
 import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
@@ -91,11 +91,11 @@ export async function markDelivered(
 /**
  * Many deliveries accepted by their MX, recorded together (group commit: the worker gathers the outcomes that
  * arrive while a record is being written). Three round trips in the caller's transaction whatever their number
- * (typed SQL, not Prisma: see README "Hot paths"): claim the deliveries, lock their accounts (in id order, so two
- * such batches never deadlock), then one statement that settles the holds, writes the ledger entries, appends
- * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages.
- * An account whose charges cross an alert threshold or go into deficit takes the general ledger path instead,
- * delivery by delivery, so its announcements happen exactly as elsewhere. Returns the ids it recorded.
+ * (see README "Hot paths"): claim the deliveries, lock their accounts (in id order, so two such batches never
+ * deadlock), then the store writer's one statement that settles the holds, writes the ledger entries, appends
+ * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages
+ * (an account whose charges have something to announce follows the general way, see store/write.ts).
+ * Returns the ids it recorded.
  */
 export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
@@ -116,60 +116,28 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
     const o = byId.get(d.id)!;
     return { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: o.mta, response: o.response.slice(0, 500) };
   };
-  const lean: LeanCharge[] = [];
-  const general: ClaimedDelivery[] = [];
-  for (const accountId of accountIds) {
-    const start = locked.get(accountId)!;
-    const mine = claimed.filter((d) => d.account_id === accountId);
-    // The account's running state as each charge applies: all quiet, or the whole account goes the general way.
-    const state = { ...start };
-    const planned: LeanCharge[] = [];
-    for (const d of mine) {
-      const charge = d.settled_at ? null : deliveryCharge(state, d);
-      const postings = charge?.postings ?? [];
-      if (!isQuietCharge(state, postings)) break;
-      planned.push({
-        accountId,
-        locked: start,
-        postings,
-        releaseHeld: charge ? { micros: d.held_micros, freeMessages: charge.free } : undefined,
-        trailerPaidMicros: charge?.surcharge,
-        event: { type: 'mail.delivered', data: eventData(d) },
-      });
-      state.balance_micros += postings.reduce((n, p) => n + p.amountMicros, 0n);
-      state.trailer_paid_micros += charge?.surcharge ?? 0n;
-    }
-    if (planned.length === mine.length) lean.push(...planned);
-    else general.push(...mine);
-  }
-  if (lean.length) {
-    const slow = new Set(general);
-    const quick = claimed.filter((d) => !slow.has(d));
-    const leanIds = quick.map((d) => d.id);
-    const messageIds = [...new Set(quick.map((d) => d.message_id))];
-    const sql = leanChargesSql(lean);
-    await tx.$queryRaw`
-      WITH settle AS (
-        UPDATE deliveries SET settled_at = now() WHERE id = ANY(${leanIds}::text[]) AND settled_at IS NULL
-      ), ${sql.ctes}, msg AS (
-        ${messageStatusUpdate(messageIds)}
-      )
-      ${sql.notify}`;
-  }
-  for (const d of general) {
-    // The general path: its announcements (low_balance, billing.deficit) run as for every other charge.
-    await chargeDelivery(svc, tx, {
-      id: d.id,
+  // Each account's running trailer payments, so a surcharge stops once the opt-out is paid off within the batch.
+  const paid = new Map([...locked].map(([id, a]) => [id, a.trailer_paid_micros]));
+  const changes: AccountChange[] = claimed.map((d) => {
+    const charge = d.settled_at ? null : deliveryCharge({ trailer_paid_micros: paid.get(d.account_id)! }, d);
+    if (charge) paid.set(d.account_id, paid.get(d.account_id)! + charge.surcharge);
+    return {
       accountId: d.account_id,
-      messageId: d.message_id,
-      heldMicros: d.held_micros,
-      usedFree: d.used_free,
-      attachmentMicros: d.attachment_micros,
-      surchargeMicros: d.surcharge_micros,
-    });
-    await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data: eventData(d) });
-    await refreshMessageStatus(tx, d.message_id);
-  }
+      charge: charge
+        ? { postings: charge.postings, releaseHeld: { micros: d.held_micros, freeMessages: charge.free }, trailerPaidMicros: charge.surcharge }
+        : undefined,
+      event: { type: 'mail.delivered', data: eventData(d) },
+    };
+  });
+  const unsettled = claimed.filter((d) => !d.settled_at).map((d) => d.id);
+  await writeBatch(svc, tx, {
+    locked,
+    changes,
+    also: [
+      Prisma.sql`settle AS (UPDATE deliveries SET settled_at = now() WHERE id = ANY(${unsettled}::text[]) AND settled_at IS NULL)`,
+      Prisma.sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((d) => d.message_id))])})`,
+    ],
+  });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).
   for (const accountId of accountIds) {
