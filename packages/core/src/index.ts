@@ -11,6 +11,8 @@ export * from './shared/group-commit';
 export * from './shared/statuses';
 export * from './events/chain';
 export * from './events/append';
+export * from './store/write';
+export type { DeliveryRow, MessageRow } from './store/rows';
 export * from './events/read';
 export * from './keys/keys';
 export * from './app-passwords/app-passwords';
