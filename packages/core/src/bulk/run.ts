@@ -20,7 +20,7 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { Prisma, type Tx } from '@boxes/db';
+import { sql, tbl, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -219,10 +219,10 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       recipient: string;
       route: string;
       status: DeliveryStatus;
-      held_micros: string;
+      held_micros: bigint;
       used_free: boolean;
-      attachment_micros: string;
-      surcharge_micros: string;
+      attachment_micros: bigint;
+      surcharge_micros: bigint;
     }[] = [];
     const marks: { index: number; suppressed: number; status: MessageStatus }[] = [];
     for (const item of items) {
@@ -260,10 +260,10 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
           recipient,
           route: local ? 'local' : 'remote',
           status: local ? 'queued' : 'bulk',
-          held_micros: String(hold.micros),
+          held_micros: hold.micros,
           used_free: hold.free,
-          attachment_micros: String(hold.attachmentMicros),
-          surcharge_micros: String(hold.surchargeMicros),
+          attachment_micros: hold.attachmentMicros,
+          surcharge_micros: hold.surchargeMicros,
         });
       });
     }
@@ -278,7 +278,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       status: status.get(i.index)!,
       rfc_message_id: i.rfc_message_id,
       in_reply_to: i.in_reply_to,
-      refs: i.references,
+      references: i.references,
       from_address: i.from_address,
       to_addresses: i.to_addresses,
       cc_addresses: i.cc_addresses,
@@ -289,16 +289,18 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       thread_id: i.thread_id,
       body_enc: i.body_enc,
     }));
+    const [items$, i$, jobs$] = [tbl('bulk_job_items'), tbl('bulk_job_items', 'i'), tbl('bulk_jobs')];
     await writeBatch(svc, tx, {
       locked: new Map([[a.id, a]]),
       changes: [{ accountId: job.account_id, hold: { micros: held, freeMessages: free } }],
       messages,
       deliveries: deliveries.map((d) => ({ ...d, account_id: job.account_id })),
       also: [
-        Prisma.sql`x AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text))`,
-        Prisma.sql`itm AS (UPDATE bulk_job_items i SET started_at = now(), suppressed = x.suppressed, body_enc = NULL FROM x WHERE i.job_id = ${jobId} AND i.index = x.index)`,
-        Prisma.sql`job AS (UPDATE bulk_jobs SET status = 'sending', next_batch_at = CASE WHEN status = 'sending' THEN next_batch_at ELSE now() END, updated_at = now()
-          WHERE id = ${jobId})`,
+        sql`x AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text))`,
+        sql`itm AS (UPDATE ${i$.$} SET ${items$.started_at} = now(), ${items$.suppressed} = x.suppressed, ${items$.body_enc} = NULL
+          FROM x WHERE ${i$.job_id} = ${jobId} AND ${i$.index} = x.index)`,
+        sql`job AS (UPDATE ${jobs$.$} SET ${jobs$.status} = 'sending', ${jobs$.next_batch_at} = CASE WHEN ${jobs$.status} = 'sending' THEN ${jobs$.next_batch_at} ELSE now() END,
+          ${jobs$.updated_at} = now() WHERE ${jobs$.id} = ${jobId})`,
       ],
     });
     return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id) };

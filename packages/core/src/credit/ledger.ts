@@ -105,7 +105,9 @@ export interface PostOptions {
  * entries settle), then announces what the change crossed (low_balance, billing.deficit, billing.recovered).
  */
 export async function postEntries(svc: Services, tx: Tx, accountId: string, postings: Posting[], opts: PostOptions = {}): Promise<LedgerPostResult> {
-  const a = opts.locked ?? (await lockAccountCredit(tx, accountId));
+  // Every caller posts for an account it acts for, inside its transaction: a missing row is a bug, not a 404.
+  const a = opts.locked ?? (await lockAccountsCredit(tx, [accountId]))[0];
+  if (!a) throw new Error(`postEntries: account ${accountId} does not exist`);
   let balance = a.balance_micros;
   let free = 0;
   let posted = 0;

@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { Prisma, type Tx } from '@boxes/db';
+import { exec, rows, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -11,14 +11,14 @@ import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
 import { stopForwardOnBounce } from '../forwarding/forwards';
-import { FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus } from '@boxes/schemas';
-import { statusLiteral } from '../shared/statuses';
+import { DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
+import { statusIn, statusLit } from '../shared/statuses';
 
 const FINAL: DeliveryStatus[] = [...FINAL_DELIVERY_STATUSES];
 
 /** Sets the messages' statuses from their deliveries, each once every one of its deliveries is final (one statement). */
 export async function refreshMessageStatuses(tx: Tx, messageIds: string[]): Promise<void> {
-  if (messageIds.length) await tx.$executeRaw(messageStatusUpdate(messageIds));
+  if (messageIds.length) await exec(tx, messageStatusUpdate(messageIds));
 }
 
 async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
@@ -29,21 +29,24 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
  * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
  * Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
-function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
-  return Prisma.sql`
-      UPDATE messages m SET status = CASE
-          WHEN s.delivered = s.total THEN ${statusLiteral(MESSAGE_STATUSES, 'delivered')}
-          WHEN s.delivered > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'partially_delivered')}
-          WHEN s.bounced > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'bounced')}
-          ELSE ${statusLiteral(MESSAGE_STATUSES, 'failed')} END
+function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
+  const [set, m, d] = [tbl('messages'), tbl('messages', 'm'), tbl('deliveries')];
+  const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
+  const final = statusIn(DELIVERY_STATUSES, FINAL);
+  return sql`
+      UPDATE ${m.$} SET ${set.status} = CASE
+          WHEN s.delivered = s.total THEN ${is('delivered')}
+          WHEN s.delivered > 0 THEN ${is('partially_delivered')}
+          WHEN s.bounced > 0 THEN ${is('bounced')}
+          ELSE ${is('failed')} END
       FROM (
-        SELECT message_id, count(*) AS total,
-          count(*) FILTER (WHERE status = 'delivered') AS delivered,
-          count(*) FILTER (WHERE status = 'bounced') AS bounced,
-          count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed')) AS open
-        FROM deliveries WHERE message_id = ANY(${messageIds}::text[]) GROUP BY message_id
+        SELECT ${d.message_id}, count(*) AS total,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'bounced')}) AS bounced,
+          count(*) FILTER (WHERE ${d.status} NOT IN ${final}) AS open
+        FROM ${d.$} WHERE ${d.message_id} = ANY(${messageIds}::text[]) GROUP BY ${d.message_id}
       ) s
-      WHERE m.id = s.message_id AND s.open = 0`;
+      WHERE ${m.id} = s.message_id AND s.open = 0`;
 }
 
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
@@ -100,12 +103,16 @@ export async function markDelivered(
 export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
-  const claimedRows = await tx.$queryRaw<ClaimedDelivery[]>`
-    UPDATE deliveries d SET status = 'delivered', delivered_at = now(), remote_mta = x.mta, last_error = NULL, next_attempt_at = NULL,
-      attempts = x.attempts, updated_at = now()
+  const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+  const claimedRows = await rows(
+    tx,
+    sql<ClaimedDelivery>`
+    UPDATE ${d.$} SET ${set.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
+      ${set.next_attempt_at} = NULL, ${set.attempts} = x.attempts, ${set.updated_at} = now()
     FROM jsonb_to_recordset(${JSON.stringify([...byId.values()].map((o) => ({ id: o.deliveryId, mta: o.mta, attempts: o.attempts })))}::jsonb) AS x(id text, mta text, attempts int)
-    WHERE d.id = x.id AND d.status NOT IN ('delivered', 'bounced', 'failed')
-    RETURNING d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at`;
+    WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}
+    RETURNING ${sql.join([d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at])}`,
+  );
   if (!claimedRows.length) return new Set();
   // In the order they were given: an account's events follow the order its outcomes arrived.
   const order = new Map([...byId.keys()].map((id, i) => [id, i]));
@@ -134,8 +141,8 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
     locked,
     changes,
     also: [
-      Prisma.sql`settle AS (UPDATE deliveries SET settled_at = now() WHERE id = ANY(${unsettled}::text[]) AND settled_at IS NULL)`,
-      Prisma.sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((d) => d.message_id))])})`,
+      sql`settle AS (UPDATE ${set.$} SET ${set.settled_at} = now() WHERE ${set.id} = ANY(${unsettled}::text[]) AND ${set.settled_at} IS NULL)`,
+      sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((c) => c.message_id))])})`,
     ],
   });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot

@@ -276,7 +276,7 @@ async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAc
     status: 'received',
     rfc_message_id: m.rfcMessageId,
     in_reply_to: p.parsed.inReplyTo,
-    refs: p.parsed.references,
+    references: p.parsed.references,
     from_address: p.parsed.from,
     to_addresses: p.parsed.to,
     cc_addresses: p.parsed.cc,

@@ -149,7 +149,7 @@ interface SendPlan {
 interface StagedSend {
   plan: SendPlan;
   out: Output;
-  deliveries: { id: string; recipient: string; route: string; held_micros: number; used_free: boolean; attachment_micros: number; surcharge_micros: number }[];
+  deliveries: { id: string; recipient: string; route: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[];
   event: NewEvent;
   heldMicros: bigint;
   freeUsed: number;
@@ -171,10 +171,10 @@ function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
     id: newId('dlv'),
     recipient: r,
     route: sp.routes[i]!,
-    held_micros: Number(reservation!.perRecipient[i]!.micros),
+    held_micros: reservation!.perRecipient[i]!.micros,
     used_free: reservation!.perRecipient[i]!.free,
-    attachment_micros: Number(reservation!.perRecipient[i]!.attachmentMicros),
-    surcharge_micros: Number(reservation!.perRecipient[i]!.surchargeMicros),
+    attachment_micros: reservation!.perRecipient[i]!.attachmentMicros,
+    surcharge_micros: reservation!.perRecipient[i]!.surchargeMicros,
   }));
   const freeUsed = reservation?.freeUsed ?? 0;
   const heldMicros = reservation?.heldMicros ?? 0n;
@@ -238,7 +238,7 @@ async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccou
       status: s.out.status,
       rfc_message_id: p.rfcMessageId,
       in_reply_to: p.inReplyTo,
-      refs: p.references,
+      references: p.references,
       from_address: p.from,
       to_addresses: p.to,
       cc_addresses: p.cc,

@@ -14,13 +14,13 @@
  * Callers never make that choice. The rows in `locked` are moved to the state the write left them in, so a
  * caller writing in runs (inbound group commits) needs no second lock read.
  */
-import { Prisma, type Tx } from '@boxes/db';
+import { exec, rows, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
 import { appendEvent, chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
 import { lockAccountsCredit, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
 import type { Services } from '../shared/context';
 import { newId } from '../shared/ids';
-import { deliveriesInsert, messagesInsert, type DeliveryRow, type MessageRow } from './rows';
+import { deliveriesInsert, ledgerInsert, messagesInsert, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
 
 /** One change of one account, applied in the order given: a hold, then a charge, then an event. */
 export interface AccountChange {
@@ -40,7 +40,7 @@ export interface WriteBatch {
   messages?: MessageRow[];
   deliveries?: DeliveryRow[];
   /** The caller's own writes for the same statement, each `name AS (...)` (a CTE; it sees the rows as before the statement). */
-  also?: Prisma.Sql[];
+  also?: RawBuilder<unknown>[];
 }
 
 export interface WriteResult {
@@ -55,6 +55,18 @@ function isQuiet(a: LockedAccount, postings: Posting[]): boolean {
   return after >= 0n && a.deficit_since === null && a.alert_first_micros === null && a.alert_second_micros === null;
 }
 
+/** An account's row as the statement moves it: deltas, and the chain head it ends on. */
+interface AccountRow {
+  id: string;
+  balance: bigint;
+  free: number;
+  held: bigint;
+  held_free: number;
+  trailer: bigint;
+  seq: number;
+  hash: string;
+}
+
 interface AccountDelta {
   balance: bigint;
   free: number;
@@ -64,13 +76,10 @@ interface AccountDelta {
 }
 
 /** The quiet half: the account row's new state, its ledger entries and its chained events; null if it must be announced. */
-function planQuiet(
-  a: LockedAccount,
-  changes: AccountChange[],
-): { next: LockedAccount; delta: AccountDelta; entries: Record<string, unknown>[]; events: EventRow[] } | null {
+function planQuiet(a: LockedAccount, changes: AccountChange[]): { next: LockedAccount; delta: AccountDelta; entries: LedgerRow[]; events: EventRow[] } | null {
   const next = { ...a };
   const delta: AccountDelta = { balance: 0n, free: 0, held: 0n, heldFree: 0, trailer: 0n };
-  const entries: Record<string, unknown>[] = [];
+  const entries: LedgerRow[] = [];
   const events: EventRow[] = [];
   for (const c of changes) {
     if (c.hold) {
@@ -92,13 +101,13 @@ function planQuiet(
           id: newId('led'),
           account_id: a.id,
           type: p.type,
-          amount_micros: String(p.amountMicros),
+          amount_micros: p.amountMicros,
           free_messages: p.freeMessages ?? 0,
-          balance_after: String(next.balance_micros),
+          balance_after: next.balance_micros,
           message_id: p.messageId ?? null,
           delivery_id: p.deliveryId ?? null,
           payment_id: p.paymentId ?? null,
-          quantity: p.quantity === undefined || p.quantity === null ? null : String(p.quantity),
+          quantity: p.quantity ?? null,
           description: p.description ?? null,
         });
       }
@@ -130,8 +139,8 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
     if (!batch.locked.has(c.accountId)) throw new Error(`writeBatch: account ${c.accountId} was not locked by the caller`);
     byAccount.set(c.accountId, [...(byAccount.get(c.accountId) ?? []), c]);
   }
-  const accRows: Record<string, unknown>[] = [];
-  const entries: Record<string, unknown>[] = [];
+  const accRows: AccountRow[] = [];
+  const entries: LedgerRow[] = [];
   const events: EventRow[] = [];
   const announced: string[] = [];
   const moved = new Map<string, LockedAccount>();
@@ -146,43 +155,35 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
     events.push(...plan.events);
     accRows.push({
       id: accountId,
-      balance: String(plan.delta.balance),
+      balance: plan.delta.balance,
       free: plan.delta.free,
-      held: String(plan.delta.held),
+      held: plan.delta.held,
       held_free: plan.delta.heldFree,
-      trailer: String(plan.delta.trailer),
+      trailer: plan.delta.trailer,
       seq: plan.next.chain_seq,
       hash: plan.next.chain_hash,
     });
   }
-  const ctes: Prisma.Sql[] = [];
+  const ctes: RawBuilder<unknown>[] = [];
   if (accRows.length) {
-    ctes.push(Prisma.sql`acc AS (
-      UPDATE accounts a SET balance_micros = a.balance_micros + x.balance, free_messages_left = a.free_messages_left - x.free,
-        held_micros = a.held_micros + x.held, held_free_messages = a.held_free_messages + x.held_free,
-        trailer_paid_micros = a.trailer_paid_micros + x.trailer, chain_seq = x.seq, chain_hash = x.hash
-      FROM jsonb_to_recordset(${JSON.stringify(accRows)}::jsonb)
+    const [set, a] = [tbl('accounts'), tbl('accounts', 'a')];
+    ctes.push(sql`acc AS (
+      UPDATE ${a.$} SET ${set.balance_micros} = ${a.balance_micros} + x.balance, ${set.free_messages_left} = ${a.free_messages_left} - x.free,
+        ${set.held_micros} = ${a.held_micros} + x.held, ${set.held_free_messages} = ${a.held_free_messages} + x.held_free,
+        ${set.trailer_paid_micros} = ${a.trailer_paid_micros} + x.trailer, ${set.chain_seq} = x.seq, ${set.chain_hash} = x.hash
+      FROM jsonb_to_recordset(${recordsetJson(accRows)}::jsonb)
         AS x(id text, balance bigint, free int, held bigint, held_free int, trailer bigint, seq int, hash text)
-      WHERE a.id = x.id
+      WHERE ${a.id} = x.id
     )`);
   }
-  if (batch.messages?.length) ctes.push(Prisma.sql`msg AS (${messagesInsert(batch.messages)})`);
-  if (batch.deliveries?.length) ctes.push(Prisma.sql`dlv AS (${deliveriesInsert(batch.deliveries)})`);
-  if (entries.length) {
-    ctes.push(Prisma.sql`led AS (
-      INSERT INTO ledger_entries (id, account_id, type, amount_micros, free_messages, balance_after, message_id, delivery_id, payment_id, quantity, description, created_at)
-      SELECT e.id, e.account_id, e.type, e.amount_micros, e.free_messages, e.balance_after, e.message_id, e.delivery_id, e.payment_id, e.quantity, e.description, now()
-      FROM jsonb_to_recordset(${JSON.stringify(entries)}::jsonb)
-        AS e(id text, account_id text, type text, amount_micros bigint, free_messages int, balance_after bigint, message_id text, delivery_id text,
-          payment_id text, quantity bigint, description text)
-    )`);
-  }
-  if (events.length) ctes.push(Prisma.sql`ev AS (${eventsInsert(events)})`);
+  if (batch.messages?.length) ctes.push(sql`msg AS (${messagesInsert(batch.messages)})`);
+  if (batch.deliveries?.length) ctes.push(sql`dlv AS (${deliveriesInsert(batch.deliveries)})`);
+  if (entries.length) ctes.push(sql`led AS (${ledgerInsert(entries)})`);
+  if (events.length) ctes.push(sql`ev AS (${eventsInsert(events)})`);
   ctes.push(...(batch.also ?? []));
   if (ctes.length) {
     const notified = [...new Set(events.map((e) => e.account_id))];
-    await tx.$queryRaw`WITH ${Prisma.join(ctes, ', ')}
-      SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`;
+    await rows(tx, sql`WITH ${sql.join(ctes)} SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`);
   }
   for (const [id, next] of moved) batch.locked.set(id, next);
   if (!announced.length) return { events };
@@ -190,8 +191,12 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
   for (const accountId of announced) {
     for (const c of byAccount.get(accountId)!) {
       if (c.hold) {
-        await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros + ${c.hold.micros}, held_free_messages = held_free_messages + ${c.hold.freeMessages}
-          WHERE id = ${accountId}`;
+        const a = tbl('accounts');
+        await exec(
+          tx,
+          sql`UPDATE ${a.$} SET ${a.held_micros} = ${a.held_micros} + ${c.hold.micros}, ${a.held_free_messages} = ${a.held_free_messages} + ${c.hold.freeMessages}
+            WHERE ${a.id} = ${accountId}`,
+        );
       }
       if (c.charge) {
         await postEntries(svc, tx, accountId, c.charge.postings, { releaseHeld: c.charge.releaseHeld, trailerPaidMicros: c.charge.trailerPaidMicros });
