@@ -7,7 +7,7 @@
  * The hold is settled when delivery ends: charged when delivered, released when it bounces or fails. Inbound
  * mail and recurring debits are charged even below zero; only sends are refused (402).
  */
-import type { Delivery, Tx } from '@boxes/db';
+import { exec, k, rows, sql, type Delivery, type Tx } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import type { Services } from '../shared/context';
@@ -52,11 +52,31 @@ export async function lockAccountCredit(tx: Tx, accountId: string): Promise<Lock
 
 /** Several account rows locked at once, in id order (two callers locking overlapping sets never deadlock). */
 export async function lockAccountsCredit(tx: Tx, accountIds: string[]): Promise<LockedAccount[]> {
-  return tx.$queryRaw<LockedAccount[]>`
-    SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
-      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash,
-      reputation_state
-    FROM accounts WHERE id = ANY(${accountIds}::text[]) ORDER BY id FOR NO KEY UPDATE`;
+  return rows(
+    tx,
+    k
+      .selectFrom('accounts')
+      .select([
+        'id',
+        'balance_micros',
+        'held_micros',
+        'free_messages_left',
+        'held_free_messages',
+        'primary_address',
+        'human_email',
+        'alert_first_micros',
+        'alert_second_micros',
+        'deficit_since',
+        'trailer_opted_out_at',
+        'trailer_paid_micros',
+        'chain_seq',
+        'chain_hash',
+        'reputation_state',
+      ])
+      .where('id', '=', sql<string>`ANY(${accountIds}::text[])`)
+      .orderBy('id')
+      .forNoKeyUpdate(),
+  );
 }
 
 export function messagePrice(svc: Pick<Services, 'config'>): bigint {
@@ -139,11 +159,19 @@ export async function postEntries(svc: Services, tx: Tx, accountId: string, post
   const held = opts.releaseHeld ?? { micros: 0n, freeMessages: 0 };
   const trailerPaid = opts.trailerPaidMicros ?? 0n;
   if (rows.length || held.micros || held.freeMessages || trailerPaid) {
-    await tx.$executeRaw`
-      UPDATE accounts SET balance_micros = ${balance}, free_messages_left = free_messages_left - ${free},
-        held_micros = held_micros - ${held.micros}, held_free_messages = held_free_messages - ${held.freeMessages},
-        trailer_paid_micros = trailer_paid_micros + ${trailerPaid}
-      WHERE id = ${accountId}`;
+    await exec(
+      tx,
+      k
+        .updateTable('accounts')
+        .set((eb) => ({
+          balance_micros: balance,
+          free_messages_left: eb('free_messages_left', '-', free),
+          held_micros: eb('held_micros', '-', held.micros),
+          held_free_messages: eb('held_free_messages', '-', held.freeMessages),
+          trailer_paid_micros: eb('trailer_paid_micros', '+', trailerPaid),
+        }))
+        .where('id', '=', accountId),
+    );
   }
   if (!rows.length) return { before: a.balance_micros, after: a.balance_micros, posted: 0 };
   if (rows.length === 1) await tx.ledgerEntry.create({ data: rows[0]!, select: { id: true } });
@@ -253,9 +281,13 @@ export async function reserveMessages(
   opts: { attachmentBytes?: number; trailer?: boolean } = {},
 ): Promise<Reservation> {
   const r = planReservation(svc, await lockAccountCredit(tx, accountId), count, opts);
-  await tx.$executeRaw`
-    UPDATE accounts SET held_micros = held_micros + ${r.heldMicros}, held_free_messages = held_free_messages + ${r.freeUsed}
-    WHERE id = ${accountId}`;
+  await exec(
+    tx,
+    k
+      .updateTable('accounts')
+      .set((eb) => ({ held_micros: eb('held_micros', '+', r.heldMicros), held_free_messages: eb('held_free_messages', '+', r.freeUsed) }))
+      .where('id', '=', accountId),
+  );
   return r;
 }
 
@@ -271,7 +303,13 @@ async function claimHold(tx: Tx, d: SettledDelivery): Promise<boolean> {
 export async function releaseDelivery(tx: Tx, d: SettledDelivery): Promise<void> {
   if (!(await claimHold(tx, d))) return;
   await lockAccountCredit(tx, d.accountId);
-  await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${d.usedFree ? 1 : 0} WHERE id = ${d.accountId}`;
+  await exec(
+    tx,
+    k
+      .updateTable('accounts')
+      .set((eb) => ({ held_micros: eb('held_micros', '-', d.heldMicros), held_free_messages: eb('held_free_messages', '-', d.usedFree ? 1 : 0) }))
+      .where('id', '=', d.accountId),
+  );
 }
 
 /** What settling a delivered recipient's hold posts: the message, its attachments and the surcharge still owed. */

@@ -12,7 +12,7 @@ import { sql, type Column, type DB, type Insertable, type RawBuilder, type Table
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 /** A list of a table's columns, checked by tsc. */
-const columns =
+export const columns =
   <T extends Table>() =>
   <const C extends readonly Column<T>[]>(...c: C) =>
     c;
@@ -108,18 +108,30 @@ export function messagesInsert(rows: MessageRow[]): RawBuilder<unknown> {
       JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = m.ordinality`;
 }
 
+/**
+ * INSERT INTO a table of many rows in one parameter: the rows as one JSON recordset read with the table's own row
+ * type, into the columns listed (tsc checks them against the table; the others take their defaults), plus
+ * columns set to an SQL expression (now()). For any number of rows: a VALUES list would need a parameter per value.
+ */
+export function recordsetInsert<T extends Table>(
+  table: T,
+  cols: readonly Column<T>[],
+  rows: readonly Partial<Insertable<DB[T]>>[],
+  set: Partial<Record<Column<T>, RawBuilder<unknown>>> = {},
+): RawBuilder<unknown> {
+  const extra = Object.entries(set) as [string, RawBuilder<unknown>][];
+  const target = sql.join([...cols.map((c) => sql.ref(c)), ...extra.map(([c]) => sql.ref(c))]);
+  const values = sql.join([...cols.map((c) => sql.ref(`r.${c}`)), ...extra.map(([, v]) => v)]);
+  return sql`INSERT INTO ${sql.table(table)} (${target})
+      SELECT ${values} FROM jsonb_populate_recordset(NULL::${sql.table(table)}, ${recordsetJson([...rows])}::jsonb) AS r`;
+}
+
 /** INSERT INTO deliveries of the rows, for a CTE of the writer's statement. */
 export function deliveriesInsert(rows: DeliveryRow[]): RawBuilder<unknown> {
-  return sql`
-      INSERT INTO ${sql.table('deliveries')} (${list(DELIVERY_COLUMNS)}, ${sql.ref('created_at')}, ${sql.ref('updated_at')})
-      SELECT ${list(DELIVERY_COLUMNS, 'd')}, now(), now()
-      FROM jsonb_populate_recordset(NULL::${sql.table('deliveries')}, ${recordsetJson(rows)}::jsonb) AS d`;
+  return recordsetInsert('deliveries', DELIVERY_COLUMNS, rows, { created_at: sql`now()`, updated_at: sql`now()` });
 }
 
 /** INSERT INTO ledger_entries of the rows, for a CTE of the writer's statement. */
 export function ledgerInsert(rows: LedgerRow[]): RawBuilder<unknown> {
-  return sql`
-      INSERT INTO ${sql.table('ledger_entries')} (${list(LEDGER_COLUMNS)}, ${sql.ref('created_at')})
-      SELECT ${list(LEDGER_COLUMNS, 'e')}, now()
-      FROM jsonb_populate_recordset(NULL::${sql.table('ledger_entries')}, ${recordsetJson(rows)}::jsonb) AS e`;
+  return recordsetInsert('ledger_entries', LEDGER_COLUMNS, rows, { created_at: sql`now()` });
 }
