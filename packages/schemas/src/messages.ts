@@ -251,6 +251,7 @@ export const ListLabelsInput = z.strictObject({
 });
 
 export const ListLabelsOutput = z.object({
+  box_ids: z.array(z.string()).meta({ description: 'The boxes whose messages were counted', example: ['box_0a1b2c3d4e5f6g7h8j9k'] }),
   labels: z
     .array(
       z.object({

@@ -362,6 +362,11 @@ export async function listLabels(svc: Pick<Services, 'db'>, input: { accountId: 
   }
   const inBoxes = boxes ? Prisma.sql`AND m.box_id = ANY(${boxes}::text[])` : Prisma.empty;
   const flags = Prisma.sql`COALESCE(f.flags, ${defaultFlagsSql('m')})`;
+  const counted = await svc.db.box.findMany({
+    where: { accountId: input.accountId, ...(boxes ? { id: { in: boxes } } : {}) },
+    select: { id: true },
+    orderBy: { createdAt: 'asc' },
+  });
   const [counts] = await svc.db.$queryRaw<{ unread: number; flagged: number; answered: number; draft: number; spam: number; sent: number }[]>`
     SELECT
       (count(*) FILTER (WHERE ${flags} & ${SEEN} = 0))::int AS unread,
@@ -383,7 +388,7 @@ export async function listLabels(svc: Pick<Services, 'db'>, input: { accountId: 
     kind: 'system' as const,
     messages: counts?.[name] ?? 0,
   }));
-  return { labels: [...system, ...custom.map((c) => ({ name: c.name, kind: 'custom' as const, messages: c.messages }))] };
+  return { box_ids: counted.map((b) => b.id), labels: [...system, ...custom.map((c) => ({ name: c.name, kind: 'custom' as const, messages: c.messages }))] };
 }
 
 /**
