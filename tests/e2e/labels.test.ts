@@ -247,11 +247,16 @@ tag = M._new_tag().decode()
 M.send(('%s IDLE\\r\\n' % tag).encode())
 out['idle'] = M.readline().decode().strip()
 sys.stdout.write(json.dumps(out) + '\\n'); sys.stdout.flush()
-out2 = {'heard': M.readline().decode().strip()}
+out2 = {'heard': []}
+while not out2['heard'] or 'FETCH' not in out2['heard'][-1]:
+    out2['heard'].append(M.readline().decode().strip())
 M.send(b'DONE\\r\\n')
 out2['done'] = M.readline().decode().strip()
 out2['changedsince'] = [x.decode() for x in M.fetch('1:*', '(UID FLAGS) (CHANGEDSINCE %d)' % out['highestmodseq'])[1] if x]
-out2['store'] = [x.decode() for x in M.store('1', '+FLAGS', '(\\\\Seen \\\\Answered $Junk client-kw)')[1]]
+M.untagged_responses.pop('FLAGS', None)
+typ, data = M.store('1', '+FLAGS', '(\\\\Seen \\\\Answered $Junk client-kw)')
+out2['store'] = [x.decode() for x in data]
+out2['store_flags'] = [x.decode() for x in M.untagged_responses.pop('FLAGS', [])]
 out2['unseen'] = [x.decode() for x in M.store('1', '-FLAGS', '(\\\\Seen)')[1]]
 out2['store2'] = [x.decode() for x in M.store('2', '+FLAGS', '(\\\\Seen)')[1]]
 M.logout()
@@ -274,9 +279,15 @@ sys.stdout.write(json.dumps(out2) + '\\n')
     expect(out.flags[0]).toMatch(/^1 \(.*FLAGS \(\\Flagged Invoices\)/);
     expect(out.flags[1]).toMatch(/^2 \(.*FLAGS \(\)/);
     expect(out.idle).toMatch(/^\+/);
-    // Heard at once, with the new MODSEQ (above the HIGHESTMODSEQ of SELECT).
-    const heard = /^\* 2 FETCH \(UID 2 FLAGS \(\\Seen from-api\) MODSEQ \((\d+)\)\)$/.exec(out2.heard);
-    expect(heard, out2.heard).not.toBeNull();
+    // Heard at once: the new keyword announced (FLAGS, PERMANENTFLAGS), then the message's flags with the new
+    // MODSEQ (above the HIGHESTMODSEQ of SELECT).
+    expect(out2.heard.slice(0, 2)).toEqual([
+      '* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft Invoices from-api)',
+      '* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft Invoices from-api \\*)] Flags permitted',
+    ]);
+    expect(out2.heard).toHaveLength(3);
+    const heard = /^\* 2 FETCH \(UID 2 FLAGS \(\\Seen from-api\) MODSEQ \((\d+)\)\)$/.exec(out2.heard[2]);
+    expect(heard, out2.heard[2]).not.toBeNull();
     expect(Number(heard![1])).toBeGreaterThan(out.highestmodseq);
     expect(out2.done).toMatch(/OK IDLE/);
     // CONDSTORE: only the message changed since SELECT.
@@ -284,6 +295,8 @@ sys.stdout.write(json.dumps(out2) + '\\n')
 
     // What the client stored is labels over the API: \Answered, $Junk (spam), client-kw, then no \Seen (unread).
     expect(out2.store[0]).toMatch(/FLAGS \(\\Seen \\Answered \\Flagged Invoices \$Junk client-kw\)/);
+    // Its own new keywords are announced to it as well.
+    expect(out2.store_flags).toEqual(['(\\Answered \\Flagged \\Deleted \\Seen \\Draft Invoices $Junk client-kw from-api)']);
     expect(out2.unseen[0]).toMatch(/FLAGS \(\\Answered \\Flagged Invoices \$Junk client-kw\)/);
     expect(await labelsOf(b.apiKey, m1!)).toEqual(['unread', 'flagged', 'answered', 'spam', 'Invoices', 'client-kw']);
     expect(await ids('/messages?label=client-kw', b.apiKey)).toEqual([m1]);

@@ -59,6 +59,8 @@ export async function store(s: Session, cmd: Command, uid: boolean) {
     actor: { via: 'imap', appPasswordId: s.login!.appPasswordId },
   });
   mailbox.applyChanged(r.changed, r.highestModseq, r.highestModseq === before + (r.changed.length ? 1n : 0n));
+  // A keyword new to the mailbox is announced (FLAGS, PERMANENTFLAGS) before the FETCH responses that carry it.
+  for (const line of mailbox.announceNewKeywords()) s.untagged(line);
   const changed = new Set(r.changed.map((c) => c.uid));
   const modified = new Set(r.modified);
   for (const i of targets) {
