@@ -104,7 +104,7 @@ export const messagesRouter = router({
         tags: ['messages'],
         summary: 'List messages',
         description:
-          'Newest first. include=body adds bodies. label=<label> keeps the messages carrying it (unread for the unread ones). A box-restricted key sees only its boxes. flags are the IMAP flags and keywords mail clients see; labels are the same as labels (POST /messages/{id}/labels).',
+          'Newest first. include=body adds bodies. label=<label> keeps the messages carrying it (unread for the unread ones). A box-restricted key sees only its boxes. flags are the IMAP flags and keywords mail clients see; labels are the same, named for triage (POST /messages/{id}/labels).',
       },
     })
     .input(ListMessagesInput)
