@@ -1,9 +1,9 @@
 /**
  * Raw SQL goes through typed statements (sql.ts): a renamed column is then a compile error, not a failure found
  * by an end-to-end test. This lists what is still written as untyped SQL (Prisma.sql/raw/join templates,
- * $queryRaw, $executeRaw, *Unsafe() calls) in the sources of apps/ and packages/, per file, against the files
- * not yet converted: a file outside that list, or more untyped statements in a listed file, fails here.
- * (The end-to-end tests under tests/ read the database to check what the servers wrote; they are not scanned.)
+ * $queryRaw, $executeRaw, *Unsafe() calls) in the sources of apps/ and packages/, the tests, the benchmarks and
+ * the scripts, per file, against the files not yet converted: a file outside that list, or more untyped
+ * statements in a listed file, fails here.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -37,6 +37,10 @@ const NOT_YET_CONVERTED: Record<string, number> = {
   'packages/core/src/threads/read.ts': 10,
   // statusLiteral/statusList: the Prisma.raw forms the files above still use (statusLit/statusIn are the typed ones).
   'packages/core/src/shared/statuses.ts': 2,
+  // The 5,000-message volume run's two totals (a system-tier test).
+  'tests/e2e/bulk-volume.test.ts': 2,
+  // The paging test clones a message 1,500 times over whatever columns the table has (information_schema).
+  'tests/e2e/threads.test.ts': 2,
 };
 
 /** Where typed statements are compiled and handed to Prisma: the one place *Unsafe() belongs. */
@@ -62,22 +66,24 @@ function sources(dir: string): string[] {
 }
 
 function untypedByFile(): Record<string, number> {
-  const found: Record<string, number> = {};
+  const dirs = ['tests', 'bench', 'scripts'];
   for (const top of ['apps', 'packages']) {
     for (const pkg of readdirSync(path.join(root, top), { withFileTypes: true })) {
-      if (!pkg.isDirectory()) continue;
-      const src = `${top}/${pkg.name}/src`;
-      let files: string[];
-      try {
-        files = sources(src);
-      } catch {
-        continue; // a package without src/
-      }
-      for (const f of files) {
-        if (f === TYPED_SQL_MODULE || f === THIS_FILE) continue;
-        const n = countUntyped(readFileSync(path.join(root, f), 'utf8'));
-        if (n) found[f] = n;
-      }
+      if (pkg.isDirectory()) dirs.push(`${top}/${pkg.name}/src`);
+    }
+  }
+  const found: Record<string, number> = {};
+  for (const dir of dirs) {
+    let files: string[];
+    try {
+      files = sources(dir);
+    } catch {
+      continue; // a package without src/
+    }
+    for (const f of files) {
+      if (f === TYPED_SQL_MODULE || f === THIS_FILE) continue;
+      const n = countUntyped(readFileSync(path.join(root, f), 'utf8'));
+      if (n) found[f] = n;
     }
   }
   return found;
