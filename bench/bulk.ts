@@ -23,6 +23,7 @@ import http from 'node:http';
 import { staticResolver } from '@boxes/mail';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, rate, request, runtimeRss, signupAccounts, startBenchRuntime } from './common';
 import { LoadClient, now } from './load';
+import { exec, k, rows, sql } from '@boxes/db';
 
 const SENDS = envInt('BENCH_SENDS', 2000);
 const BULK = envInt('BENCH_BULK', 5000, 1, 5000);
@@ -56,7 +57,7 @@ await main('bench:bulk', async (onCleanup) => {
 
   const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);
-  await rt.runtime.svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${SENDS + BULK + 1000}`;
+  await exec(rt.runtime.svc.db, k.updateTable('accounts').set({ free_messages_left: SENDS + BULK + 1000 }));
   console.log(
     `bench:bulk: ${SENDS} single sends (${CONCURRENCY} in flight, ${ACCOUNTS} accounts), then one bulk job of ${BULK} messages in batches of ${BATCH}, no cool-off; ${loadNote()}`,
   );
@@ -83,7 +84,7 @@ await main('bench:bulk', async (onCleanup) => {
   const singleReport = cpuSingle.report(SENDS);
   // Let the worker record the last outcomes before the next phase is measured.
   for (;;) {
-    const [r] = await rt.runtime.svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM deliveries WHERE status = 'delivered'`;
+    const [r] = await rows(rt.runtime.svc.db, k.selectFrom('deliveries').select(sql<bigint>`count(*)`.as('n')).where('status', '=', sql.lit('delivered')));
     if (Number(r!.n) >= SENDS || Date.now() > deadline) break;
     await new Promise((res) => setTimeout(res, 20));
   }

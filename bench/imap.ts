@@ -33,6 +33,7 @@ import { constants as perfConstants, performance, PerformanceObserver } from 'no
 import { promisify } from 'node:util';
 import { receiveMessage } from '@boxes/core';
 import { createBenchDatabase, envInt, freePort, loadNote, main, request, RssMeter, runtimeRss, signupAccounts, startBenchRuntime, waitForPort } from './common';
+import { exec, k, rows, sql, table } from '@boxes/db';
 
 const N = envInt('BENCH_IMAP', 10_000);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 900) * 1000;
@@ -360,7 +361,7 @@ await main('bench:imap', async (onCleanup) => {
   const pw = await request(agent, `${rt.apiBase}/account/app-passwords`, 'POST', { label: 'bench' }, account!.apiKey);
   if (pw.status !== 200) throw new Error(`app-password: ${pw.status} ${JSON.stringify(pw.body)}`);
   agent.destroy();
-  await svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${N + 1000}`;
+  await exec(svc.db, k.updateTable('accounts').set({ free_messages_left: N + 1000 }));
   const box = await svc.db.box.findFirstOrThrow({ where: { accountId: account!.accountId, isPrimary: true } });
 
   console.log(`bench:imap: ${N} messages to ${box.address} (${loadNote()})`);
@@ -385,8 +386,14 @@ await main('bench:imap', async (onCleanup) => {
   // how far behind the last message that left it.
   const lastStored = performance.now();
   const caughtUp = async () => {
-    const [r] = await svc.db.$queryRaw<{ behind: number }[]>`
-      SELECT a.chain_seq - COALESCE(s.seq, 0) AS behind FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${account!.accountId}`;
+    const [r] = await rows(
+      svc.db,
+      k
+        .selectFrom('accounts as a')
+        .leftJoin('mail_sync_state as s', 's.account_id', 'a.id')
+        .select((eb) => sql<number>`${eb.ref('a.chain_seq')} - COALESCE(${eb.ref('s.seq')}, 0)`.as('behind'))
+        .where('a.id', '=', account!.accountId),
+    );
     return r!.behind === 0;
   };
   let followLag: number | null = null;
@@ -398,7 +405,7 @@ await main('bench:imap', async (onCleanup) => {
     await new Promise((r) => setTimeout(r, 5));
   }
   // What autovacuum does soon after such a load, done now so it does not run during the first syncs.
-  await svc.db.$executeRawUnsafe('VACUUM ANALYZE');
+  await exec(svc.db, sql`VACUUM ANALYZE`);
 
   const mail = rt.runtime.mail!;
   const boxesCert = await peerCertificate(mail.imapPort);
@@ -431,8 +438,8 @@ await main('bench:imap', async (onCleanup) => {
   // autovacuum), from /proc, as a map of pid to ms; a backend that appears during a sync counts from zero.
   const pgBackends = async (): Promise<Map<number, number>> => {
     const out = new Map<number, number>();
-    const rows = await svc.db.$queryRaw<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`;
-    for (const { pid } of rows) {
+    const backends = await rows(svc.db, sql<{ pid: number }>`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`);
+    for (const { pid } of backends) {
       try {
         const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
         const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -451,10 +458,10 @@ await main('bench:imap', async (onCleanup) => {
     return childrenCpuMs(dovecot.proc.pid!);
   };
   for (let round = 1; round <= RUNS; round++) {
-    await svc.db.$executeRaw`DELETE FROM mail_folders WHERE account_id = ${account!.accountId}`;
-    await svc.db.$executeRaw`DELETE FROM mail_sync_state WHERE account_id = ${account!.accountId}`;
+    await exec(svc.db, k.deleteFrom('mail_folders').where('account_id', '=', account!.accountId));
+    await exec(svc.db, k.deleteFrom('mail_sync_state').where('account_id', '=', account!.accountId));
     // The folder as if never made: without its dead entries (left by the DELETE above) in the table's indexes.
-    await svc.db.$executeRawUnsafe('VACUUM mail_folder_entries');
+    await exec(svc.db, sql`VACUUM ${table('mail_folder_entries')}`);
     const index = path.join(root, 'dovecot', 'index');
     for (const f of fs.readdirSync(index)) fs.rmSync(path.join(index, f), { recursive: true, force: true });
     for (const [name, server] of [

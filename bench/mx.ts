@@ -50,6 +50,7 @@ import {
   waitForPort,
 } from './common';
 import { LoadClient, now } from './load';
+import { exec, k, rows, sql } from '@boxes/db';
 
 const M = envInt('BENCH_MX', 5000);
 const CONNECTIONS = envInt('BENCH_MX_CONNECTIONS', 8, 1, 100);
@@ -86,7 +87,7 @@ await main('bench:mx', async (onCleanup) => {
   }
   agent.destroy();
   // Inbound mail is charged; keep every account within its free allowance so the ledger path stays the same.
-  await rt.runtime.svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${M + WARMUP + 1000}`;
+  await exec(rt.runtime.svc.db, k.updateTable('accounts').set({ free_messages_left: M + WARMUP + 1000 }));
   const smtp = { port: rt.smtpPort!, boxes, connections: CONNECTIONS, tls: TLS, deadline };
 
   if (WARMUP) {
@@ -107,7 +108,7 @@ await main('bench:mx', async (onCleanup) => {
   const elu = performance.eventLoopUtilization(elu0).utilization;
   const cpuReport = cpu.report(run.ok);
   // The MX answers 250 only after the transaction committed, so the rows are there now; count them.
-  const [row] = await rt.runtime.svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM messages WHERE direction = 'received'`;
+  const [row] = await rows(rt.runtime.svc.db, k.selectFrom('messages').select(sql<bigint>`count(*)`.as('n')).where('direction', '=', sql.lit('received')));
   const storedMs = now() - run.t0;
   const stored = Number(row!.n) - WARMUP;
 

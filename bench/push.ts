@@ -31,6 +31,7 @@ import { Worker } from 'node:worker_threads';
 import { generate } from 'selfsigned';
 import { appendEvent } from '@boxes/core';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, request, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
+import { rows, sql, tbl } from '@boxes/db';
 
 const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
 const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
@@ -155,10 +156,14 @@ await main('bench:push', async (onCleanup) => {
   console.log(`  appended: ${total} events over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s)`);
   console.log(`  webhook: ${summary(webhookLatency)}${seenWebhook.size < total ? `  MISSING ${total - seenWebhook.size}` : ''}`);
   console.log(`  mqtt:    ${summary(mqttLatency)}${seenMqtt.size < total ? `  MISSING ${total - seenMqtt.size}` : ''}`);
-  const attempts = await runtime.svc.db.$queryRaw<{ n: bigint; avg: number; p99: number; failed: bigint }[]>`
-    SELECT count(*) AS n, avg(latency_ms)::float AS avg, percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms)::float AS p99,
-           count(*) FILTER (WHERE status <> 'delivered') AS failed
-    FROM webhook_deliveries WHERE event_type = 'mail.delivered'`;
+  const wd = tbl('webhook_deliveries');
+  const attempts = await rows(
+    runtime.svc.db,
+    sql<{ n: bigint; avg: number; p99: number; failed: bigint }>`
+    SELECT count(*) AS n, avg(${wd.latency_ms})::float AS avg, percentile_cont(0.99) WITHIN GROUP (ORDER BY ${wd.latency_ms})::float AS p99,
+           count(*) FILTER (WHERE ${wd.status} <> 'delivered') AS failed
+    FROM ${wd.$} WHERE ${wd.event_type} = 'mail.delivered'`,
+  );
   const w = attempts[0]!;
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
   console.log(`  until every event arrived: ${cpuReport}`);

@@ -28,6 +28,7 @@ import { canonicalData, canonicalString, EVENTS_CHANNEL, newId } from '@boxes/co
 import { staticResolver } from '@boxes/mail';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
 import { LoadClient, now } from './load';
+import { exec, k, rows, sql } from '@boxes/db';
 
 const N = envInt('BENCH_SENDS', 5000);
 const CONCURRENCY = envInt('BENCH_CONCURRENCY', 64, 1, 1000);
@@ -74,7 +75,7 @@ await main('bench:send', async (onCleanup) => {
   const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);
   setupAgent.destroy();
   // Enough free messages for every send, so no send meets 402.
-  await rt.runtime.svc.db.$executeRaw`UPDATE accounts SET free_messages_left = ${N + WARMUP + 1000}`;
+  await exec(rt.runtime.svc.db, k.updateTable('accounts').set({ free_messages_left: N + WARMUP + 1000 }));
   const sends = { apiBase: rt.apiBase, accounts, concurrency: CONCURRENCY, deadline, sinkDomain: SINK_DOMAIN };
 
   if (WARMUP) {
@@ -109,7 +110,7 @@ await main('bench:send', async (onCleanup) => {
     cpuAll = cpu.report(run.ok);
     // The worker records each delivery after the remote MX accepted it: wait for those rows too.
     while (Date.now() < deadline) {
-      const [row] = await rt.runtime.svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM deliveries WHERE status = 'delivered'`;
+      const [row] = await rows(rt.runtime.svc.db, k.selectFrom('deliveries').select(sql<bigint>`count(*)`.as('n')).where('status', '=', sql.lit('delivered')));
       if (Number(row!.n) >= WARMUP + run.ok) {
         settledMs = now() - run.t0;
         break;
@@ -117,8 +118,14 @@ await main('bench:send', async (onCleanup) => {
       await sleep(20);
     }
     rss.stop();
-    outcomes = await rt.runtime.svc.db.$queryRaw<{ status: string; n: bigint; retried: bigint }[]>`
-      SELECT status, count(*) AS n, count(*) FILTER (WHERE attempts > 1) AS retried FROM deliveries GROUP BY status ORDER BY status`;
+    outcomes = await rows(
+      rt.runtime.svc.db,
+      k
+        .selectFrom('deliveries')
+        .select((eb) => ['status', sql<bigint>`count(*)`.as('n'), sql<bigint>`count(*) FILTER (WHERE ${eb.ref('attempts')} > 1)`.as('retried')])
+        .groupBy('status')
+        .orderBy('status'),
+    );
   }
 
   if (!DELIVER) rss.stop();

@@ -15,6 +15,7 @@ import { rest, signupAccount, startTestServer, waitFor, type ApiEvent, type Test
 import { MailSink, send, waitSettled } from './mail-send-helpers';
 import { rawMessage, sendRaw, smtpClient } from './mail-receive-helpers';
 import { enrollWallet, linkIn, ownerSignIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
+import { exec, k, rows, sql } from '@boxes/db';
 
 const DAY_MS = 86_400_000;
 const tag = () => randomBytes(5).toString('hex');
@@ -126,7 +127,13 @@ async function signupDelegated(s: TestServer, human: string): Promise<TestAccoun
   // here, where billing is the subject, the domain is marked live as the verifier would at signup time.
   const pending = await s.db.domain.findFirstOrThrow({ where: { name } });
   const domain = await s.db.domain.update({ where: { id: pending.id }, data: { status: 'active', liveName: name, verifiedAt: pending.createdAt } });
-  await s.db.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${domain.id}`;
+  await exec(
+    s.db,
+    k
+      .updateTable('boxes')
+      .set((eb) => ({ live_address: eb.ref('address') }))
+      .where('domain_id', '=', domain.id),
+  );
   return {
     accountId: done.body.account_id,
     apiKey: done.body.api_key,
@@ -495,8 +502,20 @@ describe('storage', () => {
 
     // Twelve days ago: the account and the old messages.
     const old = [big.message_id as string, inbound.id];
-    await t.db.$executeRaw`UPDATE messages SET recorded_at = recorded_at - interval '12 days' WHERE id = ANY(${[...old, gone.message_id]})`;
-    await t.db.$executeRaw`UPDATE accounts SET created_at = created_at - interval '12 days' WHERE id = ${a.accountId}`;
+    await exec(
+      t.db,
+      k
+        .updateTable('messages')
+        .set((eb) => ({ recorded_at: sql<Date>`${eb.ref('recorded_at')} - interval '12 days'` }))
+        .where('id', '=', sql<string>`ANY(${[...old, gone.message_id]})`),
+    );
+    await exec(
+      t.db,
+      k
+        .updateTable('accounts')
+        .set((eb) => ({ created_at: sql<Date>`${eb.ref('created_at')} - interval '12 days'` }))
+        .where('id', '=', a.accountId),
+    );
     const sizes = await t.db.message.findMany({ where: { id: { in: old } }, select: { sizeBytes: true } });
     const bytes = BigInt(sizes.reduce((n, m) => n + m.sizeBytes, 0));
     expect(bytes).toBeGreaterThan(3_000_000n);
@@ -542,13 +561,23 @@ describe('usage', () => {
     await sendAndSettle(t, a.apiKey, [[`usage-d-${tag()}@remote.test`]]);
     expect(await t.db.ledgerEntry.count({ where: { accountId: a.accountId } })).toBe(1 + 1_000 + 4);
 
-    type Row = { type: string; n: bigint; sum: bigint; free: bigint };
-    const sqlRows = (since: Date | null, before: Date | null) => t.db.$queryRaw<Row[]>`
-      SELECT type, COUNT(*)::bigint AS n, SUM(amount_micros)::bigint AS sum, SUM(free_messages)::bigint AS free FROM ledger_entries
-      WHERE account_id = ${a.accountId}
-        AND (${since}::timestamptz IS NULL OR created_at >= ${since}::timestamptz)
-        AND (${before}::timestamptz IS NULL OR created_at < ${before}::timestamptz)
-      GROUP BY type ORDER BY type`;
+    const sqlRows = (since: Date | null, before: Date | null) =>
+      rows(
+        t.db,
+        k
+          .selectFrom('ledger_entries')
+          .select((eb) => [
+            'type',
+            sql<bigint>`COUNT(*)::bigint`.as('n'),
+            sql<bigint>`SUM(${eb.ref('amount_micros')})::bigint`.as('sum'),
+            sql<bigint>`SUM(${eb.ref('free_messages')})::bigint`.as('free'),
+          ])
+          .where('account_id', '=', a.accountId)
+          .where((eb) => sql<boolean>`(${since}::timestamptz IS NULL OR ${eb.ref('created_at')} >= ${since}::timestamptz)`)
+          .where((eb) => sql<boolean>`(${before}::timestamptz IS NULL OR ${eb.ref('created_at')} < ${before}::timestamptz)`)
+          .groupBy('type')
+          .orderBy('type'),
+      );
     const check = async (since: Date | null, before: Date | null) => {
       const qs = new URLSearchParams({ ...(since ? { since: since.toISOString() } : {}), ...(before ? { before: before.toISOString() } : {}) }).toString();
       const r = await rest(t, 'GET', `/account/credit/usage${qs ? `?${qs}` : ''}`, { key: a.apiKey });

@@ -12,6 +12,7 @@ import { API_VERSION, routeFamilies } from '@boxes/api';
 import { announcePlatformVersion } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { boxesSignatureMatches, verifyStripe, waitFor } from './push-helpers';
+import { exec, k, sql } from '@boxes/db';
 
 let t: TestServer;
 let a: TestAccount;
@@ -313,7 +314,13 @@ describe('platform.updated', () => {
 
     // As if the last start had run an older version: this start (announcePlatformVersion is what a start calls)
     // tells every account.
-    await t.db.$executeRawUnsafe(`UPDATE platform_settings SET value = '0.0.0' WHERE key = 'api_version'`);
+    await exec(
+      t.db,
+      k
+        .updateTable('platform_settings')
+        .set({ value: sql.lit('0.0.0') })
+        .where('key', '=', sql.lit('api_version')),
+    );
     const accountIds = (await t.db.account.findMany({ select: { id: true } })).map((x) => x.id).sort();
     expect(accountIds.length).toBeGreaterThanOrEqual(3);
     const first = await announcePlatformVersion(t.svc, API_VERSION);

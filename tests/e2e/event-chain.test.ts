@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
+import { exec, k as kysely, sql } from '@boxes/db';
 
 interface Page {
   events: ApiEvent[];
@@ -183,8 +184,14 @@ describe('tamper evidence', () => {
     const k = all.find((e) => e.type === 'box.created' && e.data.box.local_part === 't3')!.seq;
     expect(k).toBeGreaterThan(1);
 
-    const changed = await t.db.$executeRaw`
-      UPDATE events SET data = jsonb_set(data, '{box,local_part}', '"evil"') WHERE account_id = ${a.accountId} AND seq = ${k}`;
+    const changed = await exec(
+      t.db,
+      kysely
+        .updateTable('events')
+        .set((eb) => ({ data: sql`jsonb_set(${eb.ref('data')}, '{box,local_part}', '"evil"')` }))
+        .where('account_id', '=', a.accountId)
+        .where('seq', '=', k),
+    );
     expect(changed).toBe(1);
 
     const v = await verify(a.apiKey);
@@ -204,7 +211,14 @@ describe('tamper evidence', () => {
     await createBox(a, 'u1');
     const all = (await drain(a.apiKey)).events;
     const k = all.length; // the newest event
-    await t.db.$executeRaw`UPDATE events SET type = 'box.deleted' WHERE account_id = ${a.accountId} AND seq = ${k}`;
+    await exec(
+      t.db,
+      kysely
+        .updateTable('events')
+        .set({ type: sql.lit('box.deleted') })
+        .where('account_id', '=', a.accountId)
+        .where('seq', '=', k),
+    );
     const v = await verify(a.apiKey);
     expect(v.ok).toBe(false);
     expect(v.anomalies[0]).toMatchObject({ at_seq: k, kind: 'hash_mismatch' });
@@ -218,7 +232,7 @@ describe('tamper evidence', () => {
     const k = all.find((e) => e.type === 'box.created' && e.data.box.local_part === 'd2')!.seq;
     expect(k).toBeLessThan(all.length);
 
-    const removed = await t.db.$executeRaw`DELETE FROM events WHERE account_id = ${a.accountId} AND seq = ${k}`;
+    const removed = await exec(t.db, kysely.deleteFrom('events').where('account_id', '=', a.accountId).where('seq', '=', k));
     expect(removed).toBe(1);
 
     const v = await verify(a.apiKey);
@@ -235,7 +249,7 @@ describe('tamper evidence', () => {
     await createBox(a, 'h1');
     const all = (await drain(a.apiKey)).events;
     const n = all.length;
-    await t.db.$executeRaw`DELETE FROM events WHERE account_id = ${a.accountId} AND seq = ${n}`;
+    await exec(t.db, kysely.deleteFrom('events').where('account_id', '=', a.accountId).where('seq', '=', n));
     const v = await verify(a.apiKey);
     expect(v.ok).toBe(false);
     expect(v.anomalies[0]).toMatchObject({ at_seq: n, kind: 'head_mismatch' });

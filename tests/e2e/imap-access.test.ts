@@ -10,6 +10,17 @@ import { receiveMessage, syncMailboxes } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { appPassword, deliver, imapClient, multipartMessage, waitFor, withImap } from './imap-helpers';
 import { eventsOf } from './mail-receive-helpers';
+import { exec, k, rows, sql } from '@boxes/db';
+
+const countAll = sql<bigint>`count(*)`.as('n');
+/** The entries of an account's INBOX folders. */
+const inboxEntriesOf = (accountId: string) =>
+  k
+    .selectFrom('mail_folder_entries as e')
+    .innerJoin('mail_folders as f', 'f.id', 'e.folder_id')
+    .select(countAll)
+    .where('f.account_id', '=', accountId)
+    .where('f.role', '=', sql.lit('inbox'));
 
 let t: TestServer;
 
@@ -117,16 +128,18 @@ describe('what each login sees', () => {
       expect(await subjects(c, 'Boxes/sales/INBOX')).toEqual([`for sales ${mark}`]);
     });
     const entries = (boxId: string) =>
-      t.db.$queryRaw<
-        { n: bigint }[]
-      >`SELECT count(*) AS n FROM mail_folder_entries e WHERE e.folder_id IN (SELECT id FROM mail_folders WHERE box_id = ${boxId})`.then((r) =>
-        Number(r[0]!.n),
-      );
-    const folderIds = (await t.db.$queryRaw<{ id: string }[]>`SELECT id FROM mail_folders WHERE box_id = ${sales.id}`).map((f) => f.id);
+      rows(
+        t.db,
+        k
+          .selectFrom('mail_folder_entries as e')
+          .select(countAll)
+          .where('e.folder_id', 'in', (eb) => eb.selectFrom('mail_folders').select('id').where('box_id', '=', boxId)),
+      ).then((r) => Number(r[0]!.n));
+    const folderIds = (await rows(t.db, k.selectFrom('mail_folders').select('id').where('box_id', '=', sales.id))).map((f) => f.id);
     expect(await entries(sales.id)).toBe(1);
     expect((await rest(t, 'DELETE', `/boxes/${sales.id}`, { key: a.apiKey })).status).toBe(200);
     // Folder entries have no foreign keys (a fold inserts thousands at once): a statement trigger cascades instead.
-    const left = await t.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM mail_folder_entries WHERE folder_id = ANY(${folderIds}::text[])`;
+    const left = await rows(t.db, k.selectFrom('mail_folder_entries').select(countAll).where('folder_id', '=', sql<string>`ANY(${folderIds}::text[])`));
     expect(Number(left[0]!.n)).toBe(0);
     const primary = await t.db.box.findFirstOrThrow({ where: { accountId: a.accountId, isPrimary: true } });
     expect(await entries(primary.id)).toBe(1);
@@ -230,13 +243,7 @@ describe('folders follow mail with no client connected', () => {
     const user = await signupAccount(t, `follow-${mark}@example.com`);
     const bystander = await signupAccount(t, `bystander-${mark}@example.com`);
     const pw = (await appPassword(t, user)).password;
-    const inboxEntries = async (accountId: string) =>
-      Number(
-        (
-          await t.db.$queryRaw<{ n: bigint }[]>`
-            SELECT count(*) AS n FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id WHERE f.account_id = ${accountId} AND f.role = 'inbox'`
-        )[0]!.n,
-      );
+    const inboxEntries = async (accountId: string) => Number((await rows(t.db, inboxEntriesOf(accountId)))[0]!.n);
     for (let i = 1; i <= 3; i++) {
       await deliver(
         t,
@@ -264,13 +271,13 @@ describe('background folds (an IMAP server following an account with no session 
   it('move the cursor past events with nothing to fold, and give way to a fold already running instead of waiting for it', async () => {
     const acct = await signupAccount(t, `background-${tag()}@example.com`);
     // A fold cursor written directly (no notification): the IMAP server of this test does not follow the account.
-    await t.db.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${acct.accountId}, 0, now())`;
+    await exec(t.db, k.insertInto('mail_sync_state').values({ account_id: acct.accountId, seq: sql.lit(0), updated_at: sql<Date>`now()` }));
     const cursor = async () => (await t.db.mailSyncState.findUniqueOrThrow({ where: { accountId: acct.accountId } })).seq;
     const chainSeq = async () => (await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } })).chainSeq;
     // Signing up appended events, none of them mail: nothing is folded, the cursor moves to the head, no folder is made.
     expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(false);
     expect(await cursor()).toBe(await chainSeq());
-    expect(await t.db.$queryRaw<unknown[]>`SELECT 1 FROM mail_folders WHERE account_id = ${acct.accountId}`).toHaveLength(0);
+    expect(await rows(t.db, k.selectFrom('mail_folders').select(sql.lit(1).as('one')).where('account_id', '=', acct.accountId))).toHaveLength(0);
 
     const box = await t.db.box.findFirstOrThrow({ where: { accountId: acct.accountId, isPrimary: true } });
     const raw = Buffer.from(multipartMessage({ from: 'x@outside.test', to: box.address, subject: 'held back', text: 'h' }));
@@ -281,7 +288,7 @@ describe('background folds (an IMAP server following an account with no session 
     let locked!: () => void;
     const isLocked = new Promise<void>((r) => (locked = r));
     const holder = t.db.$transaction(async (tx) => {
-      await tx.$queryRaw`SELECT seq FROM mail_sync_state WHERE account_id = ${acct.accountId} FOR UPDATE`;
+      await rows(tx, k.selectFrom('mail_sync_state').select('seq').where('account_id', '=', acct.accountId).forUpdate());
       locked();
       await held;
     });
@@ -295,8 +302,7 @@ describe('background folds (an IMAP server following an account with no session 
     expect(await cursor()).toBeLessThan(await chainSeq());
     expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(true);
     expect(await cursor()).toBe(await chainSeq());
-    const entries = await t.db.$queryRaw<{ n: bigint }[]>`
-      SELECT count(*) AS n FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id WHERE f.account_id = ${acct.accountId} AND f.role = 'inbox'`;
+    const entries = await rows(t.db, inboxEntriesOf(acct.accountId));
     expect(Number(entries[0]!.n)).toBe(1);
   });
 });

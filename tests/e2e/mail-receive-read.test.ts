@@ -8,6 +8,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { BoxesError, createBoxesClient } from '@boxes/sdk';
 import { mintKey, rest, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { accountPool, eventsOf, rawMessage, sendRaw, waitForEvent } from './mail-receive-helpers';
+import { k, rows as sqlRows } from '@boxes/db';
 
 let t: TestServer;
 let port: number;
@@ -239,7 +240,7 @@ describe('DELETE /messages/{id}', () => {
 
     const ev = await waitForEvent(t, a.apiKey, 'message.deleted', (e) => e.data.message_id === id);
     expect(ev.data.purged).toBe(false);
-    const rows = await t.db.$queryRaw<{ body_enc: string | null; raw_enc: string | null }[]>`SELECT body_enc, raw_enc FROM messages WHERE id = ${id}`;
+    const rows = await sqlRows(t.db, k.selectFrom('messages').select(['body_enc', 'raw_enc']).where('id', '=', id));
     expect(rows[0]).toEqual({ body_enc: null, raw_enc: null });
   });
 
@@ -264,8 +265,7 @@ describe('DELETE /messages/{id}', () => {
     expect(after).toMatchObject({ subject: null, from: null, to: [], cc: [], body: null, body_state: 'reclaimed' });
     for (const f of KEPT) expect(after[f], f).toEqual(before[f]);
     // Gone from the stored row too, not only from the view.
-    const rows = await t.db.$queryRaw<{ subject: string | null; from_address: string | null; to_addresses: string[]; cc_addresses: string[] }[]>`
-      SELECT subject, from_address, to_addresses, cc_addresses FROM messages WHERE id = ${id}`;
+    const rows = await sqlRows(t.db, k.selectFrom('messages').select(['subject', 'from_address', 'to_addresses', 'cc_addresses']).where('id', '=', id));
     expect(rows[0]).toEqual({ subject: null, from_address: null, to_addresses: [], cc_addresses: [] });
   });
 

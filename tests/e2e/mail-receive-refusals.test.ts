@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { accountPool, eventsOf, rawMessage, requireTool, sendRaw, sendRawExpectingError, swaks, waitForEvent, waitForReceived } from './mail-receive-helpers';
+import { exec, k, rows as sqlRows, sql } from '@boxes/db';
 
 const MAX_BYTES = 50_000;
 const MAX_RECIPIENTS = 3;
@@ -28,9 +29,8 @@ afterAll(async () => {
 const tag = () => randomBytes(6).toString('hex');
 
 async function storedCount(accountId?: string): Promise<number> {
-  const rows = accountId
-    ? await t.db.$queryRaw<{ n: number }[]>`SELECT count(*)::int AS n FROM messages WHERE account_id = ${accountId}`
-    : await t.db.$queryRaw<{ n: number }[]>`SELECT count(*)::int AS n FROM messages`;
+  const all = k.selectFrom('messages').select(sql<number>`count(*)::int`.as('n'));
+  const rows = await sqlRows(t.db, accountId ? all.where('account_id', '=', accountId) : all);
   return rows[0]!.n;
 }
 
@@ -208,7 +208,13 @@ describe('negative balance', () => {
   it('inbound mail is stored and announced while the balance is negative, and the ledger records message_received', async () => {
     const a = await accounts.take();
     const start = -5_000_000n; // -5 dollars
-    await t.db.$executeRaw`UPDATE accounts SET balance_micros = ${start}, free_messages_left = 0 WHERE id = ${a.accountId}`;
+    await exec(
+      t.db,
+      k
+        .updateTable('accounts')
+        .set({ balance_micros: start, free_messages_left: sql.lit(0) })
+        .where('id', '=', a.accountId),
+    );
     const balance = await rest(t, 'GET', '/account/credit/balance', { key: a.apiKey });
     expect(balance.body.credit_balance_cents).toBeLessThan(0);
     // Sends are blocked while negative...

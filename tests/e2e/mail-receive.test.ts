@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rest, startTestServer, type TestServer } from '@boxes/testing';
 import { accountPool, execFileAsync, rawMessage, requireTool, sendRaw, smtpClient, swaks, waitForEvent, waitForReceived } from './mail-receive-helpers';
+import { k, rows as sqlRows } from '@boxes/db';
 
 let t: TestServer;
 let port: number;
@@ -115,7 +116,7 @@ describe('mail from an outside sender', () => {
     expect(blob.size_bytes).toBe(binary.length);
 
     // At rest, body and raw message are sealed: neither the text nor the attachment is readable in the columns.
-    const rows = await t.db.$queryRaw<{ body_enc: string | null; raw_enc: Uint8Array | null }[]>`SELECT body_enc, raw_enc FROM messages WHERE id = ${id}`;
+    const rows = await sqlRows(t.db, k.selectFrom('messages').select(['body_enc', 'raw_enc']).where('id', '=', id));
     expect(rows).toHaveLength(1);
     // raw_enc is bytes (sealBytes): looked at as latin1 text, every byte as it is.
     const raw = rows[0]!.raw_enc;

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { start as startWorker } from '@boxes/worker';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { events, getMessage, MailSink, send, unique, waitFor, waitSettled } from './mail-send-helpers';
+import { exec, k, sql } from '@boxes/db';
 
 let t: TestServer;
 let sink: MailSink;
@@ -255,8 +256,13 @@ describe('a worker that stopped between the remote 250 and recording it', () => 
       const r = await send(s, a.apiKey, { to, subject: 'accepted before the crash', text: 'x' });
       expect(r.status, JSON.stringify(r.body)).toBe(200);
       // What the crashed run left: the 250 committed on its own, the outcome not recorded.
-      const n = await s.db
-        .$executeRaw`UPDATE deliveries SET accepted_at = now(), accepted_response = '250 2.0.0 Ok: queued as ABC', remote_mta = 'mx.remote.test' WHERE message_id = ${r.body.message_id}`;
+      const n = await exec(
+        s.db,
+        k
+          .updateTable('deliveries')
+          .set({ accepted_at: sql<Date>`now()`, accepted_response: sql.lit('250 2.0.0 Ok: queued as ABC'), remote_mta: sql.lit('mx.remote.test') })
+          .where('message_id', '=', r.body.message_id),
+      );
       expect(n).toBe(1);
       const w = await startWorker(s.config, { svc: s.svc, log: s.runtime.log, publish: null, resolver: sink.resolver() });
       try {

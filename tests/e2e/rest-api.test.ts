@@ -7,6 +7,9 @@ import { goLive } from '@boxes/core';
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
+import { exec, k as kysely, rows as sqlRows, sql, tbl } from '@boxes/db';
+
+const countInt = sql<number>`count(*)::int`.as('n');
 
 let t: TestServer;
 beforeAll(async () => {
@@ -269,7 +272,7 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     expectError(again, 409, 'domain_taken');
     expect(again.body.error.suggestions.length).toBeGreaterThan(0);
     expect(again.body.error.suggestions[0]).toMatchObject({ mode: 'subdomain', domain: expect.stringMatching(/^taken-/) });
-    const rows = await t.db.$queryRawUnsafe<{ n: number }[]>('SELECT count(*)::int AS n FROM domains WHERE name = $1', domain);
+    const rows = await sqlRows(t.db, kysely.selectFrom('domains').select(countInt).where('name', '=', domain));
     expect(rows[0]!.n).toBe(1);
   });
 
@@ -283,11 +286,11 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     expect(second.body.error).not.toHaveProperty('api_key');
     expect(JSON.stringify(second.body)).not.toContain(first.body.api_key);
 
-    const accounts = await t.db.$queryRawUnsafe<{ id: string }[]>('SELECT id FROM accounts WHERE human_email = $1', human);
+    const accounts = await sqlRows(t.db, kysely.selectFrom('accounts').select('id').where('human_email', '=', human));
     expect(accounts.map((a) => a.id)).toEqual([first.body.account_id]);
-    const domains = await t.db.$queryRawUnsafe<{ n: number }[]>('SELECT count(*)::int AS n FROM domains WHERE name = $1', r.body.full_domain);
+    const domains = await sqlRows(t.db, kysely.selectFrom('domains').select(countInt).where('name', '=', r.body.full_domain));
     expect(domains[0]!.n).toBe(1);
-    const keys = await t.db.$queryRawUnsafe<{ n: number }[]>('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', first.body.account_id);
+    const keys = await sqlRows(t.db, kysely.selectFrom('api_keys').select(countInt).where('account_id', '=', first.body.account_id));
     expect(keys[0]!.n).toBe(1);
     // The first key still works.
     expect((await rest(t, 'GET', '/account', { key: first.body.api_key })).status).toBe(200);
@@ -298,9 +301,9 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     const results = await Promise.all([1, 2, 3].map(() => confirm(r.body.intent_id)));
     expect(results.map((x) => x.status).sort()).toEqual([200, 409, 409]);
     for (const x of results.filter((y) => y.status === 409)) expect(x.body.error.code).toBe('intent_already_confirmed');
-    const rows = await t.db.$queryRawUnsafe<{ n: number }[]>(
-      'SELECT count(*)::int AS n FROM accounts a JOIN domains d ON d.account_id = a.id WHERE d.name = $1',
-      r.body.full_domain,
+    const rows = await sqlRows(
+      t.db,
+      kysely.selectFrom('accounts as a').innerJoin('domains as d', 'd.account_id', 'a.id').select(countInt).where('d.name', '=', r.body.full_domain),
     );
     expect(rows[0]!.n).toBe(1);
   });
@@ -318,7 +321,7 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     // Every claim found proven at the same moment (the verifier's last step): one takes the name.
     const results = await Promise.all(pending.map((d) => t.db.$transaction((tx) => goLive(t.svc, tx, d))));
     expect(results.filter((d) => d.status === 'active')).toHaveLength(1);
-    const rows = await t.db.$queryRawUnsafe<{ n: number }[]>("SELECT count(*)::int AS n FROM domains WHERE live_name = $1 AND status = 'active'", domain);
+    const rows = await sqlRows(t.db, kysely.selectFrom('domains').select(countInt).where('live_name', '=', domain).where('status', '=', sql.lit('active')));
     expect(rows[0]!.n).toBe(1);
     for (const d of results.filter((x) => x.status !== 'active')) expect((d.checks as any).blocked_by).toMatch(/another account proved this domain first/);
   });
@@ -327,10 +330,10 @@ describe('POST /signup/agentic and /signup/agentic/confirm', () => {
     const domain = `expired-${uniq()}.com`;
     const r = await startSignup({ human_email: 'late@example.com', domain_intent: { mode: 'byo_delegated', byo_domain: domain } });
     expect(r.status).toBe(200);
-    await t.db.$executeRawUnsafe(`UPDATE signup_intents SET expires_at = now() - interval '1 minute' WHERE id = $1`, r.body.intent_id);
+    await exec(t.db, kysely.updateTable('signup_intents').set({ expires_at: sql<Date>`now() - interval '1 minute'` }).where('id', '=', r.body.intent_id));
     const c = await confirm(r.body.intent_id);
     expectError(c, 410, 'intent_expired');
-    const rows = await t.db.$queryRawUnsafe<{ n: number }[]>('SELECT count(*)::int AS n FROM domains WHERE name = $1', domain);
+    const rows = await sqlRows(t.db, kysely.selectFrom('domains').select(countInt).where('name', '=', domain));
     expect(rows[0]!.n).toBe(0);
     const again = await startSignup({ human_email: 'other@example.com', domain_intent: { mode: 'byo_manual', byo_domain: domain } });
     expect(again.status, JSON.stringify(again.body)).toBe(200);
@@ -458,7 +461,7 @@ describe('API keys', () => {
   it('stores only a SHA-256 hash: no table holds a raw key', async () => {
     const minted = await mintKey(t, a.apiKey, ['receive']);
     const raws = [a.apiKey, minted.api_key];
-    const rows = await t.db.$queryRawUnsafe<Record<string, unknown>[]>('SELECT * FROM api_keys WHERE account_id = $1', a.accountId);
+    const rows = await sqlRows(t.db, kysely.selectFrom('api_keys').selectAll().where('account_id', '=', a.accountId));
     expect(rows.length).toBeGreaterThanOrEqual(2);
     const dump = JSON.stringify(rows);
     for (const raw of raws) {
@@ -468,8 +471,8 @@ describe('API keys', () => {
       expect(row, 'a row whose hash is sha256(raw key)').toBeDefined();
     }
     // Nor anywhere else in the database.
-    for (const table of ['accounts', 'signup_intents', 'domains', 'boxes', 'events']) {
-      const all = await t.db.$queryRawUnsafe<{ j: string }[]>(`SELECT row_to_json(x)::text AS j FROM ${table} x`);
+    for (const table of ['accounts', 'signup_intents', 'domains', 'boxes', 'events'] as const) {
+      const all = await sqlRows(t.db, sql<{ j: string }>`SELECT row_to_json(x)::text AS j FROM ${tbl(table, 'x').$}`);
       const text = all.map((x) => x.j).join('\n');
       for (const raw of raws) expect(text, table).not.toContain(raw);
     }
@@ -846,9 +849,14 @@ describe('GET /events and GET /events/verify', () => {
   it('verify reports an event altered in the database', async () => {
     // Runs last on the account of the first two tests: seq 2 is its domain.ready event.
     const head = Number((await rest(t, 'GET', '/events?limit=500', { key: a.apiKey })).body.next_cursor);
-    await t.db.$executeRawUnsafe(
-      `UPDATE events SET data = jsonb_set(data, '{domain}', '"evil.example.com"') WHERE account_id = $1 AND seq = 2 AND type = 'domain.ready'`,
-      a.accountId,
+    await exec(
+      t.db,
+      kysely
+        .updateTable('events')
+        .set((eb) => ({ data: sql`jsonb_set(${eb.ref('data')}, '{domain}', '"evil.example.com"')` }))
+        .where('account_id', '=', a.accountId)
+        .where('seq', '=', sql.lit(2))
+        .where('type', '=', sql.lit('domain.ready')),
     );
     const v = await rest(t, 'GET', '/events/verify', { key: a.apiKey });
     expect(v.status).toBe(200);

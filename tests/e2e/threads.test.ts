@@ -14,6 +14,7 @@ import { receiveMessage } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { MailSink, events, getMessage, send, unique, waitFor } from './mail-send-helpers';
 import { crlf, sendRaw } from './mail-receive-helpers';
+import { k, rows, sql, tbl } from '@boxes/db';
 
 let t: TestServer;
 let sink: MailSink;
@@ -196,10 +197,23 @@ describe('GET /threads paging over many messages', () => {
        FROM messages m, generate_series(1, 1500) g WHERE m.account_id = '${acct.accountId}'`,
     );
     for (const box of [null, second.id as string]) {
-      const reference = await t.db.$queryRaw<{ thread_id: string; last: Date; n: number; sent: number }[]>`
-        SELECT thread_id, max(recorded_at) AS last, count(*)::int AS n, (count(*) FILTER (WHERE direction = 'sent'))::int AS sent
-        FROM messages WHERE account_id = ${acct.accountId} AND (${box}::text IS NULL OR box_id = ${box})
-        GROUP BY thread_id ORDER BY max(recorded_at) DESC, thread_id DESC`;
+      const m = tbl('messages');
+      const reference = await rows(
+        t.db,
+        k
+          .selectFrom('messages')
+          .select([
+            'thread_id',
+            sql<Date>`max(${m.recorded_at})`.as('last'),
+            sql<number>`count(*)::int`.as('n'),
+            sql<number>`(count(*) FILTER (WHERE ${m.direction} = 'sent'))::int`.as('sent'),
+          ])
+          .where('account_id', '=', acct.accountId)
+          .where(sql<boolean>`(${box}::text IS NULL OR ${m.box_id} = ${box})`)
+          .groupBy('thread_id')
+          .orderBy(sql`max(${m.recorded_at})`, 'desc')
+          .orderBy('thread_id', 'desc'),
+      );
       expect(reference.length).toBeGreaterThan(box ? 200 : 300);
       for (const limit of [1, 7, 50, 100]) {
         const seen: any[] = [];

@@ -27,6 +27,7 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import * as packet from 'dns-packet';
 import type { Config } from '@boxes/config';
+import { col, exec, sql, tbl } from '@boxes/db';
 import { addressRecords, ensureBaseZone, hostContent, lookupName, NEGATIVE_TTL, soaRecord, txtStrings, type ServedRecord, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 
@@ -182,10 +183,14 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
       return { domain_id: domainId, month, n };
     });
     try {
-      await svc.db.$executeRaw`
-        INSERT INTO dns_query_counts (domain_id, month, queries)
+      const q = tbl('dns_query_counts');
+      await exec(
+        svc.db,
+        sql`
+        INSERT INTO ${q.$} (${q.domain_id}, ${q.month}, ${q.queries})
         SELECT b.domain_id, b.month, b.n FROM jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) AS b(domain_id text, month text, n bigint)
-        ON CONFLICT (domain_id, month) DO UPDATE SET queries = dns_query_counts.queries + EXCLUDED.queries`;
+        ON CONFLICT (${q.domain_id}, ${q.month}) DO UPDATE SET ${q.queries} = ${col('dns_query_counts', 'queries')} + EXCLUDED.queries`,
+      );
     } catch (err) {
       // Kept for the next flush: queries are billed, they must not be lost to a passing database error.
       for (const [key, n] of taken) counts.set(key, (counts.get(key) ?? 0) + n);

@@ -99,7 +99,8 @@ export type TableRefs<T extends Table> = { readonly $: RawBuilder<unknown> } & {
 export function tbl<T extends Table>(name: T, as?: string): TableRefs<T> {
   return new Proxy({} as TableRefs<T>, {
     get(_, prop) {
-      if (typeof prop !== 'string') return undefined;
+      // Not a thenable (no column is named then), so a TableRefs passed where a promise may be is not mistaken for one.
+      if (typeof prop !== 'string' || prop === 'then') return undefined;
       if (prop === '$') return as ? sql`${sql.table(name)} AS ${sql.id(as)}` : sql.table(name);
       return sql.ref(as ? `${as}.${prop}` : prop);
     },

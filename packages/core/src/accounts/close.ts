@@ -14,6 +14,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Tx } from '@boxes/db';
+import { k, rows } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { markFailed } from '../messages/outcomes';
 import { queueNotice } from '../notices/notices';
@@ -162,7 +163,7 @@ export async function closeAccount(
   const token = randomBytes(32).toString('base64url');
   const result = await svc.db.$transaction(
     async (tx) => {
-      const locked = await tx.$queryRaw<{ status: AccountStatus }[]>`SELECT status FROM accounts WHERE id = ${input.accountId} FOR NO KEY UPDATE`;
+      const locked = await rows(tx, k.selectFrom('accounts').select('status').where('id', '=', input.accountId).forNoKeyUpdate());
       if (locked[0]?.status !== 'active') throw new AppError('conflict', 'This account is already closing');
       const now = svc.clock.now();
       const deleteAfter = new Date(now.getTime() + svc.config.audit.deletionGraceDays * DAY_MS);

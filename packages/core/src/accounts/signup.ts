@@ -9,6 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import type { SignupIntent, Tx } from '@boxes/db';
 import { Prisma } from '@boxes/db';
+import { k, rows as sqlRows } from '@boxes/db';
 import type { z } from 'zod';
 import type { ClaimInput, ConfirmInput, EventDataInput, SignupInput } from '@boxes/schemas';
 import { createBox } from '../boxes/boxes';
@@ -192,7 +193,7 @@ export async function confirmSignup(svc: Services, input: z.infer<typeof Confirm
   try {
     return await svc.db.$transaction(
       async (tx) => {
-        const rows = await tx.$queryRaw<{ id: string }[]>`SELECT id FROM signup_intents WHERE id = ${input.intent_id} FOR UPDATE`;
+        const rows = await sqlRows(tx, k.selectFrom('signup_intents').select('id').where('id', '=', input.intent_id).forUpdate());
         if (!rows[0]) throw new AppError('not_found', `signup intent ${input.intent_id} not found`);
         const intent = await tx.signupIntent.findUniqueOrThrow({ where: { id: input.intent_id }, include: { account: true, payment: true } });
         if (intent.status === 'completed') {
@@ -350,8 +351,7 @@ export async function claimSignup(svc: Services, input: z.infer<typeof ClaimInpu
   // mid-POST; the key is then the claim's too.
   const sendingSince = new Date(Date.now() - svc.config.webhook.timeoutMs - 5_000);
   const sealed = await svc.db.$transaction(async (tx) => {
-    const rows = await tx.$queryRaw<{ api_key_enc: string | null; api_key_sending_at: Date | null }[]>`
-      SELECT api_key_enc, api_key_sending_at FROM signup_intents WHERE id = ${intent.id} FOR UPDATE`;
+    const rows = await sqlRows(tx, k.selectFrom('signup_intents').select(['api_key_enc', 'api_key_sending_at']).where('id', '=', intent.id).forUpdate());
     const enc = rows[0]?.api_key_enc ?? null;
     const sending = rows[0]?.api_key_sending_at ?? null;
     if (enc && sending && sending > sendingSince) return 'sending' as const;

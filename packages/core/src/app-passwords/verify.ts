@@ -20,6 +20,9 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Prisma } from '@boxes/db';
+import { k, rows as sqlRows, sql, tbl } from '@boxes/db';
+import { ACCOUNT_STATUSES } from '@boxes/schemas';
+import { statusLit } from '../shared/statuses';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { sha256Hex } from '../shared/crypto';
@@ -165,15 +168,24 @@ async function check(svc: Services, username: string, password: string): Promise
   const lookup = appPasswordLookup(svc.secretKey, normalized);
   // The box the username names (on a live domain), and the active accounts whose owner's email it is, with the
   // candidate app-passwords of those accounts, in one round trip.
-  const rows = await svc.db.$queryRaw<(Candidate & { box_account_id: string | null; login_box_id: string | null; box_exists: boolean })[]>`
-    WITH b AS (SELECT id, account_id FROM boxes WHERE live_address = ${username}),
-         owners AS (SELECT id FROM accounts WHERE human_email = ${username} AND status = 'active')
-    SELECT p.id, p.account_id, p.label, p.box_id, p.hash,
+  const box = tbl('boxes');
+  const owner = tbl('accounts');
+  const p = tbl('app_passwords', 'p');
+  const a = tbl('accounts', 'a');
+  const x = tbl('boxes', 'x');
+  const active = statusLit(ACCOUNT_STATUSES, 'active');
+  const rows = await sqlRows(
+    svc.db,
+    sql<Candidate & { box_account_id: string | null; login_box_id: string | null; box_exists: boolean }>`
+    WITH b AS (SELECT ${box.id}, ${box.account_id} FROM ${box.$} WHERE ${box.live_address} = ${username}),
+         owners AS (SELECT ${owner.id} FROM ${owner.$} WHERE ${owner.human_email} = ${username} AND ${owner.status} = ${active})
+    SELECT ${p.id}, ${p.account_id}, ${p.label}, ${p.box_id}, ${p.hash},
       (SELECT account_id FROM b) AS box_account_id, (SELECT id FROM b) AS login_box_id,
-      (p.box_id IS NULL OR EXISTS (SELECT 1 FROM boxes x WHERE x.id = p.box_id)) AS box_exists
-    FROM app_passwords p JOIN accounts a ON a.id = p.account_id
-    WHERE p.lookup = ${lookup} AND p.revoked_at IS NULL AND a.status = 'active'
-      AND (p.account_id IN (SELECT account_id FROM b) OR p.account_id IN (SELECT id FROM owners))`;
+      (${p.box_id} IS NULL OR EXISTS (SELECT 1 FROM ${x.$} WHERE ${x.id} = ${p.box_id})) AS box_exists
+    FROM ${p.$} JOIN ${a.$} ON ${a.id} = ${p.account_id}
+    WHERE ${p.lookup} = ${lookup} AND ${p.revoked_at} IS NULL AND ${a.status} = ${active}
+      AND (${p.account_id} IN (SELECT account_id FROM b) OR ${p.account_id} IN (SELECT id FROM owners))`,
+  );
   if (!rows.length) {
     await burnAppPasswordCheck();
     return null;
@@ -203,10 +215,15 @@ async function check(svc: Services, username: string, password: string): Promise
 async function recordUse(svc: Services, login: MailLogin, service: MailService, remote: string): Promise<void> {
   try {
     await svc.db.$transaction(async (tx) => {
-      const claimed = await tx.$queryRaw<{ box_id: string | null }[]>`
-        UPDATE app_passwords SET last_used_at = now()
-        WHERE id = ${login.appPasswordId} AND (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds')
-        RETURNING box_id`;
+      const claimed = await sqlRows(
+        tx,
+        k
+          .updateTable('app_passwords')
+          .set({ last_used_at: sql`now()` })
+          .where('id', '=', login.appPasswordId)
+          .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', sql<Date>`now() - interval '60 seconds'`)]))
+          .returning('box_id'),
+      );
       if (!claimed.length) return;
       await appendEvent({
         db: tx,

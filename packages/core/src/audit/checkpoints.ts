@@ -7,6 +7,9 @@
  */
 import { createPublicKey, verify as edVerify } from 'node:crypto';
 import type { AuditCheckpoint } from '@boxes/db';
+import { k, rows, sql } from '@boxes/db';
+import { ACCOUNT_STATUSES } from '@boxes/schemas';
+import { statusLit } from '../shared/statuses';
 import { chainHash, GENESIS_HASH } from '../events/chain';
 import { toApiEvent } from '../events/read';
 import type { Services } from '../shared/context';
@@ -58,11 +61,26 @@ export async function listCheckpoints(svc: Services, input: { accountId: string;
 
 /** The hourly pass: a checkpoint for every account whose head moved since its last one. */
 export async function signMovedHeads(svc: Services, limit = 5000): Promise<number> {
-  const due = await svc.db.$queryRaw<{ id: string }[]>`
-    SELECT a.id FROM accounts a
-    WHERE a.chain_seq > 0 AND a.status = 'active'
-      AND NOT EXISTS (SELECT 1 FROM audit_checkpoints c WHERE c.account_id = a.id AND c.seq = a.chain_seq AND c.hash = a.chain_hash)
-    LIMIT ${limit}`;
+  const due = await rows(
+    svc.db,
+    k
+      .selectFrom('accounts as a')
+      .select('a.id')
+      .where('a.chain_seq', '>', sql.lit(0))
+      .where('a.status', '=', statusLit(ACCOUNT_STATUSES, 'active'))
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom('audit_checkpoints as c')
+              .select(sql.lit(1).as('one'))
+              .whereRef('c.account_id', '=', 'a.id')
+              .whereRef('c.seq', '=', 'a.chain_seq')
+              .whereRef('c.hash', '=', 'a.chain_hash'),
+          ),
+        ),
+      )
+      .limit(limit),
+  );
   for (const { id } of due) await signCheckpoint(svc, id);
   return due.length;
 }

@@ -7,6 +7,9 @@
  * queued or deferred keeps its body until that delivery ends.
  */
 import type { Message } from '@boxes/db';
+import { k, rows, sql, tbl } from '@boxes/db';
+import { ACCOUNT_STATUSES, DELIVERY_STATUSES } from '@boxes/schemas';
+import { statusIn, statusLit } from '../shared/statuses';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { open, sha256Hex } from '../shared/crypto';
@@ -43,18 +46,25 @@ export function rawSha256Of(secretKey: Buffer, m: Pick<Message, 'rawSha256' | 'r
 /** Reclaims the bodies of active accounts' messages older than their window. Returns how many. */
 export async function reclaimExpiredBodies(svc: Services, limit = 1000): Promise<number> {
   const now = svc.clock.now();
-  const due = await svc.db.$queryRaw<{ id: string }[]>`
-    SELECT m.id FROM messages m JOIN accounts a ON a.id = m.account_id
-    WHERE a.status = 'active' AND m.body_reclaimed_at IS NULL
-      AND m.recorded_at < ${now}::timestamptz - make_interval(days => COALESCE(a.audit_retention_days, ${DEFAULT_AUDIT_RETENTION_DAYS}))
-      AND (m.send_at IS NULL OR m.send_at < ${now}::timestamptz - make_interval(days => COALESCE(a.audit_retention_days, ${DEFAULT_AUDIT_RETENTION_DAYS})))
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id AND d.status IN ('queued', 'deferred', 'bulk', 'scheduled'))
-    ORDER BY m.recorded_at LIMIT ${limit}`;
+  const m = tbl('messages', 'm');
+  const a = tbl('accounts', 'a');
+  const d = tbl('deliveries', 'd');
+  const cutoff = sql<Date>`${now}::timestamptz - make_interval(days => COALESCE(${a.audit_retention_days}, ${DEFAULT_AUDIT_RETENTION_DAYS}))`;
+  const due = await rows(
+    svc.db,
+    sql<{ id: string }>`
+    SELECT ${m.id} FROM ${m.$} JOIN ${a.$} ON ${a.id} = ${m.account_id}
+    WHERE ${a.status} = ${statusLit(ACCOUNT_STATUSES, 'active')} AND ${m.body_reclaimed_at} IS NULL
+      AND ${m.recorded_at} < ${cutoff}
+      AND (${m.send_at} IS NULL OR ${m.send_at} < ${cutoff})
+      AND NOT EXISTS (SELECT 1 FROM ${d.$} WHERE ${d.message_id} = ${m.id} AND ${d.status} IN ${statusIn(DELIVERY_STATUSES, ['queued', 'deferred', 'bulk', 'scheduled'])})
+    ORDER BY ${m.recorded_at} LIMIT ${limit}`,
+  );
   let done = 0;
   for (const { id } of due) {
     const reclaimed = await svc.db.$transaction(async (tx) => {
-      const rows = await tx.$queryRaw<{ id: string }[]>`SELECT id FROM messages WHERE id = ${id} AND body_reclaimed_at IS NULL FOR UPDATE`;
-      if (!rows.length) return false;
+      const locked = await rows(tx, k.selectFrom('messages').select('id').where('id', '=', id).where('body_reclaimed_at', 'is', null).forUpdate());
+      if (!locked.length) return false;
       const m = await tx.message.findUniqueOrThrow({ where: { id }, include: { account: { select: { auditRetentionDays: true } } } });
       const at = svc.clock.now();
       await tx.message.update({ where: { id }, data: { bodyEnc: null, rawEnc: null, bodyReclaimedAt: at, rawSha256: rawSha256Of(svc.secretKey, m) } });

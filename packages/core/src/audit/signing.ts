@@ -7,6 +7,7 @@
  */
 import { createPrivateKey, generateKeyPairSync, sign as edSign, type KeyObject } from 'node:crypto';
 import type { AuditSigningKey, DbClient } from '@boxes/db';
+import { exec, sql } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { inTransaction } from '../shared/context';
 import { open, seal } from '../shared/crypto';
@@ -48,7 +49,7 @@ export async function currentSigningKey(svc: Pick<Services, 'db' | 'secretKey'>)
   const found = await svc.db.auditSigningKey.findFirst({ where: { retiredAt: null }, orderBy: { createdAt: 'desc' } });
   if (found) return found;
   return inTransaction(svc.db, async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext(${LOCK}))`;
+    await exec(tx, sql`SELECT pg_advisory_xact_lock(hashtext(${LOCK}))`);
     const again = await tx.auditSigningKey.findFirst({ where: { retiredAt: null }, orderBy: { createdAt: 'desc' } });
     return again ?? tx.auditSigningKey.create({ data: newKeyRow(svc.secretKey) });
   });
@@ -57,7 +58,7 @@ export async function currentSigningKey(svc: Pick<Services, 'db' | 'secretKey'>)
 /** Retires the current key and makes a new one (operator CLI). Returns both ids. */
 export async function rotateSigningKey(svc: Pick<Services, 'db' | 'secretKey'>, db: DbClient = svc.db): Promise<{ retired: string | null; current: string }> {
   return inTransaction(db, async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext(${LOCK}))`;
+    await exec(tx, sql`SELECT pg_advisory_xact_lock(hashtext(${LOCK}))`);
     const old = await tx.auditSigningKey.findFirst({ where: { retiredAt: null }, orderBy: { createdAt: 'desc' } });
     if (old) await tx.auditSigningKey.update({ where: { id: old.id }, data: { retiredAt: new Date() } });
     const created = await tx.auditSigningKey.create({ data: newKeyRow(svc.secretKey) });

@@ -1,12 +1,22 @@
 /** POST /messages/send/bulk/{id}/cancel: no further batch starts; a batch in flight stops at its next flush. */
 import type { Tx } from '@boxes/db';
+import { exec, k, rows, sql, tbl } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
 import { releaseUnsent } from './run';
 import { bulkJobView, type BulkJobView } from './view';
-import type { BulkStatus } from '@boxes/schemas';
+import { BULK_STATUSES } from '@boxes/schemas';
+import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
+
+/** What cancelling writes: no further batch, finished now. */
+const cancelled = {
+  status: statusLit(BULK_STATUSES, 'cancelled'),
+  finished_at: sql<Date>`now()`,
+  next_batch_at: null,
+  updated_at: sql<Date>`now()`,
+};
 
 export async function cancelBulkJob(svc: Services, input: { accountId: string; id: string; scope: BoxScope; keyId: string }): Promise<BulkJobView> {
   const before = await bulkJobView(svc, { accountId: input.accountId, id: input.id, scope: input.scope });
@@ -15,10 +25,10 @@ export async function cancelBulkJob(svc: Services, input: { accountId: string; i
     throw new AppError('conflict', `This bulk job is ${before.status}; there is nothing left to cancel.`, { bulk_job_id: input.id, status: before.status });
   }
   const wasSending = await svc.db.$transaction(async (tx) => {
-    const rows = await tx.$queryRaw<{ status: BulkStatus }[]>`SELECT status FROM bulk_jobs WHERE id = ${input.id} FOR UPDATE`;
-    const status = rows[0]?.status;
+    const [locked] = await rows(tx, k.selectFrom('bulk_jobs').select('status').where('id', '=', input.id).forUpdate());
+    const status = locked ? narrowStatus(BULK_STATUSES, locked.status) : undefined;
     if (!status || !['queued', 'sending', 'cooling_off'].includes(status)) return null;
-    await tx.$executeRaw`UPDATE bulk_jobs SET status = 'cancelled', finished_at = now(), next_batch_at = NULL, updated_at = now() WHERE id = ${input.id}`;
+    await exec(tx, k.updateTable('bulk_jobs').set(cancelled).where('id', '=', input.id));
     await appendEvent({
       db: tx,
       accountId: input.accountId,
@@ -37,10 +47,15 @@ export async function cancelBulkJob(svc: Services, input: { accountId: string; i
  * deliveries still waiting for a batch, holds released).
  */
 export async function stopBulkJobs(tx: Tx, accountId: string): Promise<number> {
-  const jobs = await tx.$queryRaw<{ id: string; batches_done: number; batch_count: number }[]>`
-    UPDATE bulk_jobs SET status = 'cancelled', finished_at = now(), next_batch_at = NULL, updated_at = now()
-    WHERE account_id = ${accountId} AND status IN ('queued', 'sending', 'cooling_off')
-    RETURNING id, batches_done, batch_count`;
+  const jobs = await rows(
+    tx,
+    k
+      .updateTable('bulk_jobs')
+      .set(cancelled)
+      .where('account_id', '=', accountId)
+      .where(sql<boolean>`${tbl('bulk_jobs').status} IN ${statusIn(BULK_STATUSES, ['queued', 'sending', 'cooling_off'])}`)
+      .returning(['id', 'batches_done', 'batch_count']),
+  );
   for (const j of jobs) {
     await appendEvent({
       db: tx,

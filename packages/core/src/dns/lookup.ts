@@ -7,6 +7,7 @@
  * *_dns_records_reverse_name): the names under `b.example` are those whose reversed name starts with `elpmaxe.b.`.
  */
 import type { Db } from '@boxes/db';
+import { k, rows as sqlRows, sql, tbl } from '@boxes/db';
 import { hostContent } from './content';
 
 /**
@@ -86,24 +87,37 @@ export async function lookupName(db: Db, qname: string): Promise<Lookup> {
   const names = suffixes(name);
   // Candidates for records: the name, its ancestors (NS of a delegation) and a wildcard under each ancestor.
   const candidates = [...names, ...names.slice(1).map((a) => `*.${a}`)];
-  const rows = await db.$queryRaw<Row[]>`
+  const zt = tbl('dns_zones');
+  const r = tbl('dns_records', 'r');
+  const rows = await sqlRows(
+    db,
+    sql<Row>`
     WITH z AS (
-      SELECT id, name, kind, serial, soa_mname, soa_rname, domain_id FROM dns_zones
-      WHERE name = ANY(${names}::text[]) ORDER BY length(name) DESC LIMIT 1
+      SELECT ${zt.id}, ${zt.name}, ${zt.kind}, ${zt.serial}, ${zt.soa_mname}, ${zt.soa_rname}, ${zt.domain_id} FROM ${zt.$}
+      WHERE ${zt.name} = ANY(${names}::text[]) ORDER BY length(${zt.name}) DESC LIMIT 1
     )
     SELECT z.*,
-      (SELECT json_agg(json_build_object('name', r.name, 'type', r.type, 'ttl', r.ttl, 'content', r.content) ORDER BY r.type, r.content)
-         FROM dns_records r WHERE r.zone_id = z.id AND r.name = ANY(${candidates}::text[])) AS records,
+      (SELECT json_agg(json_build_object('name', ${r.name}, 'type', ${r.type}, 'ttl', ${r.ttl}, 'content', ${r.content}) ORDER BY ${r.type}, ${r.content})
+         FROM ${r.$} WHERE ${r.zone_id} = z.id AND ${r.name} = ANY(${candidates}::text[])) AS records,
       (SELECT array_agg(a.name) FROM unnest(${names}::text[]) AS a(name)
          WHERE length(a.name) > length(z.name) AND EXISTS (
-           SELECT 1 FROM dns_records r WHERE r.zone_id = z.id
-             AND (r.name = a.name OR (reverse(r.name) ~>=~ (reverse(a.name) || '.') AND reverse(r.name) ~<~ (reverse(a.name) || '/'))))) AS existing
-    FROM z`;
-  const r = rows[0];
-  if (!r) return { zone: null, records: [], exists: false, delegation: null, wildcard: [] };
-  const zone: ServedZone = { id: r.id, name: r.name, kind: r.kind, serial: r.serial, soaMname: r.soa_mname, soaRname: r.soa_rname, domainId: r.domain_id };
-  const all = r.records ?? [];
-  const existing = new Set([zone.name, ...(r.existing ?? [])]);
+           SELECT 1 FROM ${r.$} WHERE ${r.zone_id} = z.id
+             AND (${r.name} = a.name OR (reverse(${r.name}) ~>=~ (reverse(a.name) || '.') AND reverse(${r.name}) ~<~ (reverse(a.name) || '/'))))) AS existing
+    FROM z`,
+  );
+  const row = rows[0];
+  if (!row) return { zone: null, records: [], exists: false, delegation: null, wildcard: [] };
+  const zone: ServedZone = {
+    id: row.id,
+    name: row.name,
+    kind: row.kind,
+    serial: row.serial,
+    soaMname: row.soa_mname,
+    soaRname: row.soa_rname,
+    domainId: row.domain_id,
+  };
+  const all = row.records ?? [];
+  const existing = new Set([zone.name, ...(row.existing ?? [])]);
   const inZone = names.filter((n) => n.length >= zone.name.length); // the name up to the apex
   // A delegation: NS records at a name between the apex (excluded) and the name (included); the highest wins.
   let delegation: ServedRecord[] | null = null;
@@ -129,8 +143,14 @@ export async function lookupName(db: Db, qname: string): Promise<Lookup> {
 /** The A and AAAA records of names in a zone (glue for a referral's NS targets). */
 export async function addressRecords(db: Db, zoneId: string, hosts: string[]): Promise<ServedRecord[]> {
   if (!hosts.length) return [];
-  return db.$queryRaw<ServedRecord[]>`
-    SELECT name, type, ttl, content FROM dns_records
-    WHERE zone_id = ${zoneId} AND name = ANY(${hosts.map(hostContent)}::text[]) AND type IN ('A', 'AAAA')
-    ORDER BY name, type, content`;
+  return sqlRows(
+    db,
+    k
+      .selectFrom('dns_records')
+      .select(['name', 'type', 'ttl', 'content'])
+      .where('zone_id', '=', zoneId)
+      .where('name', '=', sql<string>`ANY(${hosts.map(hostContent)}::text[])`)
+      .where('type', 'in', [sql.lit('A'), sql.lit('AAAA')])
+      .orderBy(['name', 'type', 'content']),
+  );
 }

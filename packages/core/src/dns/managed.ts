@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Tx } from '@boxes/db';
+import { k, rows } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError, invalidField } from '../shared/errors';
@@ -243,7 +244,7 @@ export async function changeZoneRecord(
     }
   }
   return svc.db.$transaction(async (tx: Tx) => {
-    await tx.$queryRaw`SELECT id FROM dns_zones WHERE id = ${zone.id} FOR UPDATE`;
+    await rows(tx, k.selectFrom('dns_zones').select('id').where('id', '=', zone.id).forUpdate());
     const atName = await tx.dnsRecord.findMany({ where: { zoneId: zone.id, name } });
     const sameType = atName.filter((r) => r.type === type);
     const reservedHere = sameType.filter((r) => r.reserved);

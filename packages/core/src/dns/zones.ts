@@ -6,6 +6,7 @@
  */
 import type { Config } from '@boxes/config';
 import type { Db, Tx } from '@boxes/db';
+import { exec, sql } from '@boxes/db';
 import { newId } from '../shared/ids';
 import { hostContent, txtContent } from './content';
 
@@ -72,7 +73,7 @@ const soa = (config: Config) => ({ soaMname: hostContent(config.nameservers[0] ?
  */
 export async function ensureBaseZone(db: Db, config: Config): Promise<string> {
   return db.$transaction(async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext('boxes:dns:base-zone'))`;
+    await exec(tx, sql`SELECT pg_advisory_xact_lock(hashtext('boxes:dns:base-zone'))`);
     const zone =
       (await tx.dnsZone.findUnique({ where: { name: config.baseDomain } })) ??
       (await tx.dnsZone.create({ data: { id: newId('zone'), name: config.baseDomain, kind: 'base', ...soa(config) } }));

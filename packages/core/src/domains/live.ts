@@ -4,6 +4,7 @@
  * domain. Used by the verifier (domains/verify.ts), registrations and moves (domains/move.ts).
  */
 import { Prisma, type Domain, type Tx } from '@boxes/db';
+import { exec, k, sql, tbl } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { publishLiveDomain } from '../dns/zones';
 import type { Services } from '../shared/context';
@@ -18,15 +19,21 @@ export async function goLive(svc: Services, tx: Tx, d: Domain): Promise<Domain> 
   let live: Domain;
   try {
     // A savepoint, so that losing the race for the name leaves the transaction usable.
-    await tx.$executeRaw`SAVEPOINT go_live`;
+    await exec(tx, sql`SAVEPOINT go_live`);
     live = await tx.domain.update({
       where: { id: d.id },
       data: { status: 'active' satisfies DomainStatus, liveName: d.name, verifiedAt: now, nextCheckAt: null, claimExpiresAt: null },
     });
-    await tx.$executeRaw`UPDATE boxes SET live_address = address WHERE domain_id = ${d.id}`;
+    await exec(
+      tx,
+      k
+        .updateTable('boxes')
+        .set((eb) => ({ live_address: eb.ref('address') }))
+        .where('domain_id', '=', d.id),
+    );
   } catch (err) {
     if (err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002') {
-      await tx.$executeRaw`ROLLBACK TO SAVEPOINT go_live`;
+      await exec(tx, sql`ROLLBACK TO SAVEPOINT go_live`);
       const checks = {
         ...((d.checks as unknown as DomainChecks | null) ?? { checked_at: now.toISOString(), records: [] }),
         blocked_by: 'another account proved this domain first',
@@ -52,9 +59,19 @@ export async function completeMove(svc: Services, tx: Tx, target: Domain): Promi
   const graceUntil = new Date(svc.clock.now().getTime() + svc.config.dns.moveGraceDays * DAY_MS);
   await tx.domain.update({ where: { id: old.id }, data: { isPrimary: false, status: 'retiring' satisfies DomainStatus, graceUntil } });
   await tx.domain.update({ where: { id: target.id }, data: { isPrimary: true } });
-  await tx.$executeRaw`
-    UPDATE boxes SET domain_id = ${target.id}, address = local_part || '@' || ${target.name}, live_address = local_part || '@' || ${target.name}
-    WHERE account_id = ${target.accountId} AND domain_id = ${old.id}`;
+  const box = tbl('boxes');
+  await exec(
+    tx,
+    k
+      .updateTable('boxes')
+      .set({
+        domain_id: target.id,
+        address: sql<string>`${box.local_part} || '@' || ${target.name}`,
+        live_address: sql<string>`${box.local_part} || '@' || ${target.name}`,
+      })
+      .where('account_id', '=', target.accountId)
+      .where('domain_id', '=', old.id),
+  );
   await tx.account.update({ where: { id: target.accountId }, data: { primaryAddress: `agent@${target.name}` } });
   await appendEvent({
     db: tx,

@@ -13,6 +13,7 @@
 import { Resolver } from 'node:dns/promises';
 import type { Config } from '@boxes/config';
 import type { Prisma, Domain, Tx } from '@boxes/db';
+import { k, rows } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
@@ -217,8 +218,8 @@ export async function verifyDomain(svc: Services, domainId: string, resolver: Re
 }
 
 async function lockDomain(tx: Tx, id: string): Promise<{ status: string; proofSeenAt: Date | null } | undefined> {
-  const rows = await tx.$queryRaw<{ status: string; proof_seen_at: Date | null }[]>`SELECT status, proof_seen_at FROM domains WHERE id = ${id} FOR UPDATE`;
-  return rows[0] ? { status: rows[0].status, proofSeenAt: rows[0].proof_seen_at } : undefined;
+  const [row] = await rows(tx, k.selectFrom('domains').select(['status', 'proof_seen_at']).where('id', '=', id).forUpdate());
+  return row ? { status: row.status, proofSeenAt: row.proof_seen_at } : undefined;
 }
 
 /** A pending claim past its deadline: no longer checked; its SOA/NS-only zone goes unless another claim needs it. */

@@ -1,4 +1,5 @@
 /** Publishing an account's events to its MQTT topic, in order, from the account's MQTT cursor. */
+import { exec, k } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { eventPayload, readPushDue } from '../webhooks/dispatch';
 import { mqttTopic } from './certificates';
@@ -20,7 +21,8 @@ export async function drainMqtt(svc: Services, publish: PublishFn, accountId: st
         last = e.seq;
       }
     } finally {
-      if (last > a.cursor) await svc.db.$executeRaw`UPDATE accounts SET mqtt_cursor = ${last} WHERE id = ${accountId} AND mqtt_cursor = ${a.cursor}`;
+      if (last > a.cursor)
+        await exec(svc.db, k.updateTable('accounts').set({ mqtt_cursor: last }).where('id', '=', accountId).where('mqtt_cursor', '=', a.cursor));
     }
     // Caught up with the head read in the same query: a later event wakes the drainer again.
     if (last >= a.chain_seq) return;

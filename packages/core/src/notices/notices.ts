@@ -4,6 +4,7 @@
  * worker sends it (apps/worker), and a sweeper picks up any it missed.
  */
 import type { Tx } from '@boxes/db';
+import { exec, sql } from '@boxes/db';
 import { newId } from '../shared/ids';
 
 export const NOTICES_CHANNEL = 'boxes_notices';
@@ -19,6 +20,6 @@ export interface NoticeInput {
 export async function queueNotice(tx: Tx, n: NoticeInput): Promise<string> {
   const id = newId('ntc');
   await tx.notice.create({ data: { id, accountId: n.accountId ?? null, kind: n.kind, to: n.to, subject: n.subject, text: n.text } });
-  await tx.$executeRaw`SELECT pg_notify(${NOTICES_CHANNEL}, ${id})`;
+  await exec(tx, sql`SELECT pg_notify(${NOTICES_CHANNEL}, ${id})`);
   return id;
 }

@@ -14,6 +14,7 @@ import { narrowStatus } from '../shared/statuses';
 import { randomBytes } from 'node:crypto';
 import type { Account, Payment, Tx, Wallet } from '@boxes/db';
 import type { Prisma } from '@boxes/db';
+import { k, rows } from '@boxes/db';
 import { chargeRegistration, prepareProvisioning, provisionFunded } from '../accounts/signup';
 import { appendEvent } from '../events/append';
 import { postEntries } from '../credit/ledger';
@@ -93,8 +94,8 @@ function createPayment(svc: Services, tx: Tx, data: NewPayment): Promise<Payment
 }
 
 async function lockPayment(tx: Tx, id: string): Promise<Payment | null> {
-  const rows = await tx.$queryRaw<{ id: string }[]>`SELECT id FROM payments WHERE id = ${id} FOR UPDATE`;
-  if (!rows[0]) return null;
+  const [locked] = await rows(tx, k.selectFrom('payments').select('id').where('id', '=', id).forUpdate());
+  if (!locked) return null;
   return tx.payment.findUniqueOrThrow({ where: { id } });
 }
 
@@ -347,7 +348,7 @@ export async function createCardTopup(
     // The mandate's 30-day cap is checked again under the wallet's lock, so parallel top-ups cannot exceed it.
     const result = await svc.db.$transaction(
       async (tx) => {
-        await tx.$queryRaw`SELECT id FROM wallets WHERE owner_email = ${owner} FOR UPDATE`;
+        await rows(tx, k.selectFrom('wallets').select('id').where('owner_email', '=', owner).forUpdate());
         if ((await mandateUsed30d(svc, owner)) + amountCents > m.per_30d_cents!) return null;
         const charge = await svc.payments.chargeCard(
           tx,

@@ -12,6 +12,7 @@ import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { generate } from 'selfsigned';
 import type { Config } from '@boxes/config';
+import { exec, sql } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { inTransaction } from '../shared/context';
 import { open, seal } from '../shared/crypto';
@@ -105,7 +106,7 @@ export async function mailTlsMaterial(svc: Pick<Services, 'db' | 'secretKey' | '
   if (!stored || !usable(stored, names)) {
     stored = await inTransaction(svc.db, async (tx) => {
       // Processes starting at once make one certificate: the first under the lock, the others read it.
-      await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext(${LOCK}))`;
+      await exec(tx, sql`SELECT pg_advisory_xact_lock(hashtext(${LOCK}))`);
       const again = parse(await tx.platformSetting.findUnique({ where: { key: SETTING } }));
       if (again && usable(again, names)) return again;
       // Names it carried before stay, so processes listening on different addresses do not take turns remaking it.

@@ -8,7 +8,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { narrowStatus, STATUS_COLUMNS, statusList, statusLiteral } from './statuses';
+import { narrowStatus, STATUS_COLUMNS, statusIn, statusList, statusLit, statusLiteral } from './statuses';
+import { compile, k, sql } from '@boxes/db';
 import { DELIVERY_STATUSES } from '@boxes/schemas';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
@@ -104,6 +105,19 @@ describe('status literals in SQL', () => {
         .flatMap(problems)
         .map((p) => p.replace(/^.*?: /, '')),
     ).toEqual(["'delivred' is not a status of deliveries", "'bulk' is not a status of bulk_jobs", 'no status table named in this statement']);
+  });
+});
+
+describe('statusLit and statusIn (typed statements)', () => {
+  it('render checked constants inline, as the Prisma forms do', () => {
+    const q = k
+      .selectFrom('deliveries')
+      .select('id')
+      .where('status', '=', statusLit(DELIVERY_STATUSES, 'queued'))
+      .where(sql<boolean>`status IN ${statusIn(DELIVERY_STATUSES, ['delivered', 'bounced'])}`);
+    expect(compile(q)).toMatchObject({ sql: `select "id" from "deliveries" where "status" = 'queued' and status IN ('delivered', 'bounced')`, parameters: [] });
+    // @ts-expect-error a misspelt status does not compile
+    expect(() => statusLit(DELIVERY_STATUSES, 'delivred')).toThrow(/not a status/);
   });
 });
 

@@ -7,6 +7,7 @@
  * reevaluateReputations). One account's bounces never touch another's counts.
  */
 import type { DbClient, Tx } from '@boxes/db';
+import { k, rows } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { DeliveryStatus } from '@boxes/schemas';
 import type { Services } from '../shared/context';
@@ -81,7 +82,7 @@ export async function reevaluateReputations(svc: Pick<Services, 'db' | 'clock'>)
   let recovered = 0;
   for (const { id } of flagged) {
     await svc.db.$transaction(async (tx) => {
-      await tx.$queryRaw`SELECT id FROM accounts WHERE id = ${id} FOR NO KEY UPDATE`;
+      await rows(tx, k.selectFrom('accounts').select('id').where('id', '=', id).forNoKeyUpdate());
       await evaluateReputation(tx, id, svc.clock.now());
       const after = await tx.account.findUniqueOrThrow({ where: { id }, select: { reputationState: true } });
       if (after.reputationState === 'ok') recovered++;

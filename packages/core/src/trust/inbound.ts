@@ -6,6 +6,7 @@
  * charged, never announced.
  */
 import type { Box, Db, DbClient } from '@boxes/db';
+import { exec, k, sql } from '@boxes/db';
 import type { Config } from '@boxes/config';
 import type { Services } from '../shared/context';
 import { verifyMessage, type Authentication } from './authenticate';
@@ -128,7 +129,13 @@ export async function refusalsFor(
 /** Counts refused messages on their boxes (one statement). */
 export async function countRefused(db: DbClient, boxIds: string[]): Promise<void> {
   if (!boxIds.length) return;
-  await db.$executeRaw`UPDATE boxes SET refused_count = refused_count + 1, refused_at = now() WHERE id = ANY(${boxIds}::text[])`;
+  await exec(
+    db,
+    k
+      .updateTable('boxes')
+      .set((eb) => ({ refused_count: eb('refused_count', '+', sql.lit(1)), refused_at: sql<Date>`now()` }))
+      .where('id', '=', sql<string>`ANY(${boxIds}::text[])`),
+  );
 }
 
 /**

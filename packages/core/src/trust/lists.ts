@@ -9,6 +9,7 @@
  */
 import type { Box, Db, DbClient, TrustListEntry, Tx } from '@boxes/db';
 import type { Prisma } from '@boxes/db';
+import { k, rows, sql } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvent } from '../events/append';
 import { inTransaction } from '../shared/context';
@@ -72,10 +73,16 @@ export async function matchingEntries(
 ): Promise<ListedRow[]> {
   const candidates = [...new Set(addresses.flatMap(candidatesOf))];
   if (!candidates.length) return [];
-  return db.$queryRaw<ListedRow[]>`
-    SELECT box_id, list, direction, value, kind FROM trust_list_entries
-    WHERE account_id = ${accountId} AND value = ANY(${candidates}::text[]) AND direction IN (${direction}, 'both')
-      AND (box_id IS NULL OR box_id = ANY(${boxIds}::text[]))`;
+  return rows(
+    db,
+    k
+      .selectFrom('trust_list_entries')
+      .select(['box_id', 'list', 'direction', 'value', 'kind'])
+      .where('account_id', '=', accountId)
+      .where('value', '=', sql<string>`ANY(${candidates}::text[])`)
+      .where('direction', 'in', [direction, sql.lit('both')])
+      .where((eb) => eb.or([eb('box_id', 'is', null), eb('box_id', '=', sql<string>`ANY(${boxIds}::text[])`)])),
+  );
 }
 
 const appliesTo = (row: ListedRow, boxId: string | null) => row.box_id === null || row.box_id === boxId;

@@ -8,7 +8,8 @@ import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 import { WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
-import { Prisma, type Event } from '@boxes/db';
+import type { Event, Prisma } from '@boxes/db';
+import { k, rows, sql, tbl } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { toApiEvent } from '../events/read';
 import type { Services } from '../shared/context';
@@ -111,9 +112,16 @@ export async function eventPayload(svc: Services, event: Parameters<typeof toApi
   if (forWebhook && event.type === 'signup.completed') {
     // The owner key goes out once: to the signup callback, unless the signup's claim took it first. It is kept
     // sealed only until then, and marked as on its way while this POST runs, so a claim meanwhile waits.
-    const [intent] = await svc.db.$queryRaw<{ api_key_enc: string }[]>`
-      UPDATE signup_intents SET api_key_sending_at = now() WHERE account_id = ${event.accountId} AND api_key_enc IS NOT NULL RETURNING api_key_enc`;
-    if (intent) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.api_key_enc).toString('utf8') });
+    const [intent] = await rows(
+      svc.db,
+      k
+        .updateTable('signup_intents')
+        .set({ api_key_sending_at: sql<Date>`now()` })
+        .where('account_id', '=', event.accountId)
+        .where('api_key_enc', 'is not', null)
+        .returning('api_key_enc'),
+    );
+    if (intent?.api_key_enc) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.api_key_enc).toString('utf8') });
   }
   return JSON.stringify(api);
 }
@@ -128,9 +136,13 @@ const FLUSH_EVERY = 20;
  * chain head, the sealed webhook secrets, and the first `limit` events after the channel's cursor.
  */
 export async function readPushDue(svc: Services, accountId: string, channel: 'webhook' | 'mqtt', limit: number) {
-  const cursorColumn = channel === 'webhook' ? Prisma.raw('a.webhook_cursor') : Prisma.raw('a.mqtt_cursor');
-  const rows = await svc.db.$queryRaw<
-    {
+  const a = tbl('accounts', 'a');
+  const c = tbl('iot_credentials', 'c');
+  const ev = tbl('events');
+  const cursorColumn = channel === 'webhook' ? a.webhook_cursor : a.mqtt_cursor;
+  const found = await rows(
+    svc.db,
+    sql<{
       callback_webhook: string | null;
       cursor: number;
       webhook_attempts: number;
@@ -151,16 +163,16 @@ export async function readPushDue(svc: Services, accountId: string, channel: 'we
         prev_hash: string;
         hash: string;
       }[];
-    }[]
-  >`
-    SELECT a.callback_webhook, ${cursorColumn} AS cursor, a.webhook_attempts, a.webhook_next_attempt_at, a.chain_seq,
-      a.webhook_secret_enc, a.webhook_secret_prev_enc, a.webhook_secret_prev_until,
-      EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL) AS mqtt_live,
+    }>`
+    SELECT ${a.callback_webhook}, ${cursorColumn} AS cursor, ${a.webhook_attempts}, ${a.webhook_next_attempt_at}, ${a.chain_seq},
+      ${a.webhook_secret_enc}, ${a.webhook_secret_prev_enc}, ${a.webhook_secret_prev_until},
+      EXISTS (SELECT 1 FROM ${c.$} WHERE ${c.account_id} = ${a.id} AND ${c.revoked_at} IS NULL) AS mqtt_live,
       COALESCE((SELECT json_agg(e ORDER BY e.seq) FROM (
-        SELECT id, account_id, seq, type, box_id, data, created_at, prev_hash, hash FROM events
-        WHERE account_id = a.id AND seq > ${cursorColumn} ORDER BY seq LIMIT ${limit}) e), '[]'::json) AS events
-    FROM accounts a WHERE a.id = ${accountId}`;
-  const r = rows[0];
+        SELECT ${ev.id}, ${ev.account_id}, ${ev.seq}, ${ev.type}, ${ev.box_id}, ${ev.data}, ${ev.created_at}, ${ev.prev_hash}, ${ev.hash} FROM ${ev.$}
+        WHERE ${ev.account_id} = ${a.id} AND ${ev.seq} > ${cursorColumn} ORDER BY ${ev.seq} LIMIT ${limit}) e), '[]'::json) AS events
+    FROM ${a.$} WHERE ${a.id} = ${accountId}`,
+  );
+  const r = found[0];
   if (!r) return null;
   const events: Event[] = r.events.map(
     (e) =>
@@ -206,7 +218,7 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
     let clearKey = false;
     const flush = async () => {
       if (cursor === stored) return;
-      const rows = pending.map((d) => ({
+      const logged = pending.map((d) => ({
         id: d.id,
         event_id: d.eventId,
         seq: d.seq,
@@ -218,18 +230,25 @@ export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: 
         error: d.error ?? null,
         latency_ms: d.latencyMs ?? null,
       }));
-      await svc.db.$queryRaw`
+      const acc = tbl('accounts');
+      const wd = tbl('webhook_deliveries');
+      const si = tbl('signup_intents');
+      await rows(
+        svc.db,
+        sql<{ done: number }>`
         WITH acc AS (
-          UPDATE accounts SET webhook_cursor = ${cursor}, webhook_attempts = 0, webhook_next_attempt_at = NULL WHERE id = ${accountId} AND webhook_cursor = ${stored}
+          UPDATE ${acc.$} SET ${acc.webhook_cursor} = ${cursor}, ${acc.webhook_attempts} = 0, ${acc.webhook_next_attempt_at} = NULL
+          WHERE ${acc.id} = ${accountId} AND ${acc.webhook_cursor} = ${stored}
         ), log AS (
-          INSERT INTO webhook_deliveries (id, account_id, event_id, seq, event_type, url, attempt, status, status_code, error, latency_ms, created_at)
+          INSERT INTO ${wd.$} (${wd.id}, ${wd.account_id}, ${wd.event_id}, ${wd.seq}, ${wd.event_type}, ${wd.url}, ${wd.attempt}, ${wd.status}, ${wd.status_code}, ${wd.error}, ${wd.latency_ms}, ${wd.created_at})
           SELECT d.id, ${accountId}, d.event_id, d.seq, d.event_type, d.url, d.attempt, d.status, d.status_code, d.error, d.latency_ms, now()
-          FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+          FROM jsonb_to_recordset(${JSON.stringify(logged)}::jsonb)
             AS d(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
         ), intent AS (
-          UPDATE signup_intents SET api_key_enc = NULL, api_key_sending_at = NULL WHERE account_id = ${accountId} AND ${clearKey}
+          UPDATE ${si.$} SET ${si.api_key_enc} = NULL, ${si.api_key_sending_at} = NULL WHERE ${si.account_id} = ${accountId} AND ${clearKey}
         )
-        SELECT 1 AS done`;
+        SELECT 1 AS done`,
+      );
       stored = cursor;
       pending = [];
       clearKey = false;
