@@ -88,17 +88,33 @@ export function eventsInsert(rows: EventRow[]): RawBuilder<unknown> {
  * push workers (at commit) in one statement. Two round trips, in the caller's transaction or in one of its own.
  */
 export async function appendEvent(input: AppendInput): Promise<EventRow> {
-  const { accountId } = input;
-  return inTransaction(input.db, async (db) => {
+  const { db, accountId, ...event } = input;
+  const [row] = await appendEvents(db, accountId, [event as NewEvent]);
+  return row!;
+}
+
+/**
+ * Appends several events of one account, in order, the same way: two round trips whatever their number (a
+ * client's STORE over many messages, say). Writes with ledger entries or messages go through store/write.ts.
+ */
+export async function appendEvents(dbOrTx: DbClient, accountId: string, events: NewEvent[]): Promise<EventRow[]> {
+  if (!events.length) return [];
+  return inTransaction(dbOrTx, async (db) => {
     const a = tbl('accounts');
     const [head] = await run(db, sql<ChainHead>`SELECT ${a.chain_seq}, ${a.chain_hash} FROM ${a.$} WHERE ${a.id} = ${accountId} FOR NO KEY UPDATE`);
-    if (!head) throw new Error(`appendEvent: account ${accountId} does not exist`);
-    const row = chainEvent(head, input);
+    if (!head) throw new Error(`appendEvents: account ${accountId} does not exist`);
+    const rows: EventRow[] = [];
+    let at: ChainHead = head;
+    for (const event of events) {
+      const row = chainEvent(at, { accountId, ...event });
+      rows.push(row);
+      at = { chain_seq: row.seq, chain_hash: row.hash };
+    }
     await run(
       db,
-      sql`WITH ev AS (${eventsInsert([row])}), upd AS (UPDATE ${a.$} SET ${a.chain_seq} = ${row.seq}, ${a.chain_hash} = ${row.hash} WHERE ${a.id} = ${accountId})
+      sql`WITH ev AS (${eventsInsert(rows)}), upd AS (UPDATE ${a.$} SET ${a.chain_seq} = ${at.chain_seq}, ${a.chain_hash} = ${at.chain_hash} WHERE ${a.id} = ${accountId})
         SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`,
     );
-    return row;
+    return rows;
   });
 }

@@ -21,7 +21,7 @@
  */
 import { Prisma, type DbClient } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
-import { chainEvent, eventsInsert, EVENTS_CHANNEL, type ChainHead, type EventRow } from '../events/append';
+import { appendEvents } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 
@@ -185,18 +185,14 @@ export interface LabelChange extends LabelDiff {
 }
 
 /**
- * Appends message.labels_changed for each change, chained onto the account's head in the caller's transaction,
- * in one statement that also notifies (IMAP sessions and push workers wake at commit).
+ * Appends message.labels_changed for each change, chained onto the account's head in the caller's transaction
+ * (appendEvents: one statement that also notifies; IMAP sessions and push workers wake at commit).
  */
 export async function appendLabelEvents(tx: DbClient, accountId: string, changes: LabelChange[], actor: LabelActor): Promise<void> {
-  if (!changes.length) return;
-  const [head] = await tx.$queryRaw<ChainHead[]>`SELECT chain_seq, chain_hash FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`;
-  if (!head) throw new Error(`appendLabelEvents: account ${accountId} does not exist`);
-  const rows: EventRow[] = [];
-  let at: ChainHead = head;
-  for (const c of changes) {
-    const row = chainEvent(at, {
-      accountId,
+  await appendEvents(
+    tx,
+    accountId,
+    changes.map((c) => ({
       type: 'message.labels_changed',
       boxId: c.boxId,
       data: {
@@ -210,17 +206,8 @@ export async function appendLabelEvents(tx: DbClient, accountId: string, changes
         by_key_id: actor.via === 'api' ? actor.keyId : null,
         app_password_id: actor.via === 'imap' ? actor.appPasswordId : null,
       },
-    });
-    rows.push(row);
-    at = { chain_seq: row.seq, chain_hash: row.hash };
-  }
-  await tx.$queryRaw`
-    WITH ev AS (
-      ${eventsInsert(rows)}
-    ), upd AS (
-      UPDATE accounts SET chain_seq = ${at.chain_seq}, chain_hash = ${at.chain_hash} WHERE id = ${accountId}
-    )
-    SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`;
+    })),
+  );
 }
 
 interface FlagRow {
