@@ -6,11 +6,11 @@
  * DELETE /messages/{id} does.
  */
 import type { Services } from '../shared/context';
-import type { CopyRow } from '@boxes/db';
+import { compile, exec, k, rows, sql, tbl, type CopyRow, type RawBuilder } from '@boxes/db';
 import { open } from '../shared/crypto';
 import { ensureComposed } from '../messages/deliver';
 import { deleteMessage } from '../messages/read';
-import { appendLabelEvents, diffLabels, labelsOf, type LabelActor, type LabelChange } from '../messages/labels';
+import { appendLabelEvents, defaultFlags, diffLabels, labelsOf, type LabelActor, type LabelChange } from '../messages/labels';
 import { appendToFolder } from './sync';
 
 /** Message flag bits (message_flags.flags). */
@@ -53,12 +53,40 @@ const toEntry = (r: RawEntry): FolderEntry => ({
   internalDate: r.recorded_at,
 });
 
+/** `= ANY(values)` for one parameter holding any number of values (a list of parameters would need one each). */
+const anyText = (values: readonly string[]) => sql<string>`ANY(${values}::text[])`;
+const anyInt = (values: readonly number[]) => sql<number>`ANY(${values}::int[])`;
+
+/** A folder's entries with their messages and flags (e, m, f), selecting what RawEntry has but needs_compose. */
+const entriesOf = (folderId: string) =>
+  k
+    .selectFrom('mail_folder_entries as e')
+    .innerJoin('messages as m', 'm.id', 'e.message_id')
+    .leftJoin('message_flags as f', 'f.message_id', 'e.message_id')
+    .select((eb) => [
+      'e.uid',
+      'e.message_id',
+      eb.fn.coalesce('f.flags', sql.lit(0)).as('flags'),
+      'f.keywords',
+      'e.deleted',
+      'e.modseq',
+      'm.size_bytes',
+      'm.recorded_at',
+    ])
+    .where('e.folder_id', '=', folderId);
+
 async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise<RawEntry[]> {
-  return svc.db.$queryRaw<RawEntry[]>`
-    SELECT e.uid, e.message_id, COALESCE(f.flags, 0) AS flags, f.keywords, e.deleted, e.modseq, m.size_bytes, m.recorded_at,
-      (m.raw_enc IS NULL AND m.body_enc IS NOT NULL) AS needs_compose
-    FROM mail_folder_entries e JOIN messages m ON m.id = e.message_id LEFT JOIN message_flags f ON f.message_id = e.message_id
-    WHERE e.folder_id = ${folderId} ORDER BY e.uid`;
+  return rows(
+    svc.db,
+    entriesOf(folderId)
+      .select((eb) =>
+        eb
+          .and([eb('m.raw_enc', 'is', null), eb('m.body_enc', 'is not', null)])
+          .$castTo<boolean>()
+          .as('needs_compose'),
+      )
+      .orderBy('e.uid'),
+  );
 }
 
 /**
@@ -100,17 +128,38 @@ const MESSAGE_ID = /^msg_[0-9a-z]{1,40}$/;
 export async function loadRawMessages(svc: Services, messageIds: string[], copy?: RawCopy): Promise<Map<string, Buffer | null>> {
   const out = new Map<string, Buffer | null>();
   if (!messageIds.length) return out;
+  const raws = k.selectFrom('messages').select(['id', 'raw_enc']);
   if (copy && messageIds.every((id) => MESSAGE_ID.test(id))) {
-    await copy(`SELECT id, raw_enc FROM messages WHERE id IN (${messageIds.map((id) => `'${id}'`).join(',')})`, (row) => {
+    // COPY takes no parameters: the ids (checked above) are inlined as literals into the compiled select.
+    const text = compile(
+      raws.where(
+        'id',
+        'in',
+        messageIds.map((id) => sql.lit(id)),
+      ),
+    );
+    if (text.parameters.length) throw new Error('loadRawMessages: a COPY statement cannot take parameters');
+    await copy(text.sql, (row) => {
       out.set(row[0]!.toString('latin1'), row[1] ? open(svc.secretKey, row[1]) : null);
     });
   } else {
-    const rows = await svc.db.$queryRaw<{ id: string; raw_enc: Uint8Array | null }[]>`SELECT id, raw_enc FROM messages WHERE id = ANY(${messageIds}::text[])`;
-    for (const r of rows) out.set(r.id, r.raw_enc ? open(svc.secretKey, r.raw_enc) : null);
+    const found = await rows(svc.db, raws.where('id', '=', anyText(messageIds)));
+    for (const r of found) out.set(r.id, r.raw_enc ? open(svc.secretKey, r.raw_enc) : null);
   }
   for (const id of messageIds) if (!out.has(id)) out.set(id, null);
   return out;
 }
+
+/** A folder's modseq moves on (a change no entry records: entries went out of it). */
+const bumpModseq = (folderId: string) =>
+  k
+    .updateTable('mail_folders')
+    .set((eb) => ({ highest_modseq: eb('highest_modseq', '+', sql.lit(1n)) }))
+    .where('id', '=', folderId);
+
+/** The entries a STORE changed, as a recordset read from one JSON parameter. */
+const changedSet = (payload: string): RawBuilder<unknown> =>
+  sql`jsonb_to_recordset(${payload}::jsonb) AS x(uid int, message_id text, flags int, keywords text[], deleted boolean)`;
 
 export interface FlagChange {
   /** add: +FLAGS, remove: -FLAGS, set: FLAGS. */
@@ -165,11 +214,14 @@ export async function storeFlags(
   const { change } = input;
   return svc.db.$transaction(
     async (tx) => {
-      const raw = await tx.$queryRaw<(RawEntry & { direction: string; box_id: string | null; thread_id: string })[]>`
-        SELECT e.uid, e.message_id, COALESCE(f.flags, 0) AS flags, f.keywords, e.deleted, e.modseq, m.size_bytes, m.recorded_at, false AS needs_compose,
-          m.direction, m.box_id, m.thread_id
-        FROM mail_folder_entries e JOIN messages m ON m.id = e.message_id LEFT JOIN message_flags f ON f.message_id = e.message_id
-        WHERE e.folder_id = ${input.folderId} AND e.uid = ANY(${input.uids}::int[]) ORDER BY e.uid FOR UPDATE OF e`;
+      const raw: (RawEntry & { direction: string; box_id: string | null; thread_id: string })[] = await rows(
+        tx,
+        entriesOf(input.folderId)
+          .select([sql.lit(false).as('needs_compose'), 'm.direction', 'm.box_id', 'm.thread_id'])
+          .where('e.uid', '=', anyInt(input.uids))
+          .orderBy('e.uid')
+          .forUpdate('e'),
+      );
       const modified: number[] = [];
       const changed: FolderEntry[] = [];
       const labelChanges: LabelChange[] = [];
@@ -189,29 +241,48 @@ export async function storeFlags(
         const diff = diffLabels(labelsOf(r.flags, r.keywords, m.direction), labelsOf(flags, keywords, m.direction));
         if (diff.added.length || diff.removed.length) labelChanges.push({ ...diff, messageId: r.messageId, threadId: m.thread_id, boxId: m.box_id });
       }
-      const [head] = await tx.$queryRaw<{ highest_modseq: bigint }[]>`
-        UPDATE mail_folders SET highest_modseq = highest_modseq + ${changed.length ? 1 : 0} WHERE id = ${input.folderId} RETURNING highest_modseq`;
+      const [head] = await rows(
+        tx,
+        k
+          .updateTable('mail_folders')
+          .set((eb) => ({ highest_modseq: eb('highest_modseq', '+', changed.length ? 1n : 0n) }))
+          .where('id', '=', input.folderId)
+          .returning('highest_modseq'),
+      );
       const modseq = BigInt(head!.highest_modseq);
       if (!changed.length) return { changed, modified, highestModseq: modseq };
       const payload = JSON.stringify(changed.map((c) => ({ uid: c.uid, message_id: c.messageId, flags: c.flags, keywords: c.keywords, deleted: c.deleted })));
-      await tx.$executeRaw`
-        UPDATE mail_folder_entries e SET deleted = x.deleted, modseq = ${modseq}
-        FROM jsonb_to_recordset(${payload}::jsonb) AS x(uid int, message_id text, flags int, keywords text[], deleted boolean)
-        WHERE e.folder_id = ${input.folderId} AND e.uid = x.uid`;
-      await tx.$executeRaw`
-        INSERT INTO message_flags (message_id, account_id, flags, keywords, updated_at)
-        SELECT x.message_id, ${input.accountId}, x.flags, x.keywords, now()
-        FROM jsonb_to_recordset(${payload}::jsonb) AS x(uid int, message_id text, flags int, keywords text[], deleted boolean)
-        ON CONFLICT (message_id) DO UPDATE SET flags = EXCLUDED.flags, keywords = EXCLUDED.keywords, updated_at = now()`;
+      const [e, fe] = [tbl('mail_folder_entries', 'e'), tbl('mail_folder_entries')];
+      await exec(
+        tx,
+        sql`
+        UPDATE ${e.$} SET ${fe.deleted} = x.deleted, ${fe.modseq} = ${modseq}
+        FROM ${changedSet(payload)}
+        WHERE ${e.folder_id} = ${input.folderId} AND ${e.uid} = x.uid`,
+      );
+      await exec(
+        tx,
+        k
+          .insertInto('message_flags')
+          .columns(['message_id', 'account_id', 'flags', 'keywords', 'updated_at'])
+          .expression(sql`SELECT x.message_id, ${input.accountId}, x.flags, x.keywords, now() FROM ${changedSet(payload)}`)
+          .onConflict((oc) =>
+            oc.column('message_id').doUpdateSet((eb) => ({ flags: eb.ref('excluded.flags'), keywords: eb.ref('excluded.keywords'), updated_at: sql`now()` })),
+          ),
+      );
       // The same messages in other folders (copies) show the new flags there too.
-      await tx.$executeRaw`
+      const [f, ff] = [tbl('mail_folders', 'f'), tbl('mail_folders')];
+      await exec(
+        tx,
+        sql`
         WITH touched AS (
-          UPDATE mail_folders f SET highest_modseq = f.highest_modseq + 1
-          WHERE f.id IN (SELECT DISTINCT e.folder_id FROM mail_folder_entries e WHERE e.message_id = ANY(${changed.map((c) => c.messageId)}::text[]) AND e.folder_id <> ${input.folderId})
-          RETURNING f.id, f.highest_modseq
+          UPDATE ${f.$} SET ${ff.highest_modseq} = ${f.highest_modseq} + 1
+          WHERE ${f.id} IN (SELECT DISTINCT ${e.folder_id} FROM ${e.$} WHERE ${e.message_id} = ${anyText(changed.map((c) => c.messageId))} AND ${e.folder_id} <> ${input.folderId})
+          RETURNING ${f.id}, ${f.highest_modseq}
         )
-        UPDATE mail_folder_entries e SET modseq = t.highest_modseq FROM touched t
-        WHERE e.folder_id = t.id AND e.message_id = ANY(${changed.map((c) => c.messageId)}::text[])`;
+        UPDATE ${e.$} SET ${fe.modseq} = t.highest_modseq FROM touched t
+        WHERE ${e.folder_id} = t.id AND ${e.message_id} = ${anyText(changed.map((c) => c.messageId))}`,
+      );
       if (input.actor) await appendLabelEvents(tx, input.accountId, labelChanges, input.actor);
       return { changed: changed.map((c) => ({ ...c, modseq })), modified, highestModseq: modseq };
     },
@@ -235,10 +306,24 @@ export async function copyEntries(
 ): Promise<CopyResult> {
   return svc.db.$transaction(
     async (tx) => {
-      const source = await tx.$queryRaw<{ uid: number; message_id: string; deleted: boolean }[]>`
-        SELECT uid, message_id, deleted FROM mail_folder_entries WHERE folder_id = ${input.fromFolderId} AND uid = ANY(${input.uids}::int[]) ORDER BY uid FOR UPDATE`;
-      const existing = await tx.$queryRaw<{ uid: number; message_id: string }[]>`
-        SELECT uid, message_id FROM mail_folder_entries WHERE folder_id = ${input.toFolderId} AND message_id = ANY(${source.map((s) => s.message_id)}::text[])`;
+      const source = await rows(
+        tx,
+        k
+          .selectFrom('mail_folder_entries')
+          .select(['uid', 'message_id', 'deleted'])
+          .where('folder_id', '=', input.fromFolderId)
+          .where('uid', '=', anyInt(input.uids))
+          .orderBy('uid')
+          .forUpdate(),
+      );
+      const existing = await rows(
+        tx,
+        k
+          .selectFrom('mail_folder_entries')
+          .select(['uid', 'message_id'])
+          .where('folder_id', '=', input.toFolderId)
+          .where('message_id', '=', anyText(source.map((s) => s.message_id))),
+      );
       const known = new Map(existing.map((e) => [e.message_id, e.uid]));
       const added = await appendToFolder(
         tx,
@@ -247,10 +332,16 @@ export async function copyEntries(
       );
       for (const a of added) known.set(a.messageId, a.uid);
       if (input.move && source.length) {
-        await tx.$executeRaw`DELETE FROM mail_folder_entries WHERE folder_id = ${input.fromFolderId} AND uid = ANY(${source.map((s) => s.uid)}::int[])`;
-        await tx.$executeRaw`UPDATE mail_folders SET highest_modseq = highest_modseq + 1 WHERE id = ${input.fromFolderId}`;
+        await exec(
+          tx,
+          k
+            .deleteFrom('mail_folder_entries')
+            .where('folder_id', '=', input.fromFolderId)
+            .where('uid', '=', anyInt(source.map((s) => s.uid))),
+        );
+        await exec(tx, bumpModseq(input.fromFolderId));
       }
-      const [dest] = await tx.$queryRaw<{ uid_validity: number }[]>`SELECT uid_validity FROM mail_folders WHERE id = ${input.toFolderId}`;
+      const [dest] = await rows(tx, k.selectFrom('mail_folders').select('uid_validity').where('id', '=', input.toFolderId));
       return {
         pairs: source.filter((s) => known.has(s.message_id)).map((s) => ({ from: s.uid, to: known.get(s.message_id)! })),
         destUidValidity: dest?.uid_validity ?? 0,
@@ -271,18 +362,24 @@ export async function expungeEntries(
 ): Promise<number[]> {
   const removed = await svc.db.$transaction(
     async (tx) => {
-      const rows = input.uids
-        ? await tx.$queryRaw<{ uid: number; message_id: string }[]>`
-            DELETE FROM mail_folder_entries WHERE folder_id = ${input.folderId} AND deleted AND uid = ANY(${input.uids}::int[]) RETURNING uid, message_id`
-        : await tx.$queryRaw<{ uid: number; message_id: string }[]>`
-            DELETE FROM mail_folder_entries WHERE folder_id = ${input.folderId} AND deleted RETURNING uid, message_id`;
-      if (rows.length) await tx.$executeRaw`UPDATE mail_folders SET highest_modseq = highest_modseq + 1 WHERE id = ${input.folderId}`;
-      const orphans = rows.length
-        ? await tx.$queryRaw<{ id: string }[]>`
-            SELECT m.id FROM messages m WHERE m.id = ANY(${rows.map((r) => r.message_id)}::text[]) AND m.body_reclaimed_at IS NULL
-              AND NOT EXISTS (SELECT 1 FROM mail_folder_entries e WHERE e.message_id = m.id)`
+      const marked = k
+        .deleteFrom('mail_folder_entries')
+        .where('folder_id', '=', input.folderId)
+        .where((eb) => eb.ref('deleted'));
+      const gone = await rows(tx, (input.uids ? marked.where('uid', '=', anyInt(input.uids)) : marked).returning(['uid', 'message_id']));
+      if (gone.length) await exec(tx, bumpModseq(input.folderId));
+      const orphans = gone.length
+        ? await rows(
+            tx,
+            k
+              .selectFrom('messages as m')
+              .select('m.id')
+              .where('m.id', '=', anyText(gone.map((r) => r.message_id)))
+              .where('m.body_reclaimed_at', 'is', null)
+              .where((eb) => eb.not(eb.exists(eb.selectFrom('mail_folder_entries as e').select(sql.lit(1).as('one')).whereRef('e.message_id', '=', 'm.id')))),
+          )
         : [];
-      return { uids: rows.map((r) => r.uid).sort((a, b) => a - b), orphans: orphans.map((o) => o.id) };
+      return { uids: gone.map((r) => r.uid).sort((a, b) => a - b), orphans: orphans.map((o) => o.id) };
     },
     { maxWait: 10_000, timeout: 20_000 },
   );
@@ -300,10 +397,15 @@ export async function expungeEntries(
 export async function messageFlags(svc: Pick<Services, 'db'>, messageIds: string[]): Promise<Map<string, string[]>> {
   const out = new Map<string, string[]>();
   if (!messageIds.length) return out;
-  const rows = await svc.db.$queryRaw<{ id: string; flags: number; keywords: string[] | null }[]>`
-    SELECT m.id, COALESCE(f.flags, CASE WHEN m.direction = 'sent' THEN 1 ELSE 0 END) AS flags, f.keywords
-    FROM messages m LEFT JOIN message_flags f ON f.message_id = m.id WHERE m.id = ANY(${messageIds}::text[])`;
-  for (const r of rows) out.set(r.id, flagNames(r.flags, false, r.keywords ?? []));
+  const found = await rows(
+    svc.db,
+    k
+      .selectFrom('messages as m')
+      .leftJoin('message_flags as f', 'f.message_id', 'm.id')
+      .select((eb) => ['m.id', eb.fn.coalesce('f.flags', defaultFlags('m')).as('flags'), 'f.keywords'])
+      .where('m.id', '=', anyText(messageIds)),
+  );
+  for (const r of found) out.set(r.id, flagNames(r.flags, false, r.keywords ?? []));
   return out;
 }
 

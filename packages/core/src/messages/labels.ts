@@ -19,7 +19,7 @@
  * sessions notice on their next look) and appends message.labels_changed, whose notification wakes idling
  * sessions at once.
  */
-import { Prisma, type DbClient } from '@boxes/db';
+import { compile, exec, k, Prisma, rows, sql, tbl, type DbClient, type RawBuilder } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvents } from '../events/append';
 import type { Services } from '../shared/context';
@@ -79,33 +79,50 @@ export function labelsOf(flags: number, keywords: readonly string[], direction: 
   return out;
 }
 
-/** The flags of a message with no message_flags row: what you sent you have read. */
-export const defaultFlagsSql = (m: string) => Prisma.sql`CASE WHEN ${Prisma.raw(m)}.direction = 'sent' THEN 1 ELSE 0 END`;
+/** The flags of a message (messages under alias m) with no message_flags row: what you sent you have read. */
+export const defaultFlags = (m = 'm'): RawBuilder<number> => sql<number>`CASE WHEN ${tbl('messages', m).direction} = 'sent' THEN 1 ELSE 0 END`;
+
+/** A message's flags (messages under alias m, message_flags LEFT JOINed under f), its row's or the default. */
+const flagsOf = (m = 'm', f = 'f'): RawBuilder<number> => sql<number>`COALESCE(${tbl('message_flags', f).flags}, ${defaultFlags(m)})`;
 
 /**
- * The SQL condition "the message carries this label", over a messages alias and a LEFT JOINed message_flags
- * alias (GET /messages, GET /threads and search filter with it). Throws invalid_label for a malformed label.
+ * The typed SQL condition "the message carries this label", over a messages alias and a LEFT JOINed
+ * message_flags alias. Throws invalid_label for a malformed label.
  */
-export function labelCondition(label: string, m = 'm', f = 'f', field = 'label'): Prisma.Sql {
+export function labelWhere(label: string, m = 'm', f = 'f', field = 'label'): RawBuilder<boolean> {
   const parsed = parseLabel(label, field);
-  const mm = Prisma.raw(m);
-  const ff = Prisma.raw(f);
-  const flags = Prisma.sql`COALESCE(${ff}.flags, ${defaultFlagsSql(m)})`;
-  const hasKeyword = (k: string) => Prisma.sql`EXISTS (SELECT 1 FROM unnest(${ff}.keywords) AS k(v) WHERE lower(k.v) = ${k.toLowerCase()})`;
+  const ff = tbl('message_flags', f);
+  const flags = flagsOf(m, f);
+  const hasKeyword = (k: string) => sql<boolean>`EXISTS (SELECT 1 FROM unnest(${ff.keywords}) AS k(v) WHERE lower(k.v) = ${k.toLowerCase()})`;
   if ('keyword' in parsed) return hasKeyword(parsed.keyword);
   switch (parsed.system) {
     case 'unread':
-      return Prisma.sql`(${flags} & ${SEEN}) = 0`;
+      return sql<boolean>`(${flags} & ${SEEN}) = 0`;
     case 'read':
-      return Prisma.sql`(${flags} & ${SEEN}) <> 0`;
+      return sql<boolean>`(${flags} & ${SEEN}) <> 0`;
     case 'spam':
       return hasKeyword(JUNK);
     case 'sent':
-      return Prisma.sql`${mm}.direction = 'sent'`;
+      return sql<boolean>`${tbl('messages', m).direction} = 'sent'`;
     default:
-      return Prisma.sql`(${flags} & ${BIT_OF[parsed.system]!}) <> 0`;
+      return sql<boolean>`(${flags} & ${BIT_OF[parsed.system]!}) <> 0`;
   }
 }
+
+/**
+ * labelWhere for statements still written as Prisma.sql (GET /messages, GET /threads and search filter with it):
+ * the typed condition compiled, its placeholders ($1, $2, ... in order, each once) turned back into the values
+ * of a Prisma.Sql.
+ */
+export function labelCondition(label: string, m = 'm', f = 'f', field = 'label'): Prisma.Sql {
+  const c = compile(labelWhere(label, m, f, field));
+  const strings = c.sql.split(/\$\d+/);
+  if (strings.length !== c.parameters.length + 1) throw new Error('labelCondition: placeholders and parameters disagree');
+  return new Prisma.Sql(strings, c.parameters);
+}
+
+/** `= ANY(values)` for one parameter holding any number of values. */
+const anyText = (values: readonly string[]) => sql<string>`ANY(${values}::text[])`;
 
 /** What a change does to flags and keywords. */
 interface LabelPlan {
@@ -248,28 +265,46 @@ export async function changeLabels(
   },
 ): Promise<{ messages: { id: string; labels: string[]; added: string[]; removed: string[] }[] }> {
   const plan = planLabels(input.add, input.remove);
-  const inScope = input.scope ? Prisma.sql`AND m.box_id = ANY(${input.scope}::text[])` : Prisma.empty;
-  const which = 'messageId' in input.target ? Prisma.sql`m.id = ${input.target.messageId}` : Prisma.sql`m.thread_id = ${input.target.threadId}`;
+  const { scope, target } = input;
+  const inAccount = k.selectFrom('messages as m').select('m.id').where('m.account_id', '=', input.accountId);
+  const which = 'messageId' in target ? inAccount.where('m.id', '=', target.messageId) : inAccount.where('m.thread_id', '=', target.threadId);
+  const found = scope ? which.where('m.box_id', '=', anyText(scope)) : which;
   return retryDeadlock(() =>
     svc.db.$transaction(
       async (tx) => {
-        const ids = await tx.$queryRaw<{ id: string }[]>`SELECT m.id FROM messages m WHERE m.account_id = ${input.accountId} AND ${which} ${inScope}`;
+        const ids = await rows(tx, found);
         if (!ids.length) {
           throw 'messageId' in input.target ? notFound('message', input.target.messageId) : notFound('thread', input.target.threadId);
         }
         const messageIds = ids.map((r) => r.id);
         // A message no client has touched has no row yet: it gets the flags it shows (sent mail is \Seen).
-        await tx.$executeRaw`
-          INSERT INTO message_flags (message_id, account_id, flags, keywords, updated_at)
-          SELECT m.id, m.account_id, ${defaultFlagsSql('m')}, '{}', now() FROM messages m WHERE m.id = ANY(${messageIds}::text[])
-          ON CONFLICT (message_id) DO NOTHING`;
-        const rows = await tx.$queryRaw<FlagRow[]>`
-          SELECT f.message_id, f.flags, f.keywords, m.direction, m.box_id, m.thread_id
-          FROM message_flags f JOIN messages m ON m.id = f.message_id
-          WHERE f.message_id = ANY(${messageIds}::text[]) ORDER BY m.recorded_at, m.id FOR UPDATE OF f`;
+        await exec(
+          tx,
+          k
+            .insertInto('message_flags')
+            .columns(['message_id', 'account_id', 'flags', 'keywords', 'updated_at'])
+            .expression(
+              k
+                .selectFrom('messages as m')
+                .select(['m.id', 'm.account_id', defaultFlags('m').as('flags'), sql`'{}'`.as('keywords'), sql`now()`.as('updated_at')])
+                .where('m.id', '=', anyText(messageIds)),
+            )
+            .onConflict((oc) => oc.column('message_id').doNothing()),
+        );
+        const locked: FlagRow[] = await rows(
+          tx,
+          k
+            .selectFrom('message_flags as f')
+            .innerJoin('messages as m', 'm.id', 'f.message_id')
+            .select(['f.message_id', 'f.flags', 'f.keywords', 'm.direction', 'm.box_id', 'm.thread_id'])
+            .where('f.message_id', '=', anyText(messageIds))
+            .orderBy('m.recorded_at')
+            .orderBy('m.id')
+            .forUpdate('f'),
+        );
         const out: { id: string; labels: string[]; added: string[]; removed: string[] }[] = [];
         const changes: (LabelChange & { flags: number; keywords: string[] })[] = [];
-        for (const r of rows) {
+        for (const r of locked) {
           const before = labelsOf(r.flags, r.keywords ?? [], r.direction);
           const next = applyPlan(plan, r.flags, r.keywords ?? []);
           const custom = next.keywords.filter((k) => !SYSTEM.has(k.toLowerCase()) && k.toLowerCase() !== JUNK).length;
@@ -291,20 +326,28 @@ export async function changeLabels(
         }
         if (!changes.length) return { messages: out };
         const payload = JSON.stringify(changes.map((c) => ({ message_id: c.messageId, flags: c.flags, keywords: c.keywords })));
-        await tx.$executeRaw`
-          UPDATE message_flags f SET flags = x.flags, keywords = x.keywords, updated_at = now()
+        const [mf, mfs] = [tbl('message_flags', 'f'), tbl('message_flags')];
+        await exec(
+          tx,
+          sql`
+          UPDATE ${mf.$} SET ${mfs.flags} = x.flags, ${mfs.keywords} = x.keywords, ${mfs.updated_at} = now()
           FROM jsonb_to_recordset(${payload}::jsonb) AS x(message_id text, flags int, keywords text[])
-          WHERE f.message_id = x.message_id`;
+          WHERE ${mf.message_id} = x.message_id`,
+        );
         // Every folder holding a changed message takes the next modseq, and so do its entries (CONDSTORE).
         const changedIds = changes.map((c) => c.messageId);
-        await tx.$executeRaw`
+        const [f, fs, e, es] = [tbl('mail_folders', 'f'), tbl('mail_folders'), tbl('mail_folder_entries', 'e'), tbl('mail_folder_entries')];
+        await exec(
+          tx,
+          sql`
           WITH touched AS (
-            UPDATE mail_folders f SET highest_modseq = f.highest_modseq + 1
-            WHERE f.id IN (SELECT DISTINCT e.folder_id FROM mail_folder_entries e WHERE e.message_id = ANY(${changedIds}::text[]))
-            RETURNING f.id, f.highest_modseq
+            UPDATE ${f.$} SET ${fs.highest_modseq} = ${f.highest_modseq} + 1
+            WHERE ${f.id} IN (SELECT DISTINCT ${e.folder_id} FROM ${e.$} WHERE ${e.message_id} = ${anyText(changedIds)})
+            RETURNING ${f.id}, ${f.highest_modseq}
           )
-          UPDATE mail_folder_entries e SET modseq = t.highest_modseq FROM touched t
-          WHERE e.folder_id = t.id AND e.message_id = ANY(${changedIds}::text[])`;
+          UPDATE ${e.$} SET ${es.modseq} = t.highest_modseq FROM touched t
+          WHERE ${e.folder_id} = t.id AND ${e.message_id} = ${anyText(changedIds)}`,
+        );
         // Only changes a label shows are reported (a keyword hidden behind a system name changes none).
         await appendLabelEvents(
           tx,
@@ -326,10 +369,15 @@ export async function messageLabels(
 ): Promise<Map<string, { flags: number; keywords: string[]; labels: string[] }>> {
   const out = new Map<string, { flags: number; keywords: string[]; labels: string[] }>();
   if (!messageIds.length) return out;
-  const rows = await svc.db.$queryRaw<{ id: string; flags: number; keywords: string[] | null; direction: string }[]>`
-    SELECT m.id, COALESCE(f.flags, ${defaultFlagsSql('m')}) AS flags, f.keywords, m.direction
-    FROM messages m LEFT JOIN message_flags f ON f.message_id = m.id WHERE m.id = ANY(${messageIds}::text[])`;
-  for (const r of rows) out.set(r.id, { flags: r.flags, keywords: r.keywords ?? [], labels: labelsOf(r.flags, r.keywords ?? [], r.direction) });
+  const found = await rows(
+    svc.db,
+    k
+      .selectFrom('messages as m')
+      .leftJoin('message_flags as f', 'f.message_id', 'm.id')
+      .select(['m.id', flagsOf('m', 'f').as('flags'), 'f.keywords', 'm.direction'])
+      .where('m.id', '=', anyText(messageIds)),
+  );
+  for (const r of found) out.set(r.id, { flags: r.flags, keywords: r.keywords ?? [], labels: labelsOf(r.flags, r.keywords ?? [], r.direction) });
   return out;
 }
 
@@ -347,29 +395,36 @@ export async function listLabels(svc: Pick<Services, 'db'>, input: { accountId: 
     if (!b || (boxes && !boxes.includes(b.id))) throw notFound('box', input.box);
     boxes = [b.id];
   }
-  const inBoxes = boxes ? Prisma.sql`AND m.box_id = ANY(${boxes}::text[])` : Prisma.empty;
-  const flags = Prisma.sql`COALESCE(f.flags, ${defaultFlagsSql('m')})`;
+  const [m, f] = [tbl('messages', 'm'), tbl('message_flags', 'f')];
+  const inBoxes = boxes ? sql`AND ${m.box_id} = ${anyText(boxes)}` : sql``;
+  const flags = flagsOf('m', 'f');
   const counted = await svc.db.box.findMany({
     where: { accountId: input.accountId, ...(boxes ? { id: { in: boxes } } : {}) },
     select: { id: true },
     orderBy: { createdAt: 'asc' },
   });
-  const [counts] = await svc.db.$queryRaw<{ unread: number; flagged: number; answered: number; draft: number; spam: number; sent: number }[]>`
+  const [counts] = await rows(
+    svc.db,
+    sql<{ unread: number; flagged: number; answered: number; draft: number; spam: number; sent: number }>`
     SELECT
       (count(*) FILTER (WHERE ${flags} & ${SEEN} = 0))::int AS unread,
       (count(*) FILTER (WHERE ${flags} & ${FLAGGED} <> 0))::int AS flagged,
       (count(*) FILTER (WHERE ${flags} & ${ANSWERED} <> 0))::int AS answered,
       (count(*) FILTER (WHERE ${flags} & ${DRAFT} <> 0))::int AS draft,
-      (count(*) FILTER (WHERE EXISTS (SELECT 1 FROM unnest(f.keywords) AS k(v) WHERE lower(k.v) = ${JUNK})))::int AS spam,
-      (count(*) FILTER (WHERE m.direction = 'sent'))::int AS sent
-    FROM messages m LEFT JOIN message_flags f ON f.message_id = m.id
-    WHERE m.account_id = ${input.accountId} ${inBoxes}`;
-  const custom = await svc.db.$queryRaw<{ name: string; messages: number }[]>`
-    SELECT min(k.v) AS name, count(DISTINCT m.id)::int AS messages
-    FROM messages m JOIN message_flags f ON f.message_id = m.id, unnest(f.keywords) AS k(v)
-    WHERE m.account_id = ${input.accountId} ${inBoxes}
+      (count(*) FILTER (WHERE EXISTS (SELECT 1 FROM unnest(${f.keywords}) AS k(v) WHERE lower(k.v) = ${JUNK})))::int AS spam,
+      (count(*) FILTER (WHERE ${m.direction} = 'sent'))::int AS sent
+    FROM ${m.$} LEFT JOIN ${f.$} ON ${f.message_id} = ${m.id}
+    WHERE ${m.account_id} = ${input.accountId} ${inBoxes}`,
+  );
+  const custom = await rows(
+    svc.db,
+    sql<{ name: string; messages: number }>`
+    SELECT min(k.v) AS name, count(DISTINCT ${m.id})::int AS messages
+    FROM ${m.$} JOIN ${f.$} ON ${f.message_id} = ${m.id}, unnest(${f.keywords}) AS k(v)
+    WHERE ${m.account_id} = ${input.accountId} ${inBoxes}
       AND lower(k.v) <> ${JUNK} AND lower(k.v) <> ALL(${[...SYSTEM]}::text[])
-    GROUP BY lower(k.v) ORDER BY count(DISTINCT m.id) DESC, lower(k.v)`;
+    GROUP BY lower(k.v) ORDER BY count(DISTINCT ${m.id}) DESC, lower(k.v)`,
+  );
   const system = (['unread', 'flagged', 'answered', 'draft', 'spam', 'sent'] as const).map((name) => ({
     name,
     kind: 'system' as const,
@@ -388,15 +443,19 @@ export async function threadLabels(
 ): Promise<Map<string, string[]>> {
   const out = new Map<string, string[]>();
   if (!input.threadIds.length) return out;
-  const flags = Prisma.sql`COALESCE(f.flags, ${defaultFlagsSql('m')})`;
-  const rows = await svc.db.$queryRaw<{ thread_id: string; seen: boolean; bits: number; sent: boolean; keywords: string[] | null }[]>`
-    SELECT m.thread_id, bool_and(${flags} & ${SEEN} <> 0) AS seen, bit_or(${flags})::int AS bits, bool_or(m.direction = 'sent') AS sent,
+  const [m, f] = [tbl('messages', 'm'), tbl('message_flags', 'f')];
+  const flags = flagsOf('m', 'f');
+  const found = await rows(
+    svc.db,
+    sql<{ thread_id: string; seen: boolean; bits: number; sent: boolean; keywords: string[] | null }>`
+    SELECT ${m.thread_id}, bool_and(${flags} & ${SEEN} <> 0) AS seen, bit_or(${flags})::int AS bits, bool_or(${m.direction} = 'sent') AS sent,
       array_remove(array_agg(DISTINCT k.v), NULL) AS keywords
-    FROM messages m LEFT JOIN message_flags f ON f.message_id = m.id LEFT JOIN LATERAL unnest(f.keywords) AS k(v) ON true
-    WHERE m.account_id = ${input.accountId} AND m.thread_id = ANY(${input.threadIds}::text[])
-      ${input.boxes ? Prisma.sql`AND m.box_id = ANY(${input.boxes}::text[])` : Prisma.empty}
-    GROUP BY m.thread_id`;
-  for (const r of rows) {
+    FROM ${m.$} LEFT JOIN ${f.$} ON ${f.message_id} = ${m.id} LEFT JOIN LATERAL unnest(${f.keywords}) AS k(v) ON true
+    WHERE ${m.account_id} = ${input.accountId} AND ${m.thread_id} = ${anyText(input.threadIds)}
+      ${input.boxes ? sql`AND ${m.box_id} = ${anyText(input.boxes)}` : sql``}
+    GROUP BY ${m.thread_id}`,
+  );
+  for (const r of found) {
     const bits = (r.bits & ~SEEN) | (r.seen ? SEEN : 0);
     out.set(r.thread_id, labelsOf(bits, r.keywords ?? [], r.sent ? 'sent' : 'received'));
   }
