@@ -5,7 +5,7 @@
  * alone, so a repeated job does nothing.
  */
 import { createPrivateKey, type KeyObject } from 'node:crypto';
-import type { Message } from '@boxes/db';
+import { exec, k as kq, rows as run, sql, tbl, type Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { open, sealBytes } from '../shared/crypto';
@@ -119,9 +119,12 @@ const recorderOf = (svc: Services) =>
 
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
-  await svc.db.$executeRaw`
-    UPDATE deliveries d SET accepted_at = now(), accepted_response = x.response, remote_mta = x.mta
-    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text) WHERE d.id = x.id`;
+  const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+  await exec(
+    svc.db,
+    sql`UPDATE ${d.$} SET ${set.accepted_at} = now(), ${set.accepted_response} = x.response, ${set.remote_mta} = x.mta
+    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text) WHERE ${d.id} = x.id`,
+  );
 }
 
 export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
@@ -157,8 +160,10 @@ interface LoadedDelivery {
 
 /** A delivery with what sending it needs (its message, the sending domain's DKIM key) in one round trip. */
 async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
-  const rows = await svc.db.$queryRaw<
-    {
+  const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
+  const rows = await run(
+    svc.db,
+    sql<{
       id: string;
       status: string;
       route: string;
@@ -178,15 +183,15 @@ async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDe
       accepted_response: string | null;
       remote_mta: string | null;
       sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
-    }[]
-  >`
-    SELECT d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses,
-      m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc,
-      CASE WHEN s.id IS NULL THEN NULL ELSE json_build_object('id', s.id, 'mode', s.mode, 'ip', s.ip, 'heloName', s.helo_name, 'warmupStartedAt', s.warmup_started_at) END AS sending_ip
-    FROM deliveries d JOIN messages m ON m.id = d.message_id
-      LEFT JOIN domains k ON k.live_name = split_part(m.from_address, '@', 2)
-      LEFT JOIN sending_ips s ON s.account_id = d.account_id
-    WHERE d.id = ${deliveryId}`;
+    }>`
+    SELECT ${sql.join([d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta])}, ${m.id} AS message_id,
+      ${sql.join([m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc])},
+      CASE WHEN ${s.id} IS NULL THEN NULL ELSE json_build_object('id', ${s.id}, 'mode', ${s.mode}, 'ip', ${s.ip}, 'heloName', ${s.helo_name}, 'warmupStartedAt', ${s.warmup_started_at}) END AS sending_ip
+    FROM ${d.$} JOIN ${m.$} ON ${m.id} = ${d.message_id}
+      LEFT JOIN ${k.$} ON ${k.live_name} = split_part(${m.from_address}, '@', 2)
+      LEFT JOIN ${s.$} ON ${s.account_id} = ${d.account_id}
+    WHERE ${d.id} = ${deliveryId}`,
+  );
   const r = rows[0];
   if (!r) return null;
   return {
@@ -270,9 +275,7 @@ export async function attemptDelivery(
       async (tx) => {
         // Locked: a second run of the same job (a stalled lock handed on while the first still runs) waits here
         // and then sees the delivery done.
-        const [fresh] = await tx.$queryRaw<
-          { status: string; account_id: string }[]
-        >`SELECT status, account_id FROM deliveries WHERE id = ${deliveryId} FOR UPDATE`;
+        const [fresh] = await run(tx, kq.selectFrom('deliveries').select(['status', 'account_id']).where('id', '=', deliveryId).forUpdate());
         if (!fresh || ['delivered', 'bounced', 'failed'].includes(fresh.status)) return [];
         // Both accounts (the recipient's for the copy, the sender's for the outcome) locked now, in id order, as
         // every transaction that locks several accounts does (group commits): taken one after the other, the

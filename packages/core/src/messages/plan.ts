@@ -15,7 +15,7 @@
  * when it starts (bulk/run.ts), looking at the suppression list again then.
  */
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput } from '@boxes/schemas';
-import type { Account } from '@boxes/db';
+import { rows as run, sql, tbl, type Account } from '@boxes/db';
 import type { z } from 'zod';
 import type { BoxScope } from '../boxes/boxes';
 import { assertSendable } from '../domains/verify';
@@ -170,8 +170,10 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
   const domains = [...new Set(recipients.map(domainOf))];
   const candidates = [...new Set(recipients.flatMap(candidatesOf))];
   const parents = [...new Set(messages.flatMap((m) => m.parents))];
-  const rows = await svc.db.$queryRaw<
-    {
+  const [dom, box, sup, ip, tl, msg] = [tbl('domains'), tbl('boxes'), tbl('suppressions'), tbl('sending_ips'), tbl('trust_list_entries'), tbl('messages')];
+  const rows = await run(
+    svc.db,
+    sql<{
       domains: StateDomain[] | null;
       boxes: SenderBox[] | null;
       suppressed: string[] | null;
@@ -179,21 +181,21 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
       dedicated: boolean;
       listed: ListedRow[] | null;
       parents: SendState['parents'] | null;
-    }[]
-  >`
+    }>`
     SELECT
-      (SELECT json_agg(json_build_object('id', id, 'name', name, 'status', status, 'mode', mode, 'checks', checks,
-          'claimExpiresAt', claim_expires_at, 'dkimSelector', dkim_selector, 'dkimPublicKey', dkim_public_key))
-        FROM domains WHERE account_id = ${accountId}) AS domains,
-      (SELECT json_agg(json_build_object('id', id, 'address', address, 'signature', signature))
-        FROM boxes WHERE account_id = ${accountId} AND address = ANY(${froms}::text[])) AS boxes,
-      (SELECT array_agg(address) FROM suppressions WHERE account_id = ${accountId} AND address = ANY(${recipients}::text[])) AS suppressed,
-      (SELECT array_agg(live_name) FROM domains WHERE live_name = ANY(${domains}::text[])) AS hosted,
-      EXISTS (SELECT 1 FROM sending_ips WHERE account_id = ${accountId}) AS dedicated,
-      (SELECT json_agg(json_build_object('box_id', box_id, 'list', list, 'direction', direction, 'value', value, 'kind', kind))
-        FROM trust_list_entries WHERE account_id = ${accountId} AND direction IN ('send', 'both') AND value = ANY(${candidates}::text[])) AS listed,
-      (SELECT json_agg(json_build_object('rfcMessageId', rfc_message_id, 'threadId', thread_id) ORDER BY recorded_at)
-        FROM messages WHERE account_id = ${accountId} AND rfc_message_id = ANY(${parents}::text[])) AS parents`;
+      (SELECT json_agg(json_build_object('id', ${dom.id}, 'name', ${dom.name}, 'status', ${dom.status}, 'mode', ${dom.mode}, 'checks', ${dom.checks},
+          'claimExpiresAt', ${dom.claim_expires_at}, 'dkimSelector', ${dom.dkim_selector}, 'dkimPublicKey', ${dom.dkim_public_key}))
+        FROM ${dom.$} WHERE ${dom.account_id} = ${accountId}) AS domains,
+      (SELECT json_agg(json_build_object('id', ${box.id}, 'address', ${box.address}, 'signature', ${box.signature}))
+        FROM ${box.$} WHERE ${box.account_id} = ${accountId} AND ${box.address} = ANY(${froms}::text[])) AS boxes,
+      (SELECT array_agg(${sup.address}) FROM ${sup.$} WHERE ${sup.account_id} = ${accountId} AND ${sup.address} = ANY(${recipients}::text[])) AS suppressed,
+      (SELECT array_agg(${dom.live_name}) FROM ${dom.$} WHERE ${dom.live_name} = ANY(${domains}::text[])) AS hosted,
+      EXISTS (SELECT 1 FROM ${ip.$} WHERE ${ip.account_id} = ${accountId}) AS dedicated,
+      (SELECT json_agg(json_build_object('box_id', ${tl.box_id}, 'list', ${tl.list}, 'direction', ${tl.direction}, 'value', ${tl.value}, 'kind', ${tl.kind}))
+        FROM ${tl.$} WHERE ${tl.account_id} = ${accountId} AND ${tl.direction} IN ('send', 'both') AND ${tl.value} = ANY(${candidates}::text[])) AS listed,
+      (SELECT json_agg(json_build_object('rfcMessageId', ${msg.rfc_message_id}, 'threadId', ${msg.thread_id}) ORDER BY ${msg.recorded_at})
+        FROM ${msg.$} WHERE ${msg.account_id} = ${accountId} AND ${msg.rfc_message_id} = ANY(${parents}::text[])) AS parents`,
+  );
   const r = rows[0]!;
   const listed = new Map<string, ListedRow[]>();
   for (const row of r.listed ?? []) listed.set(row.value, [...(listed.get(row.value) ?? []), row]);
