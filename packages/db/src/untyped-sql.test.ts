@@ -16,8 +16,6 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../.
 const NOT_YET_CONVERTED: Record<string, number> = {
   'packages/core/src/credit/recurring.ts': 2,
   'packages/core/src/messages/labels.ts': 1,
-  'packages/core/src/messages/read.ts': 9,
-  'packages/core/src/threads/read.ts': 14,
   // statusLiteral/statusList: the Prisma.raw forms the files above still use (statusLit/statusIn are the typed ones).
   'packages/core/src/shared/statuses.ts': 2,
   // The 5,000-message volume run's two totals (a system-tier test).

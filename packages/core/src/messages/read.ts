@@ -1,6 +1,6 @@
 /** Reading and deleting stored messages. Box-restricted keys see only their boxes' mail. */
 import type { Db, Delivery, Message } from '@boxes/db';
-import { Prisma } from '@boxes/db';
+import { Prisma, rows as run, sql, tbl, type RawBuilder } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
@@ -10,7 +10,7 @@ import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
 import type { Authentication } from '../trust/authenticate';
 import type { SpamVerdict } from '../trust/spam';
 import { extractReplyText } from '../trust/extract';
-import { labelCondition } from './labels';
+import { labelWhere } from './labels';
 
 /** retentionDays: the account's audit retention window, to say when an available body is due to be reclaimed. */
 export function presentMessage(m: Message, retentionDays?: number) {
@@ -105,7 +105,7 @@ export async function listMessages(
     label?: string | undefined;
   },
 ) {
-  const label = input.label === undefined ? undefined : labelCondition(input.label);
+  const label = input.label === undefined ? undefined : labelWhere(input.label);
   const where: Prisma.MessageWhereInput = { accountId: input.accountId };
   if (input.direction) where.direction = input.direction;
   const boxIds: string[] | null = input.scope;
@@ -132,19 +132,22 @@ export async function listMessages(
   if (label) {
     // Labels live in message_flags (flag bits, keywords compared case-insensitively): the page's ids are picked
     // in SQL with the same conditions, then read as usual.
-    const conds: Prisma.Sql[] = [Prisma.sql`m.account_id = ${input.accountId}`, label];
-    if (input.direction) conds.push(Prisma.sql`m.direction = ${input.direction}`);
-    if (typeof where.boxId === 'string') conds.push(Prisma.sql`m.box_id = ${where.boxId}`);
-    else if (boxIds) conds.push(Prisma.sql`m.box_id = ANY(${boxIds}::text[])`);
-    if (since) conds.push(Prisma.sql`m.recorded_at >= ${since}`);
-    if (before) conds.push(Prisma.sql`m.recorded_at < ${before}`);
+    const [m, f] = [tbl('messages', 'm'), tbl('message_flags', 'f')];
+    const conds: RawBuilder<unknown>[] = [sql`${m.account_id} = ${input.accountId}`, label];
+    if (input.direction) conds.push(sql`${m.direction} = ${input.direction}`);
+    if (typeof where.boxId === 'string') conds.push(sql`${m.box_id} = ${where.boxId}`);
+    else if (boxIds) conds.push(sql`${m.box_id} = ANY(${boxIds}::text[])`);
+    if (since) conds.push(sql`${m.recorded_at} >= ${since}`);
+    if (before) conds.push(sql`${m.recorded_at} < ${before}`);
     if (input.cursor) {
       const c = decodeCursor(input.cursor);
-      conds.push(Prisma.sql`(m.recorded_at, m.id) < (${c.at}::timestamptz, ${c.id}::text)`);
+      conds.push(sql`(${m.recorded_at}, ${m.id}) < (${c.at}::timestamptz, ${c.id}::text)`);
     }
-    const ids = await svc.db.$queryRaw<{ id: string }[]>`
-      SELECT m.id FROM messages m LEFT JOIN message_flags f ON f.message_id = m.id
-      WHERE ${Prisma.join(conds, ' AND ')} ORDER BY m.recorded_at DESC, m.id DESC LIMIT ${input.limit + 1}`;
+    const ids = await run(
+      svc.db,
+      sql<{ id: string }>`SELECT ${m.id} FROM ${m.$} LEFT JOIN ${f.$} ON ${f.message_id} = ${m.id}
+      WHERE ${sql.join(conds, sql` AND `)} ORDER BY ${m.recorded_at} DESC, ${m.id} DESC LIMIT ${input.limit + 1}`,
+    );
     where.id = { in: ids.map((r) => r.id) };
   }
   const [rows, days] = await Promise.all([

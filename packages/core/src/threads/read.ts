@@ -4,12 +4,12 @@
  * those boxes, so a thread's counts and participants are of what the caller may read.
  */
 import type { Message } from '@boxes/db';
-import { Prisma } from '@boxes/db';
+import { rows as run, sql, tbl, type Prisma, type RawBuilder } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { presentBody, presentMessage, retentionDaysOf } from '../messages/read';
-import { labelCondition, threadLabels } from '../messages/labels';
+import { labelWhere, threadLabels } from '../messages/labels';
 
 interface ThreadRow {
   thread_id: string;
@@ -65,27 +65,31 @@ async function visibleBoxes(svc: Services, accountId: string, scope: BoxScope, b
 
 /** One aggregate per thread (these threads) over the visible messages, with the participants of each. */
 async function threadRows(svc: Services, q: { accountId: string; boxes: string[] | null; threadIds: string[] }): Promise<ThreadRow[]> {
-  const inBoxes = (alias: string) => (q.boxes ? Prisma.sql`AND ${Prisma.raw(alias)}.box_id = ANY(${q.boxes}::text[])` : Prisma.empty);
-  return svc.db.$queryRaw<ThreadRow[]>`
+  const [m, x] = [tbl('messages', 'm'), tbl('messages', 'x')];
+  const inBoxes = (alias: typeof m) => (q.boxes ? sql`AND ${alias.box_id} = ANY(${q.boxes}::text[])` : sql``);
+  return run(
+    svc.db,
+    sql<ThreadRow>`
     WITH t AS (
-      SELECT m.thread_id,
-        (array_agg(m.subject ORDER BY m.recorded_at, m.id))[1] AS subject,
+      SELECT ${m.thread_id},
+        (array_agg(${m.subject} ORDER BY ${m.recorded_at}, ${m.id}))[1] AS subject,
         count(*)::int AS messages,
-        (count(*) FILTER (WHERE m.direction = 'received'))::int AS received,
-        (count(*) FILTER (WHERE m.direction = 'sent'))::int AS sent,
-        array_remove(array_agg(DISTINCT m.box_id), NULL) AS box_ids,
-        min(m.recorded_at) AS started_at,
-        max(m.recorded_at) AS last_activity_at,
-        (array_agg(m.id ORDER BY m.recorded_at DESC, m.id DESC))[1] AS last_message_id
-      FROM messages m
-      WHERE m.account_id = ${q.accountId} ${inBoxes('m')} AND m.thread_id = ANY(${q.threadIds}::text[])
-      GROUP BY m.thread_id
+        (count(*) FILTER (WHERE ${m.direction} = 'received'))::int AS received,
+        (count(*) FILTER (WHERE ${m.direction} = 'sent'))::int AS sent,
+        array_remove(array_agg(DISTINCT ${m.box_id}), NULL) AS box_ids,
+        min(${m.recorded_at}) AS started_at,
+        max(${m.recorded_at}) AS last_activity_at,
+        (array_agg(${m.id} ORDER BY ${m.recorded_at} DESC, ${m.id} DESC))[1] AS last_message_id
+      FROM ${m.$}
+      WHERE ${m.account_id} = ${q.accountId} ${inBoxes(m)} AND ${m.thread_id} = ANY(${q.threadIds}::text[])
+      GROUP BY ${m.thread_id}
     )
     SELECT t.*,
       (SELECT array_agg(DISTINCT lower(p) ORDER BY lower(p))
-         FROM messages x, unnest(ARRAY[x.from_address] || x.to_addresses || x.cc_addresses) AS p
-        WHERE x.account_id = ${q.accountId} AND x.thread_id = t.thread_id AND p IS NOT NULL ${inBoxes('x')}) AS participants
-    FROM t ORDER BY t.last_activity_at DESC, t.thread_id DESC`;
+         FROM ${x.$}, unnest(ARRAY[${x.from_address}] || ${x.to_addresses} || ${x.cc_addresses}) AS p
+        WHERE ${x.account_id} = ${q.accountId} AND ${x.thread_id} = t.thread_id AND p IS NOT NULL ${inBoxes(x)}) AS participants
+    FROM t ORDER BY t.last_activity_at DESC, t.thread_id DESC`,
+  );
 }
 
 /** Messages read per step of the walk in newestThreads. */
@@ -105,29 +109,33 @@ const byActivity = (a: Pick<ThreadRow, 'last_activity_at' | 'thread_id'>, b: Pic
  */
 async function newestThreads(
   svc: Services,
-  q: { accountId: string; boxes: string[] | null; after?: { at: Date; id: string }; limit: number; label?: Prisma.Sql },
+  q: { accountId: string; boxes: string[] | null; after?: { at: Date; id: string }; limit: number; label?: RawBuilder<boolean> },
 ): Promise<ThreadRow[]> {
   const cursor = q.after ? { last_activity_at: q.after.at, thread_id: q.after.id } : null;
   // A label filter walks the messages of the threads holding a labelled (visible) message: the walk stays that
   // of every visible message, over fewer threads, so a thread's last activity is still the first message met.
+  const [m, m2, f2] = [tbl('messages', 'm'), tbl('messages', 'm2'), tbl('message_flags', 'f2')];
   const labelled = q.label
-    ? Prisma.sql`AND EXISTS (SELECT 1 FROM messages m2 LEFT JOIN message_flags f2 ON f2.message_id = m2.id
-        WHERE m2.account_id = ${q.accountId} AND m2.thread_id = m.thread_id
-          ${q.boxes ? Prisma.sql`AND m2.box_id = ANY(${q.boxes}::text[])` : Prisma.empty} AND ${q.label})`
-    : Prisma.empty;
+    ? sql`AND EXISTS (SELECT 1 FROM ${m2.$} LEFT JOIN ${f2.$} ON ${f2.message_id} = ${m2.id}
+        WHERE ${m2.account_id} = ${q.accountId} AND ${m2.thread_id} = ${m.thread_id}
+          ${q.boxes ? sql`AND ${m2.box_id} = ANY(${q.boxes}::text[])` : sql``} AND ${q.label})`
+    : sql``;
   const met = new Set<string>();
   const found: ThreadRow[] = [];
   let pos: { at: Date; id: string } | null = null;
   for (;;) {
-    const from: Prisma.Sql = pos
-      ? Prisma.sql`AND (m.recorded_at, m.id) < (${pos.at}::timestamptz, ${pos.id}::text)`
+    const from: RawBuilder<unknown> = pos
+      ? sql`AND (${m.recorded_at}, ${m.id}) < (${pos.at}::timestamptz, ${pos.id}::text)`
       : q.after
-        ? Prisma.sql`AND m.recorded_at <= ${q.after.at}::timestamptz`
-        : Prisma.empty;
-    const step: { id: string; thread_id: string; recorded_at: Date }[] = await svc.db.$queryRaw`
-      SELECT m.id, m.thread_id, m.recorded_at FROM messages m
-      WHERE m.account_id = ${q.accountId} ${q.boxes ? Prisma.sql`AND m.box_id = ANY(${q.boxes}::text[])` : Prisma.empty} ${from} ${labelled}
-      ORDER BY m.recorded_at DESC, m.id DESC LIMIT ${WALK_STEP}`;
+        ? sql`AND ${m.recorded_at} <= ${q.after.at}::timestamptz`
+        : sql``;
+    const step: { id: string; thread_id: string; recorded_at: Date }[] = await run(
+      svc.db,
+      sql<{ id: string; thread_id: string; recorded_at: Date }>`
+      SELECT ${m.id}, ${m.thread_id}, ${m.recorded_at} FROM ${m.$}
+      WHERE ${m.account_id} = ${q.accountId} ${q.boxes ? sql`AND ${m.box_id} = ANY(${q.boxes}::text[])` : sql``} ${from} ${labelled}
+      ORDER BY ${m.recorded_at} DESC, ${m.id} DESC LIMIT ${WALK_STEP}`,
+    );
     const fresh = [...new Set(step.map((r) => r.thread_id))].filter((id) => !met.has(id));
     for (const id of fresh) met.add(id);
     if (fresh.length) {
@@ -148,7 +156,7 @@ export async function listThreads(
   svc: Services,
   input: { accountId: string; scope: BoxScope; box?: string | undefined; limit: number; cursor?: string | undefined; label?: string | undefined },
 ) {
-  const label = input.label === undefined ? undefined : labelCondition(input.label, 'm2', 'f2');
+  const label = input.label === undefined ? undefined : labelWhere(input.label, 'm2', 'f2');
   const boxes = await visibleBoxes(svc, input.accountId, input.scope, input.box);
   const after = input.cursor ? decodeCursor(input.cursor, 'GET /threads') : undefined;
   const rows = await newestThreads(svc, {
