@@ -14,10 +14,12 @@ import { startPush, type PushEngine } from './push';
 import { startBilling, type BillingHandle } from './billing';
 import { logQueueError, pauseOnOutage } from './outage';
 import { startBulk, type BulkHandle } from './bulk';
+import { startAttachmentText, type AttachmentTextHandle } from './attachment-text';
 
 export { startPush, type PushEngine } from './push';
 export { startBilling, type BillingHandle } from './billing';
 export { startBulk, type BulkHandle } from './bulk';
+export { EXTRACTION_LIMITS, extractText, startAttachmentText, type AttachmentTextHandle } from './attachment-text';
 
 export interface WorkerHandle {
   /** Enqueues every delivery the sweeper finds left behind (queued or due longer than graceMs); returns how many. */
@@ -26,6 +28,8 @@ export interface WorkerHandle {
   billing: BillingHandle;
   /** Bulk send jobs (queue bulk). */
   bulk: BulkHandle;
+  /** Text extraction of attachments (queue attachment-text). */
+  attachmentText: AttachmentTextHandle;
   stop(): Promise<void>;
 }
 
@@ -141,6 +145,7 @@ export async function start(
   const push = await startPush(config, { svc, log, publish: deps.publish ?? null });
   const billing = await startBilling(config, { svc, log, notice: { sender, resolver, relay: deliveryDeps.relay } });
   const bulk = await startBulk(config, { svc, log, delivery: deliveryDeps, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
+  const attachmentText = await startAttachmentText(config, { svc, log, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
   bulkHandle = bulk;
   billingHandle = billing;
   return {
@@ -148,7 +153,9 @@ export async function start(
     push,
     billing,
     bulk,
+    attachmentText,
     async stop() {
+      await attachmentText.stop();
       clearInterval(timer);
       svc.jobs.connection.off('close', onClose);
       svc.jobs.connection.off('ready', onReady);

@@ -39,6 +39,7 @@ export * from './messages/receive';
 export * from './messages/deliver';
 export * from './messages/outcomes';
 export * from './messages/read';
+export * from './messages/attachments';
 export * from './mailboxes/folders';
 export * from './mailboxes/sync';
 export * from './mailboxes/entries';

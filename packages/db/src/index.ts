@@ -15,6 +15,7 @@ export type {
   Box,
   Event,
   Message,
+  MessageAttachment,
   Delivery,
   Suppression,
   LedgerEntry,

@@ -1,13 +1,26 @@
 /** Mail: send, list, read, delete. */
-import { cancelScheduled, deleteMessage, getMessage, listMessages, messageFlags, replyToMessage, sendMessage } from '@boxes/core';
 import {
+  cancelScheduled,
+  deleteMessage,
+  getAttachment,
+  getAttachmentText,
+  getMessage,
+  listMessages,
+  messageFlags,
+  replyToMessage,
+  sendMessage,
+} from '@boxes/core';
+import {
+  AttachmentIdInput,
+  AttachmentOutput,
+  AttachmentTextOutput,
+  GetMessageInput,
   CancelMessageInput,
   CancelMessageOutput,
   DeleteMessageInput,
   DeleteMessageOutput,
   ListMessagesInput,
   ListMessagesOutput,
-  MessageIdInput,
   MessageWithBody,
   MessageReplyInput,
   SendInput,
@@ -95,7 +108,8 @@ export const messagesRouter = router({
         path: '/messages',
         tags: ['messages'],
         summary: 'List messages',
-        description: 'Newest first. include=body adds bodies. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.',
+        description:
+          'Newest first. include=body adds bodies (attachments listed without their bytes); include=attachment_content adds bodies with the bytes. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.',
       },
     })
     .input(ListMessagesInput)
@@ -117,16 +131,53 @@ export const messagesRouter = router({
         path: '/messages/{id}',
         tags: ['messages'],
         summary: 'Read a message',
-        description: 'The full decrypted body, headers and attachments, and for sent messages each delivery.',
+        description:
+          'The full decrypted body, headers and attachments, and for sent messages each delivery. Attachments are listed with their id, type, size, SHA-256 and text status; their bytes only with include=attachment_content (else GET /messages/{id}/attachments/{attachment_id}/content).',
       },
     })
-    .input(MessageIdInput)
+    .input(GetMessageInput)
     .output(MessageWithBody)
     .query(async ({ ctx, input }) => {
-      const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id });
+      const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, include: input.include });
       const flags = await messageFlags(ctx.svc, [m.id]);
       return { ...m, flags: flags.get(m.id) ?? [] };
     }),
+  attachment: keyProcedure
+    .meta({
+      errors: ['body_reclaimed', 'not_found'],
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/messages/{id}/attachments/{attachment_id}',
+        tags: ['messages'],
+        summary: 'Get an attachment',
+        description:
+          'What the attachment is (type, size, SHA-256, text status) and where to download it: content_url with your API key, or download_url, signed and valid 10 minutes, with no key. The content route answers the bytes with the stored content type, Content-Disposition: attachment, X-Content-Type-Options: nosniff and a sandboxing Content-Security-Policy. 410 body_reclaimed once the body was reclaimed. A box-restricted key sees only its boxes.',
+      },
+    })
+    .input(AttachmentIdInput)
+    .output(AttachmentOutput)
+    .query(({ ctx, input }) =>
+      getAttachment(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, messageId: input.id, attachmentId: input.attachment_id }),
+    ),
+  attachmentText: keyProcedure
+    .meta({
+      errors: ['body_reclaimed', 'not_found'],
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/messages/{id}/attachments/{attachment_id}/text',
+        tags: ['messages'],
+        summary: "Read an attachment's text",
+        description:
+          'The plain text the worker extracted (PDF, DOCX, XLSX, CSV, HTML, plain text; the type read from the bytes, not the name). text_status pending until the worker is done (event attachment.text_ready), then ready with the text, or too_large, unsupported or failed with the reason. Limits: 10 MiB input, 64 MiB unzipped, the first 500 PDF pages, 1,000,000 characters of text, 30 seconds.',
+      },
+    })
+    .input(AttachmentIdInput)
+    .output(AttachmentTextOutput)
+    .query(({ ctx, input }) =>
+      getAttachmentText(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, messageId: input.id, attachmentId: input.attachment_id }),
+    ),
   delete: keyProcedure
     .meta({
       errors: ['conflict', 'not_found'],

@@ -26,6 +26,8 @@ import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type L
 import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
+import { enqueueAttachmentText, fileOfStored, recordAttachments } from '../messages/attachments';
+import { openBody } from '../messages/body';
 import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
 import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
@@ -166,7 +168,7 @@ export async function releaseUnsent(svc: Services, jobId: string, why: string): 
  * Starts the batch: reserves its credit and writes its messages and deliveries (only for messages not started yet,
  * so a repeated start does nothing). Returns the local deliveries to enqueue, or null when the job stopped.
  */
-async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[] } | null> {
+async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[]; attachmentIds?: string[] } | null> {
   return svc.db.$transaction(async (tx) => {
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
@@ -266,7 +268,18 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       )
       UPDATE bulk_jobs SET status = 'sending', next_batch_at = CASE WHEN status = 'sending' THEN next_batch_at ELSE now() END, updated_at = now()
       WHERE id = ${jobId}`;
-    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id) };
+    // The messages with attachments get their attachment rows (the one writer, as every stored message).
+    const withFiles = items.filter((i) => i.attachment_bytes > 0).map((i) => i.message_id);
+    const stored = withFiles.length
+      ? await tx.$queryRaw<{ id: string; body_enc: string | null }[]>`SELECT id, body_enc FROM messages WHERE id = ANY(${withFiles}::text[])`
+      : [];
+    const written = await recordAttachments(
+      tx,
+      stored.flatMap((m) =>
+        m.body_enc ? [{ messageId: m.id, accountId: job.account_id, attachments: openBody(svc.secretKey, m.body_enc).attachments.map(fileOfStored) }] : [],
+      ),
+    );
+    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: written.map((w) => w.id) };
   }, TX);
 }
 
@@ -319,6 +332,7 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
     return { kind: 'done' };
   }
   if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
+  await enqueueAttachmentText(svc, started.attachmentIds ?? []);
 
   const pending = await svc.db.$queryRaw<Pending[]>`
     SELECT d.id, d.recipient, d.attempts, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject,

@@ -15,6 +15,7 @@ import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
+import { enqueueAttachmentText, recordAttachments, type AttachmentFile } from './attachments';
 import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
@@ -103,6 +104,8 @@ export interface InboundInput {
 
 export interface StoredInbound {
   messageIds: string[];
+  /** Attachments written (text extraction to enqueue once the transaction commits: enqueueAttachmentText). */
+  attachmentIds?: string[];
   /** Auto-forwards to send (forward runs), to enqueue once the transaction commits. */
   forwardRunIds?: string[];
 }
@@ -112,6 +115,8 @@ interface Prepared {
   parsed: ParsedMessage;
   report: ReturnType<typeof parseReport>;
   attachmentBytes: number;
+  /** The attachments as files (recordAttachments). */
+  files: AttachmentFile[];
   /** One sealed copy per recipient (null for bounce addresses). */
   sealed: ({ bodyEnc: string; rawEnc: Uint8Array<ArrayBuffer> } | null)[];
   trust: ReturnType<typeof storedTrust>;
@@ -143,6 +148,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
     parsed,
     report: parseReport(parsed.mail),
     attachmentBytes: parsed.attachments.reduce((n, a) => n + a.content.length, 0),
+    files: parsed.attachments.map((a) => ({ filename: a.filename, contentType: a.contentType, contentId: a.contentId, content: a.content })),
     sealed,
     trust: storedTrust(input.trust),
   };
@@ -174,11 +180,17 @@ function receivedEventData(p: Prepared, box: Box, id: string, threadId: string, 
 
 export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
   const p = await prepare(svc, input);
+  // In the caller's transaction: the caller enqueues attachmentIds once it commits.
   if (input.tx) return storeInbound(svc, input.tx, p);
   // The common case (mail for boxes: no report, no forward, charged) is stored by group commit.
-  if (groupable(p)) return inboundOf(svc).add(p);
+  if (groupable(p)) {
+    const stored = await inboundOf(svc).add(p);
+    await enqueueAttachmentText(svc, stored.attachmentIds ?? []);
+    return stored;
+  }
   const stored = await svc.db.$transaction((tx) => storeInbound(svc, tx, p), INBOUND_TX);
   await enqueueForwardRuns(svc, stored.forwardRunIds ?? []);
+  await enqueueAttachmentText(svc, stored.attachmentIds ?? []);
   return stored;
 }
 
@@ -217,6 +229,8 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
     pending = [];
   };
   const out: StoredInbound[] = [];
+  // Each item's attachments (one writer call for the whole batch, once its messages are written).
+  const files: { item: number; messageId: string; accountId: string; attachments: AttachmentFile[] }[] = [];
   for (const p of items) {
     const { parsed, input } = p;
     const messageIds: string[] = [];
@@ -240,6 +254,7 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
       threadOfAccount.set(box.accountId, threadId);
       const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
       const eventData = receivedEventData(p, box, id, threadId, context);
+      if (p.files.length) files.push({ item: out.length, messageId: id, accountId: box.accountId, attachments: p.files });
       const a = running.get(box.accountId)!;
       const postings = receivedCharge(svc, a, id, p.attachmentBytes);
       if (!isQuietCharge(a, postings)) {
@@ -265,6 +280,13 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
     out.push({ messageIds, forwardRunIds: [] });
   }
   await write(true);
+  if (files.length) {
+    const itemOf = new Map(files.map((f) => [f.messageId, f.item]));
+    for (const w of await recordAttachments(tx, files)) {
+      const stored = out[itemOf.get(w.messageId)!]!;
+      stored.attachmentIds = [...(stored.attachmentIds ?? []), w.id];
+    }
+  }
   return out;
 }
 
@@ -370,6 +392,7 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
   // Copies of one message for several boxes of one account share a thread.
   const threadOfAccount = new Map<string, string>();
   const forwardRunIds: string[] = [];
+  const files: { messageId: string; accountId: string; attachments: AttachmentFile[] }[] = [];
   // Several accounts (boxes of two accounts, a report for a sender): locked now, in id order, as every
   // transaction that locks several accounts does, so none of them waits in a cycle with a batch.
   const accounts = [...new Set(input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : r.kind === 'bounce' ? [r.accountId] : [])))].sort();
@@ -401,8 +424,10 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
     }
     if (report) await applyReport(tx, { report, accountId: box.accountId, now: svc.clock.now() });
     messageIds.push(id);
+    if (p.files.length) files.push({ messageId: id, accountId: box.accountId, attachments: p.files });
     // Auto-forwarding: only boxes with an active forward look their forwards up (box.forwarding).
     if (box.forwarding && !report) forwardRunIds.push(...(await queueForwardRuns(tx, { box, messageId: id, parsed })));
   }
-  return { messageIds, forwardRunIds };
+  const attachmentIds = files.length ? (await recordAttachments(tx, files)).map((w) => w.id) : [];
+  return { messageIds, forwardRunIds, attachmentIds };
 }

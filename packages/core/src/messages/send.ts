@@ -22,6 +22,7 @@ import { checkSendLoop } from './loop';
 import { checkMessage, loadSendState, planMessage, type MessagePlan } from './plan';
 import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
+import { enqueueAttachmentText, fileOfStored, recordAttachments } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 type Input = z.infer<typeof SendInput>;
@@ -96,6 +97,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     if ('error' in result) throw result.error;
     response = result.out;
     deliveryIds = result.deliveryIds;
+    await enqueueAttachmentText(svc, result.attachmentIds);
   } catch (err) {
     // Two sends with the same idempotency_key at once: the loser replays (or is rejected) like a later repeat.
     if (idemKey && isUniqueViolation(err)) {
@@ -154,7 +156,7 @@ interface StagedSend {
   freeUsed: number;
 }
 
-type SendResult = { out: Output; deliveryIds: string[] } | { error: unknown };
+type SendResult = { out: Output; deliveryIds: string[]; attachmentIds: string[] } | { error: unknown };
 
 /**
  * A send on the locked account row as it stands (credit, holds, the chain head): the reservation (402 when the
@@ -312,16 +314,27 @@ const sendersOf = (svc: Services) =>
       const ids = [...new Set(plans.map((p) => p.accountId))].sort();
       const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
       const staged: StagedSend[] = [];
+      const attachmentIds = new Map<string, string[]>();
       const results: SendResult[] = plans.map((p) => {
         try {
           const s = stageSend(svc, rows.get(p.accountId)!, p);
           staged.push(s);
-          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+          const ids: string[] = [];
+          attachmentIds.set(p.planned.messageId, ids);
+          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id), attachmentIds: ids };
         } catch (error) {
           return { error };
         }
       });
-      if (staged.length) await writeSends(tx, staged);
+      if (staged.length) {
+        await writeSends(tx, staged);
+        const files = staged.flatMap((s) =>
+          s.plan.planned.attachments.length
+            ? [{ messageId: s.plan.planned.messageId, accountId: s.plan.accountId, attachments: s.plan.planned.attachments.map(fileOfStored) }]
+            : [],
+        );
+        if (files.length) for (const w of await recordAttachments(tx, files)) attachmentIds.get(w.messageId)?.push(w.id);
+      }
       return results;
     }, SEND_TX),
   );

@@ -8,7 +8,7 @@ import { Prisma } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
-import { presentBody, presentMessage, retentionDaysOf } from '../messages/read';
+import { presentBodies, presentMessage, retentionDaysOf } from '../messages/read';
 
 interface ThreadRow {
   thread_id: string;
@@ -173,9 +173,10 @@ export async function getThread(
   ]);
   const page = messages.slice(0, input.limit);
   const last = page[page.length - 1];
+  const bodies = input.include === 'body' ? await presentBodies(svc, page, false) : null;
   return {
     ...presentThread(row),
-    messages: page.map((m) => ({ ...presentMessage(m, days), ...(input.include === 'body' ? { body: presentBody(svc, m) } : {}) })),
+    messages: page.map((m) => ({ ...presentMessage(m, days), ...(bodies ? { body: bodies.get(m.id) ?? null } : {}) })),
     next_cursor: messages.length > input.limit && last ? encodeCursor(last.recordedAt, last.id) : null,
   };
 }

@@ -1,0 +1,324 @@
+/**
+ * Attachments of stored messages as files with an id and their text. The bytes stay where they always were, in
+ * the message's sealed body (attachments[idx]), so each is stored once and reclaimed with the body; the
+ * message_attachments table names them (id, type, size, SHA-256) and holds the text the worker extracted,
+ * sealed like bodies. recordAttachments is the one writer every path that stores a message calls; a message
+ * stored before the table existed gets its rows on first read (attachmentsOf), so old mail reads the same.
+ *
+ * Downloads over a signed URL (signAttachmentUrl): HMAC-SHA-256 with the instance secret over the account,
+ * the message, the attachment and the expiry; valid ATTACHMENT_URL_TTL_SECONDS, no API key needed.
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import type { Db, Message, MessageAttachment, Tx } from '@boxes/db';
+import type { AttachmentTextStatus } from '@boxes/schemas';
+import type { BoxScope } from '../boxes/boxes';
+import { appendEvent } from '../events/append';
+import type { Services } from '../shared/context';
+import { open, seal, sha256Hex } from '../shared/crypto';
+import { AppError, notFound } from '../shared/errors';
+import { newId } from '../shared/ids';
+import { openBody, type StoredAttachment, type StoredBody } from './body';
+
+/** How long a signed download URL is valid: 10 minutes. */
+export const ATTACHMENT_URL_TTL_SECONDS = 600;
+
+/** An attachment as a storing path has it: name, declared type and bytes. */
+export interface AttachmentFile {
+  filename: string | null;
+  contentType: string;
+  contentId: string | null;
+  content: Buffer;
+}
+
+export const fileOfStored = (a: StoredAttachment): AttachmentFile => ({
+  filename: a.filename,
+  contentType: a.content_type,
+  contentId: a.content_id,
+  content: Buffer.from(a.content_b64, 'base64'),
+});
+
+/**
+ * The one writer of attachment rows, in the caller's transaction, after its messages are written: one row per
+ * attachment (text_status pending), none twice (a message's attachment is keyed by its place in the body).
+ * Returns the rows it wrote: enqueue their extraction once the transaction commits
+ * (enqueueAttachmentText).
+ */
+export async function recordAttachments(
+  tx: Tx | Db,
+  messages: readonly { messageId: string; accountId: string; attachments: readonly AttachmentFile[] }[],
+): Promise<{ id: string; messageId: string }[]> {
+  const rows = messages.flatMap((m) =>
+    m.attachments.map((a, idx) => ({
+      id: newId('att'),
+      message_id: m.messageId,
+      account_id: m.accountId,
+      idx,
+      filename: a.filename,
+      content_type: a.contentType,
+      content_id: a.contentId,
+      size_bytes: a.content.length,
+      sha256: sha256Hex(a.content),
+    })),
+  );
+  if (!rows.length) return [];
+  const written = await tx.$queryRaw<{ id: string; message_id: string }[]>`
+    INSERT INTO message_attachments (id, message_id, account_id, idx, filename, content_type, content_id, size_bytes, sha256)
+    SELECT r.id, r.message_id, r.account_id, r.idx, r.filename, r.content_type, r.content_id, r.size_bytes, r.sha256
+    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+      AS r(id text, message_id text, account_id text, idx int, filename text, content_type text, content_id text, size_bytes int, sha256 text)
+    ON CONFLICT (message_id, idx) DO NOTHING
+    RETURNING id, message_id`;
+  return written.map((r) => ({ id: r.id, messageId: r.message_id }));
+}
+
+/** After commit: the worker extracts their text. A lost enqueue is found by the worker's sweep (pending rows). */
+export async function enqueueAttachmentText(svc: Services, ids: readonly string[]): Promise<void> {
+  if (!ids.length) return;
+  try {
+    await svc.jobs.enqueueAttachmentText([...ids]);
+  } catch {
+    // Redis away: the worker's sweep enqueues pending attachments it finds.
+  }
+}
+
+/**
+ * The attachment rows of a message whose body is open, in body order. A message stored before attachments had
+ * rows (or whose rows were not written) gets them now, and their extraction is enqueued: the one fallback.
+ */
+export async function attachmentsOf(svc: Services, m: Pick<Message, 'id' | 'accountId'>, body: StoredBody): Promise<MessageAttachment[]> {
+  if (!body.attachments.length) return [];
+  let rows = await svc.db.messageAttachment.findMany({ where: { messageId: m.id }, orderBy: { idx: 'asc' } });
+  if (rows.length < body.attachments.length) {
+    const written = await recordAttachments(svc.db, [{ messageId: m.id, accountId: m.accountId, attachments: body.attachments.map(fileOfStored) }]);
+    await enqueueAttachmentText(
+      svc,
+      written.map((w) => w.id),
+    );
+    rows = await svc.db.messageAttachment.findMany({ where: { messageId: m.id }, orderBy: { idx: 'asc' } });
+  }
+  return rows;
+}
+
+/** The many-message form of attachmentsOf, for a page of messages: one query, the fallback only where needed. */
+export async function attachmentsOfMany(svc: Services, list: { m: Pick<Message, 'id' | 'accountId'>; body: StoredBody }[]) {
+  const withFiles = list.filter((x) => x.body.attachments.length);
+  const out = new Map<string, MessageAttachment[]>();
+  if (!withFiles.length) return out;
+  const rows = await svc.db.messageAttachment.findMany({ where: { messageId: { in: withFiles.map((x) => x.m.id) } }, orderBy: { idx: 'asc' } });
+  for (const r of rows) out.set(r.messageId, [...(out.get(r.messageId) ?? []), r]);
+  for (const x of withFiles) {
+    if ((out.get(x.m.id)?.length ?? 0) < x.body.attachments.length) out.set(x.m.id, await attachmentsOf(svc, x.m, x.body));
+  }
+  return out;
+}
+
+export function presentAttachment(row: MessageAttachment, content?: StoredAttachment) {
+  return {
+    id: row.id,
+    filename: row.filename,
+    content_type: row.contentType,
+    size_bytes: row.sizeBytes,
+    sha256: row.sha256,
+    content_id: row.contentId,
+    text_status: row.textStatus as AttachmentTextStatus,
+    text_bytes: row.textStatus === 'ready' ? row.textBytes : null,
+    detected_type: row.detectedType,
+    ...(content ? { content_b64: content.content_b64 } : {}),
+  };
+}
+
+/** The attachment (and its message) a caller may see, or 404 (a box-restricted key sees only its boxes' mail). */
+async function findAttachment(svc: Services, input: { accountId: string; scope: BoxScope; messageId: string; attachmentId: string }) {
+  const row = await svc.db.messageAttachment.findFirst({
+    where: { id: input.attachmentId, messageId: input.messageId, accountId: input.accountId },
+    include: { message: { select: { id: true, boxId: true, bodyEnc: true, bodyReclaimedAt: true, accountId: true } } },
+  });
+  if (!row || (input.scope && (!row.message.boxId || !input.scope.includes(row.message.boxId)))) {
+    throw notFound('attachment', input.attachmentId);
+  }
+  return row;
+}
+
+const reclaimed = (messageId: string) =>
+  new AppError('body_reclaimed', `The body of message ${messageId} was reclaimed (DELETE /messages/{id} or the retention window): its attachments are gone`, {
+    message_id: messageId,
+  });
+
+function signatureOf(svc: Services, accountId: string, messageId: string, attachmentId: string, expires: number): string {
+  return createHmac('sha256', svc.secretKey).update(`attachment-url:${accountId}:${messageId}:${attachmentId}:${expires}`).digest('base64url');
+}
+
+/** The content URL of an attachment (GET with an API key), and the same with a signature that needs none. */
+export function signAttachmentUrl(svc: Services, a: { accountId: string; messageId: string; id: string }, now = new Date()) {
+  const expires = Math.floor(now.getTime() / 1000) + ATTACHMENT_URL_TTL_SECONDS;
+  const contentUrl = `${svc.config.apiBaseUrl}/messages/${encodeURIComponent(a.messageId)}/attachments/${encodeURIComponent(a.id)}/content`;
+  const sig = signatureOf(svc, a.accountId, a.messageId, a.id, expires);
+  return { contentUrl, signedUrl: `${contentUrl}?expires=${expires}&signature=${sig}`, expiresAt: new Date(expires * 1000) };
+}
+
+/** GET /messages/{id}/attachments/{attachment_id}: what it is, and a signed URL to download it. */
+export async function getAttachment(svc: Services, input: { accountId: string; scope: BoxScope; messageId: string; attachmentId: string }) {
+  const row = await findAttachment(svc, input);
+  if (!row.message.bodyEnc) throw reclaimed(row.messageId);
+  const url = signAttachmentUrl(svc, { accountId: row.accountId, messageId: row.messageId, id: row.id }, svc.clock.now());
+  return {
+    message_id: row.messageId,
+    ...presentAttachment(row),
+    content_url: url.contentUrl,
+    download_url: url.signedUrl,
+    download_url_expires_at: url.expiresAt.toISOString(),
+  };
+}
+
+/** The bytes of an attachment, from its message's sealed body. */
+function bytesOf(svc: Services, row: MessageAttachment & { message: { bodyEnc: string | null } }) {
+  if (!row.message.bodyEnc) throw reclaimed(row.messageId);
+  const stored = openBody(svc.secretKey, row.message.bodyEnc).attachments[row.idx];
+  if (!stored) throw notFound('attachment', row.id);
+  return Buffer.from(stored.content_b64, 'base64');
+}
+
+export interface AttachmentDownload {
+  filename: string | null;
+  contentType: string;
+  sha256: string;
+  content: Buffer;
+}
+
+/** The content route with an API key (the caller's scope already checked). */
+export async function attachmentContent(
+  svc: Services,
+  input: { accountId: string; scope: BoxScope; messageId: string; attachmentId: string },
+): Promise<AttachmentDownload> {
+  const row = await findAttachment(svc, input);
+  return { filename: row.filename, contentType: row.contentType, sha256: row.sha256, content: bytesOf(svc, row) };
+}
+
+/**
+ * The content route with a signed URL instead of a key: 403 invalid_signature when the signature does not
+ * match (a changed expiry, message or attachment), 410 link_expired once it has, 404 for an attachment that is
+ * not there.
+ */
+export async function signedAttachmentContent(
+  svc: Services,
+  input: { messageId: string; attachmentId: string; expires: string | undefined; signature: string | undefined },
+): Promise<AttachmentDownload> {
+  const bad = () => new AppError('invalid_signature', 'The signed URL is not valid: ask GET /messages/{id}/attachments/{attachment_id} for a new one');
+  if (!input.expires || !/^\d{1,12}$/.test(input.expires) || !input.signature || !/^[A-Za-z0-9_-]{43}$/.test(input.signature)) throw bad();
+  const row = await svc.db.messageAttachment.findFirst({
+    where: { id: input.attachmentId, messageId: input.messageId },
+    include: { message: { select: { bodyEnc: true } } },
+  });
+  if (!row) throw bad();
+  const expected = Buffer.from(signatureOf(svc, row.accountId, row.messageId, row.id, Number(input.expires)));
+  const given = Buffer.from(input.signature);
+  if (expected.length !== given.length || !timingSafeEqual(expected, given)) throw bad();
+  if (Number(input.expires) * 1000 <= svc.clock.now().getTime()) {
+    throw new AppError('link_expired', `This signed URL expired at ${new Date(Number(input.expires) * 1000).toISOString()}; ask for a new one`, {
+      expired_at: new Date(Number(input.expires) * 1000).toISOString(),
+    });
+  }
+  return { filename: row.filename, contentType: row.contentType, sha256: row.sha256, content: bytesOf(svc, row) };
+}
+
+/** GET /messages/{id}/attachments/{attachment_id}/text: the extracted text once ready, and where it stands. */
+export async function getAttachmentText(svc: Services, input: { accountId: string; scope: BoxScope; messageId: string; attachmentId: string }) {
+  const row = await findAttachment(svc, input);
+  if (!row.message.bodyEnc) throw reclaimed(row.messageId);
+  return {
+    message_id: row.messageId,
+    attachment_id: row.id,
+    filename: row.filename,
+    text_status: row.textStatus as AttachmentTextStatus,
+    detected_type: row.detectedType,
+    text: row.textEnc ? open(svc.secretKey, row.textEnc).toString('utf8') : null,
+    text_bytes: row.textStatus === 'ready' ? row.textBytes : null,
+    truncated: row.textTruncated,
+    error: row.textError,
+  };
+}
+
+/** An attachment's extracted plain text, decrypted (null until ready, or once reclaimed). For search. */
+export async function attachmentPlainText(svc: Services, attachmentId: string): Promise<string | null> {
+  const row = await svc.db.messageAttachment.findUnique({ where: { id: attachmentId }, select: { textEnc: true } });
+  return row?.textEnc ? open(svc.secretKey, row.textEnc).toString('utf8') : null;
+}
+
+/** What the worker extracts from: the bytes and the declared type, or null when there is nothing left to do. */
+export async function attachmentForExtraction(svc: Services, attachmentId: string) {
+  const row = await svc.db.messageAttachment.findUnique({ where: { id: attachmentId }, include: { message: { select: { bodyEnc: true } } } });
+  if (!row || row.textStatus !== 'pending') return null;
+  if (!row.message.bodyEnc) {
+    // Reclaimed before its turn: nothing to read; the extraction ends as failed (and says so).
+    return { row, content: null };
+  }
+  return { row, content: bytesOf(svc, row) };
+}
+
+export interface ExtractionResult {
+  status: Exclude<AttachmentTextStatus, 'pending'>;
+  detectedType: string | null;
+  text?: string;
+  truncated?: boolean;
+  error?: string;
+}
+
+/**
+ * Records the end of an extraction (once: only a pending row moves) with its text sealed, and announces
+ * attachment.text_ready whatever the status, in one transaction.
+ */
+export async function finishAttachmentText(svc: Services, attachmentId: string, result: ExtractionResult): Promise<boolean> {
+  const text = result.status === 'ready' ? (result.text ?? '') : null;
+  return svc.db.$transaction(async (tx) => {
+    const row = await tx.messageAttachment.findUnique({ where: { id: attachmentId }, include: { message: { select: { boxId: true, bodyEnc: true } } } });
+    if (!row || row.textStatus !== 'pending') return false;
+    // A body reclaimed meanwhile keeps no text.
+    const keep = text !== null && row.message.bodyEnc !== null;
+    const moved = await tx.messageAttachment.updateMany({
+      where: { id: attachmentId, textStatus: 'pending' },
+      data: {
+        textStatus: result.status,
+        detectedType: result.detectedType,
+        textEnc: keep ? seal(svc.secretKey, text) : null,
+        textBytes: text !== null ? Buffer.byteLength(text) : null,
+        textTruncated: result.truncated ?? false,
+        textError: result.error?.slice(0, 500) ?? null,
+        textDoneAt: svc.clock.now(),
+      },
+    });
+    if (moved.count === 0) return false;
+    await appendEvent({
+      db: tx,
+      accountId: row.accountId,
+      type: 'attachment.text_ready',
+      boxId: row.message.boxId,
+      data: {
+        message_id: row.messageId,
+        attachment_id: row.id,
+        filename: row.filename,
+        status: result.status,
+        detected_type: result.detectedType,
+        text_bytes: text !== null ? Buffer.byteLength(text) : null,
+        truncated: result.truncated ?? false,
+      },
+    });
+    return true;
+  });
+}
+
+/** Pending attachments older than graceMs (a lost job), for the worker's sweep. */
+export async function pendingAttachments(svc: Services, graceMs: number, take = 1000): Promise<string[]> {
+  const rows = await svc.db.messageAttachment.findMany({
+    where: { textStatus: 'pending', createdAt: { lt: new Date(Date.now() - graceMs) } },
+    select: { id: true },
+    orderBy: { createdAt: 'asc' },
+    take,
+  });
+  return rows.map((r) => r.id);
+}
+
+/** Reclaiming bodies reclaims their attachments' text (the bytes go with the body). */
+export async function reclaimAttachmentText(tx: Tx, messageIds: readonly string[]): Promise<void> {
+  if (!messageIds.length) return;
+  await tx.messageAttachment.updateMany({ where: { messageId: { in: [...messageIds] }, textEnc: { not: null } }, data: { textEnc: null } });
+}
