@@ -1,6 +1,6 @@
 // Attachments as files with their text: real PDF, DOCX and XLSX files made here with their libraries, received
 // over real SMTP by the MX and sent through the API; the worker reads their text in a thread (a corrupt PDF
-// fails, an oversized input and a zip bomb are refused by a limit, a lying extension is read by content);
+// fails, an oversized input and zip bombs are refused by a limit, a lying extension is read by content);
 // downloads checked with curl (headers, signed URL without a key, expired and tampered refused); box-restricted
 // keys; reclaimed with the body; through the SDK and MCP.
 import { randomBytes } from 'node:crypto';
@@ -49,36 +49,62 @@ async function makeXlsx(cell: string): Promise<Buffer> {
   return Buffer.from(await wb.xlsx.writeBuffer());
 }
 
-/** A zip (named .docx) whose one entry is tiny compressed and inflates to 200 MiB: declared honestly in its directory. */
-function zipBomb(): Buffer {
-  const size = 200 * 1024 * 1024;
-  const data = deflateRawSync(Buffer.alloc(size), { level: 9 });
-  const name = Buffer.from('word/document.xml');
-  const local = Buffer.alloc(30);
-  local.writeUInt32LE(0x04034b50, 0);
-  local.writeUInt16LE(20, 4);
-  local.writeUInt16LE(8, 8);
-  local.writeUInt32LE(0, 14);
-  local.writeUInt32LE(data.length, 18);
-  local.writeUInt32LE(size, 22);
-  local.writeUInt16LE(name.length, 26);
-  const central = Buffer.alloc(46);
-  central.writeUInt32LE(0x02014b50, 0);
-  central.writeUInt16LE(20, 4);
-  central.writeUInt16LE(20, 6);
-  central.writeUInt16LE(8, 10);
-  central.writeUInt32LE(data.length, 20);
-  central.writeUInt32LE(size, 24);
-  central.writeUInt16LE(name.length, 28);
-  central.writeUInt32LE(0, 42);
-  const cdOffset = local.length + name.length + data.length;
+/** A zip of the given entries (deflated), each declaring its inflated size as given (by default the true one). */
+function zipOf(entries: { name: string; content: Buffer; declared?: number }[]): Buffer {
+  const parts: Buffer[] = [];
+  const central: Buffer[] = [];
+  let offset = 0;
+  for (const e of entries) {
+    const data = deflateRawSync(e.content, { level: 9 });
+    const name = Buffer.from(e.name);
+    const size = e.declared ?? e.content.length;
+    const local = Buffer.alloc(30);
+    local.writeUInt32LE(0x04034b50, 0);
+    local.writeUInt16LE(20, 4);
+    local.writeUInt16LE(8, 8);
+    local.writeUInt32LE(data.length, 18);
+    local.writeUInt32LE(size, 22);
+    local.writeUInt16LE(name.length, 26);
+    const c = Buffer.alloc(46);
+    c.writeUInt32LE(0x02014b50, 0);
+    c.writeUInt16LE(20, 4);
+    c.writeUInt16LE(20, 6);
+    c.writeUInt16LE(8, 10);
+    c.writeUInt32LE(data.length, 20);
+    c.writeUInt32LE(size, 24);
+    c.writeUInt16LE(name.length, 28);
+    c.writeUInt32LE(offset, 42);
+    parts.push(local, name, data);
+    central.push(c, name);
+    offset += 30 + name.length + data.length;
+  }
+  const cd = Buffer.concat(central);
   const end = Buffer.alloc(22);
   end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(1, 8);
-  end.writeUInt16LE(1, 10);
-  end.writeUInt32LE(central.length + name.length, 12);
-  end.writeUInt32LE(cdOffset, 16);
-  return Buffer.concat([local, name, data, central, name, end]);
+  end.writeUInt16LE(entries.length, 8);
+  end.writeUInt16LE(entries.length, 10);
+  end.writeUInt32LE(cd.length, 12);
+  end.writeUInt32LE(offset, 16);
+  return Buffer.concat([...parts, cd, end]);
+}
+
+/**
+ * A DOCX of a few hundred KB whose document inflates to 100 MiB: declared honestly in its zip directory, or
+ * (liar) declared as 1 KB.
+ */
+function zipBomb(liar = false): Buffer {
+  const types = Buffer.from(
+    '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
+  );
+  const body = Buffer.concat([
+    Buffer.from('<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>'),
+    Buffer.alloc(100 * 1024 * 1024, 0x61),
+    Buffer.from('</w:t></w:r></w:p></w:body></w:document>'),
+  ]);
+  return zipOf([
+    { name: '[Content_Types].xml', content: types },
+    { name: 'word/document.xml', content: body, ...(liar ? { declared: 1024 } : {}) },
+  ]);
 }
 
 /** A 1x1 PNG. */
@@ -146,6 +172,7 @@ describe('attachments received over SMTP', () => {
         { filename: 'broken.pdf', content: Buffer.from('%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage garbage'), contentType: 'application/pdf' },
         { filename: 'photo.pdf', content: PNG, contentType: 'application/pdf' },
         { filename: 'bomb.docx', content: zipBomb(), contentType: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document' },
+        { filename: 'liar.docx', content: zipBomb(true), contentType: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document' },
       ],
     });
     client.close();
@@ -163,6 +190,7 @@ describe('attachments received over SMTP', () => {
       'broken.pdf',
       'photo.pdf',
       'bomb.docx',
+      'liar.docx',
     ]);
     for (const x of list) {
       expect(x.id).toMatch(/^att_[0-9a-z]{20}$/);
@@ -175,7 +203,7 @@ describe('attachments received over SMTP', () => {
     expect(page.body.messages.find((m: { id: string }) => m.id === messageId).body.attachments[0].content_b64).toBeUndefined();
   });
 
-  it('the worker reads PDF, DOCX, XLSX, CSV and HTML; a corrupt PDF fails; a PNG named .pdf is read by content; a zip bomb is refused', async () => {
+  it('the worker reads PDF, DOCX, XLSX, CSV and HTML; a corrupt PDF fails; a PNG named .pdf is read by content; zip bombs are refused', async () => {
     const list = await settled(a.apiKey, messageId);
     const by = Object.fromEntries(list.map((x) => [x.filename, x]));
     const read = async (name: string) => (await textOf(a.apiKey, messageId, by[name]!.id)).body;
@@ -192,11 +220,19 @@ describe('attachments received over SMTP', () => {
     expect(html.text).not.toContain('x()');
     expect(await read('broken.pdf')).toMatchObject({ text_status: 'failed', text: null });
     expect(await read('photo.pdf')).toMatchObject({ text_status: 'unsupported', detected_type: 'image/png', text: null });
-    expect(await read('bomb.docx')).toMatchObject({ text_status: 'too_large', text: null, error: expect.stringContaining('inflates') });
+    // Zip bombs: refused by the inflated-size limit, whether the archive declares its size or lies about it.
+    for (const bomb of ['bomb.docx', 'liar.docx']) {
+      expect(await read(bomb)).toMatchObject({
+        text_status: 'too_large',
+        detected_type: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+        text: null,
+        error: expect.stringContaining('inflates to more than'),
+      });
+    }
     // One event per attachment, whatever its status.
     const ev = await waitForEvent(t, a.apiKey, 'attachment.text_ready', (e) => e.data.attachment_id === by['bomb.docx']!.id);
     expect(ev.data).toMatchObject({ message_id: messageId, status: 'too_large' });
-    // The worker is alive after the bomb: the text of the core function that search uses.
+    // The worker is alive after the bombs (the sent messages below are read too); the text as search reads it.
     expect(await attachmentPlainText(t.svc, by['invoice.pdf']!.id)).toContain(marker);
     // Sealed at rest.
     const row = await t.db.messageAttachment.findUniqueOrThrow({ where: { id: by['invoice.pdf']!.id } });
@@ -265,6 +301,28 @@ describe('attachments sent through the API', () => {
     expect(report).toMatchObject({ text_status: 'ready', text: expect.stringContaining(`Sent report ${marker}`) });
     const large = (await textOf(a.apiKey, sent.body.message_id, list[1]!.id)).body;
     expect(large).toMatchObject({ text_status: 'too_large', text: null });
+  }, 120_000);
+});
+
+describe('messages stored before attachments had rows', () => {
+  it('get their rows on first read, and their text', async () => {
+    const marker = tag();
+    const sent = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: {
+        to: 'z@outside.test',
+        text: 'old',
+        attachments: [{ filename: 'old.txt', content_type: 'text/plain', content_b64: Buffer.from(`old ${marker}`).toString('base64') }],
+      },
+    });
+    const id: string = sent.body.message_id;
+    await settled(a.apiKey, id);
+    // As a message stored before: its attachments only in the sealed body.
+    await t.db.messageAttachment.deleteMany({ where: { messageId: id } });
+    const [again] = await settled(a.apiKey, id);
+    expect(again).toMatchObject({ id: expect.stringMatching(/^att_/), filename: 'old.txt', text_status: 'ready' });
+    expect((await textOf(a.apiKey, id, again!.id)).body.text).toBe(`old ${marker}`);
+    expect(await t.db.messageAttachment.count({ where: { messageId: id } })).toBe(1);
   }, 120_000);
 });
 

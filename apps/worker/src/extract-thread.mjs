@@ -2,6 +2,7 @@
 // terminates it at the time limit): the type is read from the bytes (magic numbers), never from the name. Plain
 // JavaScript so the same file runs under tsx, vitest and the production build.
 import { parentPort, workerData } from 'node:worker_threads';
+import { inflateRawSync } from 'node:zlib';
 import { fileTypeFromBuffer } from 'file-type';
 
 const DOCX = 'application/vnd.openxmlformats-officedocument.wordprocessingml.document';
@@ -16,9 +17,10 @@ class Refused extends Error {
 }
 
 /**
- * A zip (DOCX, XLSX) is inflated only when its central directory declares at most maxUnzippedBytes in all and
- * at most maxZipEntries entries: a tiny file that inflates huge is refused before any of it is inflated. A zip
- * that lies about its sizes is stopped by the thread's memory limit.
+ * A zip (DOCX, XLSX) is handed to its reader only once it is known to inflate to at most maxUnzippedBytes in
+ * all, in at most maxZipEntries entries: first by what its central directory declares, then by inflating each
+ * entry here with a cap on the output (a zip that lies about its sizes stops at the cap), so a tiny file that
+ * inflates huge is refused before any reader holds it.
  */
 function checkZip(buf, limits) {
   const min = Math.max(0, buf.length - 65_557);
@@ -34,17 +36,34 @@ function checkZip(buf, limits) {
   const cdOffset = buf.readUInt32LE(eocd + 16);
   if (entries === 0xffff || cdOffset === 0xffffffff) throw new Refused('too_large', 'zip64 archives are not read');
   if (entries > limits.maxZipEntries) throw new Refused('too_large', `${entries} entries in the archive (at most ${limits.maxZipEntries})`);
-  let total = 0;
+  const tooLarge = () => new Refused('too_large', `the archive inflates to more than ${limits.maxUnzippedBytes} bytes (at most ${limits.maxUnzippedBytes})`);
+  const list = [];
+  let declared = 0;
   let p = cdOffset;
   for (let n = 0; n < entries; n++) {
     if (p + 46 > buf.length || buf.readUInt32LE(p) !== 0x02014b50) throw new Error('corrupt zip central directory');
     const size = buf.readUInt32LE(p + 24);
     if (size === 0xffffffff) throw new Refused('too_large', 'zip64 entries are not read');
-    total += size;
-    if (total > limits.maxUnzippedBytes) {
-      throw new Refused('too_large', `the archive inflates to more than ${limits.maxUnzippedBytes} bytes (at most ${limits.maxUnzippedBytes})`);
-    }
+    declared += size;
+    if (declared > limits.maxUnzippedBytes) throw tooLarge();
+    list.push({ method: buf.readUInt16LE(p + 10), compressed: buf.readUInt32LE(p + 20), offset: buf.readUInt32LE(p + 42) });
     p += 46 + buf.readUInt16LE(p + 28) + buf.readUInt16LE(p + 30) + buf.readUInt16LE(p + 32);
+  }
+  let inflated = 0;
+  for (const e of list) {
+    if (e.offset + 30 > buf.length || buf.readUInt32LE(e.offset) !== 0x04034b50) throw new Error('corrupt zip entry');
+    const start = e.offset + 30 + buf.readUInt16LE(e.offset + 26) + buf.readUInt16LE(e.offset + 28);
+    const data = buf.subarray(start, start + e.compressed);
+    if (e.method === 0) inflated += data.length;
+    else if (e.method === 8) {
+      try {
+        inflated += inflateRawSync(data, { maxOutputLength: limits.maxUnzippedBytes - inflated + 1 }).length;
+      } catch (err) {
+        if (err?.code === 'ERR_BUFFER_TOO_LARGE') throw tooLarge();
+        throw new Error(`corrupt zip entry: ${err?.message ?? err}`);
+      }
+    } else throw new Error(`zip compression method ${e.method} is not read`);
+    if (inflated > limits.maxUnzippedBytes) throw tooLarge();
   }
 }
 

@@ -19,7 +19,8 @@ CREATE TABLE "message_attachments" (
     "text_done_at" TIMESTAMPTZ(3),
     "created_at" TIMESTAMPTZ(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
 
-    CONSTRAINT "message_attachments_pkey" PRIMARY KEY ("id")
+    CONSTRAINT "message_attachments_pkey" PRIMARY KEY ("id"),
+    CONSTRAINT "message_attachments_text_status_check" CHECK ("text_status" IN ('pending', 'ready', 'too_large', 'unsupported', 'failed'))
 );
 
 CREATE UNIQUE INDEX "message_attachments_message_id_idx_key" ON "message_attachments"("message_id", "idx");

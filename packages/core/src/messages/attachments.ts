@@ -10,7 +10,8 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Db, Message, MessageAttachment, Tx } from '@boxes/db';
-import type { AttachmentTextStatus } from '@boxes/schemas';
+import { ATTACHMENT_TEXT_STATUSES, type AttachmentTextStatus } from '@boxes/schemas';
+import { narrowStatus } from '../shared/statuses';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
@@ -120,7 +121,7 @@ export function presentAttachment(row: MessageAttachment, content?: StoredAttach
     size_bytes: row.sizeBytes,
     sha256: row.sha256,
     content_id: row.contentId,
-    text_status: row.textStatus as AttachmentTextStatus,
+    text_status: narrowStatus(ATTACHMENT_TEXT_STATUSES, row.textStatus),
     text_bytes: row.textStatus === 'ready' ? row.textBytes : null,
     detected_type: row.detectedType,
     ...(content ? { content_b64: content.content_b64 } : {}),
@@ -229,7 +230,7 @@ export async function getAttachmentText(svc: Services, input: { accountId: strin
     message_id: row.messageId,
     attachment_id: row.id,
     filename: row.filename,
-    text_status: row.textStatus as AttachmentTextStatus,
+    text_status: narrowStatus(ATTACHMENT_TEXT_STATUSES, row.textStatus),
     detected_type: row.detectedType,
     text: row.textEnc ? open(svc.secretKey, row.textEnc).toString('utf8') : null,
     text_bytes: row.textStatus === 'ready' ? row.textBytes : null,
@@ -247,7 +248,7 @@ export async function attachmentPlainText(svc: Services, attachmentId: string): 
 /** What the worker extracts from: the bytes and the declared type, or null when there is nothing left to do. */
 export async function attachmentForExtraction(svc: Services, attachmentId: string) {
   const row = await svc.db.messageAttachment.findUnique({ where: { id: attachmentId }, include: { message: { select: { bodyEnc: true } } } });
-  if (!row || row.textStatus !== 'pending') return null;
+  if (!row || row.textStatus !== ('pending' satisfies AttachmentTextStatus)) return null;
   if (!row.message.bodyEnc) {
     // Reclaimed before its turn: nothing to read; the extraction ends as failed (and says so).
     return { row, content: null };
@@ -271,11 +272,11 @@ export async function finishAttachmentText(svc: Services, attachmentId: string, 
   const text = result.status === 'ready' ? (result.text ?? '') : null;
   return svc.db.$transaction(async (tx) => {
     const row = await tx.messageAttachment.findUnique({ where: { id: attachmentId }, include: { message: { select: { boxId: true, bodyEnc: true } } } });
-    if (!row || row.textStatus !== 'pending') return false;
+    if (!row || row.textStatus !== ('pending' satisfies AttachmentTextStatus)) return false;
     // A body reclaimed meanwhile keeps no text.
     const keep = text !== null && row.message.bodyEnc !== null;
     const moved = await tx.messageAttachment.updateMany({
-      where: { id: attachmentId, textStatus: 'pending' },
+      where: { id: attachmentId, textStatus: 'pending' satisfies AttachmentTextStatus },
       data: {
         textStatus: result.status,
         detectedType: result.detectedType,
@@ -309,7 +310,7 @@ export async function finishAttachmentText(svc: Services, attachmentId: string, 
 /** Pending attachments older than graceMs (a lost job), for the worker's sweep. */
 export async function pendingAttachments(svc: Services, graceMs: number, take = 1000): Promise<string[]> {
   const rows = await svc.db.messageAttachment.findMany({
-    where: { textStatus: 'pending', createdAt: { lt: new Date(Date.now() - graceMs) } },
+    where: { textStatus: 'pending' satisfies AttachmentTextStatus, createdAt: { lt: new Date(Date.now() - graceMs) } },
     select: { id: true },
     orderBy: { createdAt: 'asc' },
     take,
