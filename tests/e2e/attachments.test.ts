@@ -11,7 +11,7 @@ import { Document, Packer, Paragraph } from 'docx';
 import ExcelJS from 'exceljs';
 import { PDFDocument, StandardFonts } from 'pdf-lib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { attachmentPlainText } from '@boxes/core';
+import { attachmentPlainText, reclaimExpiredBodies } from '@boxes/core';
 import { createBoxesClient, downloadAttachment, waitForAttachmentText } from '@boxes/sdk';
 import { mintKey, rest, signupAccount, startTestServer, waitFor, type TestAccount, type TestServer } from '@boxes/testing';
 import { execFileAsync, smtpClient, waitForEvent, waitForReceived } from './mail-receive-helpers';
@@ -323,6 +323,67 @@ describe('messages stored before attachments had rows', () => {
     expect(again).toMatchObject({ id: expect.stringMatching(/^att_/), filename: 'old.txt', text_status: 'ready' });
     expect((await textOf(a.apiKey, id, again!.id)).body.text).toBe(`old ${marker}`);
     expect(await t.db.messageAttachment.count({ where: { messageId: id } })).toBe(1);
+  }, 120_000);
+});
+
+describe('bulk sends, storage and retention', () => {
+  it("a bulk job names its messages' attachments and the worker reads them", async () => {
+    const marker = tag();
+    const job = await rest(t, 'POST', '/messages/send/bulk', {
+      key: a.apiKey,
+      body: {
+        messages: [
+          {
+            to: a.primaryAddress,
+            subject: `bulk ${marker}`,
+            text: 'bulk',
+            attachments: [{ filename: 'bulk.html', content_type: 'text/html', content_b64: Buffer.from(`<p>bulk ${marker}</p>`).toString('base64') }],
+          },
+        ],
+      },
+    });
+    expect(job.status).toBe(200);
+    const sent = await waitFor(
+      'the bulk message',
+      async () => {
+        const list = await rest(t, 'GET', '/messages?direction=sent&limit=50', { key: a.apiKey });
+        return (list.body.messages as { id: string; subject: string }[]).find((m) => m.subject === `bulk ${marker}`) ?? null;
+      },
+      60_000,
+    );
+    const [att] = await settled(a.apiKey, sent.id);
+    expect(att).toMatchObject({ filename: 'bulk.html', text_status: 'ready', detected_type: 'text/html' });
+    expect((await textOf(a.apiKey, sent.id, att!.id)).body.text).toContain(`bulk ${marker}`);
+  }, 120_000);
+
+  it('the text counts in storage with its message, and the retention window reclaims it with the body', async () => {
+    const b = await signupAccount(t);
+    const text = `stored text ${tag()} `.repeat(2000);
+    const sent = await rest(t, 'POST', '/messages/send', {
+      key: b.apiKey,
+      body: {
+        to: 'w@outside.test',
+        text: 'kept',
+        attachments: [{ filename: 'kept.txt', content_type: 'text/plain', content_b64: Buffer.from(text).toString('base64') }],
+      },
+    });
+    const id: string = sent.body.message_id;
+    const [att] = await settled(b.apiKey, id);
+    expect(att).toMatchObject({ text_status: 'ready', text_bytes: Buffer.byteLength(text) });
+    // Twelve days ago: the account and the message; storage of the two days since it was ten days old.
+    await t.db.$executeRaw`UPDATE messages SET recorded_at = recorded_at - interval '12 days' WHERE id = ${id}`;
+    await t.db.$executeRaw`UPDATE accounts SET created_at = created_at - interval '12 days' WHERE id = ${b.accountId}`;
+    const m = await t.db.message.findUniqueOrThrow({ where: { id } });
+    await t.runtime.worker!.billing.cycle();
+    const storage = await t.db.ledgerEntry.findMany({ where: { accountId: b.accountId, type: 'storage' } });
+    expect(storage.map((e) => e.quantity)).toEqual([BigInt(m.sizeBytes + Buffer.byteLength(text)), BigInt(m.sizeBytes + Buffer.byteLength(text))]);
+
+    // The retention window (14 days by default) passes: body and text are reclaimed together.
+    const later = new Date(Date.now() + 3 * 86_400_000);
+    expect(await reclaimExpiredBodies({ ...t.svc, clock: { now: () => later } })).toBeGreaterThanOrEqual(1);
+    expect((await t.db.messageAttachment.findUniqueOrThrow({ where: { id: att!.id } })).textEnc).toBeNull();
+    const gone = await textOf(b.apiKey, id, att!.id);
+    expect([gone.status, gone.body.error.code]).toEqual([410, 'body_reclaimed']);
   }, 120_000);
 });
 

@@ -122,14 +122,16 @@ export async function start(
   // lost its data lost their jobs). Enqueueing is idempotent (the job id is the delivery id): sweep at once.
   // The queues' own connection (the one enqueueing goes through) says when Redis is back.
   const onRedisBack = () => {
-    log.info('redis is back: sweeping deliveries and bulk batches, checking the recurring job schedules');
+    log.info('redis is back: sweeping deliveries, bulk batches and attachment texts, checking the recurring job schedules');
     sweep(0).catch(logQueueError(log, 'sweep failed'));
     billingHandle?.ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
     bulkHandle?.sweep(0).catch(logQueueError(log, 'bulk sweep failed'));
+    attachmentTextHandle?.sweep(0).catch(logQueueError(log, 'attachment text sweep failed'));
   };
   let lost = false;
   let bulkHandle: BulkHandle | null = null;
   let billingHandle: BillingHandle | null = null;
+  let attachmentTextHandle: AttachmentTextHandle | null = null;
   const onClose = () => {
     lost = true;
   };
@@ -148,6 +150,7 @@ export async function start(
   const attachmentText = await startAttachmentText(config, { svc, log, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
   bulkHandle = bulk;
   billingHandle = billing;
+  attachmentTextHandle = attachmentText;
   return {
     sweep,
     push,
