@@ -304,6 +304,26 @@ describe('attachments sent through the API', () => {
   }, 120_000);
 });
 
+describe('file names in Content-Disposition', () => {
+  it('any name is served as an attachment with an ASCII filename and the UTF-8 filename* (curl)', async () => {
+    const name = 'Übersicht "Q3";\\x.html';
+    const sent = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: {
+        to: 'v@outside.test',
+        text: 'x',
+        attachments: [{ filename: name, content_type: 'text/html', content_b64: Buffer.from('<script>alert(1)</script>').toString('base64') }],
+      },
+    });
+    const [att] = await attachmentsOf(a.apiKey, sent.body.message_id);
+    const got = await curl(`${t.apiBase}/messages/${sent.body.message_id}/attachments/${att!.id}/content`, [`Authorization: Bearer ${a.apiKey}`]);
+    expect(got.status).toBe(200);
+    expect(got.headers['content-type']).toBe('text/html');
+    expect(got.headers['content-disposition']).toBe(`attachment; filename="_bersicht _Q3___x.html"; filename*=UTF-8''%C3%9Cbersicht%20%22Q3%22%3B_x.html`);
+    expect(got.headers['content-security-policy']).toBe("default-src 'none'; sandbox");
+  });
+});
+
 describe('messages stored before attachments had rows', () => {
   it('get their rows on first read, and their text', async () => {
     const marker = tag();
