@@ -280,10 +280,11 @@ describe('attachments received over SMTP', () => {
 });
 
 describe('attachments sent through the API', () => {
-  it('a sent message names its attachments and the worker reads them; an oversized input is too_large', async () => {
+  it('a sent message names its attachments and the worker reads them; an oversized input is too_large, a long text is cut', async () => {
     const marker = tag();
     const pdf = await makePdf(`Sent report ${marker}`);
     const big = Buffer.alloc(10 * 1024 * 1024 + 1, 'a');
+    const long = `${'word '.repeat(220_000)}`;
     const sent = await rest(t, 'POST', '/messages/send', {
       key: a.apiKey,
       body: {
@@ -292,6 +293,7 @@ describe('attachments sent through the API', () => {
         attachments: [
           { filename: 'report.pdf', content_type: 'application/pdf', content_b64: pdf.toString('base64') },
           { filename: 'big.txt', content_type: 'text/plain', content_b64: big.toString('base64') },
+          { filename: 'long.txt', content_type: 'text/plain', content_b64: Buffer.from(long).toString('base64') },
         ],
       },
     });
@@ -301,6 +303,10 @@ describe('attachments sent through the API', () => {
     expect(report).toMatchObject({ text_status: 'ready', text: expect.stringContaining(`Sent report ${marker}`) });
     const large = (await textOf(a.apiKey, sent.body.message_id, list[1]!.id)).body;
     expect(large).toMatchObject({ text_status: 'too_large', text: null });
+    // Text beyond 1,000,000 characters is cut, and says so.
+    const cut = (await textOf(a.apiKey, sent.body.message_id, list[2]!.id)).body;
+    expect(cut).toMatchObject({ text_status: 'ready', truncated: true, text_bytes: 1_000_000 });
+    expect(cut.text).toBe(long.slice(0, 1_000_000));
   }, 120_000);
 });
 

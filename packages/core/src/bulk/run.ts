@@ -26,7 +26,7 @@ import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type L
 import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
-import { enqueueAttachmentText, fileOfStored, recordAttachments } from '../messages/attachments';
+import { describeStored, enqueueAttachmentText, recordAttachments } from '../messages/attachments';
 import { openBody } from '../messages/body';
 import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
 import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
@@ -276,7 +276,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     const written = await recordAttachments(
       tx,
       stored.flatMap((m) =>
-        m.body_enc ? [{ messageId: m.id, accountId: job.account_id, attachments: openBody(svc.secretKey, m.body_enc).attachments.map(fileOfStored) }] : [],
+        m.body_enc ? [{ messageId: m.id, accountId: job.account_id, attachments: describeStored(openBody(svc.secretKey, m.body_enc).attachments) }] : [],
       ),
     );
     return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: written.map((w) => w.id) };

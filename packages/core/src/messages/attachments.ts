@@ -23,20 +23,36 @@ import { openBody, type StoredAttachment, type StoredBody } from './body';
 /** How long a signed download URL is valid: 10 minutes. */
 export const ATTACHMENT_URL_TTL_SECONDS = 600;
 
-/** An attachment as a storing path has it: name, declared type and bytes. */
-export interface AttachmentFile {
+/**
+ * What a row says of an attachment: name, declared type, size and SHA-256. Made before any transaction
+ * (describeAttachments), so hashing a large file never holds a lock.
+ */
+export interface AttachmentMeta {
   filename: string | null;
   contentType: string;
   contentId: string | null;
-  content: Buffer;
+  sizeBytes: number;
+  sha256: string;
 }
 
-export const fileOfStored = (a: StoredAttachment): AttachmentFile => ({
-  filename: a.filename,
-  contentType: a.content_type,
-  contentId: a.content_id,
-  content: Buffer.from(a.content_b64, 'base64'),
-});
+/** The metadata of a message's attachments, in body order. */
+export function describeAttachments(
+  list: readonly { filename: string | null; contentType: string; contentId: string | null; content: Buffer }[],
+): AttachmentMeta[] {
+  return list.map((a) => ({
+    filename: a.filename,
+    contentType: a.contentType,
+    contentId: a.contentId,
+    sizeBytes: a.content.length,
+    sha256: sha256Hex(a.content),
+  }));
+}
+
+/** describeAttachments of the attachments of a sealed body (base64). */
+export const describeStored = (list: readonly StoredAttachment[]): AttachmentMeta[] =>
+  describeAttachments(
+    list.map((a) => ({ filename: a.filename, contentType: a.content_type, contentId: a.content_id, content: Buffer.from(a.content_b64, 'base64') })),
+  );
 
 /**
  * The one writer of attachment rows, in the caller's transaction, after its messages are written: one row per
@@ -46,7 +62,7 @@ export const fileOfStored = (a: StoredAttachment): AttachmentFile => ({
  */
 export async function recordAttachments(
   tx: Tx | Db,
-  messages: readonly { messageId: string; accountId: string; attachments: readonly AttachmentFile[] }[],
+  messages: readonly { messageId: string; accountId: string; attachments: readonly AttachmentMeta[] }[],
 ): Promise<{ id: string; messageId: string }[]> {
   const rows = messages.flatMap((m) =>
     m.attachments.map((a, idx) => ({
@@ -57,8 +73,8 @@ export async function recordAttachments(
       filename: a.filename,
       content_type: a.contentType,
       content_id: a.contentId,
-      size_bytes: a.content.length,
-      sha256: sha256Hex(a.content),
+      size_bytes: a.sizeBytes,
+      sha256: a.sha256,
     })),
   );
   if (!rows.length) return [];
@@ -90,7 +106,7 @@ export async function attachmentsOf(svc: Services, m: Pick<Message, 'id' | 'acco
   if (!body.attachments.length) return [];
   let rows = await svc.db.messageAttachment.findMany({ where: { messageId: m.id }, orderBy: { idx: 'asc' } });
   if (rows.length < body.attachments.length) {
-    const written = await recordAttachments(svc.db, [{ messageId: m.id, accountId: m.accountId, attachments: body.attachments.map(fileOfStored) }]);
+    const written = await recordAttachments(svc.db, [{ messageId: m.id, accountId: m.accountId, attachments: describeStored(body.attachments) }]);
     await enqueueAttachmentText(
       svc,
       written.map((w) => w.id),

@@ -15,7 +15,7 @@ import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
-import { enqueueAttachmentText, recordAttachments, type AttachmentFile } from './attachments';
+import { describeAttachments, enqueueAttachmentText, recordAttachments, type AttachmentMeta } from './attachments';
 import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
@@ -115,8 +115,8 @@ interface Prepared {
   parsed: ParsedMessage;
   report: ReturnType<typeof parseReport>;
   attachmentBytes: number;
-  /** The attachments as files (recordAttachments). */
-  files: AttachmentFile[];
+  /** What the attachment rows say (recordAttachments), made before the transaction. */
+  files: AttachmentMeta[];
   /** One sealed copy per recipient (null for bounce addresses). */
   sealed: ({ bodyEnc: string; rawEnc: Uint8Array<ArrayBuffer> } | null)[];
   trust: ReturnType<typeof storedTrust>;
@@ -148,7 +148,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
     parsed,
     report: parseReport(parsed.mail),
     attachmentBytes: parsed.attachments.reduce((n, a) => n + a.content.length, 0),
-    files: parsed.attachments.map((a) => ({ filename: a.filename, contentType: a.contentType, contentId: a.contentId, content: a.content })),
+    files: describeAttachments(parsed.attachments),
     sealed,
     trust: storedTrust(input.trust),
   };
@@ -230,7 +230,7 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
   };
   const out: StoredInbound[] = [];
   // Each item's attachments (one writer call for the whole batch, once its messages are written).
-  const files: { item: number; messageId: string; accountId: string; attachments: AttachmentFile[] }[] = [];
+  const files: { item: number; messageId: string; accountId: string; attachments: AttachmentMeta[] }[] = [];
   for (const p of items) {
     const { parsed, input } = p;
     const messageIds: string[] = [];
@@ -392,7 +392,7 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
   // Copies of one message for several boxes of one account share a thread.
   const threadOfAccount = new Map<string, string>();
   const forwardRunIds: string[] = [];
-  const files: { messageId: string; accountId: string; attachments: AttachmentFile[] }[] = [];
+  const files: { messageId: string; accountId: string; attachments: AttachmentMeta[] }[] = [];
   // Several accounts (boxes of two accounts, a report for a sender): locked now, in id order, as every
   // transaction that locks several accounts does, so none of them waits in a cycle with a batch.
   const accounts = [...new Set(input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : r.kind === 'bounce' ? [r.accountId] : [])))].sort();

@@ -22,7 +22,7 @@ import { checkSendLoop } from './loop';
 import { checkMessage, loadSendState, planMessage, type MessagePlan } from './plan';
 import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
-import { enqueueAttachmentText, fileOfStored, recordAttachments } from './attachments';
+import { describeStored, enqueueAttachmentText, recordAttachments, type AttachmentMeta } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 type Input = z.infer<typeof SendInput>;
@@ -89,6 +89,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     requestHash,
     date,
     warning,
+    // Hashed here, before the transaction.
+    attachments: describeStored(checked.attachments),
   };
   let response: Output;
   let deliveryIds: string[] = [];
@@ -145,6 +147,8 @@ interface SendPlan {
   requestHash: string;
   date: Date;
   warning: Output['warning'] | null;
+  /** What its attachment rows say (recordAttachments writes them with the message). */
+  attachments: AttachmentMeta[];
 }
 
 interface StagedSend {
@@ -329,9 +333,7 @@ const sendersOf = (svc: Services) =>
       if (staged.length) {
         await writeSends(tx, staged);
         const files = staged.flatMap((s) =>
-          s.plan.planned.attachments.length
-            ? [{ messageId: s.plan.planned.messageId, accountId: s.plan.accountId, attachments: s.plan.planned.attachments.map(fileOfStored) }]
-            : [],
+          s.plan.attachments.length ? [{ messageId: s.plan.planned.messageId, accountId: s.plan.accountId, attachments: s.plan.attachments }] : [],
         );
         if (files.length) for (const w of await recordAttachments(tx, files)) attachmentIds.get(w.messageId)?.push(w.id);
       }
