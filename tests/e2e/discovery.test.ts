@@ -207,10 +207,18 @@ describe('GET /skill.md', () => {
   it('its sh examples, run in order with bash, sign up, send, receive, sign and verify', async () => {
     const served = await (await fetch(`${t.url}/skill.md`)).text();
     const blocks = [...served.matchAll(/```sh\n([\s\S]*?)```/g)].map((x) => x[1]!);
-    expect(blocks.length).toBe(6);
+    expect(blocks.length).toBe(7);
     // Run as served: the base is this instance's.
     expect(blocks[0]).toContain(`BASE=${t.apiBase}\n`);
-    const kinds = ['/signup/agentic/confirm', '/messages/send', '/events?type=mail.received', '/account/webhook', '/account/credit/balance', '/events/verify'];
+    const kinds = [
+      '/signup/agentic/confirm',
+      '/messages/send',
+      '/events?type=mail.received',
+      '/labels',
+      '/account/webhook',
+      '/account/credit/balance',
+      '/events/verify',
+    ];
     kinds.forEach((k, i) => {
       expect(blocks[i], `block ${i} is the ${k} example`).toContain(k);
     });
@@ -268,20 +276,26 @@ describe('GET /skill.md', () => {
     expect(received.messages[0].body.text).toContain('sent by an agent');
     expect(received.events[0].data.message_id ?? received.events[0].data.message?.id).toBe(received.messages[0].id);
 
+    // Labels: the newest message is labelled, and the label filter finds it.
+    const [labelled, listed] = outputs[3]!.split('\n').map((l) => JSON.parse(l));
+    expect(labelled.labels, outputs[3]).toEqual(expect.arrayContaining(['flagged', 'invoices']));
+    expect(labelled.labels).not.toContain('unread');
+    expect(listed.messages.map((m: { id: string }) => m.id)).toEqual([labelled.id]);
+
     // Webhook signature: the header the recipe prints verifies with the account's signing secret, by hand and
     // with stripe's verifier.
-    const header = /^X-Boxes-Signature: (t=\d+,v1=[0-9a-f]{64})$/.exec(outputs[3]!)?.[1];
-    expect(header, outputs[3]).toBeDefined();
+    const header = /^X-Boxes-Signature: (t=\d+,v1=[0-9a-f]{64})$/.exec(outputs[4]!)?.[1];
+    expect(header, outputs[4]).toBeDefined();
     const secret = (await rest(t, 'GET', '/account/webhook', { key })).body.signing_secret;
     const delivery = { body: '{"id":"evt_example"}', headers: { 'x-boxes-signature': header! } };
     expect(boxesSignatureMatches(delivery, secret)).toBe(true);
     expect(verifyStripe(delivery, secret).id).toBe('evt_example');
 
     // Credit: the balance of a new account, with the free messages less the one just sent (and received).
-    expect(JSON.parse(outputs[4]!)).toMatchObject({ credit_balance_cents: 0, balance_state: 'ok', low_balance: false, trailer: { status: 'on' } });
+    expect(JSON.parse(outputs[5]!)).toMatchObject({ credit_balance_cents: 0, balance_state: 'ok', low_balance: false, trailer: { status: 'on' } });
 
     // Verify the event log: ok true.
-    expect(JSON.parse(outputs[5]!)).toMatchObject({ ok: true });
+    expect(JSON.parse(outputs[6]!)).toMatchObject({ ok: true });
   });
 });
 

@@ -24,7 +24,9 @@ it('lists tools, sends a message and reads events; a receive-only key sees no se
   const sent = await client.callTool({ name: 'messages_send', arguments: { to: a.primaryAddress, subject: 'via mcp', text: 'hello' } });
   expect(sent.isError, JSON.stringify(sent)).toBeFalsy();
   const events = await client.callTool({ name: 'events_list', arguments: { type: 'mail.sent' } });
-  expect(JSON.parse((events.content as { text: string }[])[0]!.text).events).toHaveLength(1);
+  // Events can carry mail content: the text is the untrusted block, structuredContent the plain result.
+  expect((events.content as { text: string }[])[0]!.text).toContain('<untrusted-mail-content sender_verified=');
+  expect((events.structuredContent as { events: unknown[] }).events).toHaveLength(1);
   await client.close();
 
   const receiveOnly = await mintKey(t, a.apiKey, ['receive']);

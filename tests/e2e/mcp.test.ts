@@ -36,11 +36,13 @@ async function connect(key: string): Promise<Client> {
 
 type ToolResult = Awaited<ReturnType<Client['callTool']>>;
 
-/** The JSON a tool answered with (its first text content). */
+/** The JSON a tool answered with (its first text content; mail content comes inside the untrusted block). */
 function textJson(r: ToolResult): any {
   const content = r.content as { type: string; text: string }[];
   expect(content[0]?.type).toBe('text');
-  return JSON.parse(content[0]!.text);
+  const text = content[0]!.text;
+  const block = /\n<untrusted-mail-content sender_verified="(?:true|false|mixed)">\n(.*)\n<\/untrusted-mail-content>$/s.exec(text);
+  return JSON.parse(block ? block[1]! : text);
 }
 
 /** A tool call that must succeed: its structured result. */

@@ -52,6 +52,9 @@ const box = await boxes.boxes.create.mutate({ address: 'billing' });
 const { events } = await boxes.events.list.query({ limit: 50 });
 // Query numbers are numbers to the SDK (REST reads them from the query string; tRPC sends JSON).
 const page: Parameters<typeof boxes.threads.list.query>[0] = { limit: 5 };
+// Labels: counts of the system labels and of the account's own.
+const { labels } = await boxes.labels.list.query({});
+const sent: number | undefined = labels.find((l) => l.kind === 'system' && l.name === 'sent')?.messages;
 let code = '';
 try {
   await boxes.boxes.create.mutate({ address: 'billing' });
@@ -73,7 +76,7 @@ function onWebhook(raw: string, signature: string, secret: string): string | nul
   if (e.type === 'mail.received') return e.data.message.subject;
   return null;
 }
-console.log(JSON.stringify({ page: page.limit, address: box.address, primary: account.primary_address, types, created, streamed, code, verify: typeof onWebhook }));
+console.log(JSON.stringify({ page: page.limit, sent, address: box.address, primary: account.primary_address, types, created, streamed, code, verify: typeof onWebhook }));
 `;
 
 it('installs from the tarball without workspace or server packages', () => {
@@ -103,6 +106,7 @@ it('an agent script typechecks with tsc --strict; a wrong field or a wrong outpu
     ['wrong-webhook-field.ts', AGENT.replace('e.data.message.subject', 'e.data.message.subjet')],
     ['wrong-event-type.ts', AGENT.replace("e.type === 'mail.received'", "e.type === 'mail.recieved'")],
     ['wrong-limit.ts', AGENT.replace('{ limit: 5 }', "{ limit: '5' }")],
+    ['wrong-label-kind.ts', AGENT.replace("l.kind === 'system'", "l.kind === 'sytem'")],
   ] as const) {
     fs.rmSync(path.join(scratch, 'agent.ts'));
     fs.writeFileSync(path.join(scratch, name), wrong);
@@ -147,6 +151,7 @@ it('the agent script runs with node against a live instance', async () => {
   expect(out.primary).toMatch(/^agent@/);
   expect(out.types).toEqual(expect.arrayContaining(['signup.completed', 'box.created']));
   expect(out.code).toBe('box_exists 409');
+  expect(out.sent).toBe(0);
   // The SSE stream through the SDK's async iterator: the same events, in order.
   expect(out.streamed).toEqual(out.types.slice(0, out.streamed.length));
   expect(out.streamed.at(-1)).toBe('box.created');

@@ -82,6 +82,8 @@ const ROUTES: RouteCase[] = [
   { proc: 'events.list', method: 'GET', path: '/events', scope: 'receive', restricted: 'filtered' },
   { proc: 'threads.list', method: 'GET', path: '/threads', scope: 'receive', restricted: 'filtered' },
   { proc: 'threads.get', method: 'GET', path: '/threads/{thread}', scope: 'receive', restricted: 'own_box' },
+  { proc: 'threads.labels', method: 'POST', path: '/threads/{thread}/labels', scope: 'receive', restricted: 'own_box', body: { add: ['probe'] } },
+  { proc: 'labels.list', method: 'GET', path: '/labels', scope: 'receive', restricted: 'filtered' },
   { proc: 'messages.reply', method: 'POST', path: '/messages/{message}/reply', scope: 'send', restricted: 'own_box', body: { text: 'security-probe' } },
   // 409: the message was not scheduled (the fixture's are not): the key and the message were accepted.
   { proc: 'messages.cancel', method: 'POST', path: '/messages/{message}/cancel', scope: 'send', restricted: 'own_box', ok: [200, 409] },
@@ -110,6 +112,7 @@ const ROUTES: RouteCase[] = [
   { proc: 'messages.delete', method: 'DELETE', path: '/messages/{message}', scope: 'receive', restricted: 'own_box' },
   { proc: 'messages.attachment', method: 'GET', path: '/messages/{message}/attachments/{attachment}', scope: 'receive', restricted: 'own_box' },
   { proc: 'messages.attachmentText', method: 'GET', path: '/messages/{message}/attachments/{attachment}/text', scope: 'receive', restricted: 'own_box' },
+  { proc: 'messages.labels', method: 'POST', path: '/messages/{message}/labels', scope: 'receive', restricted: 'own_box', body: { add: ['probe'] } },
   { proc: 'lists.list', method: 'GET', path: '/lists', scope: null, restricted: 'filtered' },
   { proc: 'lists.add', method: 'POST', path: '/lists', scope: 'admin', restricted: 'account_wide', body: { list: 'block', value: 'probe.example' } },
   { proc: 'lists.remove', method: 'DELETE', path: '/lists/{entry}', scope: 'admin', restricted: 'own_box' },
@@ -541,8 +544,10 @@ describe("(c) another account's resource: 404, never 403", () => {
       'messages.cancel',
       'messages.delete',
       'messages.get',
+      'messages.labels',
       'messages.reply',
       'threads.get',
+      'threads.labels',
     ]);
   });
 

@@ -9,8 +9,19 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { API_VERSION, appRouter, createCallerFactory, gettingStarted, procedureTools, rateLimitFields, toAppError, type Context } from '@boxes/api';
+import {
+  API_VERSION,
+  appRouter,
+  createCallerFactory,
+  gettingStarted,
+  procedureTools,
+  rateLimitFields,
+  toAppError,
+  untrustedMailText,
+  type Context,
+} from '@boxes/api';
 import { AppError, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
+import { MCP_INSTRUCTIONS } from './discovery';
 import { logFailure, type Logger } from './logger';
 import { errorResponse } from './rest';
 
@@ -120,7 +131,7 @@ export function createMcpHandler(svc: Services, log: Logger) {
     }
     const scopes = new Set(key.scopes);
     const tools = procedureTools().filter((t) => !t.scope || scopes.has(t.scope));
-    const server = new Server({ name: 'boxes', version: API_VERSION }, { capabilities: { tools: {} } });
+    const server = new Server({ name: 'boxes', version: API_VERSION }, { capabilities: { tools: {} }, instructions: MCP_INSTRUCTIONS });
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
       tools: tools.map((t) => ({
         name: t.name,
@@ -147,7 +158,9 @@ export function createMcpHandler(svc: Services, log: Logger) {
         ) => Promise<unknown>;
         const args = request.params.arguments ?? {};
         const result = await fn(tool.input === 'none' ? undefined : tool.input === 'wrapped' ? args.input : args);
-        return { content: [{ type: 'text' as const, text: JSON.stringify(result) }], structuredContent: result as Record<string, unknown> };
+        // Mail content is the senders' text: inside a delimited block marked untrusted (see untrusted.ts).
+        const text = tool.mailContent ? untrustedMailText(result) : JSON.stringify(result);
+        return { content: [{ type: 'text' as const, text }], structuredContent: result as Record<string, unknown> };
       } catch (err) {
         const app = toAppError(err);
         logFailure(log, app, err, { requestId: callId, tool: tool.name }, 'mcp tool failed');

@@ -8,7 +8,7 @@
 import type { Hono, MiddlewareHandler } from 'hono';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { groupCommitStats, type Services } from '@boxes/core';
-import { poolOf } from '@boxes/db';
+import { col, k, poolOf, rows, sql, tbl } from '@boxes/db';
 import { RECURRING_SCHEDULER_IDS } from '@boxes/jobs';
 
 const READY_TIMEOUT_MS = 2000;
@@ -33,7 +33,7 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 export async function readiness(svc: Services): Promise<{ ok: boolean; checks: Record<string, string> }> {
   const checks: Record<string, string> = {};
   await Promise.all([
-    within(svc.db.$queryRaw`SELECT 1`, READY_TIMEOUT_MS, 'PostgreSQL').then(
+    within(rows(svc.db, sql`SELECT 1`), READY_TIMEOUT_MS, 'PostgreSQL').then(
       () => (checks.postgresql = 'ok'),
       (e: Error) => (checks.postgresql = e.message.split('\n')[0]!),
     ),
@@ -44,6 +44,14 @@ export async function readiness(svc: Services): Promise<{ ok: boolean; checks: R
   ]);
   return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
 }
+
+const acct = tbl('accounts');
+const cred = tbl('iot_credentials', 'c');
+/** Events not yet pushed, summed over the accounts that push on each channel (one query, read on every scrape). */
+const pushLagQuery = sql<{ webhook: bigint | null; mqtt: bigint | null }>`
+  SELECT sum(${acct.chain_seq} - ${acct.webhook_cursor}) FILTER (WHERE ${acct.callback_webhook} IS NOT NULL) AS webhook,
+         sum(${acct.chain_seq} - ${acct.mqtt_cursor}) FILTER (WHERE EXISTS (SELECT 1 FROM ${cred.$} WHERE ${cred.account_id} = ${col('accounts', 'id')} AND ${cred.revoked_at} IS NULL)) AS mqtt
+  FROM ${acct.$}`;
 
 export interface Ops {
   /** Counts every HTTP request by route (a bounded label: the route's pattern) and status. */
@@ -145,12 +153,15 @@ export function mountOps(app: Hono, svc: Services, routeOf: (method: string, pat
     const missing = new Set<string>(await svc.jobs.missingSchedules());
     for (const id of RECURRING_SCHEDULER_IDS) schedulesMissing.set({ schedule: id }, missing.has(id) ? 1 : 0);
     const [byStatus, received, lag] = await Promise.all([
-      svc.db.$queryRaw<{ status: string; n: bigint }[]>`SELECT status, count(*) AS n FROM deliveries GROUP BY status`,
-      svc.db.$queryRaw<{ n: bigint }[]>`SELECT count(*) AS n FROM messages WHERE direction = 'received'`,
-      svc.db.$queryRaw<{ webhook: bigint | null; mqtt: bigint | null }[]>`
-        SELECT sum(chain_seq - webhook_cursor) FILTER (WHERE callback_webhook IS NOT NULL) AS webhook,
-               sum(chain_seq - mqtt_cursor) FILTER (WHERE EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = accounts.id AND c.revoked_at IS NULL)) AS mqtt
-        FROM accounts`,
+      rows(
+        svc.db,
+        k
+          .selectFrom('deliveries')
+          .select(['status', sql<bigint>`count(*)`.as('n')])
+          .groupBy('status'),
+      ),
+      rows(svc.db, k.selectFrom('messages').select(sql<bigint>`count(*)`.as('n')).where('direction', '=', sql.lit('received'))),
+      rows(svc.db, pushLagQuery),
     ]);
     deliveries.reset();
     for (const r of byStatus) deliveries.set({ status: r.status }, Number(r.n));

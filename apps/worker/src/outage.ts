@@ -8,13 +8,14 @@
 import { Worker } from 'bullmq';
 import pg from 'pg';
 import { isServiceUnavailable, type Services } from '@boxes/core';
+import { rows, sql } from '@boxes/db';
 import type { Logger } from 'pino';
 
 export const OUTAGE_PAUSE_MS = 2000;
 
 async function databaseAnswers(svc: Services): Promise<boolean> {
   try {
-    await svc.db.$queryRaw`SELECT 1`;
+    await rows(svc.db, sql`SELECT 1`);
     return true;
   } catch {
     return false;

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { Queue, Worker, type ConnectionOptions } from 'bullmq';
 import type { Config } from '@boxes/config';
 import { drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
+import { rows as sqlRows, sql, tbl } from '@boxes/db';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { listenForever, logQueueError } from './outage';
@@ -20,6 +21,15 @@ const LOCK_TTL_MS = 10_000;
 const LOCK_RENEW_MS = 3_000;
 const RENEW_IF_OURS = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 const SWEEP_MS = 5_000;
+
+const a = tbl('accounts', 'a');
+const cred = tbl('iot_credentials', 'c');
+/** An account with events for its webhook, no retry pending in the future. */
+const webhookDue = sql<boolean>`(${a.callback_webhook} IS NOT NULL AND ${a.webhook_cursor} < ${a.chain_seq}
+  AND (${a.webhook_next_attempt_at} IS NULL OR ${a.webhook_next_attempt_at} <= now()))`;
+/** An account with events for MQTT and a live IoT credential. */
+const mqttDue = sql<boolean>`(${a.mqtt_cursor} < ${a.chain_seq}
+  AND EXISTS (SELECT 1 FROM ${cred.$} WHERE ${cred.account_id} = ${a.id} AND ${cred.revoked_at} IS NULL))`;
 
 export interface PushEngine {
   /** Drains one account now (tests and the sweeper use it). */
@@ -137,12 +147,12 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     kicked.clear();
     if (!ids.length || stopped) return;
     try {
-      const rows = await svc.db.$queryRaw<{ id: string; webhook: boolean; mqtt: boolean }[]>`
-        SELECT a.id,
-          (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
-            AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now())) AS webhook,
-          (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL)) AS mqtt
-        FROM accounts a WHERE a.id = ANY(${ids}::text[])`;
+      const rows = await sqlRows(
+        svc.db,
+        sql<{ id: string; webhook: boolean; mqtt: boolean }>`
+        SELECT ${a.id}, ${webhookDue} AS webhook, ${mqttDue} AS mqtt
+        FROM ${a.$} WHERE ${a.id} = ANY(${ids}::text[])`,
+      );
       for (const r of rows) {
         for (const ch of channels) {
           if (!r[ch.name]) continue;
@@ -176,12 +186,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
 
   // Wake-ups: anything left behind.
   const sweep = async (): Promise<number> => {
-    const rows = await svc.db.$queryRaw<{ id: string }[]>`
-      SELECT a.id FROM accounts a
-      WHERE (a.callback_webhook IS NOT NULL AND a.webhook_cursor < a.chain_seq
-               AND (a.webhook_next_attempt_at IS NULL OR a.webhook_next_attempt_at <= now()))
-         OR (a.mqtt_cursor < a.chain_seq AND EXISTS (SELECT 1 FROM iot_credentials c WHERE c.account_id = a.id AND c.revoked_at IS NULL))
-      LIMIT 1000`;
+    const rows = await sqlRows(svc.db, sql<{ id: string }>`SELECT ${a.id} FROM ${a.$} WHERE ${webhookDue} OR ${mqttDue} LIMIT 1000`);
     for (const r of rows) kick(r.id);
     return rows.length;
   };

@@ -14,6 +14,7 @@ export {
   type ErrorData,
 } from './trpc';
 export { procedureTools, type ProcedureTool } from './tools';
+export { carriesMailContent, senderVerified, untrustedMailText, UNTRUSTED_NOTE, UNTRUSTED_TAG } from './untrusted';
 export { routeFamilies, type RouteFamily, type RouteOperation } from './families';
 export { rateLimitFields, setRateLimitFields, RATE_LIMIT_POLICY } from './rate-limit';
 export { guardInput, stringProblem, type GuardIssue } from './input-guard';

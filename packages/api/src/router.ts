@@ -18,6 +18,7 @@ import { domainsRouter } from './routers/domains';
 import { dnsRouter } from './routers/dns';
 import { auditRouter } from './routers/audit';
 import { threadsRouter } from './routers/threads';
+import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
 import { router } from './trpc';
@@ -45,6 +46,7 @@ export const appRouter = router({
   features: featuresRouter,
   audit: auditRouter,
   threads: threadsRouter,
+  labels: labelsRouter,
   sendingIp: sendingIpRouter,
   forwards: forwardsRouter,
   lists: listsRouter,

@@ -1,12 +1,15 @@
 /**
  * Database access: the Prisma 7 client factory (driver adapter over pg), the migration runner used at start
- * and in tests, and the helpers that create a database and explain a missing server in one line.
+ * and in tests, the helpers that create a database and explain a missing server in one line, and typed SQL
+ * (sql.ts: Kysely statements checked against the schema, run through the client).
  */
 export { closeDb, createDb, poolOf, quietWhileCheckedOut, type Db, type Tx, type DbClient } from './client';
 export { migrate, migrationsDir } from './migrate';
 export { copyOutBinary, type CopyRow } from './copy-out';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
+export { k, sql, rows, exec, compile, col, table, tbl, type DB, type Statement, type Table, type Column, type TableRefs } from './sql';
+export type { Insertable, RawBuilder } from 'kysely';
 export type {
   Account,
   SignupIntent,

@@ -372,6 +372,17 @@ export const EVENT_CATALOGUE = {
     reason: z.literal('retention').optional().meta(d('Present when the retention period reclaimed it')),
     audit_retention_days: z.number().int().optional().meta(d('The retention period that applied')),
   }).meta(d("A message's body was reclaimed (DELETE /messages/{id} or retention)")),
+  'message.labels_changed': o({
+    message_id: messageId,
+    thread_id: id('thr', 'Its thread'),
+    box_id: id('box', 'Its box').nullable().meta(d('Its box (null when the box is gone)')),
+    added: z.array(z.string()).meta({ description: 'Labels it gained', example: ['flagged', 'invoices'] }),
+    removed: z.array(z.string()).meta({ description: 'Labels it lost', example: ['unread'] }),
+    labels: z.array(z.string()).meta({ description: 'Its labels now', example: ['flagged', 'invoices'] }),
+    via: z.enum(['api', 'imap']).meta(d('api: POST /messages/{id}/labels or /threads/{id}/labels; imap: a mail client STOREd flags or keywords')),
+    by_key_id: z.string().nullable().meta(d('The API key that made the change (via api; null via imap)')),
+    app_password_id: z.string().nullable().meta(d("The mail client's app-password (via imap; null via api)")),
+  }).meta(d("A message's labels (its IMAP flags and keywords) changed, over the API or from a mail client")),
   'send.loop_detected': o({
     distinct_recipients_last_minute: z.number().int().meta(d('Distinct recipients of single sends in the last minute')),
     advice: z.string().meta(d('What to do instead')),

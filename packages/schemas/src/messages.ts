@@ -10,6 +10,15 @@ export const ThreadId = z.string().max(40).meta({
   example: 'thr_0a1b2c3d4e5f6g7h8j9k',
 });
 
+/** The rule of label names, shown where labels are taken. */
+export const LABEL_RULES =
+  'Labels are the IMAP flags and keywords mail clients see. System labels: unread (the message lacks \\Seen; add read or remove unread to mark it read), flagged (\\Flagged), answered (\\Answered), draft (\\Draft), spam (the $Junk keyword; adding it drops $NotJunk; the Junk folder is left to mail clients), sent (sent from this account; read-only). Any other label is an IMAP keyword: 1 to 100 printable ASCII characters without spaces or ( ) { % * " \\ ], not starting with \\, compared case-insensitively (the first spelling is kept); a message has at most 64 of them. A malformed label is 400 invalid_label; adding or removing sent is 400 label_read_only; the same label added and removed is 400 label_conflict.';
+
+export const LabelFilter = z.string().max(200).optional().meta({
+  description: 'Only messages carrying this label (a system label such as unread, flagged, spam, sent, read, or your own, case-insensitive)',
+  example: 'unread',
+});
+
 const AddressList = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).max(50)]);
 /** Recipients: a message goes to someone, so a list has at least one. */
 const Recipients = z.union([z.string().min(3).max(320), z.array(z.string().min(3).max(320)).min(1, 'give at least one recipient').max(50)]);
@@ -156,6 +165,11 @@ export const MessageSummary = z
         'Flags mail clients set over IMAP: \\Seen, \\Answered, \\Flagged, \\Draft and keywords such as $Forwarded (a sent message is \\Seen unless a client clears it). \\Deleted is kept per IMAP folder and not shown here.',
       example: ['\\Seen', '\\Flagged'],
     }),
+    labels: z.array(z.string()).meta({
+      description:
+        'Its labels (POST /messages/{id}/labels): system labels (unread, flagged, answered, draft, spam, sent) then its own labels, which mail clients see as IMAP keywords',
+      example: ['unread', 'flagged', 'invoices'],
+    }),
     authentication: Authentication.nullable(),
     spam: SpamVerdict.nullable(),
   })
@@ -233,6 +247,7 @@ export const ListMessagesInput = z.strictObject({
   before: Timestamp.optional().meta({ description: 'Only messages recorded before this time' }),
   limit: z.coerce.number<number>().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)' }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page' }),
+  label: LabelFilter,
 });
 
 export const ListMessagesOutput = z.object({
@@ -276,6 +291,44 @@ export const AttachmentTextOutput = z
     error: z.string().nullable().meta({ description: 'Why it is failed, too_large or unsupported' }),
   })
   .meta({ id: 'AttachmentText' });
+
+const LabelList = z
+  .array(z.string().max(200))
+  .max(20)
+  .optional()
+  .meta({ description: 'At most 20 labels', example: ['flagged', 'invoices'] });
+
+export const MessageLabelsInput = z.strictObject({
+  id: z.string().max(40),
+  add: LabelList.meta({ description: 'Labels to add (at most 20): system labels or your own', example: ['flagged', 'invoices'] }),
+  remove: LabelList.meta({ description: 'Labels to remove (at most 20)', example: ['unread'] }),
+});
+
+export const MessageLabelsOutput = z.object({
+  id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+  labels: z.array(z.string()).meta({ description: 'Its labels now', example: ['flagged', 'invoices'] }),
+  added: z.array(z.string()).meta({ description: 'Labels it did not have before', example: ['flagged', 'invoices'] }),
+  removed: z.array(z.string()).meta({ description: 'Labels it had and lost', example: ['unread'] }),
+});
+
+export const ListLabelsInput = z.strictObject({
+  box: z.string().max(320).optional().meta({ description: 'A box id or address: count only its messages', example: 'agent@brave-otter.boxes.localhost' }),
+});
+
+export const ListLabelsOutput = z.object({
+  box_ids: z.array(z.string()).meta({ description: 'The boxes whose messages were counted', example: ['box_0a1b2c3d4e5f6g7h8j9k'] }),
+  labels: z
+    .array(
+      z.object({
+        name: z.string().meta({ example: 'invoices' }),
+        kind: z
+          .enum(['system', 'custom'])
+          .meta({ description: 'system: unread, flagged, answered, draft, spam, sent (always listed); custom: your own, in use' }),
+        messages: z.number().int().meta({ description: 'Messages carrying it (among those the key sees)', example: 12 }),
+      }),
+    )
+    .meta({ description: 'System labels first, then custom labels by use' }),
+});
 export const DeleteMessageInput = z.strictObject({
   id: z.string().max(40),
   purge: z.boolean().optional().meta({

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
-import { MessageBody, MessageSummary, ThreadId } from './messages';
+import { LabelFilter, MessageBody, MessageSummary, ThreadId } from './messages';
 
 export const ThreadSummary = z
   .object({
@@ -17,6 +17,10 @@ export const ThreadSummary = z
     started_at: Timestamp.meta({ description: 'recorded_at of the first message' }),
     last_activity_at: Timestamp.meta({ description: 'recorded_at of the newest message' }),
     last_message_id: z.string().meta({ description: 'id of the newest message', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+    labels: z.array(z.string()).meta({
+      description: 'The labels of those messages together (unread when any of them is unread)',
+      example: ['unread', 'sent', 'invoices'],
+    }),
   })
   .meta({ id: 'ThreadSummary' });
 
@@ -27,6 +31,10 @@ export const ListThreadsInput = z.strictObject({
   }),
   limit: z.coerce.number<number>().int().min(1).max(200).default(50).meta({ description: 'Page size (default 50, at most 200)', example: 50 }),
   cursor: z.string().max(200).optional().meta({ description: 'next_cursor of the previous page', example: 'WyIyMDI2LTExLTIzVDA5OjAwOjAwLjAwMFoiLCJ0aHJfMCJd' }),
+  label: LabelFilter.meta({
+    description: 'Only threads with at least one message (that the key sees) carrying this label; the counts stay those of all its messages',
+    example: 'unread',
+  }),
 });
 
 export const ListThreadsOutput = z.object({
@@ -49,3 +57,32 @@ export const ThreadDetail = ThreadSummary.extend({
   messages: z.array(MessageSummary.extend({ body: MessageBody.nullable().optional() })).meta({ description: 'The messages of the thread, oldest first' }),
   next_cursor: z.string().nullable().meta({ description: 'Pass as cursor for the later messages of a long thread; null at the end', example: null }),
 }).meta({ id: 'ThreadDetail' });
+
+export const ThreadLabelsInput = z.strictObject({
+  id: ThreadId,
+  add: z
+    .array(z.string().max(200))
+    .max(20)
+    .optional()
+    .meta({ description: 'Labels to add to every message of the thread (at most 20)', example: ['invoices'] }),
+  remove: z
+    .array(z.string().max(200))
+    .max(20)
+    .optional()
+    .meta({ description: 'Labels to remove from every message (at most 20)', example: ['unread'] }),
+});
+
+export const ThreadLabelsOutput = z.object({
+  id: ThreadId,
+  messages: z
+    .array(
+      z.object({
+        id: z.string().meta({ example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+        labels: z.array(z.string()).meta({ description: 'Its labels now', example: ['invoices'] }),
+        added: z.array(z.string()).meta({ description: 'Labels it gained', example: ['invoices'] }),
+        removed: z.array(z.string()).meta({ description: 'Labels it lost', example: ['unread'] }),
+      }),
+    )
+    .meta({ description: 'Every message of the thread the key sees, oldest first' }),
+  changed: z.number().int().meta({ description: 'Messages whose labels changed', example: 2 }),
+});

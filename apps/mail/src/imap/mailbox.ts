@@ -25,6 +25,21 @@ export function flagList(e: FolderEntry): Chunk[] {
   return paren(flagNames(e.flags, e.deleted, e.keywords).map((f) => [f]));
 }
 
+const SYSTEM_FLAGS = '\\Answered \\Flagged \\Deleted \\Seen \\Draft';
+
+/** FLAGS and PERMANENTFLAGS for a mailbox whose messages use these keywords (SELECT, and when new ones appear). */
+export function flagsResponses(keywords: readonly string[], readOnly: boolean): Chunk[][] {
+  const flags = [SYSTEM_FLAGS, ...keywords].join(' ');
+  return [[`* FLAGS (${flags})`], [`* OK [PERMANENTFLAGS (${readOnly ? '' : `${flags} \\*`})] ${readOnly ? 'Read-only' : 'Flags permitted'}`]];
+}
+
+/** The keywords of entries, each once (case-insensitively, first spelling kept). */
+function keywordsOf(entries: readonly FolderEntry[]): string[] {
+  const seen = new Map<string, string>();
+  for (const e of entries) for (const k of e.keywords) if (!seen.has(k.toLowerCase())) seen.set(k.toLowerCase(), k);
+  return [...seen.values()];
+}
+
 export class SelectedMailbox {
   private uidCache: number[] | null = null;
   private readonly cache = new Map<string, ParsedMessage | null>();
@@ -33,6 +48,8 @@ export class SelectedMailbox {
   /** Blocks below this one have had their read-ahead started (see readAhead). */
   private aheadBlocks = 0;
   private readonly inflight = new Map<string, Promise<void>>();
+  /** Keywords the client has been told of in FLAGS (lower-cased). */
+  private announced = new Set<string>();
 
   private constructor(
     readonly folder: ImapFolder & { folderId: string },
@@ -49,6 +66,23 @@ export class SelectedMailbox {
     if (!head) return null;
     const entries = await loadFolderEntries(svc, folder.folderId);
     return new SelectedMailbox(folder, readOnly, rawCopy, entries, head.uidValidity, head.uidNext, head.highestModseq);
+  }
+
+  /** FLAGS and PERMANENTFLAGS as SELECT answers them; the keywords named are remembered as announced. */
+  flagsAtSelect(): Chunk[][] {
+    const keywords = keywordsOf(this.entries);
+    this.announced = new Set(keywords.map((k) => k.toLowerCase()));
+    return flagsResponses(keywords, this.readOnly);
+  }
+
+  /**
+   * FLAGS and PERMANENTFLAGS again when messages now carry keywords the client was not told of (a label set over
+   * the API, another client's STORE): RFC 3501 7.2.6 has clients record each FLAGS response.
+   */
+  announceNewKeywords(): Chunk[][] {
+    const keywords = keywordsOf(this.entries);
+    if (keywords.every((k) => this.announced.has(k.toLowerCase()))) return [];
+    return this.flagsAtSelect();
   }
 
   uids(): number[] {
@@ -104,12 +138,15 @@ export class SelectedMailbox {
     const fresh = await loadFolderEntries(svc, this.folder.folderId);
     const byUid = new Map(fresh.map((e) => [e.uid, e]));
     const out = this.remove(this.uids().filter((u) => !byUid.has(u)));
+    const changed: Chunk[][] = [];
     this.entries.forEach((e, i) => {
       const f = byUid.get(e.uid)!;
       const same = f.flags === e.flags && f.deleted === e.deleted && f.keywords.length === e.keywords.length && f.keywords.every((k, j) => k === e.keywords[j]);
       this.entries[i] = f;
-      if (!same) out.push([`* ${i + 1} FETCH (UID ${f.uid} FLAGS `, ...flagList(f), ...(opts.condstore ? [` MODSEQ (${f.modseq})`] : []), ')']);
+      if (!same) changed.push([`* ${i + 1} FETCH (UID ${f.uid} FLAGS `, ...flagList(f), ...(opts.condstore ? [` MODSEQ (${f.modseq})`] : []), ')']);
     });
+    // New keywords are announced before the FETCH responses that carry them.
+    out.push(...this.announceNewKeywords(), ...changed);
     const last = this.entries.length ? this.entries[this.entries.length - 1]!.uid : 0;
     const added = fresh.filter((e) => e.uid > last);
     if (added.length) {

@@ -17,8 +17,9 @@ import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import pg from 'pg';
 import type { Config } from '@boxes/config';
-import { copyOutBinary, quietWhileCheckedOut } from '@boxes/db';
-import { EVENTS_CHANNEL, MAIL_FOLLOW_CHANNEL, syncMailboxes, type MailTls, type RawCopy, type Services } from '@boxes/core';
+import { copyOutBinary, k, quietWhileCheckedOut, rows as run, sql } from '@boxes/db';
+import { ACCOUNT_STATUSES } from '@boxes/schemas';
+import { EVENTS_CHANNEL, MAIL_FOLLOW_CHANNEL, statusLit, syncMailboxes, type MailTls, type RawCopy, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { Session, type Hub } from './session';
 
@@ -162,8 +163,14 @@ class SessionHub implements Hub {
     const addedMeanwhile = new Set<string>();
     this.addedDuringRefresh = addedMeanwhile;
     try {
-      const rows = await this.svc.db.$queryRaw<{ account_id: string; behind: boolean }[]>`
-        SELECT s.account_id, a.chain_seq > s.seq AS behind FROM mail_sync_state s JOIN accounts a ON a.id = s.account_id WHERE a.status = 'active'`;
+      const rows = await run(
+        this.svc.db,
+        k
+          .selectFrom('mail_sync_state as s')
+          .innerJoin('accounts as a', 'a.id', 's.account_id')
+          .select(['s.account_id', sql<boolean>`${sql.ref('a.chain_seq')} > ${sql.ref('s.seq')}`.as('behind')])
+          .where('a.status', '=', statusLit(ACCOUNT_STATUSES, 'active')),
+      );
       const next = new Set(rows.map((r) => r.account_id));
       for (const id of addedMeanwhile) next.add(id);
       for (const id of this.byAccount.keys()) next.add(id);

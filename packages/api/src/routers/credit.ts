@@ -79,7 +79,7 @@ export const creditRouter = router({
     .mutation(({ ctx, input }) => setAlertThresholds(ctx.svc, ctx.account.id, input)),
   topup: keyProcedure
     .meta({
-      errors: ['card_declined', 'not_found'],
+      errors: ['card_declined'],
       scope: 'admin',
       accountWide: true,
       openapi: {

@@ -1,12 +1,14 @@
 /** Mail: send, list, read, delete. */
 import {
   cancelScheduled,
+  changeLabels,
   deleteMessage,
+  flagNames,
   getAttachment,
   getAttachmentText,
   getMessage,
   listMessages,
-  messageFlags,
+  messageLabels,
   replyToMessage,
   sendMessage,
 } from '@boxes/core';
@@ -20,7 +22,10 @@ import {
   DeleteMessageInput,
   DeleteMessageOutput,
   ListMessagesInput,
+  LABEL_RULES,
   ListMessagesOutput,
+  MessageLabelsInput,
+  MessageLabelsOutput,
   MessageWithBody,
   MessageReplyInput,
   SendInput,
@@ -28,6 +33,11 @@ import {
 } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 import { bundleStep, keyChecks, withEvidence } from '../evidence';
+
+/** The IMAP flag names (\\Deleted aside) and the labels of a message. */
+export function flagsAndLabels(l: { flags: number; keywords: string[]; labels: string[] } | undefined): { flags: string[]; labels: string[] } {
+  return l ? { flags: flagNames(l.flags, false, l.keywords), labels: l.labels } : { flags: [], labels: [] };
+}
 
 export const messagesRouter = router({
   send: keyProcedure
@@ -101,7 +111,7 @@ export const messagesRouter = router({
     .mutation(({ ctx, input }) => cancelScheduled(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, actorKeyId: ctx.key.id })),
   list: keyProcedure
     .meta({
-      errors: ['invalid_cursor', 'not_found'],
+      errors: ['invalid_cursor', 'invalid_label', 'not_found'],
       scope: 'receive',
       openapi: {
         method: 'GET',
@@ -109,18 +119,18 @@ export const messagesRouter = router({
         tags: ['messages'],
         summary: 'List messages',
         description:
-          'Newest first. include=body adds bodies (attachments listed without their bytes); include=attachment_content adds bodies with the bytes. A box-restricted key sees only its boxes. flags are those mail clients set over IMAP.',
+          'Newest first. include=body adds bodies (attachments listed without their bytes); include=attachment_content adds bodies with the bytes. label=<label> keeps the messages carrying it (unread for the unread ones). A box-restricted key sees only its boxes. flags are the IMAP flags and keywords mail clients see; labels are the same, named for triage (POST /messages/{id}/labels).',
       },
     })
     .input(ListMessagesInput)
     .output(ListMessagesOutput)
     .query(async ({ ctx, input }) => {
       const page = await listMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
-      const flags = await messageFlags(
+      const labels = await messageLabels(
         ctx.svc,
         page.messages.map((m) => m.id),
       );
-      return { ...page, messages: page.messages.map((m) => ({ ...m, flags: flags.get(m.id) ?? [] })) };
+      return { ...page, messages: page.messages.map((m) => ({ ...m, ...flagsAndLabels(labels.get(m.id)) })) };
     }),
   get: keyProcedure
     .meta({
@@ -139,8 +149,34 @@ export const messagesRouter = router({
     .output(MessageWithBody)
     .query(async ({ ctx, input }) => {
       const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, include: input.include });
-      const flags = await messageFlags(ctx.svc, [m.id]);
-      return { ...m, flags: flags.get(m.id) ?? [] };
+      const labels = await messageLabels(ctx.svc, [m.id]);
+      return { ...m, ...flagsAndLabels(labels.get(m.id)) };
+    }),
+  labels: keyProcedure
+    .meta({
+      errors: ['invalid_label', 'label_conflict', 'label_read_only', 'not_found', 'too_many_labels'],
+      scope: 'receive',
+      openapi: {
+        method: 'POST',
+        path: '/messages/{id}/labels',
+        tags: ['messages'],
+        summary: 'Add or remove labels on a message',
+        description: `Triage: add and remove labels in one call ({"add": ["flagged", "invoices"], "remove": ["unread"]}); labels already there (or already absent) are left as they are. ${LABEL_RULES} A change shows in mail clients at once (IMAP FETCH FLAGS, with a new MODSEQ for CONDSTORE clients) and appends message.labels_changed. A box-restricted key labels only messages of its boxes.`,
+      },
+    })
+    .input(MessageLabelsInput)
+    .output(MessageLabelsOutput)
+    .mutation(async ({ ctx, input }) => {
+      const r = await changeLabels(ctx.svc, {
+        accountId: ctx.account.id,
+        scope: ctx.boxScope,
+        target: { messageId: input.id },
+        add: input.add ?? [],
+        remove: input.remove ?? [],
+        actor: { via: 'api', keyId: ctx.key.id },
+      });
+      const m = r.messages[0]!;
+      return { id: m.id, labels: m.labels, added: m.added, removed: m.removed };
     }),
   attachment: keyProcedure
     .meta({

@@ -5,6 +5,7 @@
  * is a compact JWS (EdDSA, Ed25519), so jose or openssl verify it without our code.
  */
 import { EVENT_MESSAGE_ID } from '../events/payload-sql';
+import { k, rows } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { toApiEvent } from '../events/read';
 import { presentMessage } from '../messages/read';
@@ -25,9 +26,10 @@ export async function auditBundle(svc: Services, input: { accountId: string; sco
         where: { id: input.accountId },
         select: { chainSeq: true, chainHash: true, auditRetentionDays: true, domains: { where: { isPrimary: true }, select: { name: true } } },
       });
-      const eventIds = await tx.$queryRaw<{ id: string }[]>`
-        SELECT id FROM events WHERE account_id = ${input.accountId}
-          AND ${EVENT_MESSAGE_ID} = ${m.id} ORDER BY seq`;
+      const eventIds = await rows(
+        tx,
+        k.selectFrom('events').select('id').where('account_id', '=', input.accountId).where(EVENT_MESSAGE_ID, '=', m.id).orderBy('seq'),
+      );
       const events = eventIds.length ? await tx.event.findMany({ where: { id: { in: eventIds.map((e) => e.id) } }, orderBy: { seq: 'asc' } }) : [];
       return { m, account, events };
     },

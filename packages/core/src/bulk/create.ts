@@ -8,8 +8,10 @@
  */
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';
-import type { ApiKey, Account } from '@boxes/db';
-import type { BulkSendInput } from '@boxes/schemas';
+import { exec, k, rows, sql, type ApiKey, type Account, type DB, type Insertable } from '@boxes/db';
+import { BULK_STATUSES, type BulkSendInput } from '@boxes/schemas';
+import { columns, recordsetInsert } from '../store/rows';
+import { statusLit } from '../shared/statuses';
 import type { BoxScope } from '../boxes/boxes';
 import { lockAccountCredit, paymentRequired, planReservation, type LockedAccount } from '../credit/ledger';
 import { microsToUsd } from '../credit/prices';
@@ -56,7 +58,30 @@ function atEach<T>(index: number, step: () => T): T {
 }
 
 /** A planned message as the job stores it until its batch starts (bulk/run.ts writes the message then). */
-function itemOf(p: MessagePlan, index: number, batchSize: number) {
+/** The columns of a job's items (bulk_job_items) the job writes. */
+const ITEM_COLUMNS = columns<'bulk_job_items'>()(
+  'job_id',
+  'index',
+  'batch',
+  'message_id',
+  'rfc_message_id',
+  'thread_id',
+  'box_id',
+  'from_address',
+  'to_addresses',
+  'cc_addresses',
+  'bcc_addresses',
+  'recipients',
+  'subject',
+  'size_bytes',
+  'attachment_bytes',
+  'body_enc',
+  'context',
+  'in_reply_to',
+  'references',
+);
+
+function itemOf(p: MessagePlan, index: number, batchSize: number): Omit<Insertable<DB['bulk_job_items']>, 'job_id'> {
   return {
     index,
     batch: Math.floor(index / batchSize),
@@ -150,8 +175,14 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
       async (tx) => {
         const a = await lockAccountCredit(tx, accountId);
         // Counted under the account's lock, so two jobs created at once cannot both take the last place.
-        const [active] = await tx.$queryRaw<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM bulk_jobs WHERE account_id = ${accountId} AND status IN ('queued', 'sending', 'cooling_off')`;
+        const [active] = await rows(
+          tx,
+          k
+            .selectFrom('bulk_jobs')
+            .select(sql<number>`count(*)::int`.as('n'))
+            .where('account_id', '=', accountId)
+            .where('status', 'in', [statusLit(BULK_STATUSES, 'queued'), statusLit(BULK_STATUSES, 'sending'), statusLit(BULK_STATUSES, 'cooling_off')]),
+        );
         if ((active?.n ?? 0) >= cfg.maxActiveJobs) {
           throw new AppError(
             'too_many_bulk_jobs',
@@ -165,20 +196,35 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
           plans.map((p) => ({ recipients: p.deliverTo.length, attachmentBytes: p.attachmentBytes })),
           trailer,
         );
-        await tx.$executeRaw`
-          INSERT INTO bulk_jobs (id, account_id, status, batch_size, message_count, batch_count, cool_off_seconds, max_bounce_rate, max_complaint_rate,
-            trailer, box_ids, next_batch_at, idempotency_key, request_hash, created_at, updated_at)
-          VALUES (${jobId}, ${accountId}, 'queued', ${batchSize}, ${items.length}, ${batchCount}, ${coolOff}, ${maxBounce}, ${maxComplaint},
-            ${trailer}, ${boxIds}::text[], ${date}, ${idemKey ?? null}, ${requestHash}, ${date}, ${date})`;
-        await tx.$executeRaw`
-          INSERT INTO bulk_job_items (job_id, index, batch, message_id, rfc_message_id, thread_id, box_id, from_address, to_addresses, cc_addresses,
-            bcc_addresses, recipients, subject, size_bytes, attachment_bytes, body_enc, context, in_reply_to, "references")
-          SELECT ${jobId}, i.index, i.batch, i.message_id, i.rfc_message_id, i.thread_id, i.box_id, i.from_address, i.to_addresses, i.cc_addresses,
-            i.bcc_addresses, i.recipients, i.subject, i.size_bytes, i.attachment_bytes, i.body_enc, i.context, i.in_reply_to, i."references"
-          FROM jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
-            AS i(index int, batch int, message_id text, rfc_message_id text, thread_id text, box_id text, from_address text, to_addresses text[],
-              cc_addresses text[], bcc_addresses text[], recipients text[], subject text, size_bytes int, attachment_bytes int, body_enc text,
-              context jsonb, in_reply_to text, "references" text[])`;
+        await exec(
+          tx,
+          k.insertInto('bulk_jobs').values({
+            id: jobId,
+            account_id: accountId,
+            status: statusLit(BULK_STATUSES, 'queued'),
+            batch_size: batchSize,
+            message_count: items.length,
+            batch_count: batchCount,
+            cool_off_seconds: coolOff,
+            max_bounce_rate: maxBounce,
+            max_complaint_rate: maxComplaint,
+            trailer,
+            box_ids: boxIds,
+            next_batch_at: date,
+            idempotency_key: idemKey ?? null,
+            request_hash: requestHash,
+            created_at: date,
+            updated_at: date,
+          }),
+        );
+        await exec(
+          tx,
+          recordsetInsert(
+            'bulk_job_items',
+            ITEM_COLUMNS,
+            items.map((i) => ({ ...i, job_id: jobId })),
+          ),
+        );
         await appendEvent({
           db: tx,
           accountId,

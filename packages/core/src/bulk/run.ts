@@ -20,9 +20,11 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import type { Tx } from '@boxes/db';
+import { exec, k, rows as run, sql, tbl, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
-import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
+import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
+import { writeBatch, type AccountChange } from '../store/write';
+import type { MessageRow } from '../store/rows';
 import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
@@ -38,7 +40,11 @@ import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { isServiceUnavailable } from '../shared/unavailable';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
-import type { BulkStatus, DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, type BulkStatus, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
+import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
+
+/** A delivery status as a checked literal. */
+const dlv = (v: DeliveryStatus) => statusLit(DELIVERY_STATUSES, v);
 
 export interface BulkDeps extends DeliveryDeps {
   /** SMTP transactions in flight. */
@@ -75,14 +81,24 @@ interface JobRow {
 }
 
 async function loadJob(db: Services['db'] | Tx, id: string, lock = false): Promise<JobRow | null> {
-  const rows = lock
-    ? await db.$queryRaw<
-        JobRow[]
-      >`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id} FOR UPDATE`
-    : await db.$queryRaw<
-        JobRow[]
-      >`SELECT id, account_id, status, batch_size, batch_count, batches_done, cool_off_seconds, max_bounce_rate, max_complaint_rate, trailer, next_batch_at FROM bulk_jobs WHERE id = ${id}`;
-  return rows[0] ?? null;
+  const q = k
+    .selectFrom('bulk_jobs')
+    .select([
+      'id',
+      'account_id',
+      'status',
+      'batch_size',
+      'batch_count',
+      'batches_done',
+      'cool_off_seconds',
+      'max_bounce_rate',
+      'max_complaint_rate',
+      'trailer',
+      'next_batch_at',
+    ])
+    .where('id', '=', id);
+  const found: JobRow[] = await run(db, lock ? q.forUpdate() : q);
+  return found[0] ?? null;
 }
 
 type Trip = { reason: 'bounce_rate' | 'complaint_rate'; message: string; figures: HaltFigures };
@@ -126,10 +142,21 @@ async function halt(
   figures: HaltFigures,
 ): Promise<boolean> {
   const at = new Date().toISOString();
-  const n = await tx.$executeRaw`
-    UPDATE bulk_jobs SET status = 'halted', halt_reason = ${reason}, halt_detail = ${JSON.stringify({ message, at, ...figures })}::jsonb,
-      finished_at = now(), next_batch_at = NULL, updated_at = now()
-    WHERE id = ${job.id} AND status NOT IN ('halted', 'completed', 'cancelled')`;
+  const n = await exec(
+    tx,
+    k
+      .updateTable('bulk_jobs')
+      .set({
+        status: statusLit(BULK_STATUSES, 'halted'),
+        halt_reason: reason,
+        halt_detail: sql`${JSON.stringify({ message, at, ...figures })}::jsonb`,
+        finished_at: sql`now()`,
+        next_batch_at: null,
+        updated_at: sql`now()`,
+      })
+      .where('id', '=', job.id)
+      .where('status', 'not in', [...FINISHED_BULK]),
+  );
   if (n !== 1) return false;
   await appendEvent({
     db: tx,
@@ -146,22 +173,53 @@ async function halt(
  */
 export async function releaseUnsent(svc: Services, jobId: string, why: string): Promise<number> {
   return svc.db.$transaction(async (tx) => {
-    const rows = await tx.$queryRaw<{ account_id: string | null; held: bigint | null; free: bigint; messages: string[] | null; n: bigint }[]>`
+    const [set, d, i] = [tbl('deliveries'), tbl('deliveries', 'd'), tbl('bulk_job_items', 'i')];
+    const rows = await run(
+      tx,
+      sql<{ account_id: string | null; held: bigint | null; free: bigint; messages: string[] | null; n: bigint }>`
       WITH rel AS (
-        UPDATE deliveries d SET status = 'failed', last_error = ${why}, settled_at = now(), next_attempt_at = NULL, updated_at = now()
-        FROM bulk_job_items i
-        WHERE i.job_id = ${jobId} AND d.message_id = i.message_id AND d.status = 'bulk' AND d.settled_at IS NULL
-        RETURNING d.account_id, d.held_micros, d.used_free, d.message_id
+        UPDATE ${d.$} SET ${set.status} = ${dlv('failed')}, ${set.last_error} = ${why}, ${set.settled_at} = now(), ${set.next_attempt_at} = NULL, ${set.updated_at} = now()
+        FROM ${i.$}
+        WHERE ${i.job_id} = ${jobId} AND ${d.message_id} = ${i.message_id} AND ${d.status} = ${dlv('bulk')} AND ${d.settled_at} IS NULL
+        RETURNING ${sql.join([d.account_id, d.held_micros, d.used_free, d.message_id])}
       )
       SELECT min(account_id) AS account_id, sum(held_micros)::bigint AS held, count(*) FILTER (WHERE used_free) AS free,
-        array_agg(DISTINCT message_id) AS messages, count(*) AS n FROM rel`;
+        array_agg(DISTINCT message_id) AS messages, count(*) AS n FROM rel`,
+    );
     const r = rows[0]!;
     if (!r.account_id || Number(r.n) === 0) return 0;
     await lockAccountCredit(tx, r.account_id);
-    await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${r.held ?? 0n}, held_free_messages = held_free_messages - ${Number(r.free)} WHERE id = ${r.account_id}`;
+    await exec(
+      tx,
+      k
+        .updateTable('accounts')
+        .set((eb) => ({ held_micros: eb('held_micros', '-', r.held ?? 0n), held_free_messages: eb('held_free_messages', '-', Number(r.free)) }))
+        .where('id', '=', r.account_id),
+    );
     await refreshMessageStatuses(tx, r.messages ?? []);
     return Number(r.n);
   }, TX);
+}
+
+/** A message of a batch as its job stored it (bulk_job_items), before it starts. */
+interface BatchItem {
+  index: number;
+  message_id: string;
+  recipients: string[];
+  attachment_bytes: number;
+  box_id: string | null;
+  rfc_message_id: string;
+  in_reply_to: string | null;
+  references: string[];
+  from_address: string | null;
+  to_addresses: string[];
+  cc_addresses: string[];
+  bcc_addresses: string[];
+  subject: string | null;
+  size_bytes: number;
+  body_enc: string | null;
+  context: unknown;
+  thread_id: string;
 }
 
 /**
@@ -173,18 +231,48 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
     const a = await lockAccountCredit(tx, job.account_id);
-    const items = await tx.$queryRaw<{ index: number; message_id: string; recipients: string[]; attachment_bytes: number }[]>`
-      SELECT index, message_id, recipients, attachment_bytes FROM bulk_job_items
-      WHERE job_id = ${jobId} AND batch = ${batch} AND started_at IS NULL ORDER BY index`;
+    const items: BatchItem[] = await run(
+      tx,
+      k
+        .selectFrom('bulk_job_items')
+        .select([
+          'index',
+          'message_id',
+          'recipients',
+          'attachment_bytes',
+          'box_id',
+          'rfc_message_id',
+          'in_reply_to',
+          'references',
+          'from_address',
+          'to_addresses',
+          'cc_addresses',
+          'bcc_addresses',
+          'subject',
+          'size_bytes',
+          'body_enc',
+          'context',
+          'thread_id',
+        ])
+        .where('job_id', '=', jobId)
+        .where('batch', '=', batch)
+        .where('started_at', 'is', null)
+        .orderBy('index'),
+    );
     if (!items.length) {
-      await tx.$executeRaw`UPDATE bulk_jobs SET status = 'sending', updated_at = now() WHERE id = ${jobId} AND status <> 'sending'`;
+      const sending = statusLit(BULK_STATUSES, 'sending');
+      await exec(tx, k.updateTable('bulk_jobs').set({ status: sending, updated_at: sql`now()` }).where('id', '=', jobId).where('status', '<>', sending));
       return { local: [] };
     }
     const all = [...new Set(items.flatMap((i) => i.recipients))];
     const domains = [...new Set(all.map(domainOf))];
-    const [ctx] = await tx.$queryRaw<{ suppressed: string[] | null; hosted: string[] | null }[]>`
-      SELECT (SELECT array_agg(address) FROM suppressions WHERE account_id = ${job.account_id} AND address = ANY(${all}::text[])) AS suppressed,
-        (SELECT array_agg(live_name) FROM domains WHERE live_name = ANY(${domains}::text[])) AS hosted`;
+    const [sup, dom] = [tbl('suppressions'), tbl('domains')];
+    const [ctx] = await run(
+      tx,
+      sql<{ suppressed: string[] | null; hosted: string[] | null }>`
+      SELECT (SELECT array_agg(${sup.address}) FROM ${sup.$} WHERE ${sup.account_id} = ${job.account_id} AND ${sup.address} = ANY(${all}::text[])) AS suppressed,
+        (SELECT array_agg(${dom.live_name}) FROM ${dom.$} WHERE ${dom.live_name} = ANY(${domains}::text[])) AS hosted`,
+    );
     const suppressed = new Set(ctx?.suppressed ?? []);
     const hosted = new Set(ctx?.hosted ?? []);
 
@@ -197,10 +285,10 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       recipient: string;
       route: string;
       status: DeliveryStatus;
-      held_micros: string;
+      held_micros: bigint;
       used_free: boolean;
-      attachment_micros: string;
-      surcharge_micros: string;
+      attachment_micros: bigint;
+      surcharge_micros: bigint;
     }[] = [];
     const marks: { index: number; suppressed: number; status: MessageStatus }[] = [];
     for (const item of items) {
@@ -238,45 +326,56 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
           recipient,
           route: local ? 'local' : 'remote',
           status: local ? 'queued' : 'bulk',
-          held_micros: String(hold.micros),
+          held_micros: hold.micros,
           used_free: hold.free,
-          attachment_micros: String(hold.attachmentMicros),
-          surcharge_micros: String(hold.surchargeMicros),
+          attachment_micros: hold.attachmentMicros,
+          surcharge_micros: hold.surchargeMicros,
         });
       });
     }
-    // One statement: the holds, the messages (their sealed bodies move from the items), the deliveries, the items
-    // marked started and the job sending. Every CTE reads the rows as they were before the statement.
-    await tx.$executeRaw`
-      WITH acc AS (
-        UPDATE accounts SET held_micros = held_micros + ${held}, held_free_messages = held_free_messages + ${free} WHERE id = ${job.account_id}
-      ), x AS (
-        SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text)
-      ), msg AS (
-        INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-          from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, recorded_at, thread_id)
-        SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', x.status, i.rfc_message_id, i.message_id, i.in_reply_to, i."references",
-          i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.subject, i.size_bytes, i.body_enc, i.context, now(), i.thread_id
-        FROM bulk_job_items i JOIN x ON x.index = i.index WHERE i.job_id = ${jobId}
-      ), dlv AS (
-        INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
-        SELECT d.id, d.message_id, ${job.account_id}, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
-        FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
-          AS d(id text, message_id text, recipient text, route text, status text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
-      ), itm AS (
-        UPDATE bulk_job_items i SET started_at = now(), suppressed = x.suppressed, body_enc = NULL FROM x WHERE i.job_id = ${jobId} AND i.index = x.index
-      )
-      UPDATE bulk_jobs SET status = 'sending', next_batch_at = CASE WHEN status = 'sending' THEN next_batch_at ELSE now() END, updated_at = now()
-      WHERE id = ${jobId}`;
+    // One statement (store/write.ts): the holds, the messages (their sealed bodies move from the items), the
+    // deliveries, the items marked started and the job sending. Every CTE reads the rows as they were before it.
+    const status = new Map(marks.map((m) => [m.index, m.status]));
+    const messages: MessageRow[] = items.map((i) => ({
+      id: i.message_id,
+      account_id: job.account_id,
+      box_id: i.box_id,
+      direction: 'sent',
+      status: status.get(i.index)!,
+      rfc_message_id: i.rfc_message_id,
+      in_reply_to: i.in_reply_to,
+      references: i.references,
+      from_address: i.from_address,
+      to_addresses: i.to_addresses,
+      cc_addresses: i.cc_addresses,
+      bcc_addresses: i.bcc_addresses,
+      subject: i.subject,
+      size_bytes: i.size_bytes,
+      context: i.context,
+      thread_id: i.thread_id,
+      body_enc: i.body_enc,
+    }));
+    const [items$, i$, jobs$] = [tbl('bulk_job_items'), tbl('bulk_job_items', 'i'), tbl('bulk_jobs')];
+    await writeBatch(svc, tx, {
+      locked: new Map([[a.id, a]]),
+      changes: [{ accountId: job.account_id, hold: { micros: held, freeMessages: free } }],
+      messages,
+      deliveries: deliveries.map((d) => ({ ...d, account_id: job.account_id })),
+      also: [
+        sql`x AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(marks)}::jsonb) AS x(index int, suppressed int, status text))`,
+        sql`itm AS (UPDATE ${i$.$} SET ${items$.started_at} = now(), ${items$.suppressed} = x.suppressed, ${items$.body_enc} = NULL
+          FROM x WHERE ${i$.job_id} = ${jobId} AND ${i$.index} = x.index)`,
+        sql`job AS (UPDATE ${jobs$.$} SET ${jobs$.status} = 'sending', ${jobs$.next_batch_at} = CASE WHEN ${jobs$.status} = 'sending' THEN ${jobs$.next_batch_at} ELSE now() END,
+          ${jobs$.updated_at} = now() WHERE ${jobs$.id} = ${jobId})`,
+      ],
+    });
     // The messages with attachments get their attachment rows (the one writer, as every stored message).
-    const withFiles = items.filter((i) => i.attachment_bytes > 0).map((i) => i.message_id);
-    const stored = withFiles.length
-      ? await tx.$queryRaw<{ id: string; body_enc: string | null }[]>`SELECT id, body_enc FROM messages WHERE id = ANY(${withFiles}::text[])`
-      : [];
     const written = await recordAttachments(
       tx,
-      stored.flatMap((m) =>
-        m.body_enc ? [{ messageId: m.id, accountId: job.account_id, attachments: describeStored(openBody(svc.secretKey, m.body_enc).attachments) }] : [],
+      items.flatMap((i) =>
+        i.attachment_bytes > 0 && i.body_enc
+          ? [{ messageId: i.message_id, accountId: job.account_id, attachments: describeStored(openBody(svc.secretKey, i.body_enc).attachments) }]
+          : [],
       ),
     );
     return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: written.map((w) => w.id) };
@@ -334,13 +433,35 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
   if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
   await enqueueAttachmentText(svc, started.attachmentIds ?? []);
 
-  const pending = await svc.db.$queryRaw<Pending[]>`
-    SELECT d.id, d.recipient, d.attempts, m.id AS message_id, m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject,
-      m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc
-    FROM bulk_job_items i JOIN deliveries d ON d.message_id = i.message_id JOIN messages m ON m.id = i.message_id
-      LEFT JOIN domains k ON k.live_name = split_part(m.from_address, '@', 2)
-    WHERE i.job_id = ${jobId} AND i.batch = ${batch} AND d.status = 'bulk'
-    ORDER BY i.index, d.id`;
+  const pending: Pending[] = await run(
+    svc.db,
+    k
+      .selectFrom('bulk_job_items as i')
+      .innerJoin('deliveries as d', 'd.message_id', 'i.message_id')
+      .innerJoin('messages as m', 'm.id', 'i.message_id')
+      .leftJoin('domains as k', (j) => j.on('k.live_name', '=', sql<string>`split_part(${sql.ref('m.from_address')}, '@', 2)`))
+      .select([
+        'd.id',
+        'd.recipient',
+        'd.attempts',
+        'm.id as message_id',
+        'm.raw_enc',
+        'm.body_enc',
+        'm.from_address',
+        'm.to_addresses',
+        'm.cc_addresses',
+        'm.subject',
+        'm.rfc_message_id',
+        'm.recorded_at',
+        'k.dkim_selector',
+        'k.dkim_private_key_enc',
+      ])
+      .where('i.job_id', '=', jobId)
+      .where('i.batch', '=', batch)
+      .where('d.status', '=', dlv('bulk'))
+      .orderBy('i.index')
+      .orderBy('d.id'),
+  );
 
   const sender = new BatchSender(svc, deps, job, signal);
   const stop = await sender.run(pending);
@@ -486,10 +607,13 @@ class BatchSender {
     if (destinations.length === 0) return { kind: 'bounced', d, code: null, response: `5.1.10 ${domain} accepts no mail (null MX)` };
     const envelope = { from: bounceAddress(d.id, domainOf(d.from_address!)), to: d.recipient };
     // Bound to the account's dedicated IP while it is provisioned and under today's warm-up cap, as single sends.
-    this.sendingIp ??= this.svc.db.$queryRaw<(Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: Date | null })[]>`
-      SELECT id, mode, ip, helo_name AS "heloName", warmup_started_at AS "warmupStartedAt" FROM sending_ips WHERE account_id = ${this.job.account_id}`.then(
-      (r) => r[0] ?? null,
-    );
+    this.sendingIp ??= run(
+      this.svc.db,
+      k
+        .selectFrom('sending_ips')
+        .select(['id', 'mode', 'ip', 'helo_name as heloName', 'warmup_started_at as warmupStartedAt'])
+        .where('account_id', '=', this.job.account_id),
+    ).then((r) => r[0] ?? null);
     const source = await sendingSource(this.svc, await this.sendingIp);
     let lastError = '';
     for (const dest of destinations) {
@@ -523,39 +647,40 @@ class BatchSender {
       if (raws.size) {
         // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
         const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
-        await tx.$executeRaw`
-          UPDATE messages m SET raw_enc = decode(r.raw_enc, 'base64'), size_bytes = r.size
+        const [set, m] = [tbl('messages'), tbl('messages', 'm')];
+        await exec(
+          tx,
+          sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE m.id = r.id AND m.raw_enc IS NULL`;
+          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`,
+        );
       }
       const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
       const touched = new Set<string>();
       if (delivered.length) {
-        const claimed = await tx.$queryRaw<
-          { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[]
-        >`
-          UPDATE deliveries d SET status = 'delivered', delivered_at = now(), remote_mta = x.mta, last_error = NULL, next_attempt_at = NULL,
-            attempts = d.attempts + 1, settled_at = now(), updated_at = now()
+        const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+        const claimed = await run(
+          tx,
+          sql<{ id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }>`
+          UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
+            ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
           FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
-          WHERE d.id = x.id AND d.status NOT IN ('delivered', 'bounced', 'failed') AND d.settled_at IS NULL
-          RETURNING d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros`;
+          WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
+          RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])}`,
+        );
         if (claimed.length) {
           const a = await lockAccountCredit(tx, accountId);
           let paid = a.trailer_paid_micros;
-          let held = 0n;
-          let free = 0;
-          let surcharge = 0n;
-          const postings: Posting[] = [];
-          for (const d of claimed) {
+          const changes: AccountChange[] = claimed.map((d) => {
             const c = deliveryCharge({ trailer_paid_micros: paid }, d);
             paid += c.surcharge;
-            surcharge += c.surcharge;
-            held += d.held_micros;
-            free += c.free;
-            postings.push(...c.postings);
             touched.add(d.message_id);
-          }
-          await postEntries(svc, tx, accountId, postings, { locked: a, releaseHeld: { micros: held, freeMessages: free }, trailerPaidMicros: surcharge });
+            return {
+              accountId,
+              charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
+            };
+          });
+          await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes });
         }
       }
       for (const o of outcomes) {
@@ -569,8 +694,8 @@ class BatchSender {
         }
       }
       await refreshMessageStatuses(tx, [...touched]);
-      const [j] = await tx.$queryRaw<{ status: BulkStatus }[]>`SELECT status FROM bulk_jobs WHERE id = ${this.job.id}`;
-      return j?.status ?? 'cancelled';
+      const [j] = await run(tx, k.selectFrom('bulk_jobs').select('status').where('id', '=', this.job.id));
+      return j ? narrowStatus(BULK_STATUSES, j.status) : 'cancelled';
     }, TX);
     // 4xx: the ordinary delivery jobs retry them on the delivery schedule (the sweeper re-drives a lost enqueue).
     for (const d of deferred) await svc.jobs.enqueueDeliveries([d.id], d.delayMs).catch(() => undefined);
@@ -596,25 +721,37 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
     const job = await loadJob(tx, jobId, true);
     if (!job || job.status !== 'sending' || job.batches_done !== batch) return null;
     const o = await bulkOutcomes(tx, jobId);
-    const [b] = await tx.$queryRaw<
-      { messages: bigint; delivered: bigint; bounced: bigint; deferred: bigint; failed: bigint; pending: bigint; suppressed: bigint | null }[]
-    >`
-      WITH msgs AS (SELECT message_id, suppressed FROM bulk_job_items WHERE job_id = ${jobId} AND batch = ${batch}),
-      d AS (SELECT d.status FROM deliveries d JOIN msgs ON d.message_id = msgs.message_id)
+    const [i, d] = [tbl('bulk_job_items'), tbl('deliveries', 'd')];
+    const [b] = await run(
+      tx,
+      sql<{ messages: bigint; delivered: bigint; bounced: bigint; deferred: bigint; failed: bigint; pending: bigint; suppressed: bigint | null }>`
+      WITH msgs AS (SELECT ${i.message_id}, ${i.suppressed} FROM ${i.$} WHERE ${i.job_id} = ${jobId} AND ${i.batch} = ${batch}),
+      d AS (SELECT ${d.status} FROM ${d.$} JOIN msgs ON ${d.message_id} = msgs.message_id)
       SELECT (SELECT count(*) FROM msgs) AS messages,
-        (SELECT count(*) FROM d WHERE status = 'delivered') AS delivered, (SELECT count(*) FROM d WHERE status = 'bounced') AS bounced,
-        (SELECT count(*) FROM d WHERE status = 'deferred') AS deferred, (SELECT count(*) FROM d WHERE status = 'failed') AS failed,
-        (SELECT count(*) FROM d WHERE status IN ('bulk', 'queued')) AS pending, (SELECT sum(suppressed) FROM msgs) AS suppressed`;
+        (SELECT count(*) FROM d WHERE status = ${dlv('delivered')}) AS delivered, (SELECT count(*) FROM d WHERE status = ${dlv('bounced')}) AS bounced,
+        (SELECT count(*) FROM d WHERE status = ${dlv('deferred')}) AS deferred, (SELECT count(*) FROM d WHERE status = ${dlv('failed')}) AS failed,
+        (SELECT count(*) FROM d WHERE status IN ${statusIn(DELIVERY_STATUSES, ['bulk', 'queued'])}) AS pending, (SELECT sum(suppressed) FROM msgs) AS suppressed`,
+    );
     const n = (x: bigint | null | undefined) => Number(x ?? 0n);
     const last = batch + 1 >= job.batch_count;
     const trip = last ? null : breaker(job, o);
     const now = new Date();
     const nextAt = last ? null : new Date(now.getTime() + job.cool_off_seconds * 1000);
     const entry = { index: batch, started_at: job.next_batch_at?.toISOString() ?? null, completed_at: now.toISOString() };
-    await tx.$executeRaw`
-      UPDATE bulk_jobs SET batches_done = ${batch + 1}, batch_log = batch_log || ${JSON.stringify([entry])}::jsonb,
-        status = ${(last ? 'completed' : 'cooling_off') satisfies BulkStatus}, next_batch_at = ${nextAt}, finished_at = ${last ? now : null}, updated_at = now()
-      WHERE id = ${jobId}`;
+    await exec(
+      tx,
+      k
+        .updateTable('bulk_jobs')
+        .set((eb) => ({
+          batches_done: batch + 1,
+          batch_log: sql`${eb.ref('batch_log')} || ${JSON.stringify([entry])}::jsonb`,
+          status: statusLit(BULK_STATUSES, last ? 'completed' : 'cooling_off'),
+          next_batch_at: nextAt,
+          finished_at: last ? now : null,
+          updated_at: sql`now()`,
+        }))
+        .where('id', '=', jobId),
+    );
     const { attempted: _a, lastStartedBatch: _l, ...totals } = o;
     await appendEvent({
       db: tx,
@@ -675,8 +812,10 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
  */
 export async function haltFailedBatch(svc: Services, input: { bulkJobId: string; batch: number }, error: string): Promise<boolean> {
   const halted = await svc.db.$transaction(async (tx) => {
-    const [job] = await tx.$queryRaw<Pick<JobRow, 'id' | 'account_id' | 'batches_done' | 'batch_count'>[]>`
-      SELECT id, account_id, batches_done, batch_count FROM bulk_jobs WHERE id = ${input.bulkJobId} FOR UPDATE`;
+    const [job] = await run(
+      tx,
+      k.selectFrom('bulk_jobs').select(['id', 'account_id', 'batches_done', 'batch_count']).where('id', '=', input.bulkJobId).forUpdate(),
+    );
     if (!job) return false;
     return halt(
       tx,
@@ -695,14 +834,31 @@ export async function haltFailedBatch(svc: Services, input: { bulkJobId: string;
  * and deliveries still waiting for the batch of a job that stopped, released.
  */
 export async function sweepBulkJobs(svc: Services, graceMs: number): Promise<number> {
-  const due = await svc.db.$queryRaw<{ id: string; batches_done: number; next_batch_at: Date | null }[]>`
-    SELECT id, batches_done, next_batch_at FROM bulk_jobs
-    WHERE status IN ('queued', 'sending', 'cooling_off') AND next_batch_at < ${new Date(Date.now() - graceMs)} LIMIT 1000`;
+  const active = (['queued', 'sending', 'cooling_off'] as const).map((v) => statusLit(BULK_STATUSES, v));
+  const due = await run(
+    svc.db,
+    k
+      .selectFrom('bulk_jobs')
+      .select(['id', 'batches_done', 'next_batch_at'])
+      .where('status', 'in', active)
+      .where('next_batch_at', '<', new Date(Date.now() - graceMs))
+      .limit(1000),
+  );
   for (const j of due) await svc.jobs.enqueueBulkBatch(j.id, j.batches_done);
   // A job cancelled or halted while no worker ran its batch (and whose queue job was lost): release what waits.
-  const stopped = await svc.db.$queryRaw<{ id: string; status: string }[]>`
-    SELECT DISTINCT j.id, j.status FROM bulk_jobs j JOIN bulk_job_items i ON i.job_id = j.id JOIN deliveries d ON d.message_id = i.message_id
-    WHERE j.status IN ('halted', 'completed', 'cancelled') AND j.updated_at < ${new Date(Date.now() - graceMs)} AND d.status = 'bulk' LIMIT 100`;
+  const stopped = await run(
+    svc.db,
+    k
+      .selectFrom('bulk_jobs as j')
+      .innerJoin('bulk_job_items as i', 'i.job_id', 'j.id')
+      .innerJoin('deliveries as d', 'd.message_id', 'i.message_id')
+      .select(['j.id', 'j.status'])
+      .distinct()
+      .where('j.status', 'in', [...FINISHED_BULK])
+      .where('j.updated_at', '<', new Date(Date.now() - graceMs))
+      .where('d.status', '=', dlv('bulk'))
+      .limit(100),
+  );
   for (const j of stopped) await releaseUnsent(svc, j.id, `not sent: the bulk job was ${j.status}`);
   return due.length + stopped.length;
 }

@@ -5,10 +5,10 @@
 import type { BulkJob } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
-import type { DbClient } from '@boxes/db';
+import { rows as run, sql, tbl, type DbClient } from '@boxes/db';
 import { AppError } from '../shared/errors';
-import { BULK_STATUSES, FINAL_BULK_STATUSES, type BulkStatus } from '@boxes/schemas';
-import { narrowStatus } from '../shared/statuses';
+import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_BULK_STATUSES, type BulkStatus, type DeliveryStatus } from '@boxes/schemas';
+import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
 
 export type { BulkStatus };
 export const FINISHED_BULK: readonly string[] = FINAL_BULK_STATUSES;
@@ -30,8 +30,11 @@ export interface BulkOutcomes {
 
 /** The job's outcomes so far, in one round trip. */
 export async function bulkOutcomes(db: DbClient, jobId: string): Promise<BulkOutcomes> {
-  const rows = await db.$queryRaw<
-    {
+  const [i, d, sp, j] = [tbl('bulk_job_items'), tbl('deliveries', 'd'), tbl('suppressions', 's'), tbl('bulk_jobs', 'j')];
+  const is = (v: DeliveryStatus) => statusLit(DELIVERY_STATUSES, v);
+  const rows = await run(
+    db,
+    sql<{
       pending: bigint;
       delivered: bigint;
       deferred: bigint;
@@ -41,21 +44,21 @@ export async function bulkOutcomes(db: DbClient, jobId: string): Promise<BulkOut
       suppressed: bigint | null;
       complaints: bigint;
       last_batch: number | null;
-    }[]
-  >`
-    WITH msgs AS (SELECT message_id, suppressed, batch FROM bulk_job_items WHERE job_id = ${jobId} AND started_at IS NOT NULL),
-    d AS (SELECT d.status, d.attempts FROM deliveries d JOIN msgs ON d.message_id = msgs.message_id)
+    }>`
+    WITH msgs AS (SELECT ${i.message_id}, ${i.suppressed}, ${i.batch} FROM ${i.$} WHERE ${i.job_id} = ${jobId} AND ${i.started_at} IS NOT NULL),
+    d AS (SELECT ${d.status}, ${d.attempts} FROM ${d.$} JOIN msgs ON ${d.message_id} = msgs.message_id)
     SELECT
-      (SELECT count(*) FROM d WHERE status IN ('bulk', 'queued')) AS pending,
-      (SELECT count(*) FROM d WHERE status = 'delivered') AS delivered,
-      (SELECT count(*) FROM d WHERE status = 'deferred') AS deferred,
-      (SELECT count(*) FROM d WHERE status = 'bounced') AS bounced,
-      (SELECT count(*) FROM d WHERE status = 'failed') AS failed,
-      (SELECT count(*) FROM d WHERE attempts > 0 OR status = 'bounced') AS attempted,
+      (SELECT count(*) FROM d WHERE status IN ${statusIn(DELIVERY_STATUSES, ['bulk', 'queued'])}) AS pending,
+      (SELECT count(*) FROM d WHERE status = ${is('delivered')}) AS delivered,
+      (SELECT count(*) FROM d WHERE status = ${is('deferred')}) AS deferred,
+      (SELECT count(*) FROM d WHERE status = ${is('bounced')}) AS bounced,
+      (SELECT count(*) FROM d WHERE status = ${is('failed')}) AS failed,
+      (SELECT count(*) FROM d WHERE attempts > 0 OR status = ${is('bounced')}) AS attempted,
       (SELECT sum(suppressed) FROM msgs) AS suppressed,
       (SELECT max(batch) FROM msgs) AS last_batch,
-      (SELECT count(*) FROM suppressions s JOIN bulk_jobs j ON j.account_id = s.account_id
-        WHERE j.id = ${jobId} AND s.reason = 'complaint' AND s.message_id IN (SELECT message_id FROM msgs)) AS complaints`;
+      (SELECT count(*) FROM ${sp.$} JOIN ${j.$} ON ${j.account_id} = ${sp.account_id}
+        WHERE ${j.id} = ${jobId} AND ${sp.reason} = 'complaint' AND ${sp.message_id} IN (SELECT message_id FROM msgs)) AS complaints`,
+  );
   const r = rows[0]!;
   const n = (x: bigint | null) => Number(x ?? 0n);
   const out = {

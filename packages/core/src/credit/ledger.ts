@@ -7,7 +7,7 @@
  * The hold is settled when delivery ends: charged when delivered, released when it bounces or fails. Inbound
  * mail and recurring debits are charged even below zero; only sends are refused (402).
  */
-import type { Delivery, Tx } from '@boxes/db';
+import { exec, k, rows, sql, type Delivery, type Tx } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import type { Services } from '../shared/context';
@@ -52,11 +52,31 @@ export async function lockAccountCredit(tx: Tx, accountId: string): Promise<Lock
 
 /** Several account rows locked at once, in id order (two callers locking overlapping sets never deadlock). */
 export async function lockAccountsCredit(tx: Tx, accountIds: string[]): Promise<LockedAccount[]> {
-  return tx.$queryRaw<LockedAccount[]>`
-    SELECT id, balance_micros, held_micros, free_messages_left, held_free_messages, primary_address, human_email,
-      alert_first_micros, alert_second_micros, deficit_since, trailer_opted_out_at, trailer_paid_micros, chain_seq, chain_hash,
-      reputation_state
-    FROM accounts WHERE id = ANY(${accountIds}::text[]) ORDER BY id FOR NO KEY UPDATE`;
+  return rows(
+    tx,
+    k
+      .selectFrom('accounts')
+      .select([
+        'id',
+        'balance_micros',
+        'held_micros',
+        'free_messages_left',
+        'held_free_messages',
+        'primary_address',
+        'human_email',
+        'alert_first_micros',
+        'alert_second_micros',
+        'deficit_since',
+        'trailer_opted_out_at',
+        'trailer_paid_micros',
+        'chain_seq',
+        'chain_hash',
+        'reputation_state',
+      ])
+      .where('id', '=', sql<string>`ANY(${accountIds}::text[])`)
+      .orderBy('id')
+      .forNoKeyUpdate(),
+  );
 }
 
 export function messagePrice(svc: Pick<Services, 'config'>): bigint {
@@ -105,7 +125,9 @@ export interface PostOptions {
  * entries settle), then announces what the change crossed (low_balance, billing.deficit, billing.recovered).
  */
 export async function postEntries(svc: Services, tx: Tx, accountId: string, postings: Posting[], opts: PostOptions = {}): Promise<LedgerPostResult> {
-  const a = opts.locked ?? (await lockAccountCredit(tx, accountId));
+  // Every caller posts for an account it acts for, inside its transaction: a missing row is a bug, not a 404.
+  const a = opts.locked ?? (await lockAccountsCredit(tx, [accountId]))[0];
+  if (!a) throw new Error(`postEntries: account ${accountId} does not exist`);
   let balance = a.balance_micros;
   let free = 0;
   let posted = 0;
@@ -137,11 +159,19 @@ export async function postEntries(svc: Services, tx: Tx, accountId: string, post
   const held = opts.releaseHeld ?? { micros: 0n, freeMessages: 0 };
   const trailerPaid = opts.trailerPaidMicros ?? 0n;
   if (rows.length || held.micros || held.freeMessages || trailerPaid) {
-    await tx.$executeRaw`
-      UPDATE accounts SET balance_micros = ${balance}, free_messages_left = free_messages_left - ${free},
-        held_micros = held_micros - ${held.micros}, held_free_messages = held_free_messages - ${held.freeMessages},
-        trailer_paid_micros = trailer_paid_micros + ${trailerPaid}
-      WHERE id = ${accountId}`;
+    await exec(
+      tx,
+      k
+        .updateTable('accounts')
+        .set((eb) => ({
+          balance_micros: balance,
+          free_messages_left: eb('free_messages_left', '-', free),
+          held_micros: eb('held_micros', '-', held.micros),
+          held_free_messages: eb('held_free_messages', '-', held.freeMessages),
+          trailer_paid_micros: eb('trailer_paid_micros', '+', trailerPaid),
+        }))
+        .where('id', '=', accountId),
+    );
   }
   if (!rows.length) return { before: a.balance_micros, after: a.balance_micros, posted: 0 };
   if (rows.length === 1) await tx.ledgerEntry.create({ data: rows[0]!, select: { id: true } });
@@ -251,9 +281,13 @@ export async function reserveMessages(
   opts: { attachmentBytes?: number; trailer?: boolean } = {},
 ): Promise<Reservation> {
   const r = planReservation(svc, await lockAccountCredit(tx, accountId), count, opts);
-  await tx.$executeRaw`
-    UPDATE accounts SET held_micros = held_micros + ${r.heldMicros}, held_free_messages = held_free_messages + ${r.freeUsed}
-    WHERE id = ${accountId}`;
+  await exec(
+    tx,
+    k
+      .updateTable('accounts')
+      .set((eb) => ({ held_micros: eb('held_micros', '+', r.heldMicros), held_free_messages: eb('held_free_messages', '+', r.freeUsed) }))
+      .where('id', '=', accountId),
+  );
   return r;
 }
 
@@ -269,7 +303,13 @@ async function claimHold(tx: Tx, d: SettledDelivery): Promise<boolean> {
 export async function releaseDelivery(tx: Tx, d: SettledDelivery): Promise<void> {
   if (!(await claimHold(tx, d))) return;
   await lockAccountCredit(tx, d.accountId);
-  await tx.$executeRaw`UPDATE accounts SET held_micros = held_micros - ${d.heldMicros}, held_free_messages = held_free_messages - ${d.usedFree ? 1 : 0} WHERE id = ${d.accountId}`;
+  await exec(
+    tx,
+    k
+      .updateTable('accounts')
+      .set((eb) => ({ held_micros: eb('held_micros', '-', d.heldMicros), held_free_messages: eb('held_free_messages', '-', d.usedFree ? 1 : 0) }))
+      .where('id', '=', d.accountId),
+  );
 }
 
 /** What settling a delivered recipient's hold posts: the message, its attachments and the surcharge still owed. */
@@ -292,25 +332,6 @@ export function deliveryCharge(
   if (d.attachment_micros > 0n) postings.push({ type: 'attachments', amountMicros: -d.attachment_micros, messageId: d.message_id });
   if (surcharge > 0n) postings.push({ type: 'trailer_surcharge', amountMicros: -surcharge, messageId: d.message_id });
   return { postings, free, surcharge };
-}
-
-/** Charges a delivered recipient's hold: message_sent, attachments and trailer_surcharge entries. */
-export async function chargeDelivery(svc: Services, tx: Tx, d: SettledDelivery): Promise<void> {
-  if (!(await claimHold(tx, d))) return;
-  const a = await lockAccountCredit(tx, d.accountId);
-  const c = deliveryCharge(a, {
-    id: d.id,
-    message_id: d.messageId,
-    held_micros: d.heldMicros,
-    used_free: d.usedFree,
-    attachment_micros: d.attachmentMicros,
-    surcharge_micros: d.surchargeMicros,
-  });
-  await postEntries(svc, tx, d.accountId, c.postings, {
-    locked: a,
-    releaseHeld: { micros: d.heldMicros, freeMessages: c.free },
-    trailerPaidMicros: c.surcharge,
-  });
 }
 
 const minBig = (x: bigint, y: bigint) => (x < y ? x : y);

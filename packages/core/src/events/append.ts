@@ -5,11 +5,11 @@
  * before it. Not FOR UPDATE: rows inserted in the same transaction (a box, a key) hold KEY SHARE on the account
  * through their foreign key, and FOR UPDATE conflicts with that, so two such transactions would deadlock.
  *
- * The hash is computed here, in TypeScript, and only here (chain.ts has the formula): the batch writers (the
- * send group commit in messages/send.ts, and credit/lean.ts for inbound and delivery outcomes) chain several
- * events onto heads they locked and put eventsInsert in their own statement; appendEvent does the same for one.
+ * The hash is computed here, in TypeScript, and only here (chain.ts has the formula): the batch writer
+ * (store/write.ts: sends, inbound, delivery outcomes, bulk) chains several events onto heads its callers locked
+ * and puts eventsInsert in its one statement; appendEvent does the same for one.
  */
-import { Prisma, type DbClient } from '@boxes/db';
+import { rows as run, sql, tbl, type Column, type DbClient, type DB, type Insertable, type RawBuilder } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
 import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
@@ -72,12 +72,15 @@ export function chainEvent(head: ChainHead, input: NewEvent & { accountId: strin
   };
 }
 
-/** The INSERT of chained rows, for a CTE of the caller's statement. */
-export function eventsInsert(rows: EventRow[]): Prisma.Sql {
-  return Prisma.sql`INSERT INTO events (id, account_id, seq, type, box_id, data, created_at, prev_hash, hash)
-      SELECT e.id, e.account_id, e.seq, e.type, e.box_id, e.data, e.created_at, e.prev_hash, e.hash
-      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
-        AS e(id text, account_id text, seq int, type text, box_id text, data jsonb, created_at timestamptz, prev_hash text, hash text)`;
+const EVENT_COLUMNS = ['id', 'account_id', 'seq', 'type', 'box_id', 'data', 'created_at', 'prev_hash', 'hash'] as const satisfies readonly (keyof EventRow &
+  Column<'events'>)[];
+
+/** The INSERT of chained rows, for a CTE of the caller's statement (typed: the rows are the table's, read with its row type). */
+export function eventsInsert(rows: EventRow[]): RawBuilder<unknown> {
+  const typed: Insertable<DB['events']>[] = rows;
+  const cols = sql.join(EVENT_COLUMNS.map((c) => sql.ref(c)));
+  return sql`INSERT INTO ${sql.table('events')} (${cols})
+      SELECT ${cols} FROM jsonb_populate_recordset(NULL::${sql.table('events')}, ${JSON.stringify(typed)}::jsonb)`;
 }
 
 /**
@@ -87,16 +90,15 @@ export function eventsInsert(rows: EventRow[]): Prisma.Sql {
 export async function appendEvent(input: AppendInput): Promise<EventRow> {
   const { accountId } = input;
   return inTransaction(input.db, async (db) => {
-    const [head] = await db.$queryRaw<ChainHead[]>`SELECT chain_seq, chain_hash FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`;
+    const a = tbl('accounts');
+    const [head] = await run(db, sql<ChainHead>`SELECT ${a.chain_seq}, ${a.chain_hash} FROM ${a.$} WHERE ${a.id} = ${accountId} FOR NO KEY UPDATE`);
     if (!head) throw new Error(`appendEvent: account ${accountId} does not exist`);
     const row = chainEvent(head, input);
-    await db.$queryRaw`
-    WITH ev AS (
-      ${eventsInsert([row])}
-    ), upd AS (
-      UPDATE accounts SET chain_seq = ${row.seq}, chain_hash = ${row.hash} WHERE id = ${accountId}
-    )
-    SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`;
+    await run(
+      db,
+      sql`WITH ev AS (${eventsInsert([row])}), upd AS (UPDATE ${a.$} SET ${a.chain_seq} = ${row.seq}, ${a.chain_hash} = ${row.hash} WHERE ${a.id} = ${accountId})
+        SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified`,
+    );
     return row;
   });
 }

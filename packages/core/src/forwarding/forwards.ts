@@ -7,7 +7,7 @@
  * bounced), as does the target's Decline.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import type { BoxForward, Tx } from '@boxes/db';
+import { exec, k, rows, sql, type BoxForward, type Tx } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvent } from '../events/append';
 import { queueNotice } from '../notices/notices';
@@ -17,7 +17,7 @@ import { newId } from '../shared/ids';
 import { parseMailbox } from '../messages/addresses';
 import type { ForwardStatus } from '@boxes/schemas';
 import { FORWARD_STATUSES } from '@boxes/schemas';
-import { narrowStatus } from '../shared/statuses';
+import { narrowStatus, statusLit } from '../shared/statuses';
 
 /** Forwards a box may have at once (pending and active). */
 export const MAX_FORWARDS_PER_BOX = 10;
@@ -69,7 +69,7 @@ export async function createForward(
   const now = svc.clock.now();
   const row = await svc.db.$transaction(async (tx) => {
     // Serialises forward changes of one box.
-    await tx.$queryRaw`SELECT id FROM boxes WHERE id = ${box.id} FOR UPDATE`;
+    await rows(tx, k.selectFrom('boxes').select('id').where('id', '=', box.id).forUpdate());
     const open = await tx.boxForward.findMany({ where: { boxId: box.id, status: { in: ['pending_confirmation', 'active'] satisfies ForwardStatus[] } } });
     const same = open.find((f) => f.target === target);
     if (same)
@@ -144,7 +144,19 @@ export async function listForwards(svc: Services, input: { accountId: string; sc
 
 /** Recomputes the box's forwarding flag (read by inbound mail) from its active forwards. */
 async function refreshBoxFlag(tx: Tx, boxId: string) {
-  await tx.$executeRaw`UPDATE boxes SET forwarding = EXISTS (SELECT 1 FROM box_forwards WHERE box_id = ${boxId} AND status = 'active') WHERE id = ${boxId}`;
+  await exec(
+    tx,
+    k
+      .updateTable('boxes')
+      .set((eb) => ({
+        forwarding: eb
+          .exists(
+            eb.selectFrom('box_forwards').select(sql.lit(1).as('one')).where('box_id', '=', boxId).where('status', '=', statusLit(FORWARD_STATUSES, 'active')),
+          )
+          .$castTo<boolean>(),
+      }))
+      .where('id', '=', boxId),
+  );
 }
 
 export async function deleteForward(

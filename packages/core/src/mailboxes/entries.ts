@@ -10,6 +10,7 @@ import type { CopyRow } from '@boxes/db';
 import { open } from '../shared/crypto';
 import { ensureComposed } from '../messages/deliver';
 import { deleteMessage } from '../messages/read';
+import { appendLabelEvents, diffLabels, labelsOf, type LabelActor, type LabelChange } from '../messages/labels';
 import { appendToFolder } from './sync';
 
 /** Message flag bits (message_flags.flags). */
@@ -153,21 +154,27 @@ function applyKeywords(mode: FlagChange['mode'], current: string[], given: strin
   return out;
 }
 
-/** STORE: changes the flags of these UIDs of a folder. */
+/**
+ * STORE: changes the flags of these UIDs of a folder. Changes a label shows (every flag but \Deleted) append
+ * message.labels_changed, by the actor's app-password.
+ */
 export async function storeFlags(
   svc: Pick<Services, 'db'>,
-  input: { accountId: string; folderId: string; uids: number[]; change: FlagChange },
+  input: { accountId: string; folderId: string; uids: number[]; change: FlagChange; actor?: LabelActor | undefined },
 ): Promise<StoreResult> {
   const { change } = input;
   return svc.db.$transaction(
     async (tx) => {
-      const rows = await tx.$queryRaw<RawEntry[]>`
-        SELECT e.uid, e.message_id, COALESCE(f.flags, 0) AS flags, f.keywords, e.deleted, e.modseq, m.size_bytes, m.recorded_at, false AS needs_compose
+      const raw = await tx.$queryRaw<(RawEntry & { direction: string; box_id: string | null; thread_id: string })[]>`
+        SELECT e.uid, e.message_id, COALESCE(f.flags, 0) AS flags, f.keywords, e.deleted, e.modseq, m.size_bytes, m.recorded_at, false AS needs_compose,
+          m.direction, m.box_id, m.thread_id
         FROM mail_folder_entries e JOIN messages m ON m.id = e.message_id LEFT JOIN message_flags f ON f.message_id = e.message_id
         WHERE e.folder_id = ${input.folderId} AND e.uid = ANY(${input.uids}::int[]) ORDER BY e.uid FOR UPDATE OF e`;
       const modified: number[] = [];
       const changed: FolderEntry[] = [];
-      for (const r of rows.map(toEntry)) {
+      const labelChanges: LabelChange[] = [];
+      const about = new Map(raw.map((r) => [r.message_id, r]));
+      for (const r of raw.map(toEntry)) {
         if (change.unchangedSince !== undefined && r.modseq > change.unchangedSince) {
           modified.push(r.uid);
           continue;
@@ -176,7 +183,11 @@ export async function storeFlags(
         const deleted = change.mode === 'add' ? r.deleted || change.deleted : change.mode === 'remove' ? r.deleted && !change.deleted : change.deleted;
         const keywords = applyKeywords(change.mode, r.keywords, change.keywords);
         const same = flags === r.flags && deleted === r.deleted && keywords.length === r.keywords.length && keywords.every((k, i) => k === r.keywords[i]);
-        if (!same) changed.push({ ...r, flags, deleted, keywords });
+        if (same) continue;
+        changed.push({ ...r, flags, deleted, keywords });
+        const m = about.get(r.messageId)!;
+        const diff = diffLabels(labelsOf(r.flags, r.keywords, m.direction), labelsOf(flags, keywords, m.direction));
+        if (diff.added.length || diff.removed.length) labelChanges.push({ ...diff, messageId: r.messageId, threadId: m.thread_id, boxId: m.box_id });
       }
       const [head] = await tx.$queryRaw<{ highest_modseq: bigint }[]>`
         UPDATE mail_folders SET highest_modseq = highest_modseq + ${changed.length ? 1 : 0} WHERE id = ${input.folderId} RETURNING highest_modseq`;
@@ -201,6 +212,7 @@ export async function storeFlags(
         )
         UPDATE mail_folder_entries e SET modseq = t.highest_modseq FROM touched t
         WHERE e.folder_id = t.id AND e.message_id = ANY(${changed.map((c) => c.messageId)}::text[])`;
+      if (input.actor) await appendLabelEvents(tx, input.accountId, labelChanges, input.actor);
       return { changed: changed.map((c) => ({ ...c, modseq })), modified, highestModseq: modseq };
     },
     { maxWait: 10_000, timeout: 20_000 },

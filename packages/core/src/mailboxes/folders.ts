@@ -4,7 +4,8 @@
  * creation and never changes, uidNext only grows. Mail stays in its own box's folders.
  */
 import { randomInt } from 'node:crypto';
-import type { DbClient } from '@boxes/db';
+import { k, rows as run, sql, tbl, type DbClient, type DB, type Insertable } from '@boxes/db';
+import { recordsetJson } from '../store/rows';
 import { newId } from '../shared/ids';
 
 export const FOLDER_ROLES = ['inbox', 'sent', 'drafts', 'trash', 'archive', 'junk'] as const;
@@ -41,19 +42,24 @@ const toRow = (r: RawFolder): FolderRow => ({
 export async function ensureBoxFolders(db: DbClient, accountId: string, boxIds: string[]): Promise<FolderRow[]> {
   if (!boxIds.length) return [];
   const wanted = boxIds.flatMap((boxId) => FOLDER_ROLES.map((role) => ({ id: newId('fld'), box_id: boxId, role, uid_validity: randomInt(1, 2 ** 31 - 1) })));
-  const rows = await db.$queryRaw<RawFolder[]>`
+  const [set, w, b, f] = [tbl('mail_folders'), tbl('mail_folders', 'w'), tbl('boxes', 'b'), tbl('mail_folders', 'f')];
+  const made: Insertable<DB['mail_folders']>[] = wanted.map((x) => ({ ...x, account_id: accountId, uid_next: 1, highest_modseq: 1n }));
+  const cols = [f.id, f.box_id, f.role, f.uid_validity, f.uid_next, f.highest_modseq];
+  const rows = await run(
+    db,
+    sql<RawFolder>`
     WITH ins AS (
-      INSERT INTO mail_folders (id, account_id, box_id, role, uid_validity, uid_next, highest_modseq, created_at)
-      SELECT w.id, ${accountId}, w.box_id, w.role, w.uid_validity, 1, 1, now()
-      FROM jsonb_to_recordset(${JSON.stringify(wanted)}::jsonb) AS w(id text, box_id text, role text, uid_validity int)
-      JOIN boxes b ON b.id = w.box_id AND b.account_id = ${accountId}
-      ON CONFLICT (box_id, role) DO NOTHING
-      RETURNING id, box_id, role, uid_validity, uid_next, highest_modseq
+      INSERT INTO ${set.$} (${sql.join([set.id, set.account_id, set.box_id, set.role, set.uid_validity, set.uid_next, set.highest_modseq, set.created_at])})
+      SELECT ${sql.join([w.id, w.account_id, w.box_id, w.role, w.uid_validity, w.uid_next, w.highest_modseq])}, now()
+      FROM jsonb_populate_recordset(NULL::${set.$}, ${recordsetJson(made)}::jsonb) AS w
+      JOIN ${b.$} ON ${b.id} = ${w.box_id} AND ${b.account_id} = ${accountId}
+      ON CONFLICT (${set.box_id}, ${set.role}) DO NOTHING
+      RETURNING ${sql.join([set.id, set.box_id, set.role, set.uid_validity, set.uid_next, set.highest_modseq])}
     )
     SELECT * FROM ins
     UNION ALL
-    SELECT f.id, f.box_id, f.role, f.uid_validity, f.uid_next, f.highest_modseq FROM mail_folders f
-    WHERE f.account_id = ${accountId} AND f.box_id = ANY(${boxIds}::text[])`;
+    SELECT ${sql.join(cols)} FROM ${f.$} WHERE ${f.account_id} = ${accountId} AND ${f.box_id} = ANY(${boxIds}::text[])`,
+  );
   const order = new Map(boxIds.map((id, i) => [id, i]));
   const seen = new Set<string>();
   return rows
@@ -76,15 +82,17 @@ export interface FolderStatus {
 /** Counts for STATUS and the folder head, in one round trip. */
 export async function folderStatus(db: DbClient, folderIds: string[]): Promise<Map<string, FolderStatus>> {
   if (!folderIds.length) return new Map();
-  const rows = await db.$queryRaw<
-    { id: string; uid_validity: number; uid_next: number; highest_modseq: bigint; messages: bigint; unseen: bigint; size: bigint | null }[]
-  >`
-    SELECT f.id, f.uid_validity, f.uid_next, f.highest_modseq,
-      (SELECT count(*) FROM mail_folder_entries e WHERE e.folder_id = f.id) AS messages,
-      (SELECT count(*) FROM mail_folder_entries e LEFT JOIN message_flags mf ON mf.message_id = e.message_id
-        WHERE e.folder_id = f.id AND COALESCE(mf.flags, 0) & 1 = 0) AS unseen,
-      (SELECT sum(m.size_bytes) FROM mail_folder_entries e JOIN messages m ON m.id = e.message_id WHERE e.folder_id = f.id) AS size
-    FROM mail_folders f WHERE f.id = ANY(${folderIds}::text[])`;
+  const [f, e, mf, m] = [tbl('mail_folders', 'f'), tbl('mail_folder_entries', 'e'), tbl('message_flags', 'mf'), tbl('messages', 'm')];
+  const rows = await run(
+    db,
+    sql<{ id: string; uid_validity: number; uid_next: number; highest_modseq: bigint; messages: bigint; unseen: bigint; size: bigint | null }>`
+    SELECT ${f.id}, ${f.uid_validity}, ${f.uid_next}, ${f.highest_modseq},
+      (SELECT count(*) FROM ${e.$} WHERE ${e.folder_id} = ${f.id}) AS messages,
+      (SELECT count(*) FROM ${e.$} LEFT JOIN ${mf.$} ON ${mf.message_id} = ${e.message_id}
+        WHERE ${e.folder_id} = ${f.id} AND COALESCE(${mf.flags}, 0) & 1 = 0) AS unseen,
+      (SELECT sum(${m.size_bytes}) FROM ${e.$} JOIN ${m.$} ON ${m.id} = ${e.message_id} WHERE ${e.folder_id} = ${f.id}) AS size
+    FROM ${f.$} WHERE ${f.id} = ANY(${folderIds}::text[])`,
+  );
   return new Map(
     rows.map((r) => [
       r.id,
@@ -103,6 +111,9 @@ export async function folderStatus(db: DbClient, folderIds: string[]): Promise<M
 
 /** The head of one folder (UIDVALIDITY, UIDNEXT, HIGHESTMODSEQ), or null when it is gone (its box was deleted). */
 export async function folderHead(db: DbClient, folderId: string): Promise<FolderRow | null> {
-  const rows = await db.$queryRaw<RawFolder[]>`SELECT id, box_id, role, uid_validity, uid_next, highest_modseq FROM mail_folders WHERE id = ${folderId}`;
+  const rows: RawFolder[] = await run(
+    db,
+    k.selectFrom('mail_folders').select(['id', 'box_id', 'role', 'uid_validity', 'uid_next', 'highest_modseq']).where('id', '=', folderId),
+  );
   return rows[0] ? toRow(rows[0]) : null;
 }

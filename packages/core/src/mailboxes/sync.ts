@@ -5,9 +5,10 @@
  * folded in, so any process may fold, each event is folded once, and UIDs are given in the stream's order. The
  * hot paths (send, receive) pay nothing for it: whoever reads folders folds first.
  */
-import { Prisma } from '@boxes/db';
+import { exec, k, rows, sql, tbl, type RawBuilder } from '@boxes/db';
 import { EVENT_MESSAGE_ID } from '../events/payload-sql';
 import type { Services } from '../shared/context';
+import type { EventType } from '@boxes/schemas';
 import { ensureBoxFolders } from './folders';
 
 /**
@@ -22,12 +23,18 @@ export const MAIL_FOLLOW_CHANNEL = 'boxes_mail_follow';
  */
 export async function followMailboxes(tx: Tx, accountId: string): Promise<void> {
   await ensureCursor(tx, accountId);
-  await tx.$queryRaw`SELECT pg_notify(${MAIL_FOLLOW_CHANNEL}, ${accountId})::text`;
+  await rows(tx, sql`SELECT pg_notify(${MAIL_FOLLOW_CHANNEL}, ${accountId})::text`);
 }
 
 /** The account's fold cursor, at the start of its stream if it had none. */
 async function ensureCursor(tx: Tx, accountId: string): Promise<void> {
-  await tx.$executeRaw`INSERT INTO mail_sync_state (account_id, seq, updated_at) VALUES (${accountId}, 0, now()) ON CONFLICT (account_id) DO NOTHING`;
+  await exec(
+    tx,
+    k
+      .insertInto('mail_sync_state')
+      .values({ account_id: accountId, seq: 0, updated_at: sql`now()` })
+      .onConflict((oc) => oc.column('account_id').doNothing()),
+  );
 }
 
 /** Events folded per transaction (a first fold of a large account takes several). */
@@ -41,7 +48,8 @@ interface StreamRow {
 }
 
 /** The event types a fold acts on (the cursor moves past the others). */
-const FOLDED = Prisma.sql`('mail.received', 'mail.sent', 'message.deleted')`;
+const FOLDED_TYPES = ['mail.received', 'mail.sent', 'message.deleted'] as const satisfies readonly EventType[];
+const FOLDED = sql`(${sql.join(FOLDED_TYPES.map((t) => sql.lit(t)))})`;
 
 /**
  * Folds every event up to the stream's head into the account's folders. Returns whether anything was folded.
@@ -54,18 +62,28 @@ const FOLDED = Prisma.sql`('mail.received', 'mail.sent', 'message.deleted')`;
  */
 export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string, opts: { background?: boolean } = {}): Promise<boolean> {
   const background = opts.background === true;
-  const foldable = background
-    ? Prisma.sql`EXISTS (SELECT 1 FROM events e WHERE e.account_id = h.id AND e.seq > COALESCE(h.seq, 0) AND e.seq <= h.chain_seq AND e.type IN ${FOLDED})`
-    : Prisma.sql`true`;
-  const head = await svc.db.$queryRaw<{ chain_seq: number; seq: number | null; foldable: boolean }[]>`
-    WITH h AS (SELECT a.id, a.chain_seq, s.seq FROM accounts a LEFT JOIN mail_sync_state s ON s.account_id = a.id WHERE a.id = ${accountId})
-    SELECT h.chain_seq, h.seq, ${foldable} AS foldable FROM h`;
+  const [a, st, e] = [tbl('accounts', 'a'), tbl('mail_sync_state', 's'), tbl('events', 'e')];
+  const foldable: RawBuilder<boolean> = background
+    ? sql`EXISTS (SELECT 1 FROM ${e.$} WHERE ${e.account_id} = h.id AND ${e.seq} > COALESCE(h.seq, 0) AND ${e.seq} <= h.chain_seq AND ${e.type} IN ${FOLDED})`
+    : sql`true`;
+  const head = await rows(
+    svc.db,
+    sql<{ chain_seq: number; seq: number | null; foldable: boolean }>`
+    WITH h AS (SELECT ${a.id}, ${a.chain_seq}, ${st.seq} FROM ${a.$} LEFT JOIN ${st.$} ON ${st.account_id} = ${a.id} WHERE ${a.id} = ${accountId})
+    SELECT h.chain_seq, h.seq, ${foldable} AS foldable FROM h`,
+  );
   if (!head[0] || head[0].chain_seq === (head[0].seq ?? 0)) return false;
   if (!head[0].foldable) {
     // Nothing to fold up to the head read: every event up to it is committed, so the cursor may pass them.
     if (head[0].seq !== null) {
-      await svc.db
-        .$executeRaw`UPDATE mail_sync_state SET seq = ${head[0].chain_seq}, updated_at = now() WHERE account_id = ${accountId} AND seq = ${head[0].seq}`;
+      await exec(
+        svc.db,
+        k
+          .updateTable('mail_sync_state')
+          .set({ seq: head[0].chain_seq, updated_at: sql`now()` })
+          .where('account_id', '=', accountId)
+          .where('seq', '=', head[0].seq),
+      );
     }
     return false;
   }
@@ -74,23 +92,29 @@ export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string
     const more = await svc.db.$transaction(
       async (tx) => {
         await ensureCursor(tx, accountId);
-        const [state] = await tx.$queryRaw<{ seq: number }[]>`
-          SELECT seq FROM mail_sync_state WHERE account_id = ${accountId} FOR UPDATE ${background ? Prisma.sql`SKIP LOCKED` : Prisma.empty}`;
+        const cursor = k.selectFrom('mail_sync_state').select('seq').where('account_id', '=', accountId).forUpdate();
+        const [state] = await rows(tx, background ? cursor.skipLocked() : cursor);
         if (!state) return false; // background: another fold is at it
         // Every event up to the head read now is committed (appends serialise on the head), so the cursor may
         // move to it even past events of other types.
-        const [acct] = await tx.$queryRaw<{ chain_seq: number }[]>`SELECT chain_seq FROM accounts WHERE id = ${accountId}`;
+        const [acct] = await rows(tx, k.selectFrom('accounts').select('chain_seq').where('id', '=', accountId));
         const from = state.seq;
         const to = Math.min(acct!.chain_seq, from + BATCH);
         if (to <= from) return false;
-        const rows = await tx.$queryRaw<StreamRow[]>`
-          SELECT seq, type, box_id, ${EVENT_MESSAGE_ID} AS message_id
-          FROM events
-          WHERE account_id = ${accountId} AND seq > ${from} AND seq <= ${to} AND type IN ${FOLDED}
-          ORDER BY seq`;
-        await fold(tx, accountId, rows);
-        await tx.$executeRaw`UPDATE mail_sync_state SET seq = ${to}, updated_at = now() WHERE account_id = ${accountId}`;
-        folded ||= rows.length > 0;
+        const stream: StreamRow[] = await rows(
+          tx,
+          k
+            .selectFrom('events')
+            .select(['seq', 'type', 'box_id', EVENT_MESSAGE_ID.as('message_id')])
+            .where('account_id', '=', accountId)
+            .where('seq', '>', from)
+            .where('seq', '<=', to)
+            .where('type', 'in', FOLDED_TYPES)
+            .orderBy('seq'),
+        );
+        await fold(tx, accountId, stream);
+        await exec(tx, k.updateTable('mail_sync_state').set({ seq: to, updated_at: sql`now()` }).where('account_id', '=', accountId));
+        folded ||= stream.length > 0;
         return to < acct!.chain_seq;
       },
       { maxWait: 10_000, timeout: 60_000 },
@@ -134,10 +158,19 @@ async function addAll(tx: Tx, accountId: string, rows: StreamRow[]): Promise<voi
   }
   if (sent.length) {
     // What you sent you have read.
-    await tx.$executeRaw`
-      INSERT INTO message_flags (message_id, account_id, flags, keywords, updated_at)
-      SELECT m.id, ${accountId}, 1, '{}', now() FROM messages m WHERE m.id = ANY(${sent}::text[])
-      ON CONFLICT (message_id) DO NOTHING`;
+    await exec(
+      tx,
+      k
+        .insertInto('message_flags')
+        .columns(['message_id', 'account_id', 'flags', 'keywords', 'updated_at'])
+        .expression(
+          k
+            .selectFrom('messages')
+            .select(['id', sql.val(accountId).as('account_id'), sql.lit(1).as('flags'), sql`'{}'::text[]`.as('keywords'), sql`now()`.as('updated_at')])
+            .where('id', '=', sql<string>`ANY(${sent}::text[])`),
+        )
+        .onConflict((oc) => oc.column('message_id').doNothing()),
+    );
   }
   for (const [folderId, messageIds] of byTarget) await appendToFolder(tx, folderId, messageIds, { returning: false });
 }
@@ -159,32 +192,39 @@ export async function appendToFolder(
 ): Promise<{ messageId: string; uid: number }[]> {
   const ids = [...new Set(messageIds)];
   if (!ids.length) return [];
-  const [folder] = await tx.$queryRaw<{ first: number; modseq: bigint }[]>`
-    UPDATE mail_folders SET uid_next = uid_next + ${ids.length}, highest_modseq = highest_modseq + 1
-    WHERE id = ${folderId} RETURNING uid_next - ${ids.length} AS first, highest_modseq AS modseq`;
+  const [folder] = await rows(
+    tx,
+    k
+      .updateTable('mail_folders')
+      .set((eb) => ({ uid_next: eb('uid_next', '+', ids.length), highest_modseq: eb('highest_modseq', '+', 1n) }))
+      .where('id', '=', folderId)
+      .returning([sql<number>`uid_next - ${ids.length}`.as('first'), 'highest_modseq as modseq']),
+  );
   if (!folder) return [];
   // A folder that never held anything (a first fold) has nothing to compare with.
   const fresh = folder.first === 1;
-  const insert = Prisma.sql`
-    INSERT INTO mail_folder_entries (folder_id, uid, message_id, deleted, modseq)
+  const [fe, y, m] = [tbl('mail_folder_entries'), tbl('mail_folder_entries', 'y'), tbl('messages', 'm')];
+  const insert = sql`
+    INSERT INTO ${fe.$} (${sql.join([fe.folder_id, fe.uid, fe.message_id, fe.deleted, fe.modseq])})
     SELECT ${folderId}, ${folder.first}::int + (x.ord::int - 1), x.id, false, ${folder.modseq}
     FROM unnest(${ids}::text[]) WITH ORDINALITY AS x(id, ord)
-    JOIN messages m ON m.id = x.id AND m.body_reclaimed_at IS NULL
-    ${fresh ? Prisma.empty : Prisma.sql`WHERE NOT EXISTS (SELECT 1 FROM mail_folder_entries y WHERE y.message_id = x.id AND y.folder_id = ${folderId})`}`;
+    JOIN ${m.$} ON ${m.id} = x.id AND ${m.body_reclaimed_at} IS NULL
+    ${fresh ? sql`` : sql`WHERE NOT EXISTS (SELECT 1 FROM ${y.$} WHERE ${y.message_id} = x.id AND ${y.folder_id} = ${folderId})`}`;
   // A first fold of a large account adds thousands at once: nothing is read back.
   if (opts.returning === false) {
-    await tx.$executeRaw(insert);
+    await exec(tx, insert);
     return [];
   }
-  const rows = await tx.$queryRaw<{ uid: number; message_id: string }[]>`${insert} RETURNING uid, message_id`;
-  return rows.map((r) => ({ messageId: r.message_id, uid: r.uid })).sort((a, b) => a.uid - b.uid);
+  const added = await rows(tx, sql<{ uid: number; message_id: string }>`${insert} RETURNING ${fe.uid}, ${fe.message_id}`);
+  return added.map((r) => ({ messageId: r.message_id, uid: r.uid })).sort((a, b) => a.uid - b.uid);
 }
 
 /** Takes messages out of every folder they are in (each folder's modseq moves, so open views notice). */
 export async function removeEverywhere(tx: Tx, messageIds: string[]): Promise<void> {
-  await tx.$executeRaw`
-    WITH gone AS (
-      DELETE FROM mail_folder_entries WHERE message_id = ANY(${messageIds}::text[]) RETURNING folder_id
-    )
-    UPDATE mail_folders SET highest_modseq = highest_modseq + 1 WHERE id IN (SELECT folder_id FROM gone)`;
+  const [fe, f] = [tbl('mail_folder_entries'), tbl('mail_folders')];
+  await exec(
+    tx,
+    sql`WITH gone AS (DELETE FROM ${fe.$} WHERE ${fe.message_id} = ANY(${messageIds}::text[]) RETURNING ${fe.folder_id})
+    UPDATE ${f.$} SET ${f.highest_modseq} = ${f.highest_modseq} + 1 WHERE ${f.id} IN (SELECT folder_id FROM gone)`,
+  );
 }

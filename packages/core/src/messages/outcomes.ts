@@ -3,22 +3,22 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { Prisma, type Tx } from '@boxes/db';
-import { chargeDelivery, deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
+import { exec, rows, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
+import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
-import { isQuietCharge, leanChargesSql, type LeanCharge } from '../credit/lean';
+import { writeBatch, type AccountChange } from '../store/write';
 import type { Services } from '../shared/context';
 import { suppress } from '../suppression/suppression';
 import { evaluateReputation } from '../suppression/reputation';
 import { stopForwardOnBounce } from '../forwarding/forwards';
-import { FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus } from '@boxes/schemas';
-import { statusLiteral } from '../shared/statuses';
+import { DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
+import { statusIn, statusLit } from '../shared/statuses';
 
 const FINAL: DeliveryStatus[] = [...FINAL_DELIVERY_STATUSES];
 
 /** Sets the messages' statuses from their deliveries, each once every one of its deliveries is final (one statement). */
 export async function refreshMessageStatuses(tx: Tx, messageIds: string[]): Promise<void> {
-  if (messageIds.length) await tx.$executeRaw(messageStatusUpdate(messageIds));
+  if (messageIds.length) await exec(tx, messageStatusUpdate(messageIds));
 }
 
 async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
@@ -29,21 +29,24 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
  * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
  * Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
-function messageStatusUpdate(messageIds: string[]): Prisma.Sql {
-  return Prisma.sql`
-      UPDATE messages m SET status = CASE
-          WHEN s.delivered = s.total THEN ${statusLiteral(MESSAGE_STATUSES, 'delivered')}
-          WHEN s.delivered > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'partially_delivered')}
-          WHEN s.bounced > 0 THEN ${statusLiteral(MESSAGE_STATUSES, 'bounced')}
-          ELSE ${statusLiteral(MESSAGE_STATUSES, 'failed')} END
+function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
+  const [set, m, d] = [tbl('messages'), tbl('messages', 'm'), tbl('deliveries')];
+  const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
+  const final = statusIn(DELIVERY_STATUSES, FINAL);
+  return sql`
+      UPDATE ${m.$} SET ${set.status} = CASE
+          WHEN s.delivered = s.total THEN ${is('delivered')}
+          WHEN s.delivered > 0 THEN ${is('partially_delivered')}
+          WHEN s.bounced > 0 THEN ${is('bounced')}
+          ELSE ${is('failed')} END
       FROM (
-        SELECT message_id, count(*) AS total,
-          count(*) FILTER (WHERE status = 'delivered') AS delivered,
-          count(*) FILTER (WHERE status = 'bounced') AS bounced,
-          count(*) FILTER (WHERE status NOT IN ('delivered', 'bounced', 'failed')) AS open
-        FROM deliveries WHERE message_id = ANY(${messageIds}::text[]) GROUP BY message_id
+        SELECT ${d.message_id}, count(*) AS total,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'bounced')}) AS bounced,
+          count(*) FILTER (WHERE ${d.status} NOT IN ${final}) AS open
+        FROM ${d.$} WHERE ${d.message_id} = ANY(${messageIds}::text[]) GROUP BY ${d.message_id}
       ) s
-      WHERE m.id = s.message_id AND s.open = 0`;
+      WHERE ${m.id} = s.message_id AND s.open = 0`;
 }
 
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
@@ -91,21 +94,25 @@ export async function markDelivered(
 /**
  * Many deliveries accepted by their MX, recorded together (group commit: the worker gathers the outcomes that
  * arrive while a record is being written). Three round trips in the caller's transaction whatever their number
- * (typed SQL, not Prisma: see README "Hot paths"): claim the deliveries, lock their accounts (in id order, so two
- * such batches never deadlock), then one statement that settles the holds, writes the ledger entries, appends
- * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages.
- * An account whose charges cross an alert threshold or go into deficit takes the general ledger path instead,
- * delivery by delivery, so its announcements happen exactly as elsewhere. Returns the ids it recorded.
+ * (see README "Hot paths"): claim the deliveries, lock their accounts (in id order, so two such batches never
+ * deadlock), then the store writer's one statement that settles the holds, writes the ledger entries, appends
+ * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages
+ * (an account whose charges have something to announce follows the general way, see store/write.ts).
+ * Returns the ids it recorded.
  */
 export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
-  const claimedRows = await tx.$queryRaw<ClaimedDelivery[]>`
-    UPDATE deliveries d SET status = 'delivered', delivered_at = now(), remote_mta = x.mta, last_error = NULL, next_attempt_at = NULL,
-      attempts = x.attempts, updated_at = now()
+  const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+  const claimedRows = await rows(
+    tx,
+    sql<ClaimedDelivery>`
+    UPDATE ${d.$} SET ${set.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
+      ${set.next_attempt_at} = NULL, ${set.attempts} = x.attempts, ${set.updated_at} = now()
     FROM jsonb_to_recordset(${JSON.stringify([...byId.values()].map((o) => ({ id: o.deliveryId, mta: o.mta, attempts: o.attempts })))}::jsonb) AS x(id text, mta text, attempts int)
-    WHERE d.id = x.id AND d.status NOT IN ('delivered', 'bounced', 'failed')
-    RETURNING d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at`;
+    WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}
+    RETURNING ${sql.join([d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at])}`,
+  );
   if (!claimedRows.length) return new Set();
   // In the order they were given: an account's events follow the order its outcomes arrived.
   const order = new Map([...byId.keys()].map((id, i) => [id, i]));
@@ -116,60 +123,28 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
     const o = byId.get(d.id)!;
     return { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: o.mta, response: o.response.slice(0, 500) };
   };
-  const lean: LeanCharge[] = [];
-  const general: ClaimedDelivery[] = [];
-  for (const accountId of accountIds) {
-    const start = locked.get(accountId)!;
-    const mine = claimed.filter((d) => d.account_id === accountId);
-    // The account's running state as each charge applies: all quiet, or the whole account goes the general way.
-    const state = { ...start };
-    const planned: LeanCharge[] = [];
-    for (const d of mine) {
-      const charge = d.settled_at ? null : deliveryCharge(state, d);
-      const postings = charge?.postings ?? [];
-      if (!isQuietCharge(state, postings)) break;
-      planned.push({
-        accountId,
-        locked: start,
-        postings,
-        releaseHeld: charge ? { micros: d.held_micros, freeMessages: charge.free } : undefined,
-        trailerPaidMicros: charge?.surcharge,
-        event: { type: 'mail.delivered', data: eventData(d) },
-      });
-      state.balance_micros += postings.reduce((n, p) => n + p.amountMicros, 0n);
-      state.trailer_paid_micros += charge?.surcharge ?? 0n;
-    }
-    if (planned.length === mine.length) lean.push(...planned);
-    else general.push(...mine);
-  }
-  if (lean.length) {
-    const slow = new Set(general);
-    const quick = claimed.filter((d) => !slow.has(d));
-    const leanIds = quick.map((d) => d.id);
-    const messageIds = [...new Set(quick.map((d) => d.message_id))];
-    const sql = leanChargesSql(lean);
-    await tx.$queryRaw`
-      WITH settle AS (
-        UPDATE deliveries SET settled_at = now() WHERE id = ANY(${leanIds}::text[]) AND settled_at IS NULL
-      ), ${sql.ctes}, msg AS (
-        ${messageStatusUpdate(messageIds)}
-      )
-      ${sql.notify}`;
-  }
-  for (const d of general) {
-    // The general path: its announcements (low_balance, billing.deficit) run as for every other charge.
-    await chargeDelivery(svc, tx, {
-      id: d.id,
+  // Each account's running trailer payments, so a surcharge stops once the opt-out is paid off within the batch.
+  const paid = new Map([...locked].map(([id, a]) => [id, a.trailer_paid_micros]));
+  const changes: AccountChange[] = claimed.map((d) => {
+    const charge = d.settled_at ? null : deliveryCharge({ trailer_paid_micros: paid.get(d.account_id)! }, d);
+    if (charge) paid.set(d.account_id, paid.get(d.account_id)! + charge.surcharge);
+    return {
       accountId: d.account_id,
-      messageId: d.message_id,
-      heldMicros: d.held_micros,
-      usedFree: d.used_free,
-      attachmentMicros: d.attachment_micros,
-      surchargeMicros: d.surcharge_micros,
-    });
-    await appendEvent({ db: tx, accountId: d.account_id, type: 'mail.delivered', data: eventData(d) });
-    await refreshMessageStatus(tx, d.message_id);
-  }
+      charge: charge
+        ? { postings: charge.postings, releaseHeld: { micros: d.held_micros, freeMessages: charge.free }, trailerPaidMicros: charge.surcharge }
+        : undefined,
+      event: { type: 'mail.delivered', data: eventData(d) },
+    };
+  });
+  const unsettled = claimed.filter((d) => !d.settled_at).map((d) => d.id);
+  await writeBatch(svc, tx, {
+    locked,
+    changes,
+    also: [
+      sql`settle AS (UPDATE ${set.$} SET ${set.settled_at} = now() WHERE ${set.id} = ANY(${unsettled}::text[]) AND ${set.settled_at} IS NULL)`,
+      sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((c) => c.message_id))])})`,
+    ],
+  });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).
   for (const accountId of accountIds) {

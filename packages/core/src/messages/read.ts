@@ -11,6 +11,7 @@ import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
 import type { Authentication } from '../trust/authenticate';
 import type { SpamVerdict } from '../trust/spam';
 import { extractReplyText } from '../trust/extract';
+import { labelCondition } from './labels';
 
 /** retentionDays: the account's audit retention window, to say when an available body is due to be reclaimed. */
 export function presentMessage(m: Message, retentionDays?: number) {
@@ -107,8 +108,10 @@ export async function listMessages(
     before?: string | undefined;
     limit: number;
     cursor?: string | undefined;
+    label?: string | undefined;
   },
 ) {
+  const label = input.label === undefined ? undefined : labelCondition(input.label);
   const where: Prisma.MessageWhereInput = { accountId: input.accountId };
   if (input.direction) where.direction = input.direction;
   const boxIds: string[] | null = input.scope;
@@ -132,6 +135,24 @@ export async function listMessages(
     and.push({ OR: [{ recordedAt: { lt: c.at } }, { recordedAt: c.at, id: { lt: c.id } }] });
   }
   if (and.length) where.AND = and;
+  if (label) {
+    // Labels live in message_flags (flag bits, keywords compared case-insensitively): the page's ids are picked
+    // in SQL with the same conditions, then read as usual.
+    const conds: Prisma.Sql[] = [Prisma.sql`m.account_id = ${input.accountId}`, label];
+    if (input.direction) conds.push(Prisma.sql`m.direction = ${input.direction}`);
+    if (typeof where.boxId === 'string') conds.push(Prisma.sql`m.box_id = ${where.boxId}`);
+    else if (boxIds) conds.push(Prisma.sql`m.box_id = ANY(${boxIds}::text[])`);
+    if (since) conds.push(Prisma.sql`m.recorded_at >= ${since}`);
+    if (before) conds.push(Prisma.sql`m.recorded_at < ${before}`);
+    if (input.cursor) {
+      const c = decodeCursor(input.cursor);
+      conds.push(Prisma.sql`(m.recorded_at, m.id) < (${c.at}::timestamptz, ${c.id}::text)`);
+    }
+    const ids = await svc.db.$queryRaw<{ id: string }[]>`
+      SELECT m.id FROM messages m LEFT JOIN message_flags f ON f.message_id = m.id
+      WHERE ${Prisma.join(conds, ' AND ')} ORDER BY m.recorded_at DESC, m.id DESC LIMIT ${input.limit + 1}`;
+    where.id = { in: ids.map((r) => r.id) };
+  }
   const [rows, days] = await Promise.all([
     svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'desc' }, { id: 'desc' }], take: input.limit + 1 }),
     retentionDaysOf(svc, input.accountId),

@@ -4,12 +4,11 @@
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
 import type { Box, Tx } from '@boxes/db';
-import { Prisma } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
-import { lockAccountCredit, lockAccountsCredit, postEntries, receivedCharge } from '../credit/ledger';
-import { isQuietCharge, leanChargesSql, type LeanCharge } from '../credit/lean';
+import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
+import { writeBatch, type AccountChange } from '../store/write';
+import type { MessageRow } from '../store/rows';
 import { groupCommitOf } from '../shared/group-commit';
-import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
@@ -20,7 +19,6 @@ import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
 import { storedTrust, type InboundTrust } from '../trust/inbound';
-import type { MessageStatus } from '@boxes/schemas';
 
 export type RecipientResolution =
   | { kind: 'box'; box: Box }
@@ -208,24 +206,20 @@ const inboundOf = (svc: Services) =>
 
 /**
  * Many groupable messages in one transaction (README "Hot paths"): the accounts locked once, in id order (two
- * batches never deadlock); the messages, their charges and their mail.received events written in one
- * statement per run of quiet charges. A message that answers another (its parents are looked up) or a charge
- * with something to announce first writes what is pending, then goes as in storeInbound.
+ * batches never deadlock); the messages, their charges and their mail.received events written by the store
+ * writer in one statement (it takes an account whose charges have something to announce the general way). A
+ * message that answers another first writes what is pending, since its parents may be among it.
  */
 async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Promise<StoredInbound[]> {
   const accountIds = [...new Set(items.flatMap((p) => p.input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : []))))].sort();
-  const base = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
-  const running = new Map([...base].map(([id, a]) => [id, { ...a }]));
-  let pending: ReceivedRow[] = [];
-  const write = async (last = false) => {
+  // The rows as written so far (the writer moves them), and as the pending messages' charges will leave them.
+  const locked = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
+  const running = new Map([...locked].map(([id, a]) => [id, { ...a }]));
+  let pending: ReceivedWrite[] = [];
+  const write = async () => {
     if (!pending.length) return;
-    await writeReceived(tx, pending);
-    // The written accounts' rows as they are now (the chain heads moved): the next run starts from them.
-    const touched = last ? [] : [...new Set(pending.map((r) => r.charge.accountId))].sort();
-    for (const a of touched.length ? await lockAccountsCredit(tx, touched) : []) {
-      base.set(a.id, a);
-      running.set(a.id, { ...a });
-    }
+    await writeReceived(svc, tx, locked, pending);
+    for (const [id, a] of locked) running.set(id, { ...a });
     pending = [];
   };
   const out: StoredInbound[] = [];
@@ -253,33 +247,17 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
       const threadId: string = threadOfAccount.get(box.accountId) ?? found ?? newId('thr');
       threadOfAccount.set(box.accountId, threadId);
       const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
-      const eventData = receivedEventData(p, box, id, threadId, context);
       if (p.files.length) files.push({ item: out.length, messageId: id, accountId: box.accountId, attachments: p.files });
       const a = running.get(box.accountId)!;
       const postings = receivedCharge(svc, a, id, p.attachmentBytes);
-      if (!isQuietCharge(a, postings)) {
-        await write();
-        await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
-        const [now] = await lockAccountsCredit(tx, [box.accountId]);
-        base.set(now!.id, now!);
-        running.set(now!.id, { ...now! });
-        messageIds.push(id);
-        continue;
-      }
-      pending.push({
-        p,
-        i,
-        box,
-        m: { id, context, threadId, rfcMessageId, eventData },
-        charge: { accountId: box.accountId, locked: base.get(box.accountId)!, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } },
-      });
+      pending.push({ p, i, box, m: { id, context, threadId, rfcMessageId, eventData: receivedEventData(p, box, id, threadId, context) }, postings });
       a.balance_micros += postings.reduce((n, x) => n + x.amountMicros, 0n);
       a.free_messages_left -= postings.reduce((n, x) => n + (x.freeMessages ?? 0), 0);
       messageIds.push(id);
     }
     out.push({ messageIds, forwardRunIds: [] });
   }
-  await write(true);
+  await write();
   if (files.length) {
     const itemOf = new Map(files.map((f) => [f.messageId, f.item]));
     for (const w of await recordAttachments(tx, files)) {
@@ -298,91 +276,48 @@ interface NewInbound {
   eventData: ReturnType<typeof receivedEventData>;
 }
 
-/** A received message for one box, ready to write: its recipient index in p, its row's values and its quiet charge. */
-interface ReceivedRow {
+/** A received message for one box, ready to write: its recipient index in p, its row's values and its charge. */
+interface ReceivedWrite {
   p: Prepared;
   i: number;
   box: Box;
   m: NewInbound;
-  charge: LeanCharge;
+  postings: Posting[];
 }
 
 /**
- * The hot path's one statement (typed SQL, README "Hot paths"): the messages, their charges and their
- * mail.received events, each account's charges applied in the order given on the row its first one locked.
- * Sealed bodies go as arrays beside the JSON of the other columns (raw bytes as base64, decoded here).
+ * The hot path's one statement (store/write.ts): the messages, their charges and their mail.received events,
+ * each account's charges applied in the order given on the row the caller locked.
  */
-async function writeReceived(tx: Tx, list: ReceivedRow[]): Promise<void> {
-  const rows = list.map(({ p, box, m }, n) => ({
-    i: n + 1,
+async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, list: ReceivedWrite[]): Promise<void> {
+  const messages: MessageRow[] = list.map(({ p, i, box, m }) => ({
     id: m.id,
     account_id: box.accountId,
     box_id: box.id,
+    direction: 'received',
+    status: 'received',
     rfc_message_id: m.rfcMessageId,
     in_reply_to: p.parsed.inReplyTo,
-    refs: p.parsed.references,
+    references: p.parsed.references,
     from_address: p.parsed.from,
     to_addresses: p.parsed.to,
     cc_addresses: p.parsed.cc,
+    bcc_addresses: [],
     subject: p.parsed.subject,
     size_bytes: p.input.raw.length,
     context: m.context,
     authentication: p.trust.authentication,
     spam: p.trust.spam,
     thread_id: m.threadId,
+    body_enc: p.sealed[i]!.bodyEnc,
+    raw_enc: p.sealed[i]!.rawEnc,
   }));
-  const bodies = list.map(({ p, i }) => p.sealed[i]!.bodyEnc);
-  const raws = list.map(({ p, i }) =>
-    Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'),
-  );
-  const sql = leanChargesSql(list.map((r) => r.charge));
-  await tx.$queryRaw`
-    WITH msg AS (
-      INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-        from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
-        authentication, spam, thread_id)
-      SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
-        r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, decode(b.raw_b64, 'base64'), r.context, now(),
-        r.authentication, r.spam, r.thread_id
-      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
-        refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
-      JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = r.i
-    ), ${sql.ctes}
-    ${sql.notify}`;
-}
-
-/** One received message through Prisma and the general ledger path (a charge with something to announce). */
-async function storeOne(svc: Services, tx: Tx, p: Prepared, i: number, box: Box, m: NewInbound): Promise<void> {
-  const { parsed, input } = p;
-  const a = await lockAccountCredit(tx, box.accountId);
-  const postings = input.free ? [] : receivedCharge(svc, a, m.id, p.attachmentBytes);
-  await tx.message.create({
-    data: {
-      id: m.id,
-      accountId: box.accountId,
-      boxId: box.id,
-      direction: 'received',
-      status: 'received' satisfies MessageStatus,
-      rfcMessageId: m.rfcMessageId,
-      providerMessageId: m.id,
-      inReplyTo: parsed.inReplyTo,
-      references: { set: parsed.references },
-      fromAddress: parsed.from,
-      toAddresses: { set: parsed.to },
-      ccAddresses: { set: parsed.cc },
-      bccAddresses: { set: [] },
-      subject: parsed.subject,
-      sizeBytes: input.raw.length,
-      bodyEnc: p.sealed[i]!.bodyEnc,
-      rawEnc: p.sealed[i]!.rawEnc,
-      context: (m.context ?? Prisma.DbNull) as Prisma.InputJsonValue,
-      authentication: (p.trust.authentication ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
-      spam: (p.trust.spam ?? Prisma.DbNull) as unknown as Prisma.InputJsonValue,
-      threadId: m.threadId,
-    },
-  });
-  await postEntries(svc, tx, box.accountId, postings, { locked: a });
-  await appendEvent({ db: tx, accountId: box.accountId, type: 'mail.received', boxId: box.id, data: m.eventData });
+  const changes: AccountChange[] = list.map(({ box, m, postings }) => ({
+    accountId: box.accountId,
+    charge: { postings },
+    event: { type: 'mail.received', boxId: box.id, data: m.eventData },
+  }));
+  await writeBatch(svc, tx, { locked, changes, messages });
 }
 
 /** One message in the caller's transaction: every kind of recipient, reports, forwards, free notices. */
@@ -410,18 +345,9 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
     threadOfAccount.set(box.accountId, threadId);
     const rfcMessageId = parsed.messageId ?? `<${id}@${domainOf(box.address)}>`;
     const eventData = receivedEventData(p, box, id, threadId, context);
-    // The hot path (typed SQL, README "Hot paths"): lock the account row, then the message, its charge and
-    // mail.received in one statement, unless the charge has something to announce.
-    const a = await lockAccountCredit(tx, box.accountId);
-    const postings = input.free ? [] : receivedCharge(svc, a, id, p.attachmentBytes);
-    if (isQuietCharge(a, postings)) {
-      const m = { id, context, threadId, rfcMessageId, eventData };
-      await writeReceived(tx, [
-        { p, i, box, m, charge: { accountId: box.accountId, locked: a, postings, event: { type: 'mail.received', boxId: box.id, data: eventData } } },
-      ]);
-    } else {
-      await storeOne(svc, tx, p, i, box, { id, context, threadId, rfcMessageId, eventData });
-    }
+    const locked = new Map((await lockAccountsCredit(tx, [box.accountId])).map((a) => [a.id, a]));
+    const postings = input.free ? [] : receivedCharge(svc, locked.get(box.accountId)!, id, p.attachmentBytes);
+    await writeReceived(svc, tx, locked, [{ p, i, box, m: { id, context, threadId, rfcMessageId, eventData }, postings }]);
     if (report) await applyReport(tx, { report, accountId: box.accountId, now: svc.clock.now() });
     messageIds.push(id);
     if (p.files.length) files.push({ messageId: id, accountId: box.accountId, attachments: p.files });

@@ -11,7 +11,8 @@ import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 import { DELIVERY_STATUSES, MESSAGE_STATUSES } from '@boxes/schemas';
-import { statusLiteral } from '../shared/statuses';
+import { statusLit } from '../shared/statuses';
+import { rows as run, sql, tbl } from '@boxes/db';
 
 /** How far ahead a send may be scheduled. */
 export const MAX_SCHEDULE_MS = 30 * 86_400_000;
@@ -41,8 +42,23 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
       const m = await tx.message.findUnique({ where: { id: messageId }, select: { accountId: true, status: true } });
       if (!m || m.status !== ('scheduled' satisfies MessageStatus)) return false;
       await lockAccountCredit(tx, m.accountId);
-      const rows = await tx.$queryRaw<
-        {
+      const [m$, d$] = [tbl('messages'), tbl('deliveries')];
+      const scheduled = statusLit(MESSAGE_STATUSES, 'scheduled');
+      const returned = [
+        m$.id,
+        m$.box_id,
+        m$.rfc_message_id,
+        m$.thread_id,
+        m$.from_address,
+        m$.to_addresses,
+        m$.cc_addresses,
+        m$.subject,
+        m$.send_at,
+        m$.context,
+      ];
+      const rows = await run(
+        tx,
+        sql<{
           id: string;
           box_id: string | null;
           rfc_message_id: string;
@@ -54,15 +70,16 @@ export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: str
           send_at: Date | null;
           context: unknown;
           recipients: number;
-        }[]
-      >`
+        }>`
         WITH m AS (
-          UPDATE messages SET status = ${statusLiteral(MESSAGE_STATUSES, 'queued')} WHERE id = ${messageId} AND status = 'scheduled'
-          RETURNING id, box_id, rfc_message_id, thread_id, from_address, to_addresses, cc_addresses, subject, send_at, context
+          UPDATE ${m$.$} SET ${m$.status} = ${statusLit(MESSAGE_STATUSES, 'queued')} WHERE ${m$.id} = ${messageId} AND ${m$.status} = ${scheduled}
+          RETURNING ${sql.join(returned)}
         ), d AS (
-          UPDATE deliveries SET status = ${statusLiteral(DELIVERY_STATUSES, 'queued')}, updated_at = now() WHERE message_id IN (SELECT id FROM m) AND status = 'scheduled' RETURNING id
+          UPDATE ${d$.$} SET ${d$.status} = ${statusLit(DELIVERY_STATUSES, 'queued')}, ${d$.updated_at} = now()
+          WHERE ${d$.message_id} IN (SELECT id FROM m) AND ${d$.status} = ${statusLit(DELIVERY_STATUSES, 'scheduled')} RETURNING ${d$.id}
         )
-        SELECT m.*, (SELECT count(*) FROM d)::int AS recipients FROM m`;
+        SELECT m.*, (SELECT count(*) FROM d)::int AS recipients FROM m`,
+      );
       const r = rows[0];
       if (!r) return false;
       await appendEvent({

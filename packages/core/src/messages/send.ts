@@ -11,7 +11,8 @@ import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
 import { lockAccountsCredit, messagePrice, planReservation, type LockedAccount } from '../credit/ledger';
 import { groupCommitOf } from '../shared/group-commit';
-import { chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
+import { writeBatch, type AccountChange } from '../store/write';
+import type { DeliveryRow, MessageRow } from '../store/rows';
 import type { BoxScope } from '../boxes/boxes';
 import { sha256Hex } from '../shared/crypto';
 import type { Services } from '../shared/context';
@@ -154,8 +155,8 @@ interface SendPlan {
 interface StagedSend {
   plan: SendPlan;
   out: Output;
-  deliveries: { id: string; recipient: string; route: string; held_micros: number; used_free: boolean; attachment_micros: number; surcharge_micros: number }[];
-  event: EventRow;
+  deliveries: { id: string; recipient: string; route: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[];
+  event: NewEvent;
   heldMicros: bigint;
   freeUsed: number;
 }
@@ -164,8 +165,8 @@ type SendResult = { out: Output; deliveryIds: string[]; attachmentIds: string[] 
 
 /**
  * A send on the locked account row as it stands (credit, holds, the chain head): the reservation (402 when the
- * credit is short), the answer, the deliveries and mail.sent (or mail.scheduled). Moves the row's holds and
- * head in memory, so the next send of the same account in a batch stages on top of it.
+ * credit is short), the answer, the deliveries and mail.sent (or mail.scheduled). Moves the row's holds in
+ * memory, so the next send of the same account in a batch stages on top of it.
  */
 function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
   const p = sp.planned;
@@ -176,10 +177,10 @@ function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
     id: newId('dlv'),
     recipient: r,
     route: sp.routes[i]!,
-    held_micros: Number(reservation!.perRecipient[i]!.micros),
+    held_micros: reservation!.perRecipient[i]!.micros,
     used_free: reservation!.perRecipient[i]!.free,
-    attachment_micros: Number(reservation!.perRecipient[i]!.attachmentMicros),
-    surcharge_micros: Number(reservation!.perRecipient[i]!.surchargeMicros),
+    attachment_micros: reservation!.perRecipient[i]!.attachmentMicros,
+    surcharge_micros: reservation!.perRecipient[i]!.surchargeMicros,
   }));
   const freeUsed = reservation?.freeUsed ?? 0;
   const heldMicros = reservation?.heldMicros ?? 0n;
@@ -217,41 +218,33 @@ function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
     context: p.context ?? null,
   };
   const announced: NewEvent = sp.sendAt ? { type: 'mail.scheduled', data: { ...facts, send_at: sp.sendAt.toISOString() } } : { type: 'mail.sent', data: facts };
-  const event = chainEvent(a, { accountId: sp.accountId, boxId: sp.planned.box.id, ...announced });
+  const event: NewEvent = { boxId: sp.planned.box.id, ...announced };
   a.held_micros += heldMicros;
   a.held_free_messages += freeUsed;
-  a.chain_seq = event.seq;
-  a.chain_hash = event.hash;
   return { plan: sp, out, deliveries, event, heldMicros, freeUsed };
 }
 
 /**
- * The staged sends in one statement: each account's holds and chain head, the messages (sealed bodies passed
- * as an array, not inside JSON), their deliveries and events, and a NOTIFY per account.
+ * The staged sends in one statement (store/write.ts): each account's holds and chain head, the messages, their
+ * deliveries and events, and a NOTIFY per account.
  */
-async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
-  const accounts = new Map<string, { id: string; held: string; free: number; seq: number; hash: string }>();
-  for (const s of staged) {
-    const prev = accounts.get(s.plan.accountId);
-    accounts.set(s.plan.accountId, {
-      id: s.plan.accountId,
-      held: String((prev ? BigInt(prev.held) : 0n) + s.heldMicros),
-      free: (prev?.free ?? 0) + s.freeUsed,
-      seq: s.event.seq,
-      hash: s.event.hash,
-    });
-  }
-  const messages = staged.map((s, i) => {
+async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, staged: StagedSend[]): Promise<void> {
+  const changes: AccountChange[] = staged.map((s) => ({
+    accountId: s.plan.accountId,
+    hold: { micros: s.heldMicros, freeMessages: s.freeUsed },
+    event: s.event,
+  }));
+  const messages: MessageRow[] = staged.map((s) => {
     const p = s.plan.planned;
     return {
-      i: i + 1,
       id: p.messageId,
       account_id: s.plan.accountId,
       box_id: p.box.id,
+      direction: 'sent',
       status: s.out.status,
       rfc_message_id: p.rfcMessageId,
       in_reply_to: p.inReplyTo,
-      refs: p.references,
+      references: p.references,
       from_address: p.from,
       to_addresses: p.to,
       cc_addresses: p.cc,
@@ -265,42 +258,14 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
       recorded_at: s.plan.date.toISOString(),
       thread_id: p.threadId,
       send_at: s.plan.sendAt?.toISOString() ?? null,
+      body_enc: p.bodyEnc,
     };
   });
-  const deliveries = staged.flatMap((s) =>
-    s.deliveries.map((d) => ({
-      ...d,
-      message_id: s.plan.planned.messageId,
-      account_id: s.plan.accountId,
-      status: (s.plan.sendAt ? 'scheduled' : 'queued') satisfies DeliveryStatus,
-    })),
-  );
-  const events = staged.map((s) => s.event);
-  await tx.$queryRaw`
-    WITH acc AS (
-      UPDATE accounts a SET held_micros = a.held_micros + x.held, held_free_messages = a.held_free_messages + x.free, chain_seq = x.seq, chain_hash = x.hash
-      FROM jsonb_to_recordset(${JSON.stringify([...accounts.values()])}::jsonb) AS x(id text, held bigint, free int, seq int, hash text)
-      WHERE a.id = x.id
-    ), msg AS (
-      INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
-        from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, idempotency_key, request_hash,
-        response, recorded_at, thread_id, send_at)
-      SELECT m.id, m.account_id, m.box_id, 'sent', m.status, m.rfc_message_id, m.id, m.in_reply_to, m.refs,
-        m.from_address, m.to_addresses, m.cc_addresses, m.bcc_addresses, m.subject, m.size_bytes, b.body_enc, m.context, m.idempotency_key, m.request_hash,
-        m.response, m.recorded_at, m.thread_id, m.send_at
-      FROM jsonb_to_recordset(${JSON.stringify(messages)}::jsonb) AS m(i int, id text, account_id text, box_id text, status text, rfc_message_id text,
-        in_reply_to text, refs text[], from_address text, to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text, size_bytes int,
-        context jsonb, idempotency_key text, request_hash text, response jsonb, recorded_at timestamptz, thread_id text, send_at timestamptz)
-      JOIN unnest(${staged.map((s) => s.plan.planned.bodyEnc)}::text[]) WITH ORDINALITY AS b(body_enc, i) ON b.i = m.i
-    ), dlv AS (
-      INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
-      SELECT d.id, d.message_id, d.account_id, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()
-      FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
-        AS d(id text, message_id text, account_id text, recipient text, status text, route text, held_micros bigint, used_free boolean, attachment_micros bigint, surcharge_micros bigint)
-    ), ev AS (
-      ${eventsInsert(events)}
-    )
-    SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${[...accounts.keys()]}::text[]) AS n(id)`;
+  const deliveries: DeliveryRow[] = staged.flatMap((s) => {
+    const status: DeliveryStatus = s.plan.sendAt ? 'scheduled' : 'queued';
+    return s.deliveries.map((d) => ({ ...d, message_id: s.plan.planned.messageId, account_id: s.plan.accountId, status }));
+  });
+  await writeBatch(svc, tx, { locked, changes, messages, deliveries });
 }
 
 const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
@@ -316,12 +281,14 @@ const sendersOf = (svc: Services) =>
   groupCommitOf<SendPlan, SendResult>(svc, 'sends', (plans) =>
     svc.db.$transaction(async (tx) => {
       const ids = [...new Set(plans.map((p) => p.accountId))].sort();
-      const rows = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
+      const locked = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
+      // Each send stages on its account's running state (holds), the writer starts from the locked rows.
+      const running = new Map([...locked].map(([id, a]) => [id, { ...a }]));
       const staged: StagedSend[] = [];
       const attachmentIds = new Map<string, string[]>();
       const results: SendResult[] = plans.map((p) => {
         try {
-          const s = stageSend(svc, rows.get(p.accountId)!, p);
+          const s = stageSend(svc, running.get(p.accountId)!, p);
           staged.push(s);
           const ids: string[] = [];
           attachmentIds.set(p.planned.messageId, ids);
@@ -331,7 +298,7 @@ const sendersOf = (svc: Services) =>
         }
       });
       if (staged.length) {
-        await writeSends(tx, staged);
+        await writeSends(svc, tx, locked, staged);
         const files = staged.flatMap((s) =>
           s.plan.attachments.length ? [{ messageId: s.plan.planned.messageId, accountId: s.plan.accountId, attachments: s.plan.attachments }] : [],
         );

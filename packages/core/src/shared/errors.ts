@@ -7,6 +7,13 @@ export const ERROR_CODES = {
   validation_error: { status: 400, trpc: 'BAD_REQUEST' },
   invalid_json: { status: 400, trpc: 'PARSE_ERROR' },
   invalid_cursor: { status: 400, trpc: 'BAD_REQUEST' },
+  /** A label that is no IMAP keyword atom (or $Junk, which is spelt spam). */
+  invalid_label: { status: 400, trpc: 'BAD_REQUEST' },
+  /** sent: a label that says where a message came from, not one to add or remove. */
+  label_read_only: { status: 400, trpc: 'BAD_REQUEST' },
+  /** The same label (or read and unread) both added and removed. */
+  label_conflict: { status: 400, trpc: 'BAD_REQUEST' },
+  too_many_labels: { status: 400, trpc: 'BAD_REQUEST' },
   unauthorized: { status: 401, trpc: 'UNAUTHORIZED' },
   payment_required: { status: 402, trpc: 'PAYMENT_REQUIRED' },
   card_declined: { status: 402, trpc: 'PAYMENT_REQUIRED' },

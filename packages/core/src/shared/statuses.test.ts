@@ -78,13 +78,14 @@ describe('status literals in SQL', () => {
   );
   const findings = roots.flatMap(sources).flatMap((file) => scanStatusLiterals(file, fs.readFileSync(file, 'utf8')));
 
-  it('finds the literals of the typed SQL', () => {
-    // A scan that matches nothing would pass vacuously.
-    expect(findings.length).toBeGreaterThan(30);
-    const outcomes = findings.filter((f) => f.file.endsWith('messages/outcomes.ts'));
-    expect(outcomes.some((f) => f.values.includes('bounced') && f.tables.includes('deliveries'))).toBe(true);
-    const bulk = findings.filter((f) => f.file.endsWith('bulk/run.ts'));
-    expect(bulk.some((f) => f.values.includes('halted') && f.tables.includes('bulk_jobs'))).toBe(true);
+  it('finds the literals of SQL written as text', () => {
+    // Statements written with k / sql from @boxes/db take their literals from statusLit/statusIn, which tsc
+    // checks; this scan is for SQL still written as text. It must find what such a statement holds (a scan
+    // that matches nothing would pass vacuously).
+    const src = "const a = sql`UPDATE deliveries d SET status = 'bounced' FROM bulk_jobs j WHERE j.status IN ('halted', 'sending')`;";
+    const found = scanStatusLiterals('x.ts', src);
+    expect(found.some((f) => f.values.includes('bounced') && f.tables.includes('deliveries'))).toBe(true);
+    expect(found.some((f) => f.values.includes('halted') && f.tables.includes('bulk_jobs'))).toBe(true);
   });
 
   it("each literal is a value of its table's vocabulary", () => {

@@ -8,7 +8,7 @@
  * literals as `'queued' satisfies DeliveryStatus`, so a misspelt status is a compile error, not a row the
  * database refuses at run time.
  */
-import { Prisma } from '@boxes/db';
+import { Prisma, type RawBuilder, sql } from '@boxes/db';
 import {
   ACCOUNT_STATUSES,
   ATTACHMENT_TEXT_STATUSES,
@@ -102,3 +102,17 @@ export type {
   SupportQuestionStatus,
   WebhookDeliveryStatus,
 } from '@boxes/schemas';
+
+/**
+ * One status as an SQL literal in a typed (Kysely) statement: `.where('status', '=', statusLit(DELIVERY_STATUSES,
+ * 'queued'))`. tsc checks the value; the statement keeps a constant, as if written inline.
+ */
+export function statusLit<const V extends readonly string[]>(vocabulary: V, value: V[number]): RawBuilder<V[number]> {
+  literal(vocabulary, value);
+  return sql.lit(value);
+}
+
+/** Some statuses as a parenthesised list of literals in a typed statement: sql`${ref} IN ${statusIn(...)}`. */
+export function statusIn<const V extends readonly string[]>(vocabulary: V, values: readonly V[number][]): RawBuilder<V[number]> {
+  return sql`(${sql.join(values.map((v) => statusLit(vocabulary, v)))})`;
+}

@@ -9,6 +9,7 @@ import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { presentBodies, presentMessage, retentionDaysOf } from '../messages/read';
+import { labelCondition, threadLabels } from '../messages/labels';
 
 interface ThreadRow {
   thread_id: string;
@@ -23,7 +24,7 @@ interface ThreadRow {
   last_message_id: string;
 }
 
-function presentThread(r: ThreadRow) {
+function presentThread(r: ThreadRow, labels: Map<string, string[]>) {
   return {
     id: r.thread_id,
     subject: r.subject,
@@ -35,6 +36,7 @@ function presentThread(r: ThreadRow) {
     started_at: r.started_at.toISOString(),
     last_activity_at: r.last_activity_at.toISOString(),
     last_message_id: r.last_message_id,
+    labels: labels.get(r.thread_id) ?? [],
   };
 }
 
@@ -103,9 +105,16 @@ const byActivity = (a: Pick<ThreadRow, 'last_activity_at' | 'thread_id'>, b: Pic
  */
 async function newestThreads(
   svc: Services,
-  q: { accountId: string; boxes: string[] | null; after?: { at: Date; id: string }; limit: number },
+  q: { accountId: string; boxes: string[] | null; after?: { at: Date; id: string }; limit: number; label?: Prisma.Sql },
 ): Promise<ThreadRow[]> {
   const cursor = q.after ? { last_activity_at: q.after.at, thread_id: q.after.id } : null;
+  // A label filter walks the messages of the threads holding a labelled (visible) message: the walk stays that
+  // of every visible message, over fewer threads, so a thread's last activity is still the first message met.
+  const labelled = q.label
+    ? Prisma.sql`AND EXISTS (SELECT 1 FROM messages m2 LEFT JOIN message_flags f2 ON f2.message_id = m2.id
+        WHERE m2.account_id = ${q.accountId} AND m2.thread_id = m.thread_id
+          ${q.boxes ? Prisma.sql`AND m2.box_id = ANY(${q.boxes}::text[])` : Prisma.empty} AND ${q.label})`
+    : Prisma.empty;
   const met = new Set<string>();
   const found: ThreadRow[] = [];
   let pos: { at: Date; id: string } | null = null;
@@ -117,7 +126,7 @@ async function newestThreads(
         : Prisma.empty;
     const step: { id: string; thread_id: string; recorded_at: Date }[] = await svc.db.$queryRaw`
       SELECT m.id, m.thread_id, m.recorded_at FROM messages m
-      WHERE m.account_id = ${q.accountId} ${q.boxes ? Prisma.sql`AND m.box_id = ANY(${q.boxes}::text[])` : Prisma.empty} ${from}
+      WHERE m.account_id = ${q.accountId} ${q.boxes ? Prisma.sql`AND m.box_id = ANY(${q.boxes}::text[])` : Prisma.empty} ${from} ${labelled}
       ORDER BY m.recorded_at DESC, m.id DESC LIMIT ${WALK_STEP}`;
     const fresh = [...new Set(step.map((r) => r.thread_id))].filter((id) => !met.has(id));
     for (const id of fresh) met.add(id);
@@ -137,15 +146,23 @@ async function newestThreads(
 
 export async function listThreads(
   svc: Services,
-  input: { accountId: string; scope: BoxScope; box?: string | undefined; limit: number; cursor?: string | undefined },
+  input: { accountId: string; scope: BoxScope; box?: string | undefined; limit: number; cursor?: string | undefined; label?: string | undefined },
 ) {
+  const label = input.label === undefined ? undefined : labelCondition(input.label, 'm2', 'f2');
   const boxes = await visibleBoxes(svc, input.accountId, input.scope, input.box);
   const after = input.cursor ? decodeCursor(input.cursor, 'GET /threads') : undefined;
-  const rows = await newestThreads(svc, { accountId: input.accountId, boxes, limit: input.limit + 1, ...(after ? { after } : {}) });
+  const rows = await newestThreads(svc, {
+    accountId: input.accountId,
+    boxes,
+    limit: input.limit + 1,
+    ...(after ? { after } : {}),
+    ...(label ? { label } : {}),
+  });
   const page = rows.slice(0, input.limit);
   const last = page[page.length - 1];
+  const labels = await threadLabels(svc, { accountId: input.accountId, boxes, threadIds: page.map((r) => r.thread_id) });
   return {
-    threads: page.map(presentThread),
+    threads: page.map((r) => presentThread(r, labels)),
     next_cursor: rows.length > input.limit && last ? encodeCursor(last.last_activity_at, last.thread_id) : null,
   };
 }
@@ -167,15 +184,16 @@ export async function getThread(
     ...(input.scope ? { boxId: { in: input.scope } } : {}),
     ...(after ? { OR: [{ recordedAt: { gt: after.at } }, { recordedAt: after.at, id: { gt: after.id } }] } : {}),
   };
-  const [messages, days]: [Message[], number] = await Promise.all([
+  const [messages, days, labels]: [Message[], number, Map<string, string[]>] = await Promise.all([
     svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'asc' }, { id: 'asc' }], take: input.limit + 1 }),
     retentionDaysOf(svc, input.accountId),
+    threadLabels(svc, { accountId: input.accountId, boxes: input.scope, threadIds: [input.id] }),
   ]);
   const page = messages.slice(0, input.limit);
   const last = page[page.length - 1];
   const bodies = input.include === 'body' ? await presentBodies(svc, page, false) : null;
   return {
-    ...presentThread(row),
+    ...presentThread(row, labels),
     messages: page.map((m) => ({ ...presentMessage(m, days), ...(bodies ? { body: bodies.get(m.id) ?? null } : {}) })),
     next_cursor: messages.length > input.limit && last ? encodeCursor(last.recordedAt, last.id) : null,
   };

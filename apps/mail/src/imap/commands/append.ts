@@ -4,6 +4,7 @@
  * with the copy Boxes already filed there ([APPENDUID], RFC 4315); anything else is refused with [CANNOT].
  */
 import { syncMailboxes } from '@boxes/core';
+import { k, rows as run } from '@boxes/db';
 import { findFolder } from '../folders';
 import { astring, BadArgs, type Command } from '../parser';
 import { ImapNo, type Session } from '../session';
@@ -20,9 +21,15 @@ export async function append(s: Session, cmd: Command) {
     const copy = await submittedCopy(s.svc, s.login!.accountId, message.value);
     if (copy) {
       await syncMailboxes(s.svc, s.login!.accountId);
-      const rows = await s.svc.db.$queryRaw<{ uid: number; uid_validity: number }[]>`
-        SELECT e.uid, f.uid_validity FROM mail_folder_entries e JOIN mail_folders f ON f.id = e.folder_id
-        WHERE e.folder_id = ${folder.folderId} AND e.message_id = ${copy}`;
+      const rows = await run(
+        s.svc.db,
+        k
+          .selectFrom('mail_folder_entries as e')
+          .innerJoin('mail_folders as f', 'f.id', 'e.folder_id')
+          .select(['e.uid', 'f.uid_validity'])
+          .where('e.folder_id', '=', folder.folderId)
+          .where('e.message_id', '=', copy),
+      );
       if (rows[0])
         return { code: `APPENDUID ${rows[0].uid_validity} ${rows[0].uid}`, text: 'APPEND completed: the copy sent through SMTP submission is already here' };
     }

@@ -175,6 +175,7 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
           folderId: mailbox.folder.folderId,
           uids: unseen.map((e) => e.uid),
           change: { mode: 'add', bits: FLAG_BITS['\\Seen'], deleted: false, keywords: [] },
+          actor: { via: 'imap', appPasswordId: s.login!.appPasswordId },
         });
         mailbox.applyChanged(r.changed, r.highestModseq, r.highestModseq === before + 1n);
         seenNow = new Set(r.changed.map((c) => c.uid));

@@ -7,8 +7,6 @@ import { SelectedMailbox } from '../mailbox';
 import { astring, type Command } from '../parser';
 import { ImapNo, type Session } from '../session';
 
-const FLAGS = '\\Answered \\Flagged \\Deleted \\Seen \\Draft';
-
 async function open(s: Session, cmd: Command, readOnly: boolean) {
   const name = astring(cmd.args[0], 'mailbox name');
   const params = cmd.args[1]?.type === 'list' ? cmd.args[1].items.map((t) => (t.type === 'atom' ? t.value.toUpperCase() : '')) : [];
@@ -21,10 +19,7 @@ async function open(s: Session, cmd: Command, readOnly: boolean) {
   if (!folder.folderId) throw new ImapNo('CANNOT', 'That name only groups folders; it holds no messages');
   const mailbox = await SelectedMailbox.open(s.svc, { ...folder, folderId: folder.folderId }, readOnly, s.hub.rawCopy);
   if (!mailbox) throw new ImapNo('NONEXISTENT', 'No such mailbox');
-  const keywords = [...new Set(mailbox.entries.flatMap((e) => e.keywords))];
-  const flags = [FLAGS, ...keywords].join(' ');
-  s.untagged([`* FLAGS (${flags})`]);
-  s.untagged([`* OK [PERMANENTFLAGS (${readOnly ? '' : `${flags} \\*`})] ${readOnly ? 'Read-only' : 'Flags permitted'}`]);
+  for (const line of mailbox.flagsAtSelect()) s.untagged(line);
   s.untagged([`* ${mailbox.entries.length} EXISTS`]);
   s.untagged(['* 0 RECENT']);
   const unseen = mailbox.entries.findIndex((e) => !(e.flags & 1));

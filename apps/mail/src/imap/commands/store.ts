@@ -3,14 +3,12 @@
  * \Seen, \Answered, \Flagged, \Deleted, \Draft and keywords. Flags other than \Deleted belong to the message
  * and show on GET /messages.
  */
-import { FLAG_BITS, storeFlags, type SystemFlag } from '@boxes/core';
+import { FLAG_BITS, LABEL_PATTERN, storeFlags, type SystemFlag } from '@boxes/core';
 import type { Chunk } from '../encode';
 import { flagList } from '../mailbox';
 import { atom, BadArgs, list, type Command, type Token } from '../parser';
 import { formatSet, parseSequenceSet, resolveSequence, resolveUids } from '../sequence';
 import { ImapNo, type Session } from '../session';
-
-const KEYWORD = /^[^\s(){%*"\\\]\x00-\x1f\x7f]{1,100}$/;
 
 export function parseFlags(tokens: Token[]): { bits: number; deleted: boolean; keywords: string[] } {
   let bits = 0;
@@ -23,7 +21,8 @@ export function parseFlags(tokens: Token[]): { bits: number; deleted: boolean; k
     else if (f.toLowerCase() === '\\deleted') deleted = true;
     else if (f.toLowerCase() === '\\recent') continue;
     else if (f.startsWith('\\')) throw new BadArgs(`Unknown system flag ${f.slice(0, 30)}`);
-    else if (KEYWORD.test(f)) keywords.push(f);
+    // A keyword is a label over the API: the same rule (an atom of printable ASCII, at most 100 characters).
+    else if (LABEL_PATTERN.test(f)) keywords.push(f);
     else throw new BadArgs(`Invalid keyword ${f.slice(0, 30)}`);
   }
   return { bits, deleted, keywords };
@@ -57,8 +56,11 @@ export async function store(s: Session, cmd: Command, uid: boolean) {
     folderId: mailbox.folder.folderId,
     uids: targets.map((i) => mailbox.entries[i]!.uid),
     change: { mode, ...flags, unchangedSince },
+    actor: { via: 'imap', appPasswordId: s.login!.appPasswordId },
   });
   mailbox.applyChanged(r.changed, r.highestModseq, r.highestModseq === before + (r.changed.length ? 1n : 0n));
+  // A keyword new to the mailbox is announced (FLAGS, PERMANENTFLAGS) before the FETCH responses that carry it.
+  for (const line of mailbox.announceNewKeywords()) s.untagged(line);
   const changed = new Set(r.changed.map((c) => c.uid));
   const modified = new Set(r.modified);
   for (const i of targets) {

@@ -1,0 +1,137 @@
+/**
+ * The INSERTs of the ledger-grade tables (messages, deliveries, ledger entries), written once for every path
+ * (sends, inbound, bulk, delivery outcomes) and typed from the schema: a row is the table's Insertable type from
+ * the generated Kysely types (packages/db sql.ts), its columns are a list tsc checks against the table, and the
+ * rows reach PostgreSQL as one JSON recordset read with the table's own row type (jsonb_populate_recordset), so
+ * no column type is written by hand. A renamed or retyped column is a compile error here.
+ *
+ * Sealed bodies and raw bytes travel beside the JSON as text arrays (bytes as base64): the JSON stays small and
+ * the database decodes them into their columns.
+ */
+import { sql, type Column, type DB, type Insertable, type RawBuilder, type Table } from '@boxes/db';
+import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+
+/** A list of a table's columns, checked by tsc. */
+export const columns =
+  <T extends Table>() =>
+  <const C extends readonly Column<T>[]>(...c: C) =>
+    c;
+
+/** JSON for a recordset: bigint as its digits (PostgreSQL reads them into BIGINT columns exactly). */
+export const recordsetJson = (rows: unknown[]): string => JSON.stringify(rows, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+
+/** The columns of each table the writer sets from its rows (the rest take their defaults, or now() below). */
+const MESSAGE_COLUMNS = columns<'messages'>()(
+  'id',
+  'account_id',
+  'box_id',
+  'direction',
+  'status',
+  'rfc_message_id',
+  'provider_message_id',
+  'in_reply_to',
+  'references',
+  'from_address',
+  'to_addresses',
+  'cc_addresses',
+  'bcc_addresses',
+  'subject',
+  'size_bytes',
+  'context',
+  'idempotency_key',
+  'request_hash',
+  'response',
+  'thread_id',
+  'send_at',
+  'authentication',
+  'spam',
+);
+const DELIVERY_COLUMNS = columns<'deliveries'>()(
+  'id',
+  'message_id',
+  'account_id',
+  'recipient',
+  'status',
+  'route',
+  'held_micros',
+  'used_free',
+  'attachment_micros',
+  'surcharge_micros',
+);
+const LEDGER_COLUMNS = columns<'ledger_entries'>()(
+  'id',
+  'account_id',
+  'type',
+  'amount_micros',
+  'free_messages',
+  'balance_after',
+  'message_id',
+  'delivery_id',
+  'payment_id',
+  'quantity',
+  'description',
+);
+
+type Row<T extends Table, C extends readonly Column<T>[]> = Pick<Insertable<DB[T]>, C[number] & keyof Insertable<DB[T]>>;
+
+/** A message row: its columns as the table has them, its status from the vocabulary, bodies beside. */
+export type MessageRow = Omit<Row<'messages', typeof MESSAGE_COLUMNS>, 'status' | 'direction' | 'provider_message_id'> & {
+  direction: 'sent' | 'received';
+  status: MessageStatus;
+  /** ISO 8601 or a Date; now() when absent. */
+  recorded_at?: Insertable<DB['messages']>['recorded_at'];
+  /** The sealed body (sealBody). */
+  body_enc: string | null;
+  /** The sealed raw message (sealBytes): received mail, and sent mail once signed. */
+  raw_enc?: Uint8Array | null;
+};
+
+/** A delivery row: one recipient of a sent message, with what its send holds. */
+export type DeliveryRow = Omit<Row<'deliveries', typeof DELIVERY_COLUMNS>, 'status'> & { status: DeliveryStatus };
+
+/** A ledger entry (the writer's quiet path; keyed postings go through postEntries). */
+export type LedgerRow = Row<'ledger_entries', typeof LEDGER_COLUMNS>;
+
+const list = (cols: readonly string[], alias?: string) => sql.join(cols.map((c) => sql.ref(alias ? `${alias}.${c}` : c)));
+
+const base64 = (b: Uint8Array | null | undefined) => (b ? Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('base64') : null);
+
+/** INSERT INTO messages of the rows, for a CTE of the writer's statement. */
+export function messagesInsert(rows: MessageRow[]): RawBuilder<unknown> {
+  const meta = rows.map(({ body_enc: _b, raw_enc: _r, ...m }) => ({ ...m, provider_message_id: m.id }));
+  const bodies = rows.map((m) => m.body_enc);
+  const raws = rows.map((m) => base64(m.raw_enc));
+  return sql`
+      INSERT INTO ${sql.table('messages')} (${list(MESSAGE_COLUMNS)}, ${sql.ref('recorded_at')}, ${sql.ref('body_enc')}, ${sql.ref('raw_enc')})
+      SELECT ${list(MESSAGE_COLUMNS, 'm')}, COALESCE(m.recorded_at, now()), b.body_enc, decode(b.raw_b64, 'base64')
+      FROM jsonb_populate_recordset(NULL::${sql.table('messages')}, ${recordsetJson(meta)}::jsonb) WITH ORDINALITY AS m
+      JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = m.ordinality`;
+}
+
+/**
+ * INSERT INTO a table of many rows in one parameter: the rows as one JSON recordset read with the table's own row
+ * type, into the columns listed (tsc checks them against the table; the others take their defaults), plus
+ * columns set to an SQL expression (now()). For any number of rows: a VALUES list would need a parameter per value.
+ */
+export function recordsetInsert<T extends Table>(
+  table: T,
+  cols: readonly Column<T>[],
+  rows: readonly Partial<Insertable<DB[T]>>[],
+  set: Partial<Record<Column<T>, RawBuilder<unknown>>> = {},
+): RawBuilder<unknown> {
+  const extra = Object.entries(set) as [string, RawBuilder<unknown>][];
+  const target = sql.join([...cols.map((c) => sql.ref(c)), ...extra.map(([c]) => sql.ref(c))]);
+  const values = sql.join([...cols.map((c) => sql.ref(`r.${c}`)), ...extra.map(([, v]) => v)]);
+  return sql`INSERT INTO ${sql.table(table)} (${target})
+      SELECT ${values} FROM jsonb_populate_recordset(NULL::${sql.table(table)}, ${recordsetJson([...rows])}::jsonb) AS r`;
+}
+
+/** INSERT INTO deliveries of the rows, for a CTE of the writer's statement. */
+export function deliveriesInsert(rows: DeliveryRow[]): RawBuilder<unknown> {
+  return recordsetInsert('deliveries', DELIVERY_COLUMNS, rows, { created_at: sql`now()`, updated_at: sql`now()` });
+}
+
+/** INSERT INTO ledger_entries of the rows, for a CTE of the writer's statement. */
+export function ledgerInsert(rows: LedgerRow[]): RawBuilder<unknown> {
+  return recordsetInsert('ledger_entries', LEDGER_COLUMNS, rows, { created_at: sql`now()` });
+}

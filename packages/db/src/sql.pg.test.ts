@@ -1,0 +1,170 @@
+/**
+ * Typed SQL (sql.ts) against a real, migrated PostgreSQL through Prisma's pg adapter: the parameter types that
+ * the adapter must carry (bigint, Date, Uint8Array/Buffer, text arrays, json given as text or as an object) reach
+ * the columns intact, rows come back as the generated types say, and statements run inside an interactive
+ * transaction (its lock and its rollback).
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { closeDb, createDb, type Db } from './client';
+import { col, compile, exec, k, rows, sql, table, tbl } from './sql';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Set by packages/testing global-setup.ts: the run whose migrated template the database is cloned from. */
+    boxesRunId: string;
+  }
+}
+
+// A database cloned from the run's migrated template (packages/testing global-setup), dropped at the end.
+const base = new URL(process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/boxes');
+const urlOf = (name: string) => Object.assign(new URL(base), { pathname: `/${name}` }).toString();
+const runId = inject('boxesRunId');
+const name = `boxes_test_${runId}_sql_${randomBytes(4).toString('hex')}`;
+let db: Db;
+
+async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: urlOf('postgres') });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+beforeAll(async () => {
+  await admin((c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "boxes_test_${runId}_template"`));
+  db = createDb(urlOf(name), { max: 2 });
+});
+afterAll(async () => {
+  await closeDb(db);
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`));
+});
+
+const at = new Date('2026-03-04T05:06:07.891Z');
+
+async function insertAccount(id: string, balance: bigint) {
+  return rows(
+    db,
+    k
+      .insertInto('accounts')
+      .values({ id, human_email: `${id}@example.com`, primary_address: `agent@${id}.example`, balance_micros: balance, created_at: at, updated_at: at })
+      .returning(['id', 'balance_micros', 'created_at']),
+  );
+}
+
+describe('typed SQL through the Prisma client', () => {
+  it('bigint and Date parameters reach BIGINT and timestamptz columns and come back as bigint and Date', async () => {
+    const big = 9_007_199_254_740_993n; // past Number.MAX_SAFE_INTEGER: a number would lose it
+    const [row] = await insertAccount('acct_sql_1', big);
+    expect(row).toEqual({ id: 'acct_sql_1', balance_micros: big, created_at: at });
+    expect(typeof row!.balance_micros).toBe('bigint');
+    expect(row!.created_at).toBeInstanceOf(Date);
+    const [neg] = await rows(db, k.selectFrom('accounts').select('balance_micros').where('balance_micros', '=', -big));
+    expect(neg).toBeUndefined();
+    const later = await rows(
+      db,
+      k
+        .selectFrom('accounts')
+        .select('id')
+        .where('created_at', '<', new Date(at.getTime() + 1)),
+    );
+    expect(later.map((r) => r.id)).toEqual(['acct_sql_1']);
+  });
+
+  it('a text[] parameter for ANY(), json given as text (::jsonb) or as an object, and bytea from a Buffer', async () => {
+    await insertAccount('acct_sql_2', 0n);
+    const found = await rows(
+      db,
+      k
+        .selectFrom('accounts')
+        .select('id')
+        .where('id', '=', sql<string>`ANY(${['acct_sql_1', 'acct_sql_2', 'nope']}::text[])`)
+        .orderBy('id'),
+    );
+    expect(found.map((r) => r.id)).toEqual(['acct_sql_1', 'acct_sql_2']);
+
+    const data = { message_id: 'msg_1', nested: { n: 1, list: ['a', "it's"] } };
+    await exec(
+      db,
+      k.insertInto('events').values({
+        id: 'evt_sql_1',
+        account_id: 'acct_sql_2',
+        seq: 1,
+        type: 'test.text',
+        data: sql`${JSON.stringify(data)}::jsonb`,
+        created_at: at,
+        prev_hash: '0',
+        hash: '1',
+      }),
+    );
+    await exec(
+      db,
+      k
+        .insertInto('events')
+        .values({ id: 'evt_sql_2', account_id: 'acct_sql_2', seq: 2, type: 'test.object', data, created_at: at, prev_hash: '1', hash: '2' }),
+    );
+    const events = await rows(
+      db,
+      k
+        .selectFrom('events')
+        .select(['id', 'data', sql<string>`data->>'message_id'`.as('message_id')])
+        .orderBy('seq'),
+    );
+    expect(events).toEqual([
+      { id: 'evt_sql_1', data, message_id: 'msg_1' },
+      { id: 'evt_sql_2', data, message_id: 'msg_1' },
+    ]);
+
+    const bytes = randomBytes(300);
+    const [b] = await rows(db, sql<{ b: Uint8Array; n: number }>`SELECT ${bytes}::bytea AS b, octet_length(${bytes}::bytea) AS n`);
+    expect(Buffer.from(b!.b).equals(bytes)).toBe(true);
+    expect(b!.n).toBe(300);
+  });
+
+  it('col() and table() name checked columns in sql templates; compile() shows the text and parameters', async () => {
+    const statement = sql<{ id: string; seq: number }>`SELECT ${col('events', 'id', 'e')}, ${col('events', 'seq', 'e')} FROM ${table('events')} e
+      WHERE ${col('events', 'account_id', 'e')} = ${'acct_sql_2'} ORDER BY ${col('events', 'seq', null)} DESC`;
+    expect(compile(statement).sql.replace(/\s+/g, ' ')).toBe('SELECT "e"."id", "e"."seq" FROM "events" e WHERE "e"."account_id" = $1 ORDER BY "seq" DESC');
+    expect(compile(statement).parameters).toEqual(['acct_sql_2']);
+    const e = tbl('events', 'e');
+    const a = tbl('accounts');
+    const joined = sql<{
+      seq: number;
+      human_email: string;
+    }>`SELECT ${e.seq}, ${a.human_email} FROM ${e.$} JOIN ${a.$} ON ${col('accounts', 'id')} = ${e.account_id}
+      WHERE ${e.type} = ${'test.object'}`;
+    expect(compile(joined).sql.replace(/\s+/g, ' ')).toBe(
+      'SELECT "e"."seq", "human_email" FROM "events" AS "e" JOIN "accounts" ON "accounts"."id" = "e"."account_id" WHERE "e"."type" = $1',
+    );
+    expect(await rows(db, joined)).toEqual([{ seq: 2, human_email: 'acct_sql_2@example.com' }]);
+    expect(await rows(db, statement)).toEqual([
+      { id: 'evt_sql_2', seq: 2 },
+      { id: 'evt_sql_1', seq: 1 },
+    ]);
+  });
+
+  it('runs inside an interactive transaction: FOR UPDATE holds the row, exec counts rows, a throw rolls back', async () => {
+    await expect(
+      db.$transaction(async (tx) => {
+        const [locked] = await rows(tx, k.selectFrom('accounts').select('balance_micros').where('id', '=', 'acct_sql_2').forUpdate());
+        expect(locked).toEqual({ balance_micros: 0n });
+        const n = await exec(
+          tx,
+          k
+            .updateTable('accounts')
+            .set({ balance_micros: sql`balance_micros + ${5n}` })
+            .where('id', '=', 'acct_sql_2'),
+        );
+        expect(n).toBe(1);
+        const [seen] = await rows(tx, k.selectFrom('accounts').select('balance_micros').where('id', '=', 'acct_sql_2'));
+        expect(seen).toEqual({ balance_micros: 5n });
+        throw new Error('roll back');
+      }),
+    ).rejects.toThrow('roll back');
+    const [after] = await rows(db, k.selectFrom('accounts').select('balance_micros').where('id', '=', 'acct_sql_2'));
+    expect(after).toEqual({ balance_micros: 0n });
+  });
+});
