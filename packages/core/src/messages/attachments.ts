@@ -9,7 +9,7 @@
  * the message, the attachment and the expiry; valid ATTACHMENT_URL_TTL_SECONDS, no API key needed.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import type { Db, Message, MessageAttachment, Tx } from '@boxes/db';
+import { k, rows as sqlRows, type DB, type Db, type Insertable, type Message, type MessageAttachment, type Tx } from '@boxes/db';
 import { ATTACHMENT_TEXT_STATUSES, type AttachmentTextStatus } from '@boxes/schemas';
 import { narrowStatus } from '../shared/statuses';
 import type { BoxScope } from '../boxes/boxes';
@@ -64,7 +64,7 @@ export async function recordAttachments(
   tx: Tx | Db,
   messages: readonly { messageId: string; accountId: string; attachments: readonly AttachmentMeta[] }[],
 ): Promise<{ id: string; messageId: string }[]> {
-  const rows = messages.flatMap((m) =>
+  const rows: Insertable<DB['message_attachments']>[] = messages.flatMap((m) =>
     m.attachments.map((a, idx) => ({
       id: newId('att'),
       message_id: m.messageId,
@@ -78,13 +78,14 @@ export async function recordAttachments(
     })),
   );
   if (!rows.length) return [];
-  const written = await tx.$queryRaw<{ id: string; message_id: string }[]>`
-    INSERT INTO message_attachments (id, message_id, account_id, idx, filename, content_type, content_id, size_bytes, sha256)
-    SELECT r.id, r.message_id, r.account_id, r.idx, r.filename, r.content_type, r.content_id, r.size_bytes, r.sha256
-    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
-      AS r(id text, message_id text, account_id text, idx int, filename text, content_type text, content_id text, size_bytes int, sha256 text)
-    ON CONFLICT (message_id, idx) DO NOTHING
-    RETURNING id, message_id`;
+  const written = await sqlRows(
+    tx,
+    k
+      .insertInto('message_attachments')
+      .values(rows)
+      .onConflict((oc) => oc.columns(['message_id', 'idx']).doNothing())
+      .returning(['id', 'message_id']),
+  );
   return written.map((r) => ({ id: r.id, messageId: r.message_id }));
 }
 
