@@ -468,7 +468,16 @@ describe('keys, SDK, MCP and reclaiming', () => {
     const textTool = tools.find((n) => /attachment.*text|text.*attachment/i.test(n));
     expect(textTool, tools.join(', ')).toBeDefined();
     const r = await mcp.callTool({ name: textTool!, arguments: { id, attachment_id: att!.id } });
-    expect(JSON.stringify(r.content)).toContain(`Memo ${marker}`);
+    expect((r.structuredContent as { text: string }).text).toContain(`Memo ${marker}`);
+    // Text and file names are what a sender wrote: inside the untrusted block.
+    for (const [name, result] of [
+      [textTool!, r],
+      ['messages_attachment', await mcp.callTool({ name: 'messages_attachment', arguments: { id, attachment_id: att!.id } })],
+    ] as const) {
+      const text = (result.content as { text: string }[])[0]!.text;
+      expect(text, name).toMatch(/\n<untrusted-mail-content sender_verified="[a-z]+">\n/);
+      expect(text, name).toContain('memo.docx');
+    }
     await mcp.close();
 
     const del = await rest(t, 'DELETE', `/messages/${id}`, { key: a.apiKey });
