@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker as Thread } from 'node:worker_threads';
 import { Worker, type ConnectionOptions } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { attachmentForExtraction, finishAttachmentText, pendingAttachments, type ExtractionResult, type Services } from '@boxes/core';
+import { attachmentForExtraction, finishAttachmentText, isServiceUnavailable, pendingAttachments, type ExtractionResult, type Services } from '@boxes/core';
 import { createRedis, QUEUE, type AttachmentTextJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { logQueueError, pauseOnOutage } from './outage';
@@ -57,6 +57,9 @@ export function extractText(content: Buffer, declaredType: string, filename: str
       stdout: true,
       stderr: true,
     });
+    // What the readers print (pdf.js warnings) is dropped, not mixed into the worker's log.
+    thread.stdout.resume();
+    thread.stderr.resume();
     let done = false;
     const finish = (r: ExtractionResult) => {
       if (done) return;
@@ -106,6 +109,13 @@ export async function startAttachmentText(config: Config, deps: { svc: Services;
       try {
         await runAttachmentText(svc, job.data.attachmentId);
       } catch (err) {
+        // The last attempt of a job that keeps failing (an unreadable body, not an outage) ends the attachment
+        // as failed, so it does not stay pending behind a failed job id.
+        if (!isServiceUnavailable(err) && job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) {
+          log.warn({ attachmentId: job.data.attachmentId, err: (err as Error).message }, 'attachment text failed for good');
+          await finishAttachmentText(svc, job.data.attachmentId, { status: 'failed', detectedType: null, error: 'the attachment could not be read' });
+          return;
+        }
         return pauseOnOutage(worker, svc, log, err);
       }
     },
