@@ -310,6 +310,28 @@ describe('attachments sent through the API', () => {
   }, 120_000);
 });
 
+describe('the PDF page limit', () => {
+  it('reads the first 500 pages of a longer PDF and says the text is truncated', async () => {
+    const doc = await PDFDocument.create();
+    const font = await doc.embedFont(StandardFonts.Helvetica);
+    for (let i = 1; i <= 501; i++) doc.addPage().drawText(`page-${i}-end`, { x: 50, y: 700, size: 12, font });
+    const pdf = Buffer.from(await doc.save());
+    const sent = await rest(t, 'POST', '/messages/send', {
+      key: a.apiKey,
+      body: {
+        to: 'p@outside.test',
+        text: 'pages',
+        attachments: [{ filename: 'long.pdf', content_type: 'application/pdf', content_b64: pdf.toString('base64') }],
+      },
+    });
+    const [att] = await settled(a.apiKey, sent.body.message_id);
+    const r = (await textOf(a.apiKey, sent.body.message_id, att!.id)).body;
+    expect(r).toMatchObject({ text_status: 'ready', truncated: true });
+    expect(r.text).toContain('page-500-end');
+    expect(r.text).not.toContain('page-501-end');
+  }, 120_000);
+});
+
 describe('file names in Content-Disposition', () => {
   it('any name is served as an attachment with an ASCII filename and the UTF-8 filename* (curl)', async () => {
     const name = 'Übersicht "Q3";\\x.html';
