@@ -100,8 +100,8 @@ describe('mail from an outside sender', () => {
     const sentList = await rest(t, 'GET', '/messages?direction=sent', { key: a.apiKey });
     expect(sentList.body.messages).toEqual([]);
 
-    // One message, fully decrypted: body, headers, attachments with their content.
-    const one = await rest(t, 'GET', `/messages/${id}`, { key: a.apiKey });
+    // One message, fully decrypted: body, headers, attachments with their content (include=attachment_content).
+    const one = await rest(t, 'GET', `/messages/${id}?include=attachment_content`, { key: a.apiKey });
     expect(one.status).toBe(200);
     expect(one.body).toMatchObject({ id, direction: 'received', subject, rfc_message_id: rfcId, context: null });
     expect(one.body.body.text).toContain(`Hello agent, ${marker}`);

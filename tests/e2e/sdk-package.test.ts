@@ -25,7 +25,8 @@ let t: TestServer;
 let scratch: string;
 
 beforeAll(async () => {
-  t = await startTestServer();
+  // The worker reads attachments' text (the attachment script below).
+  t = await startTestServer({ worker: true });
   scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-agent-'));
   // No build beforehand: packing must build (a pack of a clean checkout once held only package.json).
   fs.rmSync(path.join(root, 'packages/sdk/dist'), { recursive: true, force: true });
@@ -157,3 +158,32 @@ it('the agent script runs with node against a live instance', async () => {
   expect(out.created).toEqual([out.address.replace(/^billing@/, 'agent@'), out.address]);
   expect(out.verify).toBe('function');
 }, 120_000);
+
+/** An agent with a file: sends it to itself, waits for its text, downloads it over the signed URL (no key). */
+const ATTACHMENT_AGENT = `import { confirmSignup, createBoxesClient, downloadAttachment, signup, waitForAttachmentText } from '@boxes/sdk';
+
+const base = process.argv[2]!;
+const intent = await signup(base, { human_email: 'files-owner@example.com', domain_intent: { mode: 'subdomain' } });
+const account = await confirmSignup(base, { intent_id: intent.intent_id });
+const client = createBoxesClient({ baseUrl: base, apiKey: account.api_key });
+const csv = 'sku,qty\\nwidget-7,3\\n';
+const sent = await client.messages.send.mutate({
+  to: account.primary_address,
+  text: 'stock attached',
+  attachments: [{ filename: 'stock.csv', content_type: 'text/csv', content_b64: Buffer.from(csv).toString('base64') }],
+});
+const message = await client.messages.get.query({ id: sent.message_id });
+const attachment = message.body!.attachments[0]!;
+const text = await waitForAttachmentText(client, sent.message_id, attachment.id, { timeoutMs: 60_000 });
+const file = await downloadAttachment(client, sent.message_id, attachment.id);
+console.log(JSON.stringify({ id: attachment.id, status: text.text_status, text: text.text, bytes: Buffer.from(file.bytes).toString(), type: file.contentType }));
+`;
+
+it('attachments through the packed SDK: the text once the worker read it, the bytes over the signed URL', async () => {
+  fs.writeFileSync(path.join(scratch, 'files.ts'), ATTACHMENT_AGENT);
+  await run(tsc, ['-p', 'tsconfig.json'], { cwd: scratch, timeout: 120_000 });
+  const { stdout } = await run(process.execPath, ['files.ts', t.url], { cwd: scratch, timeout: 90_000 });
+  const out = JSON.parse(stdout.trim().split('\n').at(-1)!);
+  expect(out).toEqual({ id: expect.stringMatching(/^att_/), status: 'ready', text: 'sku,qty\nwidget-7,3\n', bytes: 'sku,qty\nwidget-7,3\n', type: 'text/csv' });
+  fs.rmSync(path.join(scratch, 'files.ts'));
+}, 180_000);

@@ -110,6 +110,8 @@ const ROUTES: RouteCase[] = [
   { proc: 'messages.list', method: 'GET', path: '/messages', scope: 'receive', restricted: 'filtered' },
   { proc: 'messages.get', method: 'GET', path: '/messages/{message}', scope: 'receive', restricted: 'own_box' },
   { proc: 'messages.delete', method: 'DELETE', path: '/messages/{message}', scope: 'receive', restricted: 'own_box' },
+  { proc: 'messages.attachment', method: 'GET', path: '/messages/{message}/attachments/{attachment}', scope: 'receive', restricted: 'own_box' },
+  { proc: 'messages.attachmentText', method: 'GET', path: '/messages/{message}/attachments/{attachment}/text', scope: 'receive', restricted: 'own_box' },
   { proc: 'messages.labels', method: 'POST', path: '/messages/{message}/labels', scope: 'receive', restricted: 'own_box', body: { add: ['probe'] } },
   { proc: 'lists.list', method: 'GET', path: '/lists', scope: null, restricted: 'filtered' },
   { proc: 'lists.add', method: 'POST', path: '/lists', scope: 'admin', restricted: 'account_wide', body: { list: 'block', value: 'probe.example' } },
@@ -285,6 +287,7 @@ type Ids = {
   box: string;
   key: string;
   message?: string;
+  attachment?: string;
   thread?: string;
   question?: string;
   feature?: string;
@@ -294,6 +297,13 @@ type Ids = {
   bulk?: string;
 };
 const MISSING_THREAD = 'thr_00000000000000000000';
+const MISSING_ATTACHMENT = 'att_00000000000000000000';
+/** The attachment every fixture send carries (a message with a file, for the attachment routes). */
+const PROBE_FILE = [{ filename: 'probe.txt', content_type: 'text/plain', content_b64: Buffer.from('security probe').toString('base64') }];
+/** The attachment id of a stored message. */
+async function attachmentOf(messageId: string): Promise<string> {
+  return (await t.db.messageAttachment.findFirstOrThrow({ where: { messageId }, select: { id: true } })).id;
+}
 
 let t: TestServer;
 
@@ -306,6 +316,8 @@ interface Fixture {
   spareKey: string;
   /** A message sent from the spare box (it stays queued: no worker runs here). */
   spareMessageId: string;
+  /** Its attachment. */
+  spareAttachmentId: string;
   /** Its thread. */
   spareThreadId: string;
   /** A support question and a feature request of the account. */
@@ -335,7 +347,7 @@ async function fixture(): Promise<Fixture> {
   const key = await mintKey(t, account.apiKey, ALL_SCOPES);
   const sent = await rest(t, 'POST', '/messages/send', {
     key: account.apiKey,
-    body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' },
+    body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture', attachments: PROBE_FILE },
   });
   if (sent.status !== 200) throw new Error(`send failed: ${JSON.stringify(sent.body)}`);
   await t.db.suppression.create({ data: { accountId: account.accountId, address: SUPPRESSED, reason: 'bounce' } });
@@ -370,6 +382,7 @@ async function fixture(): Promise<Fixture> {
     spareKeyId: key.id,
     spareKey: key.api_key,
     spareMessageId: sent.body.message_id,
+    spareAttachmentId: await attachmentOf(sent.body.message_id),
     spareThreadId: sent.body.thread_id,
     questionId: question.body.id,
     featureId: feature.body.id,
@@ -386,6 +399,7 @@ function fill(path: string, ids: Ids): string {
       .replace('{box}', ids.box)
       .replace('{key}', ids.key)
       .replace('{message}', ids.message ?? MISSING_MESSAGE)
+      .replace('{attachment}', ids.attachment ?? MISSING_ATTACHMENT)
       .replace('{thread}', ids.thread ?? MISSING_THREAD)
       .replace('{address}', encodeURIComponent(SUPPRESSED))
       // No deliveries exist here (no webhook is set): any id is another account's or none at all.
@@ -404,6 +418,7 @@ const targets = (f: Fixture): Ids => ({
   box: f.spareBoxId,
   key: f.spareKeyId,
   message: f.spareMessageId,
+  attachment: f.spareAttachmentId,
   thread: f.spareThreadId,
   question: f.questionId,
   feature: f.featureId,
@@ -524,6 +539,8 @@ describe("(c) another account's resource: 404, never 403", () => {
       'lists.getPolicy',
       'lists.remove',
       'lists.setPolicy',
+      'messages.attachment',
+      'messages.attachmentText',
       'messages.cancel',
       'messages.delete',
       'messages.get',
@@ -595,7 +612,10 @@ describe('(d) a box-restricted key', () => {
       ALL_SCOPES,
       by === 'allowed_boxes' ? { allowed_boxes: [box.body.address] } : { allowed_box_ids: [box.body.id] },
     );
-    const sent = await rest(t, 'POST', '/messages/send', { key: A.account.apiKey, body: { from: box.body.address, to: 'own@remote.invalid', text: 'own' } });
+    const sent = await rest(t, 'POST', '/messages/send', {
+      key: A.account.apiKey,
+      body: { from: box.body.address, to: 'own@remote.invalid', text: 'own', attachments: PROBE_FILE },
+    });
     expect(sent.status).toBe(200);
     const forward = await rest(t, 'POST', `/boxes/${box.body.id}/forwards`, { key: A.account.apiKey, body: { to: 'own-forward@remote.invalid' } });
     expect(forward.status).toBe(200);
@@ -612,6 +632,7 @@ describe('(d) a box-restricted key', () => {
       key: key.api_key,
       keyId: key.id,
       messageId: sent.body.message_id as string,
+      attachmentId: await attachmentOf(sent.body.message_id),
       threadId: sent.body.thread_id as string,
       forwardId: forward.body.id as string,
       entryId: entry.body.id as string,
@@ -631,13 +652,30 @@ describe('(d) a box-restricted key', () => {
         for (const other of [A.spareBoxId, A.primaryBoxId]) {
           const r = await call(route, {
             key: own.key,
-            ids: { box: other, key: own.keyId, message: A.spareMessageId, thread: A.spareThreadId, entry: A.entryId, bulk: A.bulkId },
+            ids: {
+              box: other,
+              key: own.keyId,
+              message: A.spareMessageId,
+              attachment: A.spareAttachmentId,
+              thread: A.spareThreadId,
+              entry: A.entryId,
+              bulk: A.bulkId,
+            },
           });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
         }
         const mine = await call(route, {
           key: own.key,
-          ids: { box: own.boxId, key: own.keyId, message: own.messageId, thread: own.threadId, forward: own.forwardId, entry: own.entryId, bulk: own.bulkId },
+          ids: {
+            box: own.boxId,
+            key: own.keyId,
+            message: own.messageId,
+            attachment: own.attachmentId,
+            thread: own.threadId,
+            forward: own.forwardId,
+            entry: own.entryId,
+            bulk: own.bulkId,
+          },
         });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);
         break;
@@ -781,5 +819,30 @@ describe('the security table covers the router', () => {
       }
     }
     expect(secured.sort()).toEqual(ROUTES.map((r) => `${r.method} ${normalise(r.path)}`).sort());
+  });
+});
+
+describe('the attachment content route (served beside the router)', () => {
+  const content = (ids: { message: string; attachment: string }, key?: string) =>
+    fetch(`${t.apiBase}/messages/${ids.message}/attachments/${ids.attachment}/content`, key ? { headers: { authorization: `Bearer ${key}` } } : {});
+  const code = async (r: Response) => ((await r.json()) as { error: { code: string } }).error.code;
+  const ownIds = () => ({ message: A.spareMessageId, attachment: A.spareAttachmentId });
+
+  it('needs a key with the receive scope, of the account, and a box-restricted key only for its boxes', async () => {
+    const none = await content(ownIds());
+    expect([none.status, await code(none)]).toEqual([401, 'unauthorized']);
+    const revoked = await content(ownIds(), revokedKey);
+    expect([revoked.status, await code(revoked)]).toEqual([401, 'unauthorized']);
+    const sendOnly = await content(ownIds(), scopedKeys.get('send')!);
+    expect([sendOnly.status, await code(sendOnly)]).toEqual([403, 'insufficient_scope']);
+    const otherAccount = await content(ownIds(), B.account.apiKey);
+    expect([otherAccount.status, await code(otherAccount)]).toEqual([404, 'not_found']);
+    const restrictedToPrimary = await mintKey(t, A.account.apiKey, ['receive'], { allowed_box_ids: [A.primaryBoxId] });
+    const outside = await content(ownIds(), restrictedToPrimary.api_key);
+    expect([outside.status, await code(outside)]).toEqual([404, 'not_found']);
+    const ok = await content(ownIds(), A.account.apiKey);
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(Buffer.from(await ok.arrayBuffer()).toString()).toBe('security probe');
   });
 });

@@ -16,6 +16,7 @@ import { mountDocs } from './docs';
 import { discoveryManifest, renderSkill } from './discovery';
 import { mountOwnerPages } from './owner';
 import { mountExports } from './exports';
+import { mountAttachmentContent } from './attachments';
 import { mountForwardConfirmation } from './forwards';
 import { createMcpHandler } from './mcp';
 import { createEventStreamHandler } from './event-stream';
@@ -60,6 +61,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     if (p.startsWith(`${REST_PREFIX}/`)) {
       const sub = p.slice(REST_PREFIX.length);
       if (sub === '/events/stream') return p;
+      if (/^\/messages\/[^/]+\/attachments\/[^/]+\/content$/.test(sub)) return `${REST_PREFIX}/messages/{id}/attachments/{attachment_id}/content`;
       const match = matchRoute(getDocs().routes, method, sub);
       return `${REST_PREFIX}${match && 'route' in match ? match.route.path : '/(unknown)'}`;
     }
@@ -113,6 +115,8 @@ export function createApp(svc: Services, log: Logger): Hono {
   // Server-Sent Events: a long-lived response, served beside the router (README "Push without a public URL").
   const eventStream = createEventStreamHandler(svc, log);
   app.get(`${REST_PREFIX}/events/stream`, (c) => eventStream(c.req.raw));
+  // Attachment bytes: a file beside the router (its metadata and signed URL are the router's).
+  mountAttachmentContent(app, svc, log);
   app.all(`${REST_PREFIX}`, (c) => rest(noteClient(c)));
   app.all(`${REST_PREFIX}/*`, (c) => rest(noteClient(c)));
 

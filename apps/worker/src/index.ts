@@ -14,10 +14,12 @@ import { startPush, type PushEngine } from './push';
 import { startBilling, type BillingHandle } from './billing';
 import { logQueueError, pauseOnOutage } from './outage';
 import { startBulk, type BulkHandle } from './bulk';
+import { startAttachmentText, type AttachmentTextHandle } from './attachment-text';
 
 export { startPush, type PushEngine } from './push';
 export { startBilling, type BillingHandle } from './billing';
 export { startBulk, type BulkHandle } from './bulk';
+export { EXTRACTION_LIMITS, extractText, startAttachmentText, type AttachmentTextHandle } from './attachment-text';
 
 export interface WorkerHandle {
   /** Enqueues every delivery the sweeper finds left behind (queued or due longer than graceMs); returns how many. */
@@ -26,6 +28,8 @@ export interface WorkerHandle {
   billing: BillingHandle;
   /** Bulk send jobs (queue bulk). */
   bulk: BulkHandle;
+  /** Text extraction of attachments (queue attachment-text). */
+  attachmentText: AttachmentTextHandle;
   stop(): Promise<void>;
 }
 
@@ -118,14 +122,16 @@ export async function start(
   // lost its data lost their jobs). Enqueueing is idempotent (the job id is the delivery id): sweep at once.
   // The queues' own connection (the one enqueueing goes through) says when Redis is back.
   const onRedisBack = () => {
-    log.info('redis is back: sweeping deliveries and bulk batches, checking the recurring job schedules');
+    log.info('redis is back: sweeping deliveries, bulk batches and attachment texts, checking the recurring job schedules');
     sweep(0).catch(logQueueError(log, 'sweep failed'));
     billingHandle?.ensureSchedules().catch((err: Error) => log.warn({ err: err.message }, 'could not check the recurring job schedules'));
     bulkHandle?.sweep(0).catch(logQueueError(log, 'bulk sweep failed'));
+    attachmentTextHandle?.sweep(0).catch(logQueueError(log, 'attachment text sweep failed'));
   };
   let lost = false;
   let bulkHandle: BulkHandle | null = null;
   let billingHandle: BillingHandle | null = null;
+  let attachmentTextHandle: AttachmentTextHandle | null = null;
   const onClose = () => {
     lost = true;
   };
@@ -141,14 +147,18 @@ export async function start(
   const push = await startPush(config, { svc, log, publish: deps.publish ?? null });
   const billing = await startBilling(config, { svc, log, notice: { sender, resolver, relay: deliveryDeps.relay } });
   const bulk = await startBulk(config, { svc, log, delivery: deliveryDeps, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
+  const attachmentText = await startAttachmentText(config, { svc, log, ...(deps.sweepIntervalMs ? { sweepIntervalMs: deps.sweepIntervalMs } : {}) });
   bulkHandle = bulk;
   billingHandle = billing;
+  attachmentTextHandle = attachmentText;
   return {
     sweep,
     push,
     billing,
     bulk,
+    attachmentText,
     async stop() {
+      await attachmentText.stop();
       clearInterval(timer);
       svc.jobs.connection.off('close', onClose);
       svc.jobs.connection.off('ready', onReady);

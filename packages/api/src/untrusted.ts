@@ -1,6 +1,6 @@
 /**
  * Mail content in MCP tool results is data written by whoever sent the mail, not instructions. Every tool whose
- * result can carry it (found from its output schema: a subject, a body, text or html anywhere in it, so a new
+ * result can carry it (found from its output schema: a subject, a body, text, html or a file name anywhere in it, so a new
  * tool is covered without being named) answers its text content inside one delimited block that says whether
  * the senders were verified:
  *
@@ -15,8 +15,11 @@
  * the same), so no message can close the block early. structuredContent is the result unchanged.
  */
 
-/** Properties whose presence in an output schema means the result can carry text a sender wrote. */
-const MAIL_FIELDS = new Set(['subject', 'body', 'text', 'html', 'extracted_text']);
+/**
+ * Properties whose presence in an output schema means the result can carry text a sender wrote (an attachment's
+ * file name and extracted text included).
+ */
+const MAIL_FIELDS = new Set(['subject', 'body', 'text', 'html', 'extracted_text', 'filename']);
 
 export const UNTRUSTED_TAG = 'untrusted-mail-content';
 

@@ -41,6 +41,7 @@ export * from './messages/receive';
 export * from './messages/deliver';
 export * from './messages/outcomes';
 export * from './messages/read';
+export * from './messages/attachments';
 export * from './messages/labels';
 export * from './mailboxes/folders';
 export * from './mailboxes/sync';

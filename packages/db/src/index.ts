@@ -18,6 +18,7 @@ export type {
   Box,
   Event,
   Message,
+  MessageAttachment,
   Delivery,
   Suppression,
   LedgerEntry,

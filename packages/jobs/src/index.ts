@@ -6,7 +6,11 @@ import { Queue, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 
-export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices', bulk: 'bulk' } as const;
+export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices', bulk: 'bulk', attachmentText: 'attachment-text' } as const;
+
+/** Extracts the text of one stored attachment (apps/worker); the job id is the attachment id. */
+export const AttachmentTextJob = z.object({ attachmentId: z.string() });
+export type AttachmentTextJob = z.infer<typeof AttachmentTextJob>;
 
 /** Billing queue jobs: the repeatable cycle (recurring debits, payment sweep) and one payment's due check. */
 export const BillingJob = z.object({
@@ -95,6 +99,7 @@ export class Jobs {
   readonly billing: Queue<BillingJob>;
   readonly notices: Queue<NoticeJob>;
   readonly bulk: Queue<BulkBatchJob>;
+  readonly attachmentText: Queue<AttachmentTextJob>;
 
   constructor(
     readonly connection: Redis,
@@ -104,9 +109,10 @@ export class Jobs {
     this.billing = new Queue<BillingJob>(QUEUE.billing, { connection: connection as ConnectionOptions, prefix });
     this.notices = new Queue<NoticeJob>(QUEUE.notices, { connection: connection as ConnectionOptions, prefix });
     this.bulk = new Queue<BulkBatchJob>(QUEUE.bulk, { connection: connection as ConnectionOptions, prefix });
+    this.attachmentText = new Queue<AttachmentTextJob>(QUEUE.attachmentText, { connection: connection as ConnectionOptions, prefix });
     // A queue re-emits its connection's errors, and with no listener BullMQ prints them with their stack. The
     // connection's owner listens to the connection itself and logs them once.
-    for (const q of [this.deliveries, this.billing, this.notices, this.bulk]) q.on('error', () => undefined);
+    for (const q of [this.deliveries, this.billing, this.notices, this.bulk, this.attachmentText]) q.on('error', () => undefined);
   }
 
   /**
@@ -229,7 +235,26 @@ export class Jobs {
     );
   }
 
+  /** Enqueues text extraction of stored attachments; the job id is the attachment id, so enqueueing twice is harmless. */
+  async enqueueAttachmentText(attachmentIds: string[]): Promise<void> {
+    if (!attachmentIds.length) return;
+    await this.attachmentText.addBulk(
+      attachmentIds.map((attachmentId) => ({
+        name: 'extract',
+        data: { attachmentId },
+        opts: {
+          jobId: attachmentId,
+          attempts: 5,
+          backoff: { type: 'exponential', delay: 5_000 },
+          removeOnComplete: { age: 3600, count: 10_000 },
+          removeOnFail: { age: 7 * 86_400 },
+        },
+      })),
+    );
+  }
+
   async close(): Promise<void> {
+    await this.attachmentText.close();
     await this.deliveries.close();
     await this.billing.close();
     await this.notices.close();

@@ -355,6 +355,15 @@ export const EVENT_CATALOGUE = {
     }).meta(d('The message (GET /messages/{id} has its body)')),
     context: z.record(z.string(), z.unknown()).nullable().meta(d('The context of the send this answers (through In-Reply-To), or null')),
   }).meta(d('A message arrived in a box')),
+  'attachment.text_ready': o({
+    message_id: messageId,
+    attachment_id: id('att', 'The attachment (GET /messages/{id}/attachments/{attachment_id})'),
+    filename: z.string().nullable().meta(d('Its file name, as sent')),
+    status: z.enum(['ready', 'too_large', 'unsupported', 'failed']).meta(d('How the extraction ended (text_status)')),
+    detected_type: z.string().nullable().meta(d('The type read from the bytes (magic numbers), not from the name')),
+    text_bytes: z.number().int().nullable().meta(d('UTF-8 size of the text when ready; null otherwise')),
+    truncated: z.boolean().meta(d('true when the text stopped at a limit')),
+  }).meta(d("The worker finished reading an attachment's text (any final status): GET /messages/{id}/attachments/{attachment_id}/text")),
   'message.deleted': o({
     message_id: messageId,
     purged: z.boolean().meta(d('true when subject and addresses were removed too')),

@@ -175,6 +175,39 @@ export const MessageSummary = z
   })
   .meta({ id: 'MessageSummary' });
 
+/** Where the extraction of an attachment's text stands (the worker extracts it; event attachment.text_ready at the end). */
+export const ATTACHMENT_TEXT_STATUSES = ['pending', 'ready', 'too_large', 'unsupported', 'failed'] as const;
+export const AttachmentTextStatus = z.enum(ATTACHMENT_TEXT_STATUSES).meta({
+  description:
+    'pending: the worker has not read it yet; ready: its text is at GET /messages/{id}/attachments/{attachment_id}/text; too_large: over the extraction limits (10 MiB input, 64 MiB unzipped for DOCX/XLSX); unsupported: a type without text (read from the bytes, not the name: PDF, DOCX, XLSX, CSV, HTML and plain text are read); failed: unreadable (corrupt, or over the time or memory limit). attachment.text_ready is recorded when it leaves pending.',
+  example: 'ready',
+});
+export type AttachmentTextStatus = z.infer<typeof AttachmentTextStatus>;
+
+export const AttachmentInfo = z
+  .object({
+    id: z.string().meta({ description: 'GET /messages/{id}/attachments/{attachment_id}', example: 'att_0a1b2c3d4e5f6g7h8j9k' }),
+    filename: z.string().nullable().meta({ example: 'invoice.pdf' }),
+    content_type: z.string().meta({ description: 'As declared by the sender', example: 'application/pdf' }),
+    size_bytes: z.number().int(),
+    sha256: z.string().meta({ description: 'SHA-256 (hex) of the bytes' }),
+    content_id: z.string().nullable().meta({ description: 'Inline parts: the cid the html references' }),
+    text_status: AttachmentTextStatus,
+    text_bytes: z.number().int().nullable().meta({ description: 'UTF-8 size of the extracted text once text_status is ready; null otherwise' }),
+    detected_type: z
+      .string()
+      .nullable()
+      .meta({ description: 'The type read from the bytes (magic numbers) once extraction ran; null before', example: 'application/pdf' }),
+  })
+  .meta({ id: 'Attachment' });
+
+export const MessageAttachment = AttachmentInfo.extend({
+  content_b64: z.string().optional().meta({
+    description:
+      'The bytes, base64-encoded: only with include=attachment_content (GET /messages/{id} and GET /messages). Otherwise download them from GET /messages/{id}/attachments/{attachment_id}/content',
+  }),
+});
+
 export const MessageBody = z.object({
   text: z.string().nullable(),
   extracted_text: z.string().nullable().meta({
@@ -183,15 +216,9 @@ export const MessageBody = z.object({
   }),
   html: z.string().nullable(),
   headers: z.record(z.string(), z.string()),
-  attachments: z.array(
-    z.object({
-      filename: z.string().nullable(),
-      content_type: z.string(),
-      size_bytes: z.number().int(),
-      content_id: z.string().nullable(),
-      content_b64: z.string(),
-    }),
-  ),
+  attachments: z.array(MessageAttachment).meta({
+    description: 'Each attachment with its id, type, size, SHA-256 and text status; the bytes only with include=attachment_content',
+  }),
 });
 
 export const MessageWithBody = MessageSummary.extend({
@@ -210,7 +237,10 @@ export const MessageWithBody = MessageSummary.extend({
 });
 
 export const ListMessagesInput = z.strictObject({
-  include: z.enum(['body']).optional().meta({ description: 'include=body adds each message body' }),
+  include: z.enum(['body', 'attachment_content']).optional().meta({
+    description:
+      "include=body adds each message body (attachments listed without their bytes); include=attachment_content adds bodies with each attachment's bytes (content_b64)",
+  }),
   direction: z.enum(['sent', 'received']).optional(),
   box: z.string().max(320).optional().meta({ description: 'A box id or address' }),
   since: Timestamp.optional().meta({ description: 'Only messages recorded at or after this time' }),
@@ -226,6 +256,41 @@ export const ListMessagesOutput = z.object({
 });
 
 export const MessageIdInput = z.strictObject({ id: z.string().max(40) });
+export const GetMessageInput = z.strictObject({
+  id: z.string().max(40),
+  include: z.enum(['attachment_content']).optional().meta({
+    description: "include=attachment_content adds each attachment's bytes (content_b64) to the body; without it attachments are listed without their bytes",
+  }),
+});
+
+export const AttachmentIdInput = z.strictObject({
+  id: z.string().max(40).meta({ description: 'The message', example: 'msg_0a1b2c3d4e5f6g7h8j9k' }),
+  attachment_id: z.string().max(40).meta({ example: 'att_0a1b2c3d4e5f6g7h8j9k' }),
+});
+
+export const AttachmentOutput = AttachmentInfo.extend({
+  message_id: z.string(),
+  content_url: z.string().meta({ description: 'GET it with your API key (Authorization: Bearer) for the bytes' }),
+  download_url: z.string().meta({
+    description:
+      'The same content URL signed (HMAC with the instance secret, bound to the account, the message, the attachment and the expiry): no API key needed, valid 10 minutes. An expired one answers 410 link_expired, a changed one 403 invalid_signature',
+  }),
+  download_url_expires_at: Timestamp,
+}).meta({ id: 'AttachmentWithUrl' });
+
+export const AttachmentTextOutput = z
+  .object({
+    message_id: z.string(),
+    attachment_id: z.string(),
+    filename: z.string().nullable(),
+    text_status: AttachmentTextStatus,
+    detected_type: z.string().nullable(),
+    text: z.string().nullable().meta({ description: 'The extracted plain text once text_status is ready; null otherwise' }),
+    text_bytes: z.number().int().nullable(),
+    truncated: z.boolean().meta({ description: 'true when the text stopped at a limit (1,000,000 characters, or the first 500 PDF pages)' }),
+    error: z.string().nullable().meta({ description: 'Why it is failed, too_large or unsupported' }),
+  })
+  .meta({ id: 'AttachmentText' });
 
 const LabelList = z
   .array(z.string().max(200))

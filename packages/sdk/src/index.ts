@@ -176,3 +176,64 @@ export async function topUpWithMpp(
   return waitForMppTopup(client, challenge.challenge_id, opts);
 }
 export { streamEvents, BoxesStreamError, type StreamEventsOptions } from './event-stream';
+
+export type AttachmentInfo = BoxesOutputs['messages']['attachment'];
+export type AttachmentText = BoxesOutputs['messages']['attachmentText'];
+
+/**
+ * GET /messages/{id}/attachments/{attachment_id}: the attachment's metadata and a signed download_url (no key
+ * needed, valid 10 minutes).
+ */
+export function attachmentUrl(client: BoxesClient, messageId: string, attachmentId: string): Promise<AttachmentInfo> {
+  return client.messages.attachment.query({ id: messageId, attachment_id: attachmentId });
+}
+
+/** GET /messages/{id}/attachments/{attachment_id}/text: the extracted text and its text_status. */
+export function attachmentText(client: BoxesClient, messageId: string, attachmentId: string): Promise<AttachmentText> {
+  return client.messages.attachmentText.query({ id: messageId, attachment_id: attachmentId });
+}
+
+/**
+ * Polls the attachment's text until text_status leaves pending (ready, too_large, unsupported or failed) or
+ * timeoutMs passes; the event attachment.text_ready says the same without polling.
+ */
+export async function waitForAttachmentText(
+  client: BoxesClient,
+  messageId: string,
+  attachmentId: string,
+  opts: { timeoutMs?: number; intervalMs?: number } = {},
+): Promise<AttachmentText> {
+  const end = Date.now() + (opts.timeoutMs ?? 60_000);
+  for (;;) {
+    const t = await attachmentText(client, messageId, attachmentId);
+    if (t.text_status !== 'pending' || Date.now() >= end) return t;
+    await new Promise((resolve) => setTimeout(resolve, opts.intervalMs ?? 500));
+  }
+}
+
+/**
+ * Downloads an attachment's bytes: asks for a signed URL, then fetches it (the bytes never pass through JSON).
+ * Throws BoxesError-like errors with the code the content route answers.
+ */
+export async function downloadAttachment(
+  client: BoxesClient,
+  messageId: string,
+  attachmentId: string,
+  opts: { fetch?: typeof fetch } = {},
+): Promise<{ bytes: Uint8Array; contentType: string; filename: string | null; sha256: string }> {
+  const info = await attachmentUrl(client, messageId, attachmentId);
+  const res = await (opts.fetch ?? fetch)(info.download_url);
+  if (!res.ok) {
+    const body = (await res.json().catch(() => null)) as { error?: { code?: string; message?: string } } | null;
+    throw Object.assign(new Error(body?.error?.message ?? `download failed with HTTP ${res.status}`), {
+      code: body?.error?.code ?? `http_${res.status}`,
+      status: res.status,
+    });
+  }
+  return {
+    bytes: new Uint8Array(await res.arrayBuffer()),
+    contentType: res.headers.get('content-type') ?? info.content_type,
+    filename: info.filename,
+    sha256: info.sha256,
+  };
+}

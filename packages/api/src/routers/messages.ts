@@ -1,6 +1,22 @@
 /** Mail: send, list, read, delete. */
-import { cancelScheduled, changeLabels, deleteMessage, flagNames, getMessage, listMessages, messageLabels, replyToMessage, sendMessage } from '@boxes/core';
 import {
+  cancelScheduled,
+  changeLabels,
+  deleteMessage,
+  flagNames,
+  getAttachment,
+  getAttachmentText,
+  getMessage,
+  listMessages,
+  messageLabels,
+  replyToMessage,
+  sendMessage,
+} from '@boxes/core';
+import {
+  AttachmentIdInput,
+  AttachmentOutput,
+  AttachmentTextOutput,
+  GetMessageInput,
   CancelMessageInput,
   CancelMessageOutput,
   DeleteMessageInput,
@@ -8,7 +24,6 @@ import {
   ListMessagesInput,
   LABEL_RULES,
   ListMessagesOutput,
-  MessageIdInput,
   MessageLabelsInput,
   MessageLabelsOutput,
   MessageWithBody,
@@ -104,7 +119,7 @@ export const messagesRouter = router({
         tags: ['messages'],
         summary: 'List messages',
         description:
-          'Newest first. include=body adds bodies. label=<label> keeps the messages carrying it (unread for the unread ones). A box-restricted key sees only its boxes. flags are the IMAP flags and keywords mail clients see; labels are the same, named for triage (POST /messages/{id}/labels).',
+          'Newest first. include=body adds bodies (attachments listed without their bytes); include=attachment_content adds bodies with the bytes. label=<label> keeps the messages carrying it (unread for the unread ones). A box-restricted key sees only its boxes. flags are the IMAP flags and keywords mail clients see; labels are the same, named for triage (POST /messages/{id}/labels).',
       },
     })
     .input(ListMessagesInput)
@@ -126,13 +141,14 @@ export const messagesRouter = router({
         path: '/messages/{id}',
         tags: ['messages'],
         summary: 'Read a message',
-        description: 'The full decrypted body, headers and attachments, and for sent messages each delivery.',
+        description:
+          'The full decrypted body, headers and attachments, and for sent messages each delivery. Attachments are listed with their id, type, size, SHA-256 and text status; their bytes only with include=attachment_content (else GET /messages/{id}/attachments/{attachment_id}/content).',
       },
     })
-    .input(MessageIdInput)
+    .input(GetMessageInput)
     .output(MessageWithBody)
     .query(async ({ ctx, input }) => {
-      const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id });
+      const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, include: input.include });
       const labels = await messageLabels(ctx.svc, [m.id]);
       return { ...m, ...flagsAndLabels(labels.get(m.id)) };
     }),
@@ -162,6 +178,42 @@ export const messagesRouter = router({
       const m = r.messages[0]!;
       return { id: m.id, labels: m.labels, added: m.added, removed: m.removed };
     }),
+  attachment: keyProcedure
+    .meta({
+      errors: ['body_reclaimed', 'not_found'],
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/messages/{id}/attachments/{attachment_id}',
+        tags: ['messages'],
+        summary: 'Get an attachment',
+        description:
+          'What the attachment is (type, size, SHA-256, text status) and where to download it: content_url with your API key, or download_url, signed and valid 10 minutes, with no key. The content route answers the bytes with the stored content type, Content-Disposition: attachment, X-Content-Type-Options: nosniff and a sandboxing Content-Security-Policy. 410 body_reclaimed once the body was reclaimed. A box-restricted key sees only its boxes.',
+      },
+    })
+    .input(AttachmentIdInput)
+    .output(AttachmentOutput)
+    .query(({ ctx, input }) =>
+      getAttachment(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, messageId: input.id, attachmentId: input.attachment_id }),
+    ),
+  attachmentText: keyProcedure
+    .meta({
+      errors: ['body_reclaimed', 'not_found'],
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/messages/{id}/attachments/{attachment_id}/text',
+        tags: ['messages'],
+        summary: "Read an attachment's text",
+        description:
+          'The plain text the worker extracted (PDF, DOCX, XLSX, CSV, HTML, plain text; the type read from the bytes, not the name). text_status pending until the worker is done (event attachment.text_ready), then ready with the text, or too_large, unsupported or failed with the reason. Limits: 10 MiB input, 64 MiB unzipped, the first 500 PDF pages, 1,000,000 characters of text, 30 seconds.',
+      },
+    })
+    .input(AttachmentIdInput)
+    .output(AttachmentTextOutput)
+    .query(({ ctx, input }) =>
+      getAttachmentText(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, messageId: input.id, attachmentId: input.attachment_id }),
+    ),
   delete: keyProcedure
     .meta({
       errors: ['conflict', 'not_found'],

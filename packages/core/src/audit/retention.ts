@@ -11,6 +11,7 @@ import { k, rows, sql, tbl } from '@boxes/db';
 import { ACCOUNT_STATUSES, DELIVERY_STATUSES } from '@boxes/schemas';
 import { statusIn, statusLit } from '../shared/statuses';
 import { appendEvent } from '../events/append';
+import { reclaimAttachmentText } from '../messages/attachments';
 import type { Services } from '../shared/context';
 import { open, sha256Hex } from '../shared/crypto';
 
@@ -68,6 +69,7 @@ export async function reclaimExpiredBodies(svc: Services, limit = 1000): Promise
       const m = await tx.message.findUniqueOrThrow({ where: { id }, include: { account: { select: { auditRetentionDays: true } } } });
       const at = svc.clock.now();
       await tx.message.update({ where: { id }, data: { bodyEnc: null, rawEnc: null, bodyReclaimedAt: at, rawSha256: rawSha256Of(svc.secretKey, m) } });
+      await reclaimAttachmentText(tx, [id]);
       await appendEvent({
         db: tx,
         accountId: m.accountId,

@@ -28,6 +28,8 @@ import type { MessageRow } from '../store/rows';
 import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
+import { describeStored, enqueueAttachmentText } from '../messages/attachments';
+import { openBody } from '../messages/body';
 import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
 import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
@@ -224,7 +226,7 @@ interface BatchItem {
  * Starts the batch: reserves its credit and writes its messages and deliveries (only for messages not started yet,
  * so a repeated start does nothing). Returns the local deliveries to enqueue, or null when the job stopped.
  */
-async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[] } | null> {
+async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[]; attachmentIds?: string[] } | null> {
   return svc.db.$transaction(async (tx) => {
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
@@ -352,9 +354,11 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       context: i.context,
       thread_id: i.thread_id,
       body_enc: i.body_enc,
+      // The messages with attachments get their attachment rows, as every stored message.
+      attachments: i.attachment_bytes > 0 && i.body_enc ? describeStored(openBody(svc.secretKey, i.body_enc).attachments) : undefined,
     }));
     const [items$, i$, jobs$] = [tbl('bulk_job_items'), tbl('bulk_job_items', 'i'), tbl('bulk_jobs')];
-    await writeBatch(svc, tx, {
+    const { attachmentIds } = await writeBatch(svc, tx, {
       locked: new Map([[a.id, a]]),
       changes: [{ accountId: job.account_id, hold: { micros: held, freeMessages: free } }],
       messages,
@@ -367,7 +371,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
           ${jobs$.updated_at} = now() WHERE ${jobs$.id} = ${jobId})`,
       ],
     });
-    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id) };
+    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: [...attachmentIds.values()].flat() };
   }, TX);
 }
 
@@ -420,6 +424,7 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
     return { kind: 'done' };
   }
   if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
+  await enqueueAttachmentText(svc, started.attachmentIds ?? []);
 
   const pending: Pending[] = await run(
     svc.db,

@@ -125,9 +125,11 @@ async function billAccount(
   for (let day = firstDay, i = 0; day <= lastDay && i < MAX_STORAGE_DAYS_PER_RUN; day = new Date(day.getTime() + DAY_MS), i++) {
     // Mail counts on a day once it is older than the free days at that day's end, while its body is stored.
     const cutoff = new Date(day.getTime() + DAY_MS - STORAGE_FREE_DAYS * DAY_MS);
+    // The bytes of a message (attachments included) and the text extracted from its attachments.
     const rows = await svc.db.$queryRaw<{ bytes: bigint | null }[]>`
-      SELECT SUM(size_bytes)::bigint AS bytes FROM messages
-      WHERE account_id = ${a.id} AND recorded_at < ${cutoff} AND body_reclaimed_at IS NULL`;
+      SELECT (SUM(m.size_bytes) + COALESCE(SUM((SELECT SUM(t.text_bytes) FROM message_attachments t WHERE t.message_id = m.id AND t.text_enc IS NOT NULL)), 0))::bigint AS bytes
+      FROM messages m
+      WHERE m.account_id = ${a.id} AND m.recorded_at < ${cutoff} AND m.body_reclaimed_at IS NULL`;
     const bytes = rows[0]?.bytes ?? 0n;
     const micros = storageDayMicros(bytes);
     const key = day.toISOString().slice(0, 10);

@@ -12,6 +12,7 @@ import { open, sealBytes } from '../shared/crypto';
 import { lockAccountsCredit } from '../credit/ledger';
 import { domainOf } from './addresses';
 import { openBody } from './body';
+import { enqueueAttachmentText } from './attachments';
 import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, type DeliveredOutcome } from './outcomes';
 import { groupCommitOf } from '../shared/group-commit';
 import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
@@ -271,23 +272,24 @@ export async function attemptDelivery(
     }
     const parsed = await parseMessage(checked.raw);
     // The copy for the recipient and the delivery's state commit together: exactly once.
-    const forwardRuns = await svc.db.$transaction(
+    const stored = await svc.db.$transaction(
       async (tx) => {
         // Locked: a second run of the same job (a stalled lock handed on while the first still runs) waits here
         // and then sees the delivery done.
         const [fresh] = await run(tx, kq.selectFrom('deliveries').select(['status', 'account_id']).where('id', '=', deliveryId).forUpdate());
-        if (!fresh || ['delivered', 'bounced', 'failed'].includes(fresh.status)) return [];
+        if (!fresh || ['delivered', 'bounced', 'failed'].includes(fresh.status)) return null;
         // Both accounts (the recipient's for the copy, the sender's for the outcome) locked now, in id order, as
         // every transaction that locks several accounts does (group commits): taken one after the other, the
         // recipient's first, they could deadlock with a batch holding the sender's.
         await lockAccountsCredit(tx, [...new Set([target.box.accountId, fresh.account_id])].sort());
         const stored = await receiveMessage(svc, { raw: checked.raw, parsed, recipients: [target], mailFrom, via: 'local', tx, trust: checked.trust });
         await markDelivered(svc, tx, deliveryId, { mta: 'local', response: 'stored locally', attempts });
-        return stored.forwardRunIds ?? [];
+        return stored;
       },
       { maxWait: 10_000, timeout: 30_000 },
     );
-    await enqueueForwardRuns(svc, forwardRuns);
+    await enqueueForwardRuns(svc, stored?.forwardRunIds ?? []);
+    await enqueueAttachmentText(svc, stored?.attachmentIds ?? []);
     return { done: true };
   }
 

@@ -236,6 +236,8 @@ export interface MessagePlan {
   context: MessageInput['context'];
   /** The sealed body as composing reads it (messages/deliver.ts). */
   bodyEnc: string;
+  /** Its attachments (recordAttachments names them once the message is written). */
+  attachments: StoredAttachment[];
   sizeBytes: number;
   /** What reserving the message counts, per recipient delivered to (credit/ledger planReservation). */
   attachmentBytes: number;
@@ -312,6 +314,7 @@ export function planMessage(svc: Services, caller: PlanCaller, m: CheckedMessage
     context: m.input.context,
     // Sealed here, before any transaction: encrypting a large body must not happen under the account's row lock.
     bodyEnc: sealBody(svc.secretKey, body),
+    attachments: m.attachments,
     sizeBytes: Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + m.attachmentBytes,
     attachmentBytes: m.attachmentBytes,
     withTrailer,

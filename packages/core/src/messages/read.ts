@@ -1,11 +1,12 @@
 /** Reading and deleting stored messages. Box-restricted keys see only their boxes' mail. */
-import type { Db, Delivery, Message } from '@boxes/db';
+import type { Db, Delivery, Message, MessageAttachment } from '@boxes/db';
 import { Prisma, rows as run, sql, tbl, type RawBuilder } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
-import { openBody } from './body';
+import { openBody, type StoredBody } from './body';
+import { attachmentsOfMany, presentAttachment, reclaimAttachmentText } from './attachments';
 import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
 import type { Authentication } from '../trust/authenticate';
 import type { SpamVerdict } from '../trust/spam';
@@ -41,22 +42,27 @@ export function presentMessage(m: Message, retentionDays?: number) {
   };
 }
 
-export function presentBody(svc: Services, m: Message) {
-  if (!m.bodyEnc) return null;
-  const b = openBody(svc.secretKey, m.bodyEnc);
+/**
+ * The body of a message, its attachments listed with their ids (rows), their bytes only when asked
+ * (withContent: include=attachment_content).
+ */
+export function presentBody(svc: Services, m: Message, b: StoredBody, rows: MessageAttachment[], withContent: boolean) {
   return {
     text: b.text,
     extracted_text: m.direction === 'received' ? extractReplyText(b.text) : null,
     html: b.html,
     headers: b.headers,
-    attachments: b.attachments.map((a) => ({
-      filename: a.filename,
-      content_type: a.content_type,
-      size_bytes: Buffer.from(a.content_b64, 'base64').length,
-      content_id: a.content_id,
-      content_b64: a.content_b64,
-    })),
+    attachments: rows.map((r) => presentAttachment(r, withContent ? b.attachments[r.idx] : undefined)),
   };
+}
+
+/** The bodies of some messages, each opened once, with their attachment rows (one query for them all). */
+export async function presentBodies(svc: Services, list: Message[], withContent: boolean) {
+  const open = list.flatMap((m) => (m.bodyEnc ? [{ m, body: openBody(svc.secretKey, m.bodyEnc) }] : []));
+  const rows = await attachmentsOfMany(svc, open);
+  const out = new Map<string, ReturnType<typeof presentBody>>();
+  for (const { m, body } of open) out.set(m.id, presentBody(svc, m, body, rows.get(m.id) ?? [], withContent));
+  return out;
 }
 
 const presentDelivery = (d: Delivery) => ({
@@ -95,7 +101,7 @@ export async function listMessages(
   input: {
     accountId: string;
     scope: BoxScope;
-    include?: 'body' | undefined;
+    include?: 'body' | 'attachment_content' | undefined;
     direction?: 'sent' | 'received' | undefined;
     box?: string | undefined;
     since?: string | undefined;
@@ -155,8 +161,9 @@ export async function listMessages(
     retentionDaysOf(svc, input.accountId),
   ]);
   const page = rows.slice(0, input.limit);
+  const bodies = input.include ? await presentBodies(svc, page, input.include === 'attachment_content') : null;
   return {
-    messages: page.map((m) => ({ ...presentMessage(m, days), ...(input.include === 'body' ? { body: presentBody(svc, m) } : {}) })),
+    messages: page.map((m) => ({ ...presentMessage(m, days), ...(bodies ? { body: bodies.get(m.id) ?? null } : {}) })),
     next_cursor: rows.length > input.limit ? encodeCursor(page[page.length - 1]!) : null,
   };
 }
@@ -172,7 +179,7 @@ async function findVisible(db: Db | Parameters<Parameters<Db['$transaction']>[0]
   return m;
 }
 
-export async function getMessage(svc: Services, input: { accountId: string; scope: BoxScope; id: string }) {
+export async function getMessage(svc: Services, input: { accountId: string; scope: BoxScope; id: string; include?: 'attachment_content' | undefined }) {
   // One snapshot, so the message's status and its deliveries agree.
   const { m, deliveries } = await svc.db.$transaction(
     async (tx) => {
@@ -183,7 +190,8 @@ export async function getMessage(svc: Services, input: { accountId: string; scop
     { isolationLevel: 'RepeatableRead' },
   );
   const days = await retentionDaysOf(svc, input.accountId);
-  return { ...presentMessage(m, days), body: presentBody(svc, m), deliveries: deliveries.map(presentDelivery) };
+  const bodies = await presentBodies(svc, [m], input.include === 'attachment_content');
+  return { ...presentMessage(m, days), body: bodies.get(m.id) ?? null, deliveries: deliveries.map(presentDelivery) };
 }
 
 /** Reclaims the body (and raw) of a message; with purge also subject, from, to and cc. */
@@ -218,6 +226,7 @@ export async function deleteMessage(svc: Services, input: { accountId: string; s
           : {}),
       },
     });
+    await reclaimAttachmentText(tx, [m.id]);
     await appendEvent({
       db: tx,
       accountId: input.accountId,

@@ -14,6 +14,7 @@ import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
+import { describeAttachments, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
@@ -101,6 +102,8 @@ export interface InboundInput {
 
 export interface StoredInbound {
   messageIds: string[];
+  /** Attachments written (text extraction to enqueue once the transaction commits: enqueueAttachmentText). */
+  attachmentIds?: string[];
   /** Auto-forwards to send (forward runs), to enqueue once the transaction commits. */
   forwardRunIds?: string[];
 }
@@ -110,6 +113,8 @@ interface Prepared {
   parsed: ParsedMessage;
   report: ReturnType<typeof parseReport>;
   attachmentBytes: number;
+  /** What the attachment rows say (the store writer writes them with the message), made before the transaction. */
+  files: AttachmentMeta[];
   /** One sealed copy per recipient (null for bounce addresses). */
   sealed: ({ bodyEnc: string; rawEnc: Uint8Array<ArrayBuffer> } | null)[];
   trust: ReturnType<typeof storedTrust>;
@@ -141,6 +146,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
     parsed,
     report: parseReport(parsed.mail),
     attachmentBytes: parsed.attachments.reduce((n, a) => n + a.content.length, 0),
+    files: describeAttachments(parsed.attachments),
     sealed,
     trust: storedTrust(input.trust),
   };
@@ -172,11 +178,17 @@ function receivedEventData(p: Prepared, box: Box, id: string, threadId: string, 
 
 export async function receiveMessage(svc: Services, input: InboundInput): Promise<StoredInbound> {
   const p = await prepare(svc, input);
+  // In the caller's transaction: the caller enqueues attachmentIds once it commits.
   if (input.tx) return storeInbound(svc, input.tx, p);
   // The common case (mail for boxes: no report, no forward, charged) is stored by group commit.
-  if (groupable(p)) return inboundOf(svc).add(p);
+  if (groupable(p)) {
+    const stored = await inboundOf(svc).add(p);
+    await enqueueAttachmentText(svc, stored.attachmentIds ?? []);
+    return stored;
+  }
   const stored = await svc.db.$transaction((tx) => storeInbound(svc, tx, p), INBOUND_TX);
   await enqueueForwardRuns(svc, stored.forwardRunIds ?? []);
+  await enqueueAttachmentText(svc, stored.attachmentIds ?? []);
   return stored;
 }
 
@@ -204,9 +216,11 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
   const locked = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
   const running = new Map([...locked].map(([id, a]) => [id, { ...a }]));
   let pending: ReceivedWrite[] = [];
+  // The attachment rows written, by message id.
+  const attachmentIds = new Map<string, string[]>();
   const write = async () => {
     if (!pending.length) return;
-    await writeReceived(svc, tx, locked, pending);
+    for (const [id, ids] of await writeReceived(svc, tx, locked, pending)) attachmentIds.set(id, ids);
     for (const [id, a] of locked) running.set(id, { ...a });
     pending = [];
   };
@@ -243,6 +257,10 @@ async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Prom
     out.push({ messageIds, forwardRunIds: [] });
   }
   await write();
+  for (const stored of out) {
+    const ids = stored.messageIds.flatMap((id) => attachmentIds.get(id) ?? []);
+    if (ids.length) stored.attachmentIds = ids;
+  }
   return out;
 }
 
@@ -267,7 +285,7 @@ interface ReceivedWrite {
  * The hot path's one statement (store/write.ts): the messages, their charges and their mail.received events,
  * each account's charges applied in the order given on the row the caller locked.
  */
-async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, list: ReceivedWrite[]): Promise<void> {
+async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, list: ReceivedWrite[]): Promise<Map<string, string[]>> {
   const messages: MessageRow[] = list.map(({ p, i, box, m }) => ({
     id: m.id,
     account_id: box.accountId,
@@ -289,13 +307,14 @@ async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAc
     thread_id: m.threadId,
     body_enc: p.sealed[i]!.bodyEnc,
     raw_enc: p.sealed[i]!.rawEnc,
+    attachments: p.files,
   }));
   const changes: AccountChange[] = list.map(({ box, m, postings }) => ({
     accountId: box.accountId,
     charge: { postings },
     event: { type: 'mail.received', boxId: box.id, data: m.eventData },
   }));
-  await writeBatch(svc, tx, { locked, changes, messages });
+  return (await writeBatch(svc, tx, { locked, changes, messages })).attachmentIds;
 }
 
 /** One message in the caller's transaction: every kind of recipient, reports, forwards, free notices. */
@@ -305,6 +324,7 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
   // Copies of one message for several boxes of one account share a thread.
   const threadOfAccount = new Map<string, string>();
   const forwardRunIds: string[] = [];
+  const attachmentIds: string[] = [];
   // Several accounts (boxes of two accounts, a report for a sender): locked now, in id order, as every
   // transaction that locks several accounts does, so none of them waits in a cycle with a batch.
   const accounts = [...new Set(input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : r.kind === 'bounce' ? [r.accountId] : [])))].sort();
@@ -324,11 +344,13 @@ async function storeInbound(svc: Services, tx: Tx, p: Prepared): Promise<StoredI
     const eventData = receivedEventData(p, box, id, threadId, context);
     const locked = new Map((await lockAccountsCredit(tx, [box.accountId])).map((a) => [a.id, a]));
     const postings = input.free ? [] : receivedCharge(svc, locked.get(box.accountId)!, id, p.attachmentBytes);
-    await writeReceived(svc, tx, locked, [{ p, i, box, m: { id, context, threadId, rfcMessageId, eventData }, postings }]);
+    attachmentIds.push(
+      ...((await writeReceived(svc, tx, locked, [{ p, i, box, m: { id, context, threadId, rfcMessageId, eventData }, postings }])).get(id) ?? []),
+    );
     if (report) await applyReport(tx, { report, accountId: box.accountId, now: svc.clock.now() });
     messageIds.push(id);
     // Auto-forwarding: only boxes with an active forward look their forwards up (box.forwarding).
     if (box.forwarding && !report) forwardRunIds.push(...(await queueForwardRuns(tx, { box, messageId: id, parsed })));
   }
-  return { messageIds, forwardRunIds };
+  return { messageIds, forwardRunIds, attachmentIds };
 }

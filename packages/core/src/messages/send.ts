@@ -23,6 +23,7 @@ import { checkSendLoop } from './loop';
 import { checkMessage, loadSendState, planMessage, type MessagePlan } from './plan';
 import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
+import { describeStored, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 
 type Input = z.infer<typeof SendInput>;
@@ -89,6 +90,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     requestHash,
     date,
     warning,
+    // Hashed here, before the transaction.
+    attachments: describeStored(checked.attachments),
   };
   let response: Output;
   let deliveryIds: string[] = [];
@@ -97,6 +100,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     if ('error' in result) throw result.error;
     response = result.out;
     deliveryIds = result.deliveryIds;
+    await enqueueAttachmentText(svc, result.attachmentIds);
   } catch (err) {
     // Two sends with the same idempotency_key at once: the loser replays (or is rejected) like a later repeat.
     if (idemKey && isUniqueViolation(err)) {
@@ -144,6 +148,8 @@ interface SendPlan {
   requestHash: string;
   date: Date;
   warning: Output['warning'] | null;
+  /** What its attachment rows say (the store writer writes them with the message). */
+  attachments: AttachmentMeta[];
 }
 
 interface StagedSend {
@@ -155,7 +161,7 @@ interface StagedSend {
   freeUsed: number;
 }
 
-type SendResult = { out: Output; deliveryIds: string[] } | { error: unknown };
+type SendResult = { out: Output; deliveryIds: string[]; attachmentIds: string[] } | { error: unknown };
 
 /**
  * A send on the locked account row as it stands (credit, holds, the chain head): the reservation (402 when the
@@ -222,7 +228,7 @@ function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
  * The staged sends in one statement (store/write.ts): each account's holds and chain head, the messages, their
  * deliveries and events, and a NOTIFY per account.
  */
-async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, staged: StagedSend[]): Promise<void> {
+async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, staged: StagedSend[]): Promise<Map<string, string[]>> {
   const changes: AccountChange[] = staged.map((s) => ({
     accountId: s.plan.accountId,
     hold: { micros: s.heldMicros, freeMessages: s.freeUsed },
@@ -253,13 +259,14 @@ async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccou
       thread_id: p.threadId,
       send_at: s.plan.sendAt?.toISOString() ?? null,
       body_enc: p.bodyEnc,
+      attachments: s.plan.attachments,
     };
   });
   const deliveries: DeliveryRow[] = staged.flatMap((s) => {
     const status: DeliveryStatus = s.plan.sendAt ? 'scheduled' : 'queued';
     return s.deliveries.map((d) => ({ ...d, message_id: s.plan.planned.messageId, account_id: s.plan.accountId, status }));
   });
-  await writeBatch(svc, tx, { locked, changes, messages, deliveries });
+  return (await writeBatch(svc, tx, { locked, changes, messages, deliveries })).attachmentIds;
 }
 
 const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
@@ -283,12 +290,15 @@ const sendersOf = (svc: Services) =>
         try {
           const s = stageSend(svc, running.get(p.accountId)!, p);
           staged.push(s);
-          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id) };
+          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id), attachmentIds: [] };
         } catch (error) {
           return { error };
         }
       });
-      if (staged.length) await writeSends(svc, tx, locked, staged);
+      if (staged.length) {
+        const attachmentIds = await writeSends(svc, tx, locked, staged);
+        for (const r of results) if ('out' in r) r.attachmentIds = attachmentIds.get(r.out.message_id) ?? [];
+      }
       return results;
     }, SEND_TX),
   );

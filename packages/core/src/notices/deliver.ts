@@ -3,6 +3,7 @@
  * (not charged: it is the service's own mail), elsewhere it goes over SMTP like any delivery. Idempotent: a
  * sent notice is left alone.
  */
+import { enqueueAttachmentText } from '../messages/attachments';
 import { composeMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { domainOf } from '../messages/addresses';
@@ -42,15 +43,16 @@ export async function deliverNotice(svc: Services, deps: NoticeDeps, id: string,
   };
   const target = await resolveRecipient(svc, n.to);
   if (target.kind === 'box') {
-    const forwardRuns = await svc.db.$transaction(async (tx) => {
+    const stored = await svc.db.$transaction(async (tx) => {
       const claimed = await tx.notice.updateMany({
         where: { id, status: 'pending' satisfies NoticeStatus },
         data: { status: 'sent' satisfies NoticeStatus, sentAt: new Date(), attempts: { increment: 1 } },
       });
-      if (claimed.count !== 1) return [];
-      return (await receiveMessage(svc, { raw, recipients: [target], mailFrom: svc.config.noticeFrom, via: 'local', free: true, tx })).forwardRunIds ?? [];
+      if (claimed.count !== 1) return null;
+      return receiveMessage(svc, { raw, recipients: [target], mailFrom: svc.config.noticeFrom, via: 'local', free: true, tx });
     });
-    await enqueueForwardRuns(svc, forwardRuns);
+    await enqueueForwardRuns(svc, stored?.forwardRunIds ?? []);
+    await enqueueAttachmentText(svc, stored?.attachmentIds ?? []);
     return { done: true };
   }
   if (target.kind !== 'not_hosted') return fail(`${n.to}: no such box on this instance`, true);

@@ -22,6 +22,8 @@ export const ERROR_CODES = {
   forbidden: { status: 403, trpc: 'FORBIDDEN' },
   insufficient_scope: { status: 403, trpc: 'FORBIDDEN' },
   box_restricted_key: { status: 403, trpc: 'FORBIDDEN' },
+  /** A signed URL whose signature does not match what it names (changed, or not made here). */
+  invalid_signature: { status: 403, trpc: 'FORBIDDEN' },
   owner_key_protected: { status: 403, trpc: 'FORBIDDEN' },
   from_domain_mismatch: { status: 403, trpc: 'FORBIDDEN' },
   domain_not_verified: { status: 403, trpc: 'FORBIDDEN' },
@@ -47,6 +49,8 @@ export const ERROR_CODES = {
   too_many_bulk_jobs: { status: 409, trpc: 'CONFLICT' },
   link_used: { status: 410, trpc: 'NOT_FOUND' },
   link_expired: { status: 410, trpc: 'NOT_FOUND' },
+  /** The message body (and its attachments) was reclaimed: DELETE /messages/{id} or the retention window. */
+  body_reclaimed: { status: 410, trpc: 'NOT_FOUND' },
   mcp_disabled: { status: 403, trpc: 'FORBIDDEN' },
   intent_expired: { status: 410, trpc: 'NOT_FOUND' },
   domain_claim_expired: { status: 410, trpc: 'NOT_FOUND' },

@@ -5,6 +5,7 @@ const ALPHABET = '0123456789abcdefghjkmnpqrstvwxyz';
 
 export type IdPrefix =
   | 'int'
+  | 'att'
   | 'acct'
   | 'key'
   | 'box'

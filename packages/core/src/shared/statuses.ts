@@ -11,6 +11,7 @@
 import { Prisma, type RawBuilder, sql } from '@boxes/db';
 import {
   ACCOUNT_STATUSES,
+  ATTACHMENT_TEXT_STATUSES,
   BULK_STATUSES,
   CLOSE_REQUEST_STATUSES,
   DELIVERY_STATUSES,
@@ -49,6 +50,7 @@ export const STATUS_COLUMNS = {
   'forward_runs.status': FORWARD_RUN_STATUSES,
   'bulk_jobs.status': BULK_STATUSES,
   'sending_ips.mode': SENDING_IP_MODES,
+  'message_attachments.text_status': ATTACHMENT_TEXT_STATUSES,
 } as const satisfies Record<string, readonly string[]>;
 
 /**

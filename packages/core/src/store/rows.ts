@@ -10,6 +10,7 @@
  */
 import { sql, type Column, type DB, type Insertable, type RawBuilder, type Table } from '@boxes/db';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import type { AttachmentMeta } from '../messages/attachments';
 
 /** A list of a table's columns, checked by tsc. */
 export const columns =
@@ -84,6 +85,8 @@ export type MessageRow = Omit<Row<'messages', typeof MESSAGE_COLUMNS>, 'status' 
   body_enc: string | null;
   /** The sealed raw message (sealBytes): received mail, and sent mail once signed. */
   raw_enc?: Uint8Array | null;
+  /** Its attachments as they are in the body, in order: the writer names each in message_attachments. */
+  attachments?: readonly AttachmentMeta[];
 };
 
 /** A delivery row: one recipient of a sent message, with what its send holds. */
@@ -98,7 +101,7 @@ const base64 = (b: Uint8Array | null | undefined) => (b ? Buffer.from(b.buffer, 
 
 /** INSERT INTO messages of the rows, for a CTE of the writer's statement. */
 export function messagesInsert(rows: MessageRow[]): RawBuilder<unknown> {
-  const meta = rows.map(({ body_enc: _b, raw_enc: _r, ...m }) => ({ ...m, provider_message_id: m.id }));
+  const meta = rows.map(({ body_enc: _b, raw_enc: _r, attachments: _a, ...m }) => ({ ...m, provider_message_id: m.id }));
   const bodies = rows.map((m) => m.body_enc);
   const raws = rows.map((m) => base64(m.raw_enc));
   return sql`
@@ -124,6 +127,23 @@ export function recordsetInsert<T extends Table>(
   const values = sql.join([...cols.map((c) => sql.ref(`r.${c}`)), ...extra.map(([, v]) => v)]);
   return sql`INSERT INTO ${sql.table(table)} (${target})
       SELECT ${values} FROM jsonb_populate_recordset(NULL::${sql.table(table)}, ${recordsetJson([...rows])}::jsonb) AS r`;
+}
+
+const ATTACHMENT_COLUMNS = columns<'message_attachments'>()(
+  'id',
+  'message_id',
+  'account_id',
+  'idx',
+  'filename',
+  'content_type',
+  'content_id',
+  'size_bytes',
+  'sha256',
+);
+
+/** INSERT INTO message_attachments of new messages' rows (attachmentRows), for a CTE of the writer's statement. */
+export function attachmentsInsert(rows: Insertable<DB['message_attachments']>[]): RawBuilder<unknown> {
+  return recordsetInsert('message_attachments', ATTACHMENT_COLUMNS, rows);
 }
 
 /** INSERT INTO deliveries of the rows, for a CTE of the writer's statement. */

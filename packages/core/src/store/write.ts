@@ -20,7 +20,8 @@ import { appendEvent, chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } 
 import { lockAccountsCredit, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
 import type { Services } from '../shared/context';
 import { newId } from '../shared/ids';
-import { deliveriesInsert, ledgerInsert, messagesInsert, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
+import { attachmentRows } from '../messages/attachments';
+import { attachmentsInsert, deliveriesInsert, ledgerInsert, messagesInsert, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
 
 /** One change of one account, applied in the order given: a hold, then a charge, then an event. */
 export interface AccountChange {
@@ -46,6 +47,8 @@ export interface WriteBatch {
 export interface WriteResult {
   /** The events written, in order (announced accounts' included). */
   events: EventRow[];
+  /** The attachment rows written, by message (their text is extracted once the transaction commits). */
+  attachmentIds: Map<string, string[]>;
 }
 
 /** Whether postings move the balance without anything to announce, on the account's state as it stands. */
@@ -177,6 +180,10 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
     )`);
   }
   if (batch.messages?.length) ctes.push(sql`msg AS (${messagesInsert(batch.messages)})`);
+  const files = (batch.messages ?? []).flatMap((m) => (m.attachments?.length ? attachmentRows(m.id, m.account_id, m.attachments) : []));
+  const attachmentIds = new Map<string, string[]>();
+  for (const f of files) attachmentIds.set(f.message_id, [...(attachmentIds.get(f.message_id) ?? []), f.id]);
+  if (files.length) ctes.push(sql`att AS (${attachmentsInsert(files)})`);
   if (batch.deliveries?.length) ctes.push(sql`dlv AS (${deliveriesInsert(batch.deliveries)})`);
   if (entries.length) ctes.push(sql`led AS (${ledgerInsert(entries)})`);
   if (events.length) ctes.push(sql`ev AS (${eventsInsert(events)})`);
@@ -186,7 +193,7 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
     await rows(tx, sql`WITH ${sql.join(ctes)} SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`);
   }
   for (const [id, next] of moved) batch.locked.set(id, next);
-  if (!announced.length) return { events };
+  if (!announced.length) return { events, attachmentIds };
   // The general path, account by account in the caller's order: announcements run as on every other path.
   for (const accountId of announced) {
     for (const c of byAccount.get(accountId)!) {
@@ -205,5 +212,5 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
     }
   }
   for (const a of await lockAccountsCredit(tx, announced.sort())) batch.locked.set(a.id, a);
-  return { events };
+  return { events, attachmentIds };
 }

@@ -8,7 +8,7 @@ import { rows as run, sql, tbl, type Prisma, type RawBuilder } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
-import { presentBody, presentMessage, retentionDaysOf } from '../messages/read';
+import { presentBodies, presentMessage, retentionDaysOf } from '../messages/read';
 import { labelWhere, threadLabels } from '../messages/labels';
 
 interface ThreadRow {
@@ -199,9 +199,10 @@ export async function getThread(
   ]);
   const page = messages.slice(0, input.limit);
   const last = page[page.length - 1];
+  const bodies = input.include === 'body' ? await presentBodies(svc, page, false) : null;
   return {
     ...presentThread(row, labels),
-    messages: page.map((m) => ({ ...presentMessage(m, days), ...(input.include === 'body' ? { body: presentBody(svc, m) } : {}) })),
+    messages: page.map((m) => ({ ...presentMessage(m, days), ...(bodies ? { body: bodies.get(m.id) ?? null } : {}) })),
     next_cursor: messages.length > input.limit && last ? encodeCursor(last.recordedAt, last.id) : null,
   };
 }
