@@ -1,5 +1,5 @@
 /** Mail: send, list, read, delete. */
-import { cancelScheduled, deleteMessage, getMessage, listMessages, messageFlags, replyToMessage, sendMessage } from '@boxes/core';
+import { cancelScheduled, deleteMessage, getMessage, listMessages, messageFlags, replyToMessage, searchMessages, sendMessage } from '@boxes/core';
 import {
   CancelMessageInput,
   CancelMessageOutput,
@@ -10,6 +10,8 @@ import {
   MessageIdInput,
   MessageWithBody,
   MessageReplyInput,
+  SearchMessagesInput,
+  SearchMessagesOutput,
   SendInput,
   SendOutput,
 } from '@boxes/schemas';
@@ -108,6 +110,22 @@ export const messagesRouter = router({
       );
       return { ...page, messages: page.messages.map((m) => ({ ...m, flags: flags.get(m.id) ?? [] })) };
     }),
+  search: keyProcedure
+    .meta({
+      errors: ['invalid_cursor', 'not_found'],
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/messages/search',
+        tags: ['messages'],
+        summary: 'Search messages',
+        description:
+          'Full-text search over subject, addresses, body text and attachment text, best match first (ts_rank_cd: the subject counts most, then addresses, body, attachments). q is web search syntax: words are all required, "quoted words" follow each other, or between words means either, -word excludes; english word endings do not matter. Filters: box, direction, after/before (recorded_at), thread, label (an IMAP keyword, case-insensitive, or unread, read, flagged, answered, draft). 20 results a page (limit up to 100), next_cursor for the next. highlights mark matching words with <mark> and </mark>. A box-restricted key sees only its boxes. Privacy: bodies are encrypted at rest, the search index is not: it keeps, per message, the normalised words (stems) with their positions, never the text, so whoever reads the database learns which words a message contains. A message leaves the index when its body is reclaimed (DELETE /messages/{id}, the retention window); PUT /account/search-indexing turns the index off for the account and drops it. Messages stored before search existed are indexed by the worker shortly after an upgrade.',
+      },
+    })
+    .input(SearchMessagesInput)
+    .output(SearchMessagesOutput)
+    .query(({ ctx, input }) => searchMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input })),
   get: keyProcedure
     .meta({
       errors: ['not_found'],

@@ -6,6 +6,7 @@
  * keep their bodies until their data is deleted (the export needs them); a message with a delivery still
  * queued or deferred keeps its body until that delivery ends.
  */
+import { dropSearchVectors } from '../search/vector';
 import type { Message } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
@@ -58,6 +59,8 @@ export async function reclaimExpiredBodies(svc: Services, limit = 1000): Promise
       const m = await tx.message.findUniqueOrThrow({ where: { id }, include: { account: { select: { auditRetentionDays: true } } } });
       const at = svc.clock.now();
       await tx.message.update({ where: { id }, data: { bodyEnc: null, rawEnc: null, bodyReclaimedAt: at, rawSha256: rawSha256Of(svc.secretKey, m) } });
+      // The search vector holds the body's words: it goes with the body.
+      await dropSearchVectors(tx, [id]);
       await appendEvent({
         db: tx,
         accountId: m.accountId,

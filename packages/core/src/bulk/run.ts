@@ -26,7 +26,9 @@ import { deliveryCharge, lockAccountCredit, planReservation, postEntries, type L
 import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
+import { openBody } from '../messages/body';
 import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
+import { searchBodyText } from '../search/vector';
 import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
@@ -171,8 +173,8 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
     const a = await lockAccountCredit(tx, job.account_id);
-    const items = await tx.$queryRaw<{ index: number; message_id: string; recipients: string[]; attachment_bytes: number }[]>`
-      SELECT index, message_id, recipients, attachment_bytes FROM bulk_job_items
+    const items = await tx.$queryRaw<{ index: number; message_id: string; recipients: string[]; attachment_bytes: number; body_enc: string | null }[]>`
+      SELECT index, message_id, recipients, attachment_bytes, body_enc FROM bulk_job_items
       WHERE job_id = ${jobId} AND batch = ${batch} AND started_at IS NULL ORDER BY index`;
     if (!items.length) {
       await tx.$executeRaw`UPDATE bulk_jobs SET status = 'sending', updated_at = now() WHERE id = ${jobId} AND status <> 'sending'`;
@@ -243,6 +245,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
         });
       });
     }
+    const texts = items.flatMap((i) => (i.body_enc ? [{ index: i.index, text: searchBodyText(openBody(svc.secretKey, i.body_enc)) }] : []));
     // One statement: the holds, the messages (their sealed bodies move from the items), the deliveries, the items
     // marked started and the job sending. Every CTE reads the rows as they were before the statement.
     await tx.$executeRaw`
@@ -256,6 +259,14 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
         SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', x.status, i.rfc_message_id, i.message_id, i.in_reply_to, i."references",
           i.from_address, i.to_addresses, i.cc_addresses, i.bcc_addresses, i.subject, i.size_bytes, i.body_enc, i.context, now(), i.thread_id
         FROM bulk_job_items i JOIN x ON x.index = i.index WHERE i.job_id = ${jobId}
+      ), fts AS (
+        -- The search vector (search/vector.ts) of each message, from its body text opened here (never stored).
+        INSERT INTO message_search (message_id, account_id, tsv)
+        SELECT i.message_id, ${job.account_id},
+          boxes_search_vector(i.subject, array_to_string(array_prepend(i.from_address, i.to_addresses || i.cc_addresses || i.bcc_addresses), ' '), t.body_text, NULL)
+        FROM bulk_job_items i JOIN x ON x.index = i.index
+        JOIN unnest(${texts.map((t) => t.index)}::int[], ${texts.map((t) => t.text)}::text[]) AS t(index, body_text) ON t.index = i.index
+        WHERE i.job_id = ${jobId} AND EXISTS (SELECT 1 FROM accounts a WHERE a.id = ${job.account_id} AND a.search_indexing)
       ), dlv AS (
         INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
         SELECT d.id, d.message_id, ${job.account_id}, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()

@@ -6,6 +6,7 @@ import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { openBody } from './body';
+import { dropSearchVectors } from '../search/vector';
 import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
 import type { Authentication } from '../trust/authenticate';
 import type { SpamVerdict } from '../trust/spam';
@@ -194,6 +195,8 @@ export async function deleteMessage(svc: Services, input: { accountId: string; s
           : {}),
       },
     });
+    // The search vector holds the body's words: it goes with the body.
+    await dropSearchVectors(tx, [m.id]);
     await appendEvent({
       db: tx,
       accountId: input.accountId,

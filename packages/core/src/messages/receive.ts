@@ -15,6 +15,7 @@ import { sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
+import { searchBodyText, writeSearchVectors } from '../search/vector';
 import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
@@ -115,6 +116,8 @@ interface Prepared {
   /** One sealed copy per recipient (null for bounce addresses). */
   sealed: ({ bodyEnc: string; rawEnc: Uint8Array<ArrayBuffer> } | null)[];
   trust: ReturnType<typeof storedTrust>;
+  /** The body text the search vector is made of (search/vector.ts searchBodyText). */
+  searchText: string;
 }
 
 /** Parsing and sealing, before any transaction: encrypting a large message must not keep a connection busy in one. */
@@ -145,6 +148,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
     attachmentBytes: parsed.attachments.reduce((n, a) => n + a.content.length, 0),
     sealed,
     trust: storedTrust(input.trust),
+    searchText: searchBodyText({ text: parsed.text, html: parsed.html }),
   };
 }
 
@@ -313,18 +317,27 @@ async function writeReceived(tx: Tx, list: ReceivedRow[]): Promise<void> {
   const raws = list.map(({ p, i }) =>
     Buffer.from(p.sealed[i]!.rawEnc.buffer, p.sealed[i]!.rawEnc.byteOffset, p.sealed[i]!.rawEnc.byteLength).toString('base64'),
   );
+  // The body text goes only into the search vector (search/vector.ts), computed in this same statement.
+  const texts = list.map(({ p }) => p.searchText);
   const sql = leanChargesSql(list.map((r) => r.charge));
   await tx.$queryRaw`
-    WITH msg AS (
+    WITH r AS MATERIALIZED (
+      SELECT r.*, b.body_enc, b.raw_b64, b.body_text
+      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
+        refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
+      JOIN unnest(${bodies}::text[], ${raws}::text[], ${texts}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, body_text, i) ON b.i = r.i
+    ), msg AS (
       INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
         from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
         authentication, spam, thread_id)
       SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
-        r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, b.body_enc, decode(b.raw_b64, 'base64'), r.context, now(),
+        r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, r.body_enc, decode(r.raw_b64, 'base64'), r.context, now(),
         r.authentication, r.spam, r.thread_id
-      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
-        refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
-      JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = r.i
+      FROM r
+    ), fts AS (
+      INSERT INTO message_search (message_id, account_id, tsv)
+      SELECT r.id, r.account_id, boxes_search_vector(r.subject, array_to_string(array_prepend(r.from_address, r.to_addresses || r.cc_addresses), ' '), r.body_text, NULL)
+      FROM r WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = r.account_id AND a.search_indexing)
     ), ${sql.ctes}
     ${sql.notify}`;
 }
@@ -359,6 +372,7 @@ async function storeOne(svc: Services, tx: Tx, p: Prepared, i: number, box: Box,
       threadId: m.threadId,
     },
   });
+  await writeSearchVectors(tx, [{ id: m.id, body: p.searchText, attachments: null }]);
   await postEntries(svc, tx, box.accountId, postings, { locked: a });
   await appendEvent({ db: tx, accountId: box.accountId, type: 'mail.received', boxId: box.id, data: m.eventData });
 }

@@ -275,17 +275,27 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
       UPDATE accounts a SET held_micros = a.held_micros + x.held, held_free_messages = a.held_free_messages + x.free, chain_seq = x.seq, chain_hash = x.hash
       FROM jsonb_to_recordset(${JSON.stringify([...accounts.values()])}::jsonb) AS x(id text, held bigint, free int, seq int, hash text)
       WHERE a.id = x.id
+    ), m AS MATERIALIZED (
+      SELECT m.*, b.body_enc, b.body_text
+      FROM jsonb_to_recordset(${JSON.stringify(messages)}::jsonb) AS m(i int, id text, account_id text, box_id text, status text, rfc_message_id text,
+        in_reply_to text, refs text[], from_address text, to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text, size_bytes int,
+        context jsonb, idempotency_key text, request_hash text, response jsonb, recorded_at timestamptz, thread_id text, send_at timestamptz)
+      JOIN unnest(${staged.map((s) => s.plan.planned.bodyEnc)}::text[], ${staged.map((s) => s.plan.planned.searchText)}::text[])
+        WITH ORDINALITY AS b(body_enc, body_text, i) ON b.i = m.i
     ), msg AS (
       INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, in_reply_to, "references",
         from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, context, idempotency_key, request_hash,
         response, recorded_at, thread_id, send_at)
       SELECT m.id, m.account_id, m.box_id, 'sent', m.status, m.rfc_message_id, m.id, m.in_reply_to, m.refs,
-        m.from_address, m.to_addresses, m.cc_addresses, m.bcc_addresses, m.subject, m.size_bytes, b.body_enc, m.context, m.idempotency_key, m.request_hash,
+        m.from_address, m.to_addresses, m.cc_addresses, m.bcc_addresses, m.subject, m.size_bytes, m.body_enc, m.context, m.idempotency_key, m.request_hash,
         m.response, m.recorded_at, m.thread_id, m.send_at
-      FROM jsonb_to_recordset(${JSON.stringify(messages)}::jsonb) AS m(i int, id text, account_id text, box_id text, status text, rfc_message_id text,
-        in_reply_to text, refs text[], from_address text, to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text, size_bytes int,
-        context jsonb, idempotency_key text, request_hash text, response jsonb, recorded_at timestamptz, thread_id text, send_at timestamptz)
-      JOIN unnest(${staged.map((s) => s.plan.planned.bodyEnc)}::text[]) WITH ORDINALITY AS b(body_enc, i) ON b.i = m.i
+      FROM m
+    ), fts AS (
+      -- The search vector (search/vector.ts): the body text is a parameter of this statement, never stored.
+      INSERT INTO message_search (message_id, account_id, tsv)
+      SELECT m.id, m.account_id,
+        boxes_search_vector(m.subject, array_to_string(array_prepend(m.from_address, m.to_addresses || m.cc_addresses || m.bcc_addresses), ' '), m.body_text, NULL)
+      FROM m WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = m.account_id AND a.search_indexing)
     ), dlv AS (
       INSERT INTO deliveries (id, message_id, account_id, recipient, status, route, held_micros, used_free, attachment_micros, surcharge_micros, created_at, updated_at)
       SELECT d.id, d.message_id, d.account_id, d.recipient, d.status, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, now(), now()

@@ -1,0 +1,115 @@
+/**
+ * The search index of messages (table message_search): one tsvector per message, made by the SQL function
+ * boxes_search_vector (migration 20261126163000_message_search) from the subject (weight A), the addresses
+ * (B), the body text (C) and the attachments' text (D).
+ *
+ * Privacy: bodies are sealed at rest (AES-256-GCM), an index cannot be. Only the vector is kept, in a table of
+ * its own: lexemes (english stems), their positions and weights, never the text. Whoever reads the database
+ * learns which words a message contains and roughly in which order, not the text itself. The vector goes with
+ * the body (DELETE /messages/{id}, the retention window: dropSearchVectors), and an account can keep none at all
+ * (accounts.search_indexing, PUT /account/search-indexing). Highlights are made at query time from the
+ * decrypted bodies of one page of results (search/query.ts).
+ *
+ * Every path that stores a message writes its vector in the statement that stores it (the text is passed as a
+ * parameter, never stored): received mail (messages/receive.ts), sends (messages/send.ts), bulk batches
+ * (bulk/run.ts). indexMessageText re-indexes one message (attachment text extracted later by a worker job);
+ * backfillSearchIndex indexes messages stored before the index existed.
+ */
+import type { DbClient } from '@boxes/db';
+import type { Services } from '../shared/context';
+import { openBody, type StoredBody } from '../messages/body';
+
+/** The text search configuration of the index and of every query (stems, stop words). */
+export const SEARCH_CONFIG = 'english';
+
+/** At most this much of a body (and of the attachments' text) is indexed; the SQL function cuts there too. */
+export const MAX_INDEXED_CHARS = 100_000;
+
+const ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ' };
+
+/** The words of an HTML body: scripts and styles dropped, tags turned into spaces, common entities decoded. */
+export function htmlText(html: string): string {
+  return html
+    .replace(/<(script|style|head)\b[\s\S]*?<\/\1\s*>/gi, ' ')
+    .replace(/<!--[\s\S]*?-->/g, ' ')
+    .replace(/<[^>]*>/g, ' ')
+    .replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, (all, e: string) => {
+      if (e[0] === '#') {
+        const n = e[1] === 'x' || e[1] === 'X' ? Number.parseInt(e.slice(2), 16) : Number.parseInt(e.slice(1), 10);
+        return n > 0 && n < 0x110000 ? String.fromCodePoint(n) : ' ';
+      }
+      return ENTITIES[e.toLowerCase()] ?? all;
+    });
+}
+
+/** The body text a message is indexed (and highlighted) by: its text part, else the words of its html. */
+export function searchBodyText(body: Pick<StoredBody, 'text' | 'html'>): string {
+  const text = body.text?.trim() ? body.text : body.html ? htmlText(body.html) : '';
+  return text.length > MAX_INDEXED_CHARS ? text.slice(0, MAX_INDEXED_CHARS) : text;
+}
+
+/** Attachment texts as one indexed string (cut at MAX_INDEXED_CHARS). */
+export function attachmentText(texts: readonly string[] | undefined): string | null {
+  if (!texts?.length) return null;
+  const all = texts.join('\n');
+  return all.length > MAX_INDEXED_CHARS ? all.slice(0, MAX_INDEXED_CHARS) : all;
+}
+
+/**
+ * Writes (or replaces) the vectors of stored messages from their texts, in one statement: only messages that
+ * still have a body and whose account keeps an index. The message rows are share-locked, so a DELETE
+ * /messages/{id} running at the same time either goes first (nothing is written) or waits and drops the vector.
+ */
+export async function writeSearchVectors(db: DbClient, docs: { id: string; body: string; attachments: string | null }[]): Promise<number> {
+  if (!docs.length) return 0;
+  return db.$executeRaw`
+    INSERT INTO message_search (message_id, account_id, tsv)
+    SELECT m.id, m.account_id,
+      boxes_search_vector(m.subject, array_to_string(array_prepend(m.from_address, m.to_addresses || m.cc_addresses || m.bcc_addresses), ' '), t.body, t.att)
+    FROM unnest(${docs.map((d) => d.id)}::text[], ${docs.map((d) => d.body)}::text[], ${docs.map((d) => d.attachments)}::text[]) AS t(id, body, att)
+    JOIN messages m ON m.id = t.id
+    WHERE m.body_enc IS NOT NULL AND EXISTS (SELECT 1 FROM accounts a WHERE a.id = m.account_id AND a.search_indexing)
+    FOR SHARE OF m
+    ON CONFLICT (message_id) DO UPDATE SET tsv = EXCLUDED.tsv, account_id = EXCLUDED.account_id, indexed_at = now()`;
+}
+
+/**
+ * (Re)indexes one stored message from its decrypted body plus extra text, such as the text a worker extracted
+ * from its attachments (attachmentTexts: all of them; they replace what was indexed before). Idempotent.
+ * Returns false when nothing was indexed: the message is gone, its body was reclaimed, or its account keeps
+ * no search index.
+ */
+export async function indexMessageText(svc: Services, messageId: string, extra: { attachmentTexts?: readonly string[] } = {}): Promise<boolean> {
+  const m = await svc.db.message.findUnique({ where: { id: messageId }, select: { id: true, bodyEnc: true } });
+  if (!m?.bodyEnc) return false;
+  const body = openBody(svc.secretKey, m.bodyEnc);
+  return (await writeSearchVectors(svc.db, [{ id: m.id, body: searchBodyText(body), attachments: attachmentText(extra.attachmentTexts) }])) > 0;
+}
+
+/** Drops the vectors of messages whose body goes (DELETE /messages/{id}, the retention window). */
+export async function dropSearchVectors(db: DbClient, messageIds: string[]): Promise<void> {
+  if (messageIds.length) await db.$executeRaw`DELETE FROM message_search WHERE message_id = ANY(${messageIds}::text[])`;
+}
+
+/**
+ * Indexes up to `limit` messages that have a body and no vector (stored before the index existed, or while
+ * their account kept none): the worker's search backfill runs this until it returns 0. Idempotent.
+ */
+export async function backfillSearchIndex(svc: Services, limit = 500): Promise<number> {
+  const rows = await svc.db.$queryRaw<{ id: string; body_enc: string }[]>`
+    SELECT m.id, m.body_enc FROM messages m JOIN accounts a ON a.id = m.account_id AND a.search_indexing
+    WHERE m.body_enc IS NOT NULL AND NOT EXISTS (SELECT 1 FROM message_search s WHERE s.message_id = m.id)
+    ORDER BY m.recorded_at DESC LIMIT ${limit}`;
+  const docs = rows.map((r) => ({ id: r.id, body: searchBodyText(openBody(svc.secretKey, r.body_enc)), attachments: null }));
+  await writeSearchVectors(svc.db, docs);
+  return rows.length;
+}
+
+/** Turns an account's search index on or off; off drops every vector it had (on: the backfill rebuilds them). */
+export async function setSearchIndexing(svc: Services, accountId: string, enabled: boolean): Promise<{ search_indexing: boolean }> {
+  await svc.db.$transaction(async (tx) => {
+    await tx.account.update({ where: { id: accountId }, data: { searchIndexing: enabled } });
+    if (!enabled) await tx.$executeRaw`DELETE FROM message_search WHERE account_id = ${accountId}`;
+  });
+  return { search_indexing: enabled };
+}
