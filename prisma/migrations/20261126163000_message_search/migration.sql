@@ -18,6 +18,16 @@ CREATE TABLE "message_search" (
     CONSTRAINT "message_search_pkey" PRIMARY KEY ("message_id"),
     CONSTRAINT "message_search_message_id_fkey" FOREIGN KEY ("message_id") REFERENCES "messages"("id") ON DELETE CASCADE ON UPDATE CASCADE
 );
+-- Ranking reads every matching vector: kept compressed in the row (MAIN, up to a page) rather than out of
+-- line in TOAST, and compressed with lz4 where the server has it (faster to decompress than pglz).
+ALTER TABLE "message_search" ALTER COLUMN "tsv" SET STORAGE MAIN;
+ALTER TABLE "message_search" SET (toast_tuple_target = 8160);
+DO $$
+BEGIN
+  ALTER TABLE "message_search" ALTER COLUMN "tsv" SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported OR invalid_parameter_value THEN
+  NULL;
+END $$;
 CREATE INDEX "message_search_tsv_idx" ON "message_search" USING GIN ("tsv");
 CREATE INDEX "message_search_account_id_idx" ON "message_search" ("account_id");
 

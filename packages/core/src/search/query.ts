@@ -124,7 +124,7 @@ export async function searchMessages(svc: Services, input: SearchInput) {
   if (!page.length) return { results: [], next_cursor: null };
   const ids = page.map((h) => h.id);
   const [rows, flags, days] = await Promise.all([
-    svc.db.message.findMany({ where: { id: { in: ids } } }),
+    svc.db.message.findMany({ where: { id: { in: ids } }, omit: { rawEnc: true } }),
     messageFlags(svc, ids),
     retentionDaysOf(svc, input.accountId),
   ]);
@@ -145,7 +145,7 @@ export async function searchMessages(svc: Services, input: SearchInput) {
   const last = page[page.length - 1]!;
   return {
     results: messages.map(({ m, rank }, i) => ({
-      message: { ...presentMessage(m, days), flags: flags.get(m.id) ?? [] },
+      message: { ...presentMessage({ ...m, rawEnc: null }, days), flags: flags.get(m.id) ?? [] },
       rank,
       highlights: { subject: m.subject === null ? null : (headlines[i]?.subject ?? null), body: headlines[i]?.body ?? null },
     })),
