@@ -176,15 +176,16 @@ await main('bench:search', async (cleanup) => {
       await client.query(
         `WITH x AS MATERIALIZED (
            SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::text[])
-             AS x(id, box_id, direction, from_address, to_address, subject, body_enc, body_text, att, recorded_at, flags, keyword)
+             AS x(id, box_id, direction, from_address, to_address, subject, body_enc, body_text, att, recorded_at, flags, keyword),
+             LATERAL (SELECT 'thr_' || substr(md5(x.id), 1, 20) AS thread_id) t
          ), m AS (
            INSERT INTO messages (id, account_id, box_id, direction, status, rfc_message_id, provider_message_id, "references", from_address, to_addresses,
-             cc_addresses, bcc_addresses, subject, size_bytes, body_enc, recorded_at)
+             cc_addresses, bcc_addresses, subject, size_bytes, body_enc, recorded_at, thread_id)
            SELECT x.id, $1, x.box_id, x.direction, CASE WHEN x.direction = 'sent' THEN 'delivered' ELSE 'received' END, '<' || x.id || '@bench.test>', x.id, '{}', x.from_address, ARRAY[x.to_address],
-             '{}', '{}', x.subject, length(x.body_text), x.body_enc, x.recorded_at FROM x
+             '{}', '{}', x.subject, length(x.body_text), x.body_enc, x.recorded_at, x.thread_id FROM x
          ), s AS (
-           INSERT INTO message_search (message_id, account_id, tsv)
-           SELECT x.id, $1, boxes_search_vector(x.subject, x.from_address || ' ' || x.to_address, x.body_text, x.att) FROM x
+           INSERT INTO message_search (message_id, account_id, box_id, direction, recorded_at, thread_id, tsv)
+           SELECT x.id, $1, x.box_id, x.direction, x.recorded_at, x.thread_id, boxes_search_vector(x.subject, x.from_address || ' ' || x.to_address, x.body_text, x.att) FROM x
          )
          INSERT INTO message_flags (message_id, account_id, flags, keywords)
          SELECT x.id, $1, x.flags, CASE WHEN x.keyword = '' THEN '{}'::text[] ELSE ARRAY[x.keyword] END FROM x WHERE x.flags <> 0 OR x.keyword <> ''`,

@@ -13,6 +13,12 @@
 CREATE TABLE "message_search" (
     "message_id" TEXT NOT NULL,
     "account_id" TEXT NOT NULL,
+    -- Copies of the message's columns the search filters on (none of them changes once stored), so a search
+    -- reads this table alone until it has its page.
+    "box_id" TEXT,
+    "direction" TEXT NOT NULL,
+    "recorded_at" TIMESTAMPTZ(3) NOT NULL,
+    "thread_id" TEXT NOT NULL,
     "tsv" TSVECTOR NOT NULL,
     "indexed_at" TIMESTAMPTZ(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
     CONSTRAINT "message_search_pkey" PRIMARY KEY ("message_id"),
@@ -30,6 +36,7 @@ EXCEPTION WHEN feature_not_supported OR invalid_parameter_value THEN
 END $$;
 CREATE INDEX "message_search_tsv_idx" ON "message_search" USING GIN ("tsv");
 CREATE INDEX "message_search_account_id_idx" ON "message_search" ("account_id");
+CREATE INDEX "message_search_thread_idx" ON "message_search" ("account_id", "thread_id");
 
 -- The one definition of a message's vector, used by every path that stores or re-indexes a message.
 -- addresses: space-separated; each is indexed whole and as local part and domain ("alice", "example.com").

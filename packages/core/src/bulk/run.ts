@@ -261,8 +261,8 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
         FROM bulk_job_items i JOIN x ON x.index = i.index WHERE i.job_id = ${jobId}
       ), fts AS (
         -- The search vector (search/vector.ts) of each message, from its body text opened here (never stored).
-        INSERT INTO message_search (message_id, account_id, tsv)
-        SELECT i.message_id, ${job.account_id},
+        INSERT INTO message_search (message_id, account_id, box_id, direction, recorded_at, thread_id, tsv)
+        SELECT i.message_id, ${job.account_id}, i.box_id, 'sent', now(), i.thread_id,
           boxes_search_vector(i.subject, array_to_string(array_prepend(i.from_address, i.to_addresses || i.cc_addresses || i.bcc_addresses), ' '), t.body_text, NULL)
         FROM bulk_job_items i JOIN x ON x.index = i.index
         JOIN unnest(${texts.map((t) => t.index)}::int[], ${texts.map((t) => t.text)}::text[]) AS t(index, body_text) ON t.index = i.index

@@ -322,7 +322,7 @@ async function writeReceived(tx: Tx, list: ReceivedRow[]): Promise<void> {
   const sql = leanChargesSql(list.map((r) => r.charge));
   await tx.$queryRaw`
     WITH r AS MATERIALIZED (
-      SELECT r.*, b.body_enc, b.raw_b64, b.body_text
+      SELECT r.*, b.body_enc, b.raw_b64, b.body_text, now() AS recorded_at
       FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(i int, id text, account_id text, box_id text, rfc_message_id text, in_reply_to text,
         refs text[], from_address text, to_addresses text[], cc_addresses text[], subject text, size_bytes int, context jsonb, authentication jsonb, spam jsonb, thread_id text)
       JOIN unnest(${bodies}::text[], ${raws}::text[], ${texts}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, body_text, i) ON b.i = r.i
@@ -331,12 +331,12 @@ async function writeReceived(tx: Tx, list: ReceivedRow[]): Promise<void> {
         from_address, to_addresses, cc_addresses, bcc_addresses, subject, size_bytes, body_enc, raw_enc, context, recorded_at,
         authentication, spam, thread_id)
       SELECT r.id, r.account_id, r.box_id, 'received', 'received', r.rfc_message_id, r.id, r.in_reply_to, r.refs,
-        r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, r.body_enc, decode(r.raw_b64, 'base64'), r.context, now(),
+        r.from_address, r.to_addresses, r.cc_addresses, '{}'::text[], r.subject, r.size_bytes, r.body_enc, decode(r.raw_b64, 'base64'), r.context, r.recorded_at,
         r.authentication, r.spam, r.thread_id
       FROM r
     ), fts AS (
-      INSERT INTO message_search (message_id, account_id, tsv)
-      SELECT r.id, r.account_id, boxes_search_vector(r.subject, array_to_string(array_prepend(r.from_address, r.to_addresses || r.cc_addresses), ' '), r.body_text, NULL)
+      INSERT INTO message_search (message_id, account_id, box_id, direction, recorded_at, thread_id, tsv)
+      SELECT r.id, r.account_id, r.box_id, 'received', r.recorded_at, r.thread_id, boxes_search_vector(r.subject, array_to_string(array_prepend(r.from_address, r.to_addresses || r.cc_addresses), ' '), r.body_text, NULL)
       FROM r WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = r.account_id AND a.search_indexing)
     ), ${sql.ctes}
     ${sql.notify}`;

@@ -292,8 +292,8 @@ async function writeSends(tx: Tx, staged: StagedSend[]): Promise<void> {
       FROM m
     ), fts AS (
       -- The search vector (search/vector.ts): the body text is a parameter of this statement, never stored.
-      INSERT INTO message_search (message_id, account_id, tsv)
-      SELECT m.id, m.account_id,
+      INSERT INTO message_search (message_id, account_id, box_id, direction, recorded_at, thread_id, tsv)
+      SELECT m.id, m.account_id, m.box_id, 'sent', m.recorded_at, m.thread_id,
         boxes_search_vector(m.subject, array_to_string(array_prepend(m.from_address, m.to_addresses || m.cc_addresses || m.bcc_addresses), ' '), m.body_text, NULL)
       FROM m WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = m.account_id AND a.search_indexing)
     ), dlv AS (

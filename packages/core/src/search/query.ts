@@ -69,8 +69,11 @@ function parseTime(value: string | undefined, field: string): Date | undefined {
   return d;
 }
 
-/** The filters of a search as SQL conditions on messages m (box-restricted keys: only their boxes). */
-async function filtersOf(svc: Services, input: SearchInput): Promise<Prisma.Sql[]> {
+/**
+ * The filters of a search as SQL conditions on message_search s, which carries the message columns they need
+ * (box-restricted keys: only their boxes); the cursor as a condition on the ranked rows r.
+ */
+async function filtersOf(svc: Services, input: SearchInput): Promise<{ where: Prisma.Sql[]; after: Prisma.Sql | null }> {
   const where: Prisma.Sql[] = [];
   if (input.box) {
     const b = await svc.db.box.findFirst({
@@ -78,47 +81,46 @@ async function filtersOf(svc: Services, input: SearchInput): Promise<Prisma.Sql[
       select: { id: true },
     });
     if (!b || (input.scope && !input.scope.includes(b.id))) throw notFound('box', input.box);
-    where.push(Prisma.sql`m.box_id = ${b.id}`);
+    where.push(Prisma.sql`s.box_id = ${b.id}`);
   } else if (input.scope) {
-    where.push(Prisma.sql`m.box_id = ANY(${input.scope}::text[])`);
+    where.push(Prisma.sql`s.box_id = ANY(${input.scope}::text[])`);
   }
-  if (input.direction) where.push(Prisma.sql`m.direction = ${input.direction}`);
+  if (input.direction) where.push(Prisma.sql`s.direction = ${input.direction}`);
   const after = parseTime(input.after, 'after');
   const before = parseTime(input.before, 'before');
-  if (after) where.push(Prisma.sql`m.recorded_at >= ${after}`);
-  if (before) where.push(Prisma.sql`m.recorded_at < ${before}`);
-  if (input.thread) where.push(Prisma.sql`m.thread_id = ${input.thread}`);
+  if (after) where.push(Prisma.sql`s.recorded_at >= ${after}`);
+  if (before) where.push(Prisma.sql`s.recorded_at < ${before}`);
+  if (input.thread) where.push(Prisma.sql`s.thread_id = ${input.thread}`);
   if (input.label) {
     const system = SYSTEM_LABELS[input.label.toLowerCase()];
     // A message without a flags row: a sent one is \Seen, a received one has no flag (mailboxes/entries.ts).
-    const bits = Prisma.sql`COALESCE((SELECT f.flags FROM message_flags f WHERE f.message_id = m.id), CASE WHEN m.direction = 'sent' THEN 1 ELSE 0 END)`;
+    const bits = Prisma.sql`COALESCE((SELECT f.flags FROM message_flags f WHERE f.message_id = s.message_id), CASE WHEN s.direction = 'sent' THEN 1 ELSE 0 END)`;
     if (system) where.push(system.set ? Prisma.sql`(${bits} & ${system.bit}) <> 0` : Prisma.sql`(${bits} & ${system.bit}) = 0`);
     else
       where.push(
-        Prisma.sql`EXISTS (SELECT 1 FROM message_flags f, unnest(f.keywords) AS k(name) WHERE f.message_id = m.id AND lower(k.name) = lower(${input.label}))`,
+        Prisma.sql`EXISTS (SELECT 1 FROM message_flags f, unnest(f.keywords) AS k(name) WHERE f.message_id = s.message_id AND lower(k.name) = lower(${input.label}))`,
       );
   }
-  if (input.cursor) {
-    const c = decodeCursor(input.cursor);
-    where.push(Prisma.sql`(r.rank, m.id) < (${c.rank}::real, ${c.id})`);
-  }
-  return where;
+  const c = input.cursor ? decodeCursor(input.cursor) : null;
+  return { where, after: c ? Prisma.sql`(r.rank, r.message_id) < (${c.rank}::real, ${c.id})` : null };
 }
 
 export async function searchMessages(svc: Services, input: SearchInput) {
-  const filters = await filtersOf(svc, input);
-  const conditions = filters.length ? Prisma.sql`AND ${Prisma.join(filters, ' AND ')}` : Prisma.empty;
+  const { where, after } = await filtersOf(svc, input);
+  const conditions = where.length ? Prisma.sql`AND ${Prisma.join(where, ' AND ')}` : Prisma.empty;
+  // message_search alone until the page is known; OFFSET 0 keeps the ranked rows (id, rank) apart, so the sort
+  // does not carry the vectors. The page's messages are read afterwards, by id.
   const hits = await svc.db.$queryRaw<{ id: string; rank: string; rank_value: number }[]>`
     WITH q AS (SELECT websearch_to_tsquery(${SEARCH_CONFIG}::regconfig, ${input.q}) AS q)
-    SELECT m.id, r.rank::text AS rank, r.rank::float8 AS rank_value
+    SELECT r.message_id AS id, r.rank::text AS rank, r.rank::float8 AS rank_value
     FROM (
       SELECT s.message_id, ts_rank_cd(s.tsv, q.q) AS rank
       FROM message_search s, q
-      WHERE s.account_id = ${input.accountId} AND s.tsv @@ q.q
+      WHERE s.account_id = ${input.accountId} AND s.tsv @@ q.q ${conditions}
+      OFFSET 0
     ) r
-    JOIN messages m ON m.id = r.message_id
-    WHERE m.account_id = ${input.accountId} ${conditions}
-    ORDER BY r.rank DESC, m.id DESC
+    ${after ? Prisma.sql`WHERE ${after}` : Prisma.empty}
+    ORDER BY r.rank DESC, r.message_id DESC
     LIMIT ${input.limit + 1}`;
   const page = hits.slice(0, input.limit);
   if (!page.length) return { results: [], next_cursor: null };

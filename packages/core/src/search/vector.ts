@@ -63,8 +63,8 @@ export function attachmentText(texts: readonly string[] | undefined): string | n
 export async function writeSearchVectors(db: DbClient, docs: { id: string; body: string; attachments: string | null }[]): Promise<number> {
   if (!docs.length) return 0;
   return db.$executeRaw`
-    INSERT INTO message_search (message_id, account_id, tsv)
-    SELECT m.id, m.account_id,
+    INSERT INTO message_search (message_id, account_id, box_id, direction, recorded_at, thread_id, tsv)
+    SELECT m.id, m.account_id, m.box_id, m.direction, m.recorded_at, m.thread_id,
       boxes_search_vector(m.subject, array_to_string(array_prepend(m.from_address, m.to_addresses || m.cc_addresses || m.bcc_addresses), ' '), t.body, t.att)
     FROM unnest(${docs.map((d) => d.id)}::text[], ${docs.map((d) => d.body)}::text[], ${docs.map((d) => d.attachments)}::text[]) AS t(id, body, att)
     JOIN messages m ON m.id = t.id
