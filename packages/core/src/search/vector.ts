@@ -4,11 +4,18 @@
  * (B), the body text (C) and the attachments' text (D).
  *
  * Privacy: bodies are sealed at rest (AES-256-GCM), an index cannot be. Only the vector is kept, in a table of
- * its own: lexemes (english stems), their positions and weights, never the text. Whoever reads the database
- * learns which words a message contains and roughly in which order, not the text itself. The vector goes with
- * the body (DELETE /messages/{id}, the retention window: dropSearchVectors), and an account can keep none at all
- * (accounts.search_indexing, PUT /account/search-indexing). Highlights are made at query time from the
- * decrypted bodies of one page of results (search/query.ts).
+ * its own: lexemes (english stems, stop words dropped), their positions and weights, never the text. Whoever
+ * reads the database learns which words each message contains, how often, in which part (subject, addresses,
+ * body, attachments) and at which positions, so the order of its words (not punctuation, casing, stop words or
+ * word endings); enough to tell what a message is about, not to restore it as written. Positions are kept
+ * because phrase queries ("quoted words") and ts_rank_cd need them. The vector goes with the body (DELETE
+ * /messages/{id}, the retention window: dropSearchVectors), and an account can keep none at all
+ * (accounts.search_indexing, PUT /account/search-indexing: off drops its vectors). Highlights are made at query
+ * time from the decrypted bodies of one page of results (search/query.ts).
+ *
+ * Storage, measured by pnpm bench:search (messages of 20 to 200 words, one in ten with attachment text): about
+ * 3.0 kB a message (the row with its lz4-compressed vector ~2.2 kB, the GIN index ~0.5 kB), beside ~1.6 kB for
+ * its sealed body: the index is about twice the size of the bodies it covers.
  *
  * Every path that stores a message writes its vector in the statement that stores it (the text is passed as a
  * parameter, never stored): received mail (messages/receive.ts), sends (messages/send.ts), bulk batches
