@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createBoxesClient } from '@boxes/sdk';
-import { backfillSearchIndex, indexMessageText } from '@boxes/core';
+import { backfillSearchIndex, indexMessageText, reclaimExpiredBodies } from '@boxes/core';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { appPassword, deliver, execFileAsync, multipartMessage, waitFor } from './imap-helpers';
 import { waitForReceived } from './mail-receive-helpers';
@@ -244,6 +244,13 @@ print(json.dumps(out))
     // Nothing brings it back: re-indexing a message without a body writes nothing.
     expect(await indexMessageText(t.svc, m.lunch, { attachmentTexts: ['invoice'] })).toBe(false);
     expect(ids(await search('q=invoice'))).toEqual([m.overdue]);
+
+    // The retention window reclaims the body of a message past it (here: one recorded 30 days ago), and its vector.
+    expect(ids(await search('q=zebra'))).toEqual([m.scan]);
+    await t.db.message.update({ where: { id: m.scan }, data: { recordedAt: new Date(Date.now() - 30 * 86_400_000) } });
+    expect(await reclaimExpiredBodies(t.svc)).toBe(1);
+    expect(await vectors(m.scan)).toBe(0n);
+    expect(ids(await search('q=zebra'))).toEqual([]);
   });
 
   it('PUT /account/search-indexing off drops the vectors and writes none; on again, the backfill indexes the messages', async () => {
