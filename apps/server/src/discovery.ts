@@ -41,6 +41,12 @@ const SKILLS: { name: string; description: string; operations: string[]; skill?:
     operations: ['POST /messages/{id}/labels', 'POST /threads/{id}/labels', 'GET /labels'],
   },
   {
+    name: 'search',
+    description:
+      'Full-text search of messages (subject, addresses, body, attachment text), best match first, with highlighted snippets and filters (box, direction, time, thread, label); the index can be turned off',
+    operations: ['GET /messages/search', 'PUT /account/search-indexing'],
+  },
+  {
     name: 'trust',
     description: 'Who may reach a box (allow and block lists, verified senders, spam), and the suppression list',
     operations: ['POST /lists', 'GET /lists', 'PUT /boxes/{id}/policy', 'GET /suppression'],

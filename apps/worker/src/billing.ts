@@ -9,6 +9,7 @@
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
 import {
+  backfillSearchIndex,
   buildExport,
   deleteClosedAccounts,
   deliverNotice,
@@ -44,11 +45,15 @@ import type { Logger } from 'pino';
 import { listenForever, logQueueError, pauseOnOutage, retryAtStart } from './outage';
 import type { ExportStatus, NoticeStatus, PaymentStatus } from '@boxes/core';
 
+/** Messages the audit job's search backfill indexes per statement, and at most per pass. */
+const SEARCH_BACKFILL_BATCH = 500;
+const SEARCH_BACKFILL_MAX = 50_000;
+
 export interface BillingHandle {
   /** Runs one billing cycle now (what the repeatable job does). */
   cycle(): Promise<{ accounts: number; entries: number; payments: number; recovered: number }>;
   /** Runs one audit pass now (what the repeatable audit job does). */
-  audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number }>;
+  audit(): Promise<{ checkpoints: number; reclaimed: number; deleted: string[]; exports: number; indexed: number }>;
   sweepNotices(): Promise<number>;
   /** Creates the recurring jobs' schedules that Redis lost; returns which. */
   ensureSchedules(): Promise<string[]>;
@@ -92,8 +97,13 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
     const deleted = await deleteClosedAccounts(svc);
     const exports = await pendingExports(svc);
     for (const id of exports) await svc.jobs.enqueueExport(id);
-    if (checkpoints || reclaimed || deleted.length) log.info({ checkpoints, reclaimed, deleted: deleted.length }, 'audit job');
-    return { checkpoints, reclaimed, deleted, exports: exports.length };
+    // The search backfill: messages stored before the index existed, or while their account kept none.
+    let indexed = 0;
+    for (let n = SEARCH_BACKFILL_BATCH; n === SEARCH_BACKFILL_BATCH && indexed < SEARCH_BACKFILL_MAX; indexed += n) {
+      n = await backfillSearchIndex(svc, SEARCH_BACKFILL_BATCH);
+    }
+    if (checkpoints || reclaimed || deleted.length || indexed) log.info({ checkpoints, reclaimed, deleted: deleted.length, indexed }, 'audit job');
+    return { checkpoints, reclaimed, deleted, exports: exports.length, indexed };
   };
   const exportJob = async (job: Job<BillingJob>, exportId: string) => {
     try {

@@ -84,3 +84,5 @@ export * from './bulk/create';
 export * from './bulk/run';
 export * from './bulk/view';
 export * from './bulk/cancel';
+export * from './search/vector';
+export * from './search/query';

@@ -169,3 +169,11 @@ export const CloseAccountOutput = z.object({
     .nullable(),
   close_request: z.object({ id: z.string(), status: z.literal('pending_owner_approval'), expires_at: Timestamp }).nullable(),
 });
+
+export const SearchIndexingInput = z.strictObject({
+  enabled: z.boolean().meta({
+    description:
+      'false drops every search vector of the account now and keeps none (GET /messages/search then finds nothing); true indexes new mail again, and the worker indexes the stored messages within the hour',
+  }),
+});
+export const SearchIndexingOutput = z.object({ search_indexing: z.boolean() });

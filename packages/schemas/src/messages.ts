@@ -418,3 +418,46 @@ export const CancelMessageOutput = z.object({
   send_at: Timestamp.nullable().meta({ description: 'When it would have gone' }),
   released_messages: z.number().int().meta({ description: 'Recipients whose reserved credit was released', example: 1 }),
 });
+
+/** Highlight markers of GET /messages/search (ts_headline StartSel and StopSel). */
+export const SEARCH_MARK_START = '<mark>';
+export const SEARCH_MARK_STOP = '</mark>';
+
+export const SearchMessagesInput = z.strictObject({
+  q: z.string().trim().min(1).max(500).meta({
+    description:
+      'The query, in web search syntax (PostgreSQL websearch_to_tsquery, english stemming): words are all required (alice invoice); "quoted words" must follow each other; or between words means either (invoice or receipt); a leading - excludes a word (-draft). Case, punctuation and word endings (invoices, invoicing) do not matter.',
+    example: 'invoice -draft "march 2026"',
+  }),
+  box: z.string().max(320).optional().meta({ description: 'A box id or address' }),
+  direction: z.enum(['sent', 'received']).optional(),
+  after: Timestamp.optional().meta({ description: 'Only messages recorded at or after this time' }),
+  before: Timestamp.optional().meta({ description: 'Only messages recorded before this time' }),
+  thread: z.string().max(40).optional().meta({ description: 'Only messages of this thread (thread_id)' }),
+  label: z.string().min(1).max(200).optional().meta({
+    description:
+      'Only messages with this label: an IMAP keyword (case-insensitive, e.g. $Forwarded or project-x) or a system label: unread (no \\Seen), read, flagged, answered, draft',
+    example: 'unread',
+  }),
+  limit: z.coerce.number<number>().int().min(1).max(100).default(20).meta({ description: 'Page size (default 20, at most 100)' }),
+  cursor: z.string().max(300).optional().meta({ description: 'next_cursor of the previous page (same q and filters)' }),
+});
+
+export const SearchMessagesOutput = z.object({
+  results: z.array(
+    z.object({
+      message: MessageSummary,
+      rank: z.number().meta({ description: 'Relevance (ts_rank_cd: subject counts most, then addresses, body, attachments); higher first' }),
+      highlights: z
+        .object({
+          subject: z.string().nullable(),
+          body: z.string().nullable(),
+        })
+        .meta({
+          description:
+            'Snippets with the matching words between <mark> and </mark> (plain text, not HTML-escaped); body is null once the body was reclaimed, and carries no marker when only an attachment matched',
+        }),
+    }),
+  ),
+  next_cursor: z.string().nullable().meta({ description: 'Pass as cursor for the next page; null at the end' }),
+});

@@ -1,7 +1,8 @@
 /**
  * SEARCH (RFC 3501 6.4.4, and MODSEQ of RFC 7162): the keys are parsed into a tree, then each message is
  * tested. Flags, sizes, dates and UIDs come from the folder view; header and body keys read the stored message
- * (case-insensitive substring, on the raw header and on its decoded form, on the decoded text and html).
+ * (case-insensitive substring, on the raw header and on its decoded form, on the decoded text and html). Top-level
+ * TEXT and BODY keys first narrow the messages to read through the search index (commands/search.ts).
  */
 import type { FolderEntry } from '@boxes/core';
 import { FLAG_BITS } from '@boxes/core';

@@ -1,6 +1,6 @@
 /** GET /account and the callback webhook URL. */
 import { z } from 'zod';
-import { closeProtectionOf, enableCloseProtection, getAccount, reputationCounts, requestClose, setCallbackWebhook } from '@boxes/core';
+import { closeProtectionOf, enableCloseProtection, getAccount, reputationCounts, requestClose, setCallbackWebhook, setSearchIndexing } from '@boxes/core';
 import {
   AccountOutput,
   CallbackWebhookInput,
@@ -10,6 +10,8 @@ import {
   CloseProtectionInput,
   CloseProtectionOutput,
   ReputationOutput,
+  SearchIndexingInput,
+  SearchIndexingOutput,
 } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
@@ -93,6 +95,22 @@ export const accountRouter = router({
     .input(CloseProtectionInput)
     .output(CloseProtectionOutput)
     .mutation(({ ctx }) => enableCloseProtection(ctx.svc, { accountId: ctx.account.id, actorKeyId: ctx.key.id })),
+  setSearchIndexing: keyProcedure
+    .meta({
+      scope: 'admin',
+      accountWide: true,
+      openapi: {
+        method: 'PUT',
+        path: '/account/search-indexing',
+        tags: ['account'],
+        summary: 'Turn the search index on or off',
+        description:
+          'The search index (GET /messages/search) keeps, per message, the normalised words of its subject, addresses, body and attachments with their positions, not the text; bodies themselves are encrypted at rest. {"enabled": false} drops the account\'s index now and keeps none; {"enabled": true} (the default) indexes again. Admin scope, unrestricted key.',
+      },
+    })
+    .input(SearchIndexingInput)
+    .output(SearchIndexingOutput)
+    .mutation(({ ctx, input }) => setSearchIndexing(ctx.svc, ctx.account.id, input.enabled)),
   close: keyProcedure
     .meta({
       errors: ['conflict', 'not_found'],

@@ -10,6 +10,7 @@ import {
   listMessages,
   messageLabels,
   replyToMessage,
+  searchMessages,
   sendMessage,
 } from '@boxes/core';
 import {
@@ -28,6 +29,8 @@ import {
   MessageLabelsOutput,
   MessageWithBody,
   MessageReplyInput,
+  SearchMessagesInput,
+  SearchMessagesOutput,
   SendInput,
   SendOutput,
 } from '@boxes/schemas';
@@ -131,6 +134,29 @@ export const messagesRouter = router({
         page.messages.map((m) => m.id),
       );
       return { ...page, messages: page.messages.map((m) => ({ ...m, ...flagsAndLabels(labels.get(m.id)) })) };
+    }),
+  search: keyProcedure
+    .meta({
+      errors: ['invalid_cursor', 'invalid_label', 'not_found'],
+      scope: 'receive',
+      openapi: {
+        method: 'GET',
+        path: '/messages/search',
+        tags: ['messages'],
+        summary: 'Search messages',
+        description:
+          'Full-text search over subject, addresses, body text and attachment text, best match first (ts_rank_cd: the subject counts most, then addresses, body, attachments). q is web search syntax: words are all required, "quoted words" follow each other, or between words means either, -word excludes; english word endings do not matter. Filters: box, direction, after/before (recorded_at), thread, label (as GET /messages: an IMAP keyword, case-insensitive, or a system label: unread, read, flagged, answered, draft, spam, sent; 400 invalid_label for a malformed one). 20 results a page (limit up to 100), next_cursor for the next. highlights mark matching words with <mark> and </mark>. A box-restricted key sees only its boxes. Privacy: bodies are encrypted at rest, the search index is not: it keeps, per message, the normalised words (stems) with their positions, never the text, so whoever reads the database learns which words a message contains. A message leaves the index when its body is reclaimed (DELETE /messages/{id}, the retention window); PUT /account/search-indexing turns the index off for the account and drops it. Messages stored before search existed are indexed by the worker shortly after an upgrade.',
+      },
+    })
+    .input(SearchMessagesInput)
+    .output(SearchMessagesOutput)
+    .query(async ({ ctx, input }) => {
+      const found = await searchMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
+      const labels = await messageLabels(
+        ctx.svc,
+        found.results.map((r) => r.message.id),
+      );
+      return { ...found, results: found.results.map((r) => ({ ...r, message: { ...r.message, ...flagsAndLabels(labels.get(r.message.id)) } })) };
     }),
   get: keyProcedure
     .meta({

@@ -6,6 +6,7 @@
  * keep their bodies until their data is deleted (the export needs them); a message with a delivery still
  * queued or deferred keeps its body until that delivery ends.
  */
+import { dropSearchVectors } from '../search/vector';
 import type { Message } from '@boxes/db';
 import { k, rows, sql, tbl } from '@boxes/db';
 import { ACCOUNT_STATUSES, DELIVERY_STATUSES } from '@boxes/schemas';
@@ -70,6 +71,8 @@ export async function reclaimExpiredBodies(svc: Services, limit = 1000): Promise
       const at = svc.clock.now();
       await tx.message.update({ where: { id }, data: { bodyEnc: null, rawEnc: null, bodyReclaimedAt: at, rawSha256: rawSha256Of(svc.secretKey, m) } });
       await reclaimAttachmentText(tx, [id]);
+      // The search vector holds the body's words: it goes with the body.
+      await dropSearchVectors(tx, [id]);
       await appendEvent({
         db: tx,
         accountId: m.accountId,

@@ -31,6 +31,7 @@ import { domainOf } from '../messages/addresses';
 import { describeStored, enqueueAttachmentText } from '../messages/attachments';
 import { openBody } from '../messages/body';
 import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
+import { searchBodyText } from '../search/vector';
 import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
@@ -201,6 +202,12 @@ export async function releaseUnsent(svc: Services, jobId: string, why: string): 
   }, TX);
 }
 
+/** What the writer derives from a batch message's sealed body: its search text, and its attachments' rows. */
+function stored(svc: Services, bodyEnc: string, withFiles: boolean): Pick<MessageRow, 'attachments' | 'search_text'> {
+  const body = openBody(svc.secretKey, bodyEnc);
+  return { search_text: searchBodyText(body), attachments: withFiles ? describeStored(body.attachments) : undefined };
+}
+
 /** A message of a batch as its job stored it (bulk_job_items), before it starts. */
 interface BatchItem {
   index: number;
@@ -355,7 +362,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       thread_id: i.thread_id,
       body_enc: i.body_enc,
       // The messages with attachments get their attachment rows, as every stored message.
-      attachments: i.attachment_bytes > 0 && i.body_enc ? describeStored(openBody(svc.secretKey, i.body_enc).attachments) : undefined,
+      ...(i.body_enc ? stored(svc, i.body_enc, i.attachment_bytes > 0) : {}),
     }));
     const [items$, i$, jobs$] = [tbl('bulk_job_items'), tbl('bulk_job_items', 'i'), tbl('bulk_jobs')];
     const { attachmentIds } = await writeBatch(svc, tx, {

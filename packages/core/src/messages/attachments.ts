@@ -20,6 +20,7 @@ import { open, seal, sha256Hex } from '../shared/crypto';
 import { AppError, notFound } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { openBody, type StoredAttachment, type StoredBody } from './body';
+import { searchDocs, writeSearchVectors } from '../search/vector';
 
 /** How long a signed download URL is valid: 10 minutes. */
 export const ATTACHMENT_URL_TTL_SECONDS = 600;
@@ -309,6 +310,9 @@ export async function finishAttachmentText(svc: Services, attachmentId: string, 
       },
     });
     if (moved.count === 0) return false;
+    // The message's search vector takes the new text before the event says it is ready, so a search made on
+    // hearing of it finds it.
+    if (keep) await writeSearchVectors(tx, await searchDocs(svc, tx, [{ id: row.messageId, bodyEnc: row.message.bodyEnc }]));
     await appendEvent({
       db: tx,
       accountId: row.accountId,

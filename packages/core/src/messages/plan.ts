@@ -23,6 +23,7 @@ import { CONFIGURATION_SET_HEADER, configurationSetName } from '../sending-ips/s
 import type { Services } from '../shared/context';
 import { AppError, invalidField } from '../shared/errors';
 import { escapeHtml } from '../shared/html';
+import { searchBodyText } from '../search/vector';
 import { newId } from '../shared/ids';
 import { headerValue, parentIds, pickThread, splitReferences } from '../threads/parents';
 import { assertRecipientsAllowed, candidatesOf, type ListedRow } from '../trust/lists';
@@ -238,6 +239,8 @@ export interface MessagePlan {
   bodyEnc: string;
   /** Its attachments (recordAttachments names them once the message is written). */
   attachments: StoredAttachment[];
+  /** The body text the search vector is made of (search/vector.ts); never stored. */
+  searchText: string;
   sizeBytes: number;
   /** What reserving the message counts, per recipient delivered to (credit/ledger planReservation). */
   attachmentBytes: number;
@@ -315,6 +318,7 @@ export function planMessage(svc: Services, caller: PlanCaller, m: CheckedMessage
     // Sealed here, before any transaction: encrypting a large body must not happen under the account's row lock.
     bodyEnc: sealBody(svc.secretKey, body),
     attachments: m.attachments,
+    searchText: searchBodyText(body),
     sizeBytes: Buffer.byteLength(body.text ?? '') + Buffer.byteLength(body.html ?? '') + m.attachmentBytes,
     attachmentBytes: m.attachmentBytes,
     withTrailer,

@@ -7,6 +7,7 @@ import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { openBody, type StoredBody } from './body';
 import { attachmentsOfMany, presentAttachment, reclaimAttachmentText } from './attachments';
+import { dropSearchVectors } from '../search/vector';
 import { bodyReclaimDueAt, rawSha256Of, retentionOf } from '../audit/retention';
 import type { Authentication } from '../trust/authenticate';
 import type { SpamVerdict } from '../trust/spam';
@@ -227,6 +228,8 @@ export async function deleteMessage(svc: Services, input: { accountId: string; s
       },
     });
     await reclaimAttachmentText(tx, [m.id]);
+    // The search vector holds the body's words: it goes with the body.
+    await dropSearchVectors(tx, [m.id]);
     await appendEvent({
       db: tx,
       accountId: input.accountId,

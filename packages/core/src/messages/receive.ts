@@ -15,6 +15,7 @@ import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { sealBody } from './body';
 import { describeAttachments, enqueueAttachmentText, type AttachmentMeta } from './attachments';
+import { searchBodyText } from '../search/vector';
 import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
@@ -118,6 +119,8 @@ interface Prepared {
   /** One sealed copy per recipient (null for bounce addresses). */
   sealed: ({ bodyEnc: string; rawEnc: Uint8Array<ArrayBuffer> } | null)[];
   trust: ReturnType<typeof storedTrust>;
+  /** The body text the search vector is made of (search/vector.ts searchBodyText). */
+  searchText: string;
 }
 
 /** Parsing and sealing, before any transaction: encrypting a large message must not keep a connection busy in one. */
@@ -149,6 +152,7 @@ async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
     files: describeAttachments(parsed.attachments),
     sealed,
     trust: storedTrust(input.trust),
+    searchText: searchBodyText({ text: parsed.text, html: parsed.html }),
   };
 }
 
@@ -308,6 +312,7 @@ async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAc
     body_enc: p.sealed[i]!.bodyEnc,
     raw_enc: p.sealed[i]!.rawEnc,
     attachments: p.files,
+    search_text: p.searchText,
   }));
   const changes: AccountChange[] = list.map(({ box, m, postings }) => ({
     accountId: box.accountId,

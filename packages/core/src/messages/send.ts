@@ -260,6 +260,7 @@ async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccou
       send_at: s.plan.sendAt?.toISOString() ?? null,
       body_enc: p.bodyEnc,
       attachments: s.plan.attachments,
+      search_text: p.searchText,
     };
   });
   const deliveries: DeliveryRow[] = staged.flatMap((s) => {

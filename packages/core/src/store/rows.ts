@@ -8,7 +8,7 @@
  * Sealed bodies and raw bytes travel beside the JSON as text arrays (bytes as base64): the JSON stays small and
  * the database decodes them into their columns.
  */
-import { sql, type Column, type DB, type Insertable, type RawBuilder, type Table } from '@boxes/db';
+import { sql, tbl, type Column, type DB, type Insertable, type RawBuilder, type Table } from '@boxes/db';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 import type { AttachmentMeta } from '../messages/attachments';
 
@@ -20,6 +20,9 @@ export const columns =
 
 /** JSON for a recordset: bigint as its digits (PostgreSQL reads them into BIGINT columns exactly). */
 export const recordsetJson = (rows: unknown[]): string => JSON.stringify(rows, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+
+/** message_search.tsv: a tsvector, which the schema declares Unsupported, so the generated types leave it out. */
+const TSV = sql.ref('tsv');
 
 /** The columns of each table the writer sets from its rows (the rest take their defaults, or now() below). */
 const MESSAGE_COLUMNS = columns<'messages'>()(
@@ -87,6 +90,8 @@ export type MessageRow = Omit<Row<'messages', typeof MESSAGE_COLUMNS>, 'status' 
   raw_enc?: Uint8Array | null;
   /** Its attachments as they are in the body, in order: the writer names each in message_attachments. */
   attachments?: readonly AttachmentMeta[];
+  /** The body text its search vector is made of (search/vector.ts searchBodyText); never stored. */
+  search_text?: string | null;
 };
 
 /** A delivery row: one recipient of a sent message, with what its send holds. */
@@ -99,16 +104,33 @@ const list = (cols: readonly string[], alias?: string) => sql.join(cols.map((c) 
 
 const base64 = (b: Uint8Array | null | undefined) => (b ? Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('base64') : null);
 
-/** INSERT INTO messages of the rows, for a CTE of the writer's statement. */
-export function messagesInsert(rows: MessageRow[]): RawBuilder<unknown> {
-  const meta = rows.map(({ body_enc: _b, raw_enc: _r, attachments: _a, ...m }) => ({ ...m, provider_message_id: m.id }));
+/**
+ * The CTEs that write messages, for the writer's statement: `r` (the rows, read once), `msg` (INSERT INTO messages)
+ * and, for rows with a search_text, `fts`: their search vector (message_search, boxes_search_vector) when the
+ * account keeps a search index. The body text is a parameter of the statement, never stored.
+ */
+export function messagesCtes(rows: MessageRow[]): RawBuilder<unknown> {
+  const meta = rows.map(({ body_enc: _b, raw_enc: _r, attachments: _a, search_text: _s, ...m }) => ({ ...m, provider_message_id: m.id }));
   const bodies = rows.map((m) => m.body_enc);
   const raws = rows.map((m) => base64(m.raw_enc));
-  return sql`
-      INSERT INTO ${sql.table('messages')} (${list(MESSAGE_COLUMNS)}, ${sql.ref('recorded_at')}, ${sql.ref('body_enc')}, ${sql.ref('raw_enc')})
-      SELECT ${list(MESSAGE_COLUMNS, 'm')}, COALESCE(m.recorded_at, now()), b.body_enc, decode(b.raw_b64, 'base64')
+  const texts = rows.map((m) => m.search_text ?? null);
+  const [fts, acc] = [tbl('message_search'), tbl('accounts', 'a')];
+  const indexed = texts.some((t) => t !== null)
+    ? sql`, fts AS (
+      INSERT INTO ${fts.$} (${sql.join([fts.message_id, fts.account_id, fts.box_id, fts.direction, fts.recorded_at, fts.thread_id, TSV])})
+      SELECT r.id, r.account_id, r.box_id, r.direction, r.recorded_at, r.thread_id,
+        boxes_search_vector(r.subject, array_to_string(array_prepend(r.from_address, r.to_addresses || r.cc_addresses || r.bcc_addresses), ' '), r.search_text, NULL)
+      FROM r WHERE r.search_text IS NOT NULL AND EXISTS (SELECT 1 FROM ${acc.$} WHERE ${acc.id} = r.account_id AND ${acc.search_indexing})
+    )`
+    : sql``;
+  return sql`r AS MATERIALIZED (
+      SELECT ${list(MESSAGE_COLUMNS, 'm')}, COALESCE(m.recorded_at, now()) AS recorded_at, b.sealed_body, decode(b.raw_b64, 'base64') AS raw, b.search_text
       FROM jsonb_populate_recordset(NULL::${sql.table('messages')}, ${recordsetJson(meta)}::jsonb) WITH ORDINALITY AS m
-      JOIN unnest(${bodies}::text[], ${raws}::text[]) WITH ORDINALITY AS b(body_enc, raw_b64, i) ON b.i = m.ordinality`;
+      JOIN unnest(${bodies}::text[], ${raws}::text[], ${texts}::text[]) WITH ORDINALITY AS b(sealed_body, raw_b64, search_text, i) ON b.i = m.ordinality
+    ), msg AS (
+      INSERT INTO ${sql.table('messages')} (${list(MESSAGE_COLUMNS)}, ${sql.ref('recorded_at')}, ${sql.ref('body_enc')}, ${sql.ref('raw_enc')})
+      SELECT ${list(MESSAGE_COLUMNS, 'r')}, r.recorded_at, r.sealed_body, r.raw FROM r
+    )${indexed}`;
 }
 
 /**

@@ -21,7 +21,7 @@ import { lockAccountsCredit, postEntries, type LockedAccount, type Posting } fro
 import type { Services } from '../shared/context';
 import { newId } from '../shared/ids';
 import { attachmentRows } from '../messages/attachments';
-import { attachmentsInsert, deliveriesInsert, ledgerInsert, messagesInsert, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
+import { attachmentsInsert, deliveriesInsert, ledgerInsert, messagesCtes, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
 
 /** One change of one account, applied in the order given: a hold, then a charge, then an event. */
 export interface AccountChange {
@@ -179,7 +179,7 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
       WHERE ${a.id} = x.id
     )`);
   }
-  if (batch.messages?.length) ctes.push(sql`msg AS (${messagesInsert(batch.messages)})`);
+  if (batch.messages?.length) ctes.push(messagesCtes(batch.messages));
   const files = (batch.messages ?? []).flatMap((m) => (m.attachments?.length ? attachmentRows(m.id, m.account_id, m.attachments) : []));
   const attachmentIds = new Map<string, string[]>();
   for (const f of files) attachmentIds.set(f.message_id, [...(attachmentIds.get(f.message_id) ?? []), f.id]);
