@@ -4,6 +4,7 @@
  * and the events, counts, message rows and the ledger agree.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { rows as run, sql, tbl } from '@boxes/db';
 import { rest, signupAccount, startTestServer, type TestServer } from '@boxes/testing';
 import { events, MailSink } from './mail-send-helpers';
 import { createJob, messagesTo, waitForJob } from './bulk-helpers';
@@ -70,11 +71,21 @@ it('5,000 messages in batches of 1,000 reach the MX exactly once each, with cool
   expect(all[6]!.data.counts).toMatchObject({ delivered: 5000, bounced: 0 });
 
   // Every message is a sent message with its raw bytes kept; the ledger charged 5,000 (250 free).
-  const [rows] = await t.db.$queryRaw<{ delivered: bigint; raw: bigint }[]>`
-    SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered, count(raw_enc) AS raw FROM messages WHERE account_id = ${a.accountId} AND direction = 'sent'`;
+  const m = tbl('messages');
+  const [rows] = await run(
+    t.db,
+    sql<{ delivered: bigint; raw: bigint }>`
+    SELECT count(*) FILTER (WHERE ${m.status} = 'delivered') AS delivered, count(${m.raw_enc}) AS raw FROM ${m.$}
+    WHERE ${m.account_id} = ${a.accountId} AND ${m.direction} = 'sent'`,
+  );
   expect({ delivered: Number(rows!.delivered), raw: Number(rows!.raw) }).toEqual({ delivered: 5000, raw: 5000 });
-  const [ledger] = await t.db.$queryRaw<{ entries: bigint; free: bigint; micros: bigint }[]>`
-    SELECT count(*) AS entries, sum(free_messages) AS free, sum(amount_micros) AS micros FROM ledger_entries WHERE account_id = ${a.accountId} AND type = 'message_sent'`;
+  const l = tbl('ledger_entries');
+  const [ledger] = await run(
+    t.db,
+    sql<{ entries: bigint; free: bigint; micros: bigint }>`
+    SELECT count(*) AS entries, sum(${l.free_messages}) AS free, sum(${l.amount_micros}) AS micros FROM ${l.$}
+    WHERE ${l.account_id} = ${a.accountId} AND ${l.type} = 'message_sent'`,
+  );
   expect({ entries: Number(ledger!.entries), free: Number(ledger!.free), micros: Number(ledger!.micros) }).toEqual({
     entries: 5000,
     free: 250,

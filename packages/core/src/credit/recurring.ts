@@ -7,6 +7,7 @@
  * every period since the last one (a worker that was down for a week charges the week). They may take the
  * balance below zero.
  */
+import { k, rows as run, sql, tbl } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { postedKeys, postEntries, type Posting } from './ledger';
 import { centsToMicros, dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
@@ -126,10 +127,14 @@ async function billAccount(
     // Mail counts on a day once it is older than the free days at that day's end, while its body is stored.
     const cutoff = new Date(day.getTime() + DAY_MS - STORAGE_FREE_DAYS * DAY_MS);
     // The bytes of a message (attachments included) and the text extracted from its attachments.
-    const rows = await svc.db.$queryRaw<{ bytes: bigint | null }[]>`
-      SELECT (SUM(m.size_bytes) + COALESCE(SUM((SELECT SUM(t.text_bytes) FROM message_attachments t WHERE t.message_id = m.id AND t.text_enc IS NOT NULL)), 0))::bigint AS bytes
-      FROM messages m
-      WHERE m.account_id = ${a.id} AND m.recorded_at < ${cutoff} AND m.body_reclaimed_at IS NULL`;
+    const [m, t] = [tbl('messages', 'm'), tbl('message_attachments', 't')];
+    const rows = await run(
+      svc.db,
+      sql<{ bytes: bigint | null }>`
+      SELECT (SUM(${m.size_bytes}) + COALESCE(SUM((SELECT SUM(${t.text_bytes}) FROM ${t.$} WHERE ${t.message_id} = ${m.id} AND ${t.text_enc} IS NOT NULL)), 0))::bigint AS bytes
+      FROM ${m.$}
+      WHERE ${m.account_id} = ${a.id} AND ${m.recorded_at} < ${cutoff} AND ${m.body_reclaimed_at} IS NULL`,
+    );
     const bytes = rows[0]?.bytes ?? 0n;
     const micros = storageDayMicros(bytes);
     const key = day.toISOString().slice(0, 10);
@@ -176,7 +181,7 @@ async function renewRegistrations(svc: Services, accountId: string, now: Date): 
   for (const reg of due) {
     posted += await svc.db.$transaction(
       async (tx) => {
-        const rows = await tx.$queryRaw<{ expires_at: Date }[]>`SELECT expires_at FROM domain_registrations WHERE id = ${reg.id} FOR UPDATE`;
+        const rows = await run(tx, k.selectFrom('domain_registrations').select('expires_at').where('id', '=', reg.id).forUpdate());
         const current = rows[0]?.expires_at;
         if (!current || current > now) return 0;
         const { expiresAt } = await svc.registrar.renew(tx, reg.name, { years: 1, currentExpiry: current });

@@ -19,7 +19,7 @@
  * sessions notice on their next look) and appends message.labels_changed, whose notification wakes idling
  * sessions at once.
  */
-import { compile, exec, k, Prisma, rows, sql, tbl, type DbClient, type RawBuilder } from '@boxes/db';
+import { exec, k, rows, sql, tbl, type DbClient, type RawBuilder } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import { appendEvents } from '../events/append';
 import type { Services } from '../shared/context';
@@ -107,18 +107,6 @@ export function labelWhere(label: string, m = 'm', f = 'f', field = 'label'): Ra
     default:
       return sql<boolean>`(${flags} & ${BIT_OF[parsed.system]!}) <> 0`;
   }
-}
-
-/**
- * labelWhere for statements still written as Prisma.sql (GET /messages, GET /threads and search filter with it):
- * the typed condition compiled, its placeholders ($1, $2, ... in order, each once) turned back into the values
- * of a Prisma.Sql.
- */
-export function labelCondition(label: string, m = 'm', f = 'f', field = 'label'): Prisma.Sql {
-  const c = compile(labelWhere(label, m, f, field));
-  const strings = c.sql.split(/\$\d+/);
-  if (strings.length !== c.parameters.length + 1) throw new Error('labelCondition: placeholders and parameters disagree');
-  return new Prisma.Sql(strings, c.parameters);
 }
 
 /** `= ANY(values)` for one parameter holding any number of values. */

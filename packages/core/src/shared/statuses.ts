@@ -8,7 +8,7 @@
  * literals as `'queued' satisfies DeliveryStatus`, so a misspelt status is a compile error, not a row the
  * database refuses at run time.
  */
-import { Prisma, type RawBuilder, sql } from '@boxes/db';
+import { type RawBuilder, sql } from '@boxes/db';
 import {
   ACCOUNT_STATUSES,
   ATTACHMENT_TEXT_STATUSES,
@@ -66,19 +66,6 @@ export function narrowStatus<const V extends readonly string[]>(vocabulary: V, v
 function literal(vocabulary: readonly string[], value: string): string {
   if (!isOneOf(vocabulary, value) || !/^[a-z_]+$/.test(value)) throw new Error(`'${value}' is not a status of ${vocabulary.join(', ')}`);
   return `'${value}'`;
-}
-
-/**
- * One status as an SQL literal, for typed SQL that writes or compares it: `SET status = ${statusLiteral(
- * DELIVERY_STATUSES, 'queued')}`. tsc checks the value; the statement keeps a constant, as if written inline.
- */
-export function statusLiteral<const V extends readonly string[]>(vocabulary: V, value: V[number]): Prisma.Sql {
-  return Prisma.raw(literal(vocabulary, value));
-}
-
-/** Some statuses of a vocabulary as a parenthesised list of literals, for `status IN ${statusList(...)}`. */
-export function statusList<const V extends readonly string[]>(vocabulary: V, values: readonly V[number][]): Prisma.Sql {
-  return Prisma.raw(`(${values.map((v) => literal(vocabulary, v)).join(', ')})`);
 }
 
 /** The unions, for the apps that take their types from packages/core only. */
