@@ -363,7 +363,9 @@ describe('MCP', () => {
     const { tools } = await client.listTools();
     const mailTools = tools.filter((tool) => mailShaped(tool.outputSchema));
     // The ones that must be among them; a new tool with such an output joins the list by itself.
-    expect(mailTools.map((x) => x.name)).toEqual(expect.arrayContaining(['messages_list', 'messages_get', 'messages_search', 'threads_list', 'threads_get', 'events_list']));
+    expect(mailTools.map((x) => x.name)).toEqual(
+      expect.arrayContaining(['messages_list', 'messages_get', 'messages_search', 'threads_list', 'threads_get', 'events_list']),
+    );
     const attachmentId = (await rest(t, 'GET', `/messages/${hostile.id}`, { key: a.apiKey })).body.body.attachments[0].id;
     const args: Record<string, Record<string, unknown>> = {
       messages_get: { id: hostile.id },

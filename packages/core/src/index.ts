@@ -12,6 +12,7 @@ export * from './shared/statuses';
 export * from './events/chain';
 export * from './events/append';
 export * from './store/write';
+export * from './store/ledger';
 export type { DeliveryRow, MessageRow } from './store/rows';
 export * from './events/read';
 export * from './keys/keys';

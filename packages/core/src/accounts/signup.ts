@@ -26,7 +26,7 @@ import { newId } from '../shared/ids';
 import { constantTimeEqual, open, seal, sha256Hex } from '../shared/crypto';
 import { checkCallbackUrl } from '../webhooks/url-guard';
 import { createSignupPayment, refreshPayment } from '../payments/payments';
-import { postEntries } from '../credit/ledger';
+import { postEntries } from '../store/ledger';
 import { centsToMicros } from '../credit/prices';
 import type { DomainStatus, SignupIntentStatus } from '@boxes/schemas';
 

@@ -5,7 +5,8 @@
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError } from '../shared/errors';
-import { creditBalance, lockAccountCredit, paymentRequired, postEntries, trailerStatus, type TrailerStatus } from './ledger';
+import { creditBalance, lockAccountCredit, paymentRequired, trailerStatus, type TrailerStatus } from './ledger';
+import { postEntries } from '../store/ledger';
 import { centsToMicros, LEDGER_TYPES, microsToCents, microsToUsd, TRAILER_PAYOFF_MICROS } from './prices';
 
 export interface UsageRow {

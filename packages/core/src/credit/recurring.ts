@@ -9,7 +9,8 @@
  */
 import { k, rows as run, sql, tbl } from '@boxes/db';
 import type { Services } from '../shared/context';
-import { postedKeys, postEntries, type Posting } from './ledger';
+import type { Posting } from './ledger';
+import { postedKeys, postEntries } from '../store/ledger';
 import { centsToMicros, dnsOverageMicros, PRICES_MICROS, STORAGE_FREE_DAYS, storageDayMicros } from './prices';
 import { sendingIpPostings } from '../sending-ips/sending-ips';
 import type { AccountStatus, DomainRegistrationStatus, DomainStatus } from '@boxes/schemas';

@@ -7,7 +7,8 @@
  * is still delivered to the box of the same local part for DOMAIN_MOVE_GRACE_DAYS (30), then it is retired
  * (its name freed, its records no longer served). A second move while one is pending replaces it.
  */
-import { postEntries, lockAccountCredit, paymentRequired } from '../credit/ledger';
+import { lockAccountCredit, paymentRequired } from '../credit/ledger';
+import { postEntries } from '../store/ledger';
 import { centsToMicros, microsToUsd } from '../credit/prices';
 import { appendEvent } from '../events/append';
 import { createDkimKey } from './dkim';

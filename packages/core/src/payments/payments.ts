@@ -17,7 +17,7 @@ import type { Prisma } from '@boxes/db';
 import { k, rows } from '@boxes/db';
 import { chargeRegistration, prepareProvisioning, provisionFunded } from '../accounts/signup';
 import { appendEvent } from '../events/append';
-import { postEntries } from '../credit/ledger';
+import { postEntries } from '../store/ledger';
 import { centsToMicros } from '../credit/prices';
 import { queueNotice } from '../notices/notices';
 import type { Services } from '../shared/context';

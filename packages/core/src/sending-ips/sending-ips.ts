@@ -13,7 +13,8 @@
 import { createServer } from 'node:net';
 import type { SendingIp } from '@boxes/db';
 import type { SmtpSource } from '@boxes/mail';
-import { lockAccountCredit, paymentRequired, postEntries, type Posting } from '../credit/ledger';
+import { lockAccountCredit, paymentRequired, type Posting } from '../credit/ledger';
+import { postEntries } from '../store/ledger';
 import { microsToUsd, PRICES_MICROS } from '../credit/prices';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';

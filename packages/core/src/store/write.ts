@@ -17,7 +17,8 @@
 import { exec, rows, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
 import { appendEvent, chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
-import { lockAccountsCredit, postEntries, type LockedAccount, type Posting } from '../credit/ledger';
+import { lockAccountsCredit, type LockedAccount, type Posting } from '../credit/ledger';
+import { postEntries } from './ledger';
 import type { Services } from '../shared/context';
 import { newId } from '../shared/ids';
 import { attachmentRows } from '../messages/attachments';
