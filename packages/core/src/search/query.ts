@@ -63,9 +63,12 @@ function parseTime(value: string | undefined, field: string): Date | undefined {
  * The filters of a search as SQL conditions on message_search s, which carries the message columns they need
  * (box-restricted keys: only their boxes); the cursor as a condition on the ranked rows r.
  */
-async function filtersOf(svc: Services, input: SearchInput): Promise<{ where: RawBuilder<unknown>[]; after: RawBuilder<unknown> | null }> {
+async function filtersOf(
+  svc: Services,
+  input: SearchInput,
+): Promise<{ where: RawBuilder<unknown>[]; join: RawBuilder<unknown>; after: RawBuilder<unknown> | null }> {
   const where: RawBuilder<unknown>[] = [];
-  const [s, m, f] = [tbl('message_search', 's'), tbl('messages', 'm'), tbl('message_flags', 'f')];
+  const [s, f] = [tbl('message_search', 's'), tbl('message_flags', 'f')];
   if (input.box) {
     const b = await svc.db.box.findFirst({
       where: { accountId: input.accountId, OR: [{ id: input.box }, { address: input.box.toLowerCase() }] },
@@ -82,16 +85,17 @@ async function filtersOf(svc: Services, input: SearchInput): Promise<{ where: Ra
   if (after) where.push(sql`${s.recorded_at} >= ${after}`);
   if (before) where.push(sql`${s.recorded_at} < ${before}`);
   if (input.thread) where.push(sql`${s.thread_id} = ${input.thread}`);
-  // Labels as GET /messages reads them (messages/labels.ts): flag bits and keywords of message_flags.
-  if (input.label) {
-    where.push(sql`EXISTS (SELECT 1 FROM ${m.$} LEFT JOIN ${f.$} ON ${f.message_id} = ${m.id} WHERE ${m.id} = ${s.message_id} AND ${labelWhere(input.label)})`);
-  }
+  // Labels as GET /messages reads them (messages/labels.ts): flag bits and keywords of message_flags, LEFT JOINed
+  // to the search rows. labelWhere reads the message's direction from its messages alias; message_search carries
+  // the same column, so the condition reads it from s without touching messages (a common word matches thousands).
+  const join = input.label ? sql`LEFT JOIN ${f.$} ON ${f.message_id} = ${s.message_id}` : sql``;
+  if (input.label) where.push(labelWhere(input.label, 's', 'f'));
   const c = input.cursor ? decodeCursor(input.cursor) : null;
-  return { where, after: c ? sql`(r.rank, r.message_id) < (${c.rank}::real, ${c.id})` : null };
+  return { where, join, after: c ? sql`(r.rank, r.message_id) < (${c.rank}::real, ${c.id})` : null };
 }
 
 export async function searchMessages(svc: Services, input: SearchInput) {
-  const { where, after } = await filtersOf(svc, input);
+  const { where, join, after } = await filtersOf(svc, input);
   const conditions = where.length ? sql`AND ${sql.join(where, sql` AND `)}` : sql``;
   const s = tbl('message_search', 's');
   // message_search alone until the page is known; OFFSET 0 keeps the ranked rows (id, rank) apart, so the sort
@@ -104,7 +108,7 @@ export async function searchMessages(svc: Services, input: SearchInput) {
     SELECT r.message_id AS id, r.rank::text AS rank, r.rank::float8 AS rank_value
     FROM (
       SELECT ${s.message_id}, ts_rank_cd(s.tsv, q.q) AS rank
-      FROM ${s.$}, q
+      FROM ${s.$} ${join} CROSS JOIN q
       WHERE ${s.account_id} = ${input.accountId} AND s.tsv @@ q.q ${conditions}
       OFFSET 0
     ) r
