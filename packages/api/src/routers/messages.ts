@@ -12,6 +12,7 @@ import {
   replyToMessage,
   searchMessages,
   sendMessage,
+  type Services,
 } from '@boxes/core';
 import {
   AttachmentIdInput,
@@ -38,8 +39,17 @@ import { keyProcedure, router } from '../trpc';
 import { bundleStep, keyChecks, withEvidence } from '../evidence';
 
 /** The IMAP flag names (\\Deleted aside) and the labels of a message. */
-export function flagsAndLabels(l: { flags: number; keywords: string[]; labels: string[] } | undefined): { flags: string[]; labels: string[] } {
+function flagsAndLabels(l: { flags: number; keywords: string[]; labels: string[] } | undefined): { flags: string[]; labels: string[] } {
   return l ? { flags: flagNames(l.flags, false, l.keywords), labels: l.labels } : { flags: [], labels: [] };
+}
+
+/** Messages as answered: each with its IMAP flag names and labels, read for all of them in one query. */
+export async function withLabels<M extends { id: string }>(svc: Services, messages: M[]): Promise<(M & { flags: string[]; labels: string[] })[]> {
+  const labels = await messageLabels(
+    svc,
+    messages.map((m) => m.id),
+  );
+  return messages.map((m) => ({ ...m, ...flagsAndLabels(labels.get(m.id)) }));
 }
 
 export const messagesRouter = router({
@@ -129,11 +139,7 @@ export const messagesRouter = router({
     .output(ListMessagesOutput)
     .query(async ({ ctx, input }) => {
       const page = await listMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
-      const labels = await messageLabels(
-        ctx.svc,
-        page.messages.map((m) => m.id),
-      );
-      return { ...page, messages: page.messages.map((m) => ({ ...m, ...flagsAndLabels(labels.get(m.id)) })) };
+      return { ...page, messages: await withLabels(ctx.svc, page.messages) };
     }),
   search: keyProcedure
     .meta({
@@ -152,11 +158,11 @@ export const messagesRouter = router({
     .output(SearchMessagesOutput)
     .query(async ({ ctx, input }) => {
       const found = await searchMessages(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
-      const labels = await messageLabels(
+      const messages = await withLabels(
         ctx.svc,
-        found.results.map((r) => r.message.id),
+        found.results.map((r) => r.message),
       );
-      return { ...found, results: found.results.map((r) => ({ ...r, message: { ...r.message, ...flagsAndLabels(labels.get(r.message.id)) } })) };
+      return { ...found, results: found.results.map((r, i) => ({ ...r, message: messages[i]! })) };
     }),
   get: keyProcedure
     .meta({
@@ -175,8 +181,8 @@ export const messagesRouter = router({
     .output(MessageWithBody)
     .query(async ({ ctx, input }) => {
       const m = await getMessage(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, include: input.include });
-      const labels = await messageLabels(ctx.svc, [m.id]);
-      return { ...m, ...flagsAndLabels(labels.get(m.id)) };
+      const [labelled] = await withLabels(ctx.svc, [m]);
+      return labelled!;
     }),
   labels: keyProcedure
     .meta({

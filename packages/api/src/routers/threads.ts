@@ -1,8 +1,8 @@
 /** Conversations: threads of messages joined by In-Reply-To and References. */
-import { changeLabels, getThread, listThreads, messageLabels } from '@boxes/core';
+import { changeLabels, getThread, listThreads } from '@boxes/core';
 import { GetThreadInput, LABEL_RULES, ListThreadsInput, ListThreadsOutput, ThreadDetail, ThreadLabelsInput, ThreadLabelsOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
-import { flagsAndLabels } from './messages';
+import { withLabels } from './messages';
 
 export const threadsRouter = router({
   list: keyProcedure
@@ -38,11 +38,7 @@ export const threadsRouter = router({
     .output(ThreadDetail)
     .query(async ({ ctx, input }) => {
       const t = await getThread(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, ...input });
-      const labels = await messageLabels(
-        ctx.svc,
-        t.messages.map((m) => m.id),
-      );
-      return { ...t, messages: t.messages.map((m) => ({ ...m, ...flagsAndLabels(labels.get(m.id)) })) };
+      return { ...t, messages: await withLabels(ctx.svc, t.messages) };
     }),
   labels: keyProcedure
     .meta({

@@ -89,7 +89,8 @@ function decodeCursor(cursor: string): { at: Date; id: string } {
   }
 }
 
-function parseTime(value: string | undefined, field: string): Date | undefined {
+/** A time filter (since, before, after) as a Date, or 400 validation_error naming the field. */
+export function parseTime(value: string | undefined, field: string): Date | undefined {
   if (value === undefined) return undefined;
   const d = new Date(value);
   if (Number.isNaN(d.getTime()))

@@ -13,7 +13,7 @@ import { SEARCH_MARK_START, SEARCH_MARK_STOP } from '@boxes/schemas';
 import type { BoxScope } from '../boxes/boxes';
 import { labelWhere } from '../messages/labels';
 import { openBody } from '../messages/body';
-import { presentMessage, retentionDaysOf } from '../messages/read';
+import { parseTime, presentMessage, retentionDaysOf } from '../messages/read';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { SEARCH_CONFIG, searchBodyText } from './vector';
@@ -49,14 +49,6 @@ function decodeCursor(cursor: string): { rank: string; id: string } {
   } catch {
     throw new AppError('invalid_cursor', 'cursor must be a next_cursor returned by GET /messages/search', { field: 'cursor' });
   }
-}
-
-function parseTime(value: string | undefined, field: string): Date | undefined {
-  if (value === undefined) return undefined;
-  const d = new Date(value);
-  if (Number.isNaN(d.getTime()))
-    throw new AppError('validation_error', `${field}: must be an ISO 8601 time`, { fields: [{ path: field, message: 'not a time' }] });
-  return d;
 }
 
 /**
