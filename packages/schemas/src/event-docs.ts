@@ -64,7 +64,8 @@ function unwrap(s: z.ZodType): { inner: z.ZodType; optional: boolean; nullable: 
   }
 }
 
-const cell = (t: string) => t.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+/** A table cell: pipes escaped, one line, and angle brackets (agent@<domain>) as entities so markdown does not read them as HTML. */
+const cell = (t: string) => t.replace(/\|/g, '\\|').replace(/\n/g, ' ').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 function rows(shape: Record<string, z.ZodType>, prefix: string): string[] {
   return Object.entries(shape).flatMap(([name, field]) => {
