@@ -37,6 +37,8 @@ describe('the docs', () => {
     expect(pageUrl('docs/index.md')).toBe('/docs/index');
     expect(pageUrl('README.md')).toBe('/docs/readme');
     expect(new Set(files.map((f) => f.url)).size, 'two files on one page').toBe(files.length);
+    expect(resolveLink('docs/guide/push.md', '#the-events-feed')).toEqual({ target: 'docs/guide/push.md', fragment: 'the-events-feed' });
+    expect(resolveLink('docs/guide/push.md', '../operator/dns.md#x')).toEqual({ target: 'docs/operator/dns.md', fragment: 'x' });
   });
 
   it('renders links between files as links between pages, anchors as GitHub makes them', () => {

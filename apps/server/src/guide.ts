@@ -76,14 +76,14 @@ export function headingAnchors(markdown: string): Set<string> {
   return anchors;
 }
 
-/** Every link of a markdown file that is relative (no scheme, not absolute, not only a fragment). */
+/** Every link of a markdown file that is relative: no scheme, not absolute (a fragment alone is one within the file). */
 export function relativeLinks(markdown: string): string[] {
   const hrefs: string[] = [];
   const m = new Marked();
   m.walkTokens(m.lexer(markdown), (t) => {
     if (t.type === 'link' || t.type === 'image') {
       const href = (t as Tokens.Link).href;
-      if (!/^[a-z][a-z0-9+.-]*:/i.test(href) && !href.startsWith('/') && !href.startsWith('#')) hrefs.push(href);
+      if (!/^[a-z][a-z0-9+.-]*:/i.test(href) && !href.startsWith('/')) hrefs.push(href);
     }
   });
   return hrefs;
@@ -92,7 +92,7 @@ export function relativeLinks(markdown: string): string[] {
 /** A relative link of `from` (a path from the repository root) as a path from the root and a fragment. */
 export function resolveLink(from: string, href: string): { target: string; fragment: string | null } {
   const [p = '', fragment] = href.split('#', 2) as [string, string | undefined];
-  const target = path.posix.normalize(path.posix.join(path.posix.dirname(from), decodeURI(p)));
+  const target = p === '' ? from : path.posix.normalize(path.posix.join(path.posix.dirname(from), decodeURI(p)));
   return { target, fragment: fragment ?? null };
 }
 
