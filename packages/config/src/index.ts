@@ -24,7 +24,10 @@ export const envSchema = z.object({
     .default('boxes.localhost'),
   /** Public base of the MCP endpoint ({mcp_url}/mcp); defaults to SITE_URL. */
   MCP_URL: z.url({ protocol: /^https?$/ }).optional(),
-  /** Host name mail clients and other MTAs use for this instance (MX target). Defaults to mail.<BASE_DOMAIN>. */
+  /**
+   * Host name mail clients and other MTAs use for this instance (MX target). Defaults to mail.<BASE_DOMAIN>. While it
+   * is a *.localhost name, mail and MQTT clients are told the listeners' addresses instead.
+   */
   MAIL_HOST: z.string().optional(),
   /** Nameservers an owner sets at the registrar for byo_delegated domains. */
   NAMESERVERS: z.string().default('ns1.boxes.localhost,ns2.boxes.localhost'),
@@ -32,7 +35,7 @@ export const envSchema = z.object({
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).default('postgresql://postgres@127.0.0.1:5432/boxes'),
   /** Redis: queues, rate-limit counters, locks. */
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
-  /** 32-byte key (hex or base64) that encrypts secrets at rest. Generated into .data/ on first start if unset. */
+  /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into .data/ on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
   /** Key prefix of everything Boxes keeps in Redis (queues, counters). */
   REDIS_PREFIX: z
@@ -63,7 +66,7 @@ export const envSchema = z.object({
   HTTP_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
   /** GET /events/stream: a comment line is sent after this long without events (kept below the idle timeout). */
   SSE_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
-  /** Event streams (GET /events/stream) one API key may hold open at once on one server process. */
+  /** Event streams (GET /events/stream) one API key may hold open at once on one server process; the next is 429 until one closes. */
   SSE_MAX_STREAMS_PER_KEY: z.coerce.number().int().min(1).max(1000).default(10),
   /**
    * PEM files of the certificate (with its chain) and key of the MX's STARTTLS, IMAP and submission; without them
@@ -220,7 +223,7 @@ export const envSchema = z.object({
   DNS_HOST: z.string().default('127.0.0.1'),
   /** The DNS server's port (UDP and TCP; 53 in production). */
   DNS_PORT: port.default(1053),
-  /** Resolvers the domain verifier asks (ip or ip:port, comma-separated); default: the system's. */
+  /** Resolvers the domain verifier and the MX's SPF/DKIM/DMARC/ARC checks ask (ip or ip:port, comma-separated); default: the system's. */
   DNS_RESOLVERS: z.string().optional(),
   /** rspamd's HTTP address (its normal worker, e.g. http://127.0.0.1:11333): every inbound message is scored before it is stored. Unset: no spam scoring. */
   RSPAMD_URL: z.url({ protocol: /^https?$/ }).optional(),
