@@ -164,9 +164,10 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
     const rows = payments.length
       ? `<ul>${payments.map((p) => `<li><a href="/owner/payments/${esc(p.id)}">${esc(usd(p.amountCents))} · ${esc(STATUS_TEXT[p.status] ?? p.status)}</a> <small>${esc(p.createdAt.toISOString().slice(0, 16))}</small></li>`).join('')}</ul>`
       : '<p>No payments yet.</p>';
+    const done = c.req.query('paused') ? banner('ok', 'Paused: no send goes until you resume it.') : c.req.query('resumed') ? banner('ok', 'Resumed.') : '';
     return page(
       'Your payments',
-      `<p>Signed in as ${esc(s.email)}.</p>${rows}<p><a href="/owner/card">Your card and automatic top-ups</a></p>${await pausePanel(s)}
+      `${done}<p>Signed in as ${esc(s.email)}.</p>${rows}<p><a href="/owner/card">Your card and automatic top-ups</a></p>${await pausePanel(s)}
 <form method="post" action="/owner/logout"><input type="hidden" name="form_token" value="${esc(s.formToken)}"><button type="submit">Sign out</button></form>`,
     );
   });
@@ -454,7 +455,7 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
     const items = accounts
       .map(
         (a) =>
-          `<li data-account="${esc(a.id)}"><strong>${esc(a.primaryAddress)}</strong> (whole account)${state(a.pausedAt, a.pausedBy)} ${button('account', a.id, a.primaryAddress, !!a.pausedAt)}<ul>${a.boxes
+          `<li data-account="${esc(a.id)}"><strong>${esc(a.primaryAddress)}</strong> (whole account)${state(a.pausedAt, a.pausedBy)} ${button('account', a.id, `the account ${a.primaryAddress}`, !!a.pausedAt)}<ul>${a.boxes
             .map((b) => `<li data-box="${esc(b.id)}">${esc(b.address)}${state(b.pausedAt, b.pausedBy)} ${button('box', b.id, b.address, !!b.pausedAt)}</li>`)
             .join('')}</ul></li>`,
       )
