@@ -15,6 +15,7 @@ import { mintKey, rest, signupAccount, waitFor, type JsonResponse, type TestAcco
 import { linkIn, ownerSignIn, startOwnerInbox, startPaymentsServer, type OwnerInbox } from './owner-helpers';
 import { rawMessage, sendRaw } from './mail-receive-helpers';
 import { events, send, unique } from './mail-send-helpers';
+import { getJob, waitForJob } from './bulk-helpers';
 
 let t: TestServer;
 let inbox: OwnerInbox;
@@ -22,7 +23,7 @@ const clock = new AdjustableClock();
 
 beforeAll(async () => {
   inbox = await startOwnerInbox();
-  t = await startPaymentsServer(inbox, { clock, mail: true, env: { MAIL_AUTH_DELAY_MS: '0' } });
+  t = await startPaymentsServer(inbox, { clock, mail: true, env: { MAIL_AUTH_DELAY_MS: '0', BULK_MIN_COOL_OFF_SECONDS: '0' } });
 });
 afterAll(async () => {
   await t?.stop();
@@ -132,6 +133,27 @@ describe('pause by an admin key', () => {
     expectError(await send(t, a.apiKey, { from: box.address, to: remote(), text: 'three' }), 403, 'box_paused');
   });
 
+  it('an auto-forward of a paused box is not sent: its run is skipped with reason box_paused', async () => {
+    const target = `forward-${unique()}@owner.test`;
+    const f = await rest(t, 'POST', `/boxes/${billing.id}/forwards`, { key: a.apiKey, body: { to: target } });
+    expect(f.status, JSON.stringify(f.body)).toBe(200);
+    const confirmation = await inbox.waitFor(target, /./);
+    const link = /(https?:\/\/\S+\/forwards\/confirm\/[A-Za-z0-9_-]+)/.exec(confirmation.text)![1]!;
+    expect((await fetch(link, { method: 'POST', body: new URLSearchParams({ answer: 'confirm' }) })).status).toBe(200);
+    await rest(t, 'POST', `/boxes/${billing.id}/pause`, { key: a.apiKey });
+    const subject = `forward me ${unique()}`;
+    await sendRaw(
+      t.smtpPort!,
+      { from: 'someone@outside.test', to: [billing.address] },
+      rawMessage({ From: 'someone@outside.test', To: billing.address, Subject: subject }, 'hi'),
+    );
+    const skipped = await waitFor('box.forward.skipped', async () => (await events(t, a.apiKey, 'box.forward.skipped')).find((e) => e.data.id === f.body.id));
+    expect(skipped.data).toMatchObject({ reason: 'box_paused', box_id: billing.id });
+    expect((await inbox.all()).filter((m) => m.to.includes(target))).toHaveLength(1);
+    await rest(t, 'POST', `/boxes/${billing.id}/resume`, { key: a.apiKey });
+    await rest(t, 'DELETE', `/boxes/${billing.id}/forwards/${f.body.id}`, { key: a.apiKey });
+  });
+
   it('inbound mail is received and announced while the account is paused', async () => {
     await rest(t, 'POST', '/account/pause', { key: a.apiKey });
     const subject = `while paused ${unique()}`;
@@ -190,6 +212,29 @@ describe('pause by the owner', () => {
     expect((await events(t, a.apiKey, 'account.resumed'))[0]!.data.released_scheduled).toBe(1);
     await waitFor('the held message to go', async () => (await t.db.message.findUniqueOrThrow({ where: { id: r.body.message_id } })).status !== 'scheduled');
     await waitFor('mail.sent', async () => (await events(t, a.apiKey, 'mail.sent')).find((e) => e.data.message_id === r.body.message_id));
+  });
+});
+
+describe('bulk jobs and a pause', () => {
+  it('the next batch of a running job waits out the pause (the batch in flight finished) and goes on resume', async () => {
+    const a = await signupAccount(t, `bulk-${unique()}@owner.test`);
+    const messages = [0, 1, 2].map((i) => ({ to: a.primaryAddress, subject: `bulk ${i}`, text: 'to myself' }));
+    const r = await rest(t, 'POST', '/messages/send/bulk', { key: a.apiKey, body: { messages, batch_size: 1, cool_off_seconds: 2 } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    await waitFor('the first batch', async () => (await getJob(t, a.apiKey, r.body.id)).batches[0]?.status === 'completed');
+    await rest(t, 'POST', '/account/pause', { key: a.apiKey });
+    await new Promise((res) => setTimeout(res, 4000));
+    const held = await getJob(t, a.apiKey, r.body.id);
+    expect(held.status).toBe('cooling_off');
+    expect(held.batches.map((b: { status: string }) => b.status)).toEqual(['completed', 'pending', 'pending']);
+    expect(await t.db.message.count({ where: { accountId: a.accountId, direction: 'sent' } })).toBe(1);
+
+    const resumedAt = Date.now();
+    await rest(t, 'POST', '/account/resume', { key: a.apiKey });
+    const done = await waitForJob(t, a.apiKey, r.body.id, ['completed'], 15_000);
+    expect(done.counts).toMatchObject({ messages: 3 });
+    // Woken at resume, not at the held batch's next look (15 s later).
+    expect(Date.parse(done.batches[1].started_at) - resumedAt).toBeLessThan(5000);
   });
 });
 
@@ -260,6 +305,15 @@ describe('send caps', () => {
     expect((await rest(t, 'PUT', `/boxes/${primary.id}/caps`, { key: a.apiKey, body: { caps: {} } })).body).toMatchObject({ usage: [] });
     expect((await send(t, a.apiKey, { to: remote(), text: 'uncapped' })).status).toBe(200);
     expectError(await rest(t, 'PUT', `/boxes/${primary.id}/caps`, { key: a.apiKey, body: { caps: { per_hour: 0 } } }), 400, 'validation_error');
+  });
+
+  it('a send refused after the caps were taken (402: no credit) gives its count back', async () => {
+    const a = await signupAccount(t, `refund-${unique()}@owner.test`);
+    const primary = (await rest(t, 'GET', '/boxes', { key: a.apiKey })).body.boxes[0];
+    await rest(t, 'PUT', `/boxes/${primary.id}/caps`, { key: a.apiKey, body: { caps: { per_day: 5, new_recipients_per_day: 5 } } });
+    await t.db.account.update({ where: { id: a.accountId }, data: { freeMessagesLeft: 0 } });
+    expectError(await send(t, a.apiKey, { to: [remote(), remote()], text: 'no credit' }), 402, 'payment_required');
+    expect((await rest(t, 'GET', `/boxes/${primary.id}/caps`, { key: a.apiKey })).body.usage.map((u: { used: number }) => u.used)).toEqual([0, 0]);
   });
 
   it('distinct recipients per day: an address already mailed today does not count again', async () => {

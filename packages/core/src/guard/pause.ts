@@ -13,7 +13,7 @@
  */
 import type { ApiKey, Box } from '@boxes/db';
 import { k, rows } from '@boxes/db';
-import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import type { BulkStatus, DeliveryStatus, MessageStatus } from '@boxes/schemas';
 import type { BoxScope } from '../boxes/boxes';
 import { lockAccountCredit } from '../credit/ledger';
 import { appendEvent } from '../events/append';
@@ -154,7 +154,8 @@ async function releaseHeld(svc: Services, input: { accountId: string; boxId?: st
       status: 'scheduled' satisfies DeliveryStatus,
       message: {
         status: 'scheduled' satisfies MessageStatus,
-        sendAt: { lte: svc.clock.now() },
+        // Real time, as the delayed jobs and the sweeper that release scheduled sends use.
+        sendAt: { lte: new Date() },
         account: { pausedAt: null },
         ...(input.boxId ? { boxId: input.boxId } : {}),
         OR: [{ boxId: null }, { boxId: { notIn: paused } }],
@@ -162,11 +163,31 @@ async function releaseHeld(svc: Services, input: { accountId: string; boxId?: st
     },
     select: { id: true, messageId: true },
   });
+  await wakeBulkJobs(svc, input.accountId);
   if (!due.length) return 0;
   // A finished job keeps its id for a while (enqueueing again would do nothing): remove it first.
   await Promise.all(due.map((d) => svc.jobs.deliveries.remove(d.id).catch(() => undefined)));
   await svc.jobs.enqueueDeliveries(due.map((d) => d.id)).catch(() => undefined);
   return new Set(due.map((d) => d.messageId)).size;
+}
+
+/**
+ * Bulk jobs of the account waiting out a pause (their next batch handed back with a delay): the batch's queue job
+ * is run now instead of at its next look (BULK_PAUSE_POLL_MS); a job still held waits again.
+ */
+async function wakeBulkJobs(svc: Services, accountId: string): Promise<void> {
+  const jobs = await svc.db.bulkJob.findMany({
+    where: { accountId, status: { in: ['queued', 'sending', 'cooling_off'] satisfies BulkStatus[] } },
+    select: { id: true, batchesDone: true, nextBatchAt: true },
+  });
+  // Real time, as bulk/run.ts schedules batches.
+  const now = Date.now();
+  for (const j of jobs) {
+    // A job still in its cool-off waits for it; only a batch that is due was held by the pause.
+    if (j.nextBatchAt && j.nextBatchAt.getTime() > now) continue;
+    const queued = await svc.jobs.bulk.getJob(`${j.id}-${j.batchesDone}`).catch(() => undefined);
+    if (queued && (await queued.isDelayed().catch(() => false))) await queued.promote().catch(() => undefined);
+  }
 }
 
 /** Whether a scheduled message due now must wait: its account or its box is paused (messages/schedule.ts). */
