@@ -15,7 +15,7 @@ async function query<R>(client: pg.ClientBase, statement: Statement<R>): Promise
 /** Opens one sealed value of each kind; answers what it opened, throws naming what did not open. */
 export async function checkSealedKeys(client: pg.ClientBase, key: Buffer): Promise<string[]> {
   const sealed: { what: string; value: string }[] = [];
-  for (const s of await query(client, k.selectFrom('platform_settings').select(['key', 'value']).where('key', 'in', ['mail_tls', 'mqtt_ca']))) {
+  for (const s of await query(client, k.selectFrom('platform_settings').select(['key', 'value']).where('key', 'in', ['mail_tls', 'mqtt_ca']).orderBy('key'))) {
     const keyEnc = (JSON.parse(s.value) as { keyEnc?: string }).keyEnc;
     if (keyEnc) sealed.push({ what: `platform_settings ${s.key}`, value: keyEnc });
   }
