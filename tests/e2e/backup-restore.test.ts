@@ -135,7 +135,9 @@ ctx = ssl.create_default_context(cafile=ca)
 M = imaplib.IMAP4_SSL('127.0.0.1', port, ssl_context=ctx)
 out = {'login': M.login(user, pw)[0], 'subjects': [], 'body': ''}
 M.select('INBOX', readonly=True)
+out['uidvalidity'] = M.response('UIDVALIDITY')[1][0].decode()
 typ, data = M.uid('SEARCH', None, 'ALL')
+out['uids'] = [u.decode() for u in data[0].split()]
 for uid in data[0].split():
     typ, msg = M.uid('FETCH', uid, '(BODY.PEEK[])')
     m = email.message_from_bytes(msg[0][1])
@@ -388,6 +390,9 @@ it('an instance backed up while it runs is restored into a new database and data
   const imapAfter = await imapFetch(port('IMAP'), caFile, a.primaryAddress, ap.body.password, inSubject);
   expect(imapAfter.login).toBe('OK');
   expect(imapAfter.subjects).toEqual(imapBefore.subjects);
+  // The same UIDs under the same UIDVALIDITY: a client's cache stays valid.
+  expect(imapAfter.uidvalidity).toBe(imapBefore.uidvalidity);
+  expect(imapAfter.uids).toEqual(imapBefore.uids);
   expect(imapAfter.body).toContain(inText);
 
   // The DNS the restored instance serves publishes the same DKIM key, and mail signed before the backup verifies.
