@@ -437,8 +437,21 @@ it('a backup of an older schema is migrated when restored (--force over a databa
   const data = path.join(work, 'older-data');
   fs.mkdirSync(data, { mode: 0o700 });
   fs.writeFileSync(path.join(data, 'secret-key'), randomBytes(32).toString('hex'), { mode: 0o600 });
+  // A certificate and key of the operator's own, and a CA for webhooks: their files go into the archive.
+  const caFile = path.join(work, 'webhook-ca.pem');
+  fs.writeFileSync(caFile, `-----BEGIN CERTIFICATE-----\n${randomBytes(60).toString('base64')}\n-----END CERTIFICATE-----\n`, { mode: 0o644 });
+  const certFile = path.join(work, 'own-cert.pem');
+  const keyFile = path.join(work, 'own-key.pem');
+  fs.writeFileSync(certFile, `-----BEGIN CERTIFICATE-----\n${randomBytes(60).toString('base64')}\n-----END CERTIFICATE-----\n`, { mode: 0o644 });
+  fs.writeFileSync(keyFile, `-----BEGIN PRIVATE KEY-----\n${randomBytes(60).toString('base64')}\n-----END PRIVATE KEY-----\n`, { mode: 0o600 });
   const archive = path.join(work, 'older.tar');
-  const backup = await cli('tsx', ['backup', archive], { DATABASE_URL: databaseUrlFor(source), BOXES_DATA_DIR: data });
+  const backup = await cli('tsx', ['backup', archive], {
+    DATABASE_URL: databaseUrlFor(source),
+    BOXES_DATA_DIR: data,
+    SMTP_TLS_CERT_FILE: certFile,
+    SMTP_TLS_KEY_FILE: keyFile,
+    WEBHOOK_CA_FILE: caFile,
+  });
   expect(backup.code, backup.out).toBe(0);
   // Without a passphrase the archive holds the key in clear: written 0600, and the operator is warned.
   expect(backup.out).toContain(`WARNING: ${archive} holds the instance's secret key in clear`);
@@ -456,8 +469,28 @@ it('a backup of an older schema is migrated when restored (--force over a databa
   await marker.query('CREATE TABLE leftover_marker (x int)');
   await marker.end();
   const restoredData = path.join(work, 'older-restored');
-  const restore = await cli('tsx', ['restore', archive, '--force'], { DATABASE_URL: occupied.url, BOXES_DATA_DIR: restoredData });
+  // A BOXES_SECRET_KEY here that is not the backup's: refused, even with --force.
+  const otherKey = await cli('tsx', ['restore', archive, '--force'], {
+    DATABASE_URL: occupied.url,
+    BOXES_DATA_DIR: restoredData,
+    BOXES_SECRET_KEY: '0f'.repeat(32),
+  });
+  expect(otherKey.code, otherKey.out).toBe(1);
+  expect(otherKey.out).toContain("BOXES_SECRET_KEY in this environment is not the backup's key");
+  expect(await relations(new URL(occupied.url).pathname.slice(1))).toBeGreaterThan(0);
+  // The target names where its webhook CA goes, not the mail certificate: that goes into the data dir, with the settings to add.
+  const targetCa = path.join(work, 'target', 'webhook-ca.pem');
+  const restore = await cli('tsx', ['restore', archive, '--force'], { DATABASE_URL: occupied.url, BOXES_DATA_DIR: restoredData, WEBHOOK_CA_FILE: targetCa });
   expect(restore.code, restore.out).toBe(0);
+  expect(fs.readFileSync(targetCa, 'utf8')).toBe(fs.readFileSync(caFile, 'utf8'));
+  expect(fs.statSync(targetCa).mode & 0o777).toBe(0o644);
+  const restoredCert = path.join(restoredData, 'restored', 'smtp-tls-cert-file-own-cert.pem');
+  const restoredKey = path.join(restoredData, 'restored', 'smtp-tls-key-file-own-key.pem');
+  expect(fs.readFileSync(restoredCert, 'utf8')).toBe(fs.readFileSync(certFile, 'utf8'));
+  expect(fs.readFileSync(restoredKey, 'utf8')).toBe(fs.readFileSync(keyFile, 'utf8'));
+  expect(fs.statSync(restoredKey).mode & 0o777).toBe(0o600);
+  expect(restore.out).toContain(`to do: set SMTP_TLS_CERT_FILE=${restoredCert}`);
+  expect(restore.out).toContain(`to do: set SMTP_TLS_KEY_FILE=${restoredKey}`);
   expect(restore.out).toContain('--force: dropping database');
   expect(restore.out).toContain(`applied 1 migration(s) (${all.at(-1)})`);
   const c = new pg.Client({ connectionString: occupied.url });

@@ -103,7 +103,7 @@ function planKeys(config: Config, keys: KeysFile): { placements: Placement[]; to
     const content = Buffer.from(f.content_base64, 'base64');
     if (named) placements.push(placement(setting, path.resolve(named), content, f.mode & 0o777 || 0o600));
     else {
-      const target = path.join(dataDir(config), 'restored', path.basename(f.path));
+      const target = path.join(dataDir(config), 'restored', `${setting.toLowerCase().replaceAll('_', '-')}-${path.basename(f.path)}`);
       placements.push(placement(setting, target, content, f.mode & 0o777 || 0o600, `${setting}=${target}`));
     }
   }
