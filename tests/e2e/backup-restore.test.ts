@@ -127,7 +127,7 @@ async function imapFetch(
   user: string,
   password: string,
   subject: string,
-): Promise<{ login: string; subjects: string[]; body: string }> {
+): Promise<{ login: string; uidvalidity: string; uids: string[]; subjects: string[]; body: string }> {
   const script = `
 import imaplib, json, ssl, sys, email
 port, ca, user, pw, want = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
