@@ -69,6 +69,8 @@ interface Facts {
 }
 
 async function readFacts(client: pg.Client, secretKey: Buffer): Promise<Facts> {
+  // The transaction sits idle while pg_dump works on its snapshot: a server-wide idle timeout must not end it.
+  await client.query('SET idle_in_transaction_session_timeout = 0');
   await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
   const snap = await client.query<{ s: string; db: string; v: string; n: string; size: string }>(
     `SELECT pg_export_snapshot() AS s, current_database() AS db, current_setting('server_version') AS v,

@@ -129,9 +129,16 @@ async function relationsIn(databaseUrl: string): Promise<number> {
   }
 }
 
+/** The major version of the server DATABASE_URL names, asked through its maintenance database (the target may not exist yet). */
 async function serverMajorOf(databaseUrl: string): Promise<number> {
-  const c = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 5000 });
-  await c.connect();
+  const admin = new URL(databaseUrl);
+  admin.pathname = '/postgres';
+  const c = new pg.Client({ connectionString: admin.toString(), connectionTimeoutMillis: 5000 });
+  try {
+    await c.connect();
+  } catch (err) {
+    throw new BackupError(describeConnectionError(databaseUrl, err));
+  }
   try {
     return Math.floor(Number((await c.query<{ n: string }>(`SELECT current_setting('server_version_num') AS n`)).rows[0]!.n) / 10_000);
   } finally {
@@ -226,6 +233,17 @@ export async function restoreBackup(config: Config, opts: RestoreOptions): Promi
       );
     }
 
+    // The server and the tool before anything is created.
+    const targetMajor = await serverMajorOf(config.databaseUrl);
+    const sourceMajor = Number(/^(\d+)/.exec(manifest.database.server_version)?.[1] ?? 0);
+    if (targetMajor < sourceMajor && !opts.force) {
+      throw new BackupError(
+        `the target server is PostgreSQL ${targetMajor}, the backup is of ${sourceMajor}: PostgreSQL restores into the same or a newer major version (--force tries anyway)`,
+      );
+    }
+    const dumpMajor = Number(/\(PostgreSQL\)\s+(\d+)/.exec(manifest.database.pg_dump_version)?.[1] ?? 0);
+    const pgRestore = findPgTool('pg_restore', targetMajor, { binDir: opts.pgBin, atLeast: dumpMajor });
+
     await ensureDatabase(config.databaseUrl);
     const existing = await relationsIn(config.databaseUrl);
     const target = decodeURIComponent(new URL(config.databaseUrl).pathname.slice(1));
@@ -238,15 +256,6 @@ export async function restoreBackup(config: Config, opts: RestoreOptions): Promi
       opts.log(`--force: dropping database ${target} (${existing} relations) and creating it again`);
       await recreateDatabase(config.databaseUrl);
     }
-    const targetMajor = await serverMajorOf(config.databaseUrl);
-    const sourceMajor = Number(/^(\d+)/.exec(manifest.database.server_version)?.[1] ?? 0);
-    if (targetMajor < sourceMajor && !opts.force) {
-      throw new BackupError(
-        `the target server is PostgreSQL ${targetMajor}, the backup is of ${sourceMajor}: PostgreSQL restores into the same or a newer major version (--force tries anyway)`,
-      );
-    }
-    const dumpMajor = Number(/\(PostgreSQL\)\s+(\d+)/.exec(manifest.database.pg_dump_version)?.[1] ?? 0);
-    const pgRestore = findPgTool('pg_restore', targetMajor, { binDir: opts.pgBin, atLeast: dumpMajor });
     opts.log(`restoring into ${target} with ${pgRestore.path} (${pgRestore.version})`);
     await runPgTool(
       pgRestore,
