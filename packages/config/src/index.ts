@@ -35,7 +35,7 @@ export const envSchema = z.object({
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).default('postgresql://postgres@127.0.0.1:5432/boxes'),
   /** Redis: queues, rate-limit counters, locks. */
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
-  /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into .data/ on first start if unset. */
+  /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into BOXES_DATA_DIR (.data/) on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
   /**
    * The instance's own files outside the database: the generated secret key (outside production, when
