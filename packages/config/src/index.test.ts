@@ -27,6 +27,7 @@ describe('loadConfig', () => {
       databaseUrl: 'postgresql://postgres@127.0.0.1:5432/boxes',
       redisUrl: 'redis://127.0.0.1:6379',
       secretKey: undefined,
+      dataDir: undefined,
       redisPrefix: 'boxes',
       smtp: {
         host: '127.0.0.1',

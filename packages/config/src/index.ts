@@ -35,8 +35,13 @@ export const envSchema = z.object({
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).default('postgresql://postgres@127.0.0.1:5432/boxes'),
   /** Redis: queues, rate-limit counters, locks. */
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
-  /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into .data/ on first start if unset. */
+  /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into BOXES_DATA_DIR (.data/) on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
+  /**
+   * The instance's own files outside the database: the generated secret key (outside production, when
+   * BOXES_SECRET_KEY is unset) and what `boxes restore` puts back. Default: .data/ at the repository root.
+   */
+  BOXES_DATA_DIR: z.string().min(1).optional(),
   /** Key prefix of everything Boxes keeps in Redis (queues, counters). */
   REDIS_PREFIX: z
     .string()
@@ -272,6 +277,8 @@ export interface Config {
   databaseUrl: string;
   redisUrl: string;
   secretKey: string | undefined;
+  /** BOXES_DATA_DIR: where the instance keeps its own files; unset: .data/ at the repository root. */
+  dataDir: string | undefined;
   redisPrefix: string;
   smtp: {
     host: string;
@@ -411,6 +418,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
     secretKey: e.BOXES_SECRET_KEY,
+    dataDir: e.BOXES_DATA_DIR,
     redisPrefix: e.REDIS_PREFIX,
     smtp: {
       host: e.SMTP_HOST,
