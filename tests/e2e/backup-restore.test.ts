@@ -23,6 +23,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, inject, it } from 'vitest';
 import {
   adminUrl,
+  buildBundle,
   createTestDatabase,
   databaseUrlFor,
   deleteKeysWithPrefix,
@@ -263,7 +264,7 @@ it('an instance backed up while it runs is restored into a new database and data
   expect(bytes.includes(Buffer.from(a.primaryAddress))).toBe(false);
 
   // ---- Restore with the compiled bundle, into a database that does not exist yet and an empty data dir.
-  await run('pnpm', ['build'], { cwd: root, timeout: 180_000 });
+  await buildBundle();
   const targetName = `boxes_test_${inject('boxesRunId')}_restored_${randomBytes(4).toString('hex')}`;
   cleanups.push(() => dropDatabase(targetName));
   const targetData = path.join(work, 'restored-data');

@@ -253,3 +253,4 @@ export async function mintKey(
 export * from './dns';
 
 export * from './services';
+export { buildBundle } from './build';
