@@ -56,7 +56,7 @@ export async function start(
     retryDelayMs,
     maxAttempts: DELIVERY_ATTEMPTS,
   };
-  const connection = createRedis(config.redisUrl);
+  const connection = createRedis(config);
   const worker: Worker<DeliveryJob> = new Worker<DeliveryJob>(
     QUEUE.deliveries,
     async (job): Promise<void> => {
