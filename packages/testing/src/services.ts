@@ -278,6 +278,8 @@ export interface PrivateRedisSentinel {
   env: Record<string, string>;
   /** The port of the primary, as the sentinels report it now. */
   primaryPort(): Promise<number>;
+  /** The sentinels' logs so far (for a failure's message). */
+  logs(): string;
   destroy(): Promise<void>;
 }
 
@@ -314,19 +316,8 @@ export async function startPrivateRedisSentinel(opts: { name?: string; downAfter
     const port = await freePort();
     const d = path.join(dir, `redis-${port}`);
     fs.mkdirSync(d);
-    const c = spawnRedis([
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--dir',
-      d,
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      ...(replicaOf ? ['--replicaof', '127.0.0.1', String(replicaOf)] : []),
-    ]);
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', d, '--save', '', '--appendonly', 'no'];
+    const c = spawnRedis([...args, ...(replicaOf ? ['--replicaof', '127.0.0.1', String(replicaOf)] : [])]);
     await waitForPort(port, 30_000);
     return {
       port,
@@ -357,6 +348,7 @@ export async function startPrivateRedisSentinel(opts: { name?: string; downAfter
           `port ${port}`,
           'bind 127.0.0.1',
           `dir ${dir}`,
+          `logfile ${path.join(dir, `sentinel-${port}.log`)}`,
           `sentinel monitor ${name} 127.0.0.1 ${primary.port} 2`,
           `sentinel down-after-milliseconds ${name} ${opts.downAfterMs ?? 1000}`,
           `sentinel failover-timeout ${name} 10000`,
@@ -384,6 +376,14 @@ export async function startPrivateRedisSentinel(opts: { name?: string; downAfter
       nodes: [primary, replica],
       sentinelPorts,
       env: { REDIS_SENTINELS: sentinelPorts.map((p) => `127.0.0.1:${p}`).join(','), REDIS_SENTINEL_NAME: name },
+      logs() {
+        return sentinelPorts
+          .map((p) => {
+            const f = path.join(dir, `sentinel-${p}.log`);
+            return `--- sentinel :${p}\n${fs.existsSync(f) ? fs.readFileSync(f, 'utf8') : '(no log)'}`;
+          })
+          .join('\n');
+      },
       async primaryPort() {
         for (const port of sentinelPorts) {
           const addr = (await redisCommand(port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name).catch(() => null)) as string[] | null;
