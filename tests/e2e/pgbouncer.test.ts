@@ -8,12 +8,25 @@
  * The LISTEN connections (which a transaction pooler cannot keep) must be PostgreSQL sessions of their own, not
  * PgBouncer's server connections.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
 import mqtt from 'mqtt';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adminUrl, rest, signupAccount, startPgBouncer, startTestServer, type PgBouncer, type TestAccount, type TestServer } from '@boxes/testing';
+import {
+  adminUrl,
+  databaseUrlFor,
+  deleteKeysWithPrefix,
+  rest,
+  signupAccount,
+  startPgBouncer,
+  startTestServer,
+  type PgBouncer,
+  type TestAccount,
+  type TestServer,
+} from '@boxes/testing';
 import { MailSink } from './mail-send-helpers';
 import { receiverCertificate, setCallback, startReceiver, type Receiver } from './push-helpers';
 import { appPassword, withImap } from './imap-helpers';
@@ -201,6 +214,73 @@ describe('behind PgBouncer in transaction mode', () => {
     expect(mine.length).toBe(30);
     expect(new Set(mine.map((m) => m.rcpt[0])).size).toBe(30);
   }, 90_000);
+
+  it('`boxes start` with DATABASE_URL through PgBouncer creates and migrates a new database over DIRECT_DATABASE_URL, then serves through the pooler', async () => {
+    const name = `${dbName()}_start`;
+    const direct = databaseUrlFor(name);
+    // A PgBouncer that serves this database only: creating it (on the maintenance database) can go direct only.
+    const only = await startPgBouncer(adminUrl(), { poolSize: POOL_SIZE, databases: [name] });
+    const prefix = `boxes-test-${randomBytes(5).toString('hex')}`;
+    const root = path.resolve(import.meta.dirname, '../..');
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', 'server'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        PORT: '0',
+        DATABASE_URL: only.pooled(direct),
+        DIRECT_DATABASE_URL: direct,
+        REDIS_PREFIX: prefix,
+        BOXES_SECRET_KEY: randomBytes(32).toString('hex'),
+        SIGNUP_RATE_LIMIT_PER_HOUR: '0',
+        LOG_LEVEL: 'error',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+    const admin = new pg.Client({ connectionString: adminUrl() });
+    await admin.connect();
+    try {
+      const url = await waitFor(
+        'the server to start',
+        () => {
+          if (child.exitCode !== null) throw new Error(`boxes start exited ${child.exitCode}: ${out.slice(-2000)}`);
+          return /boxes: running server \(pid \d+\); HTTP on (\S+)/.exec(out)?.[1] ?? null;
+        },
+        90_000,
+      );
+      const signup = await rest({ apiBase: `${url}/api/v1` }, 'POST', '/signup/agentic', {
+        body: { human_email: 'started@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' } },
+      });
+      expect(signup.status, JSON.stringify(signup.body)).toBe(200);
+      const confirmed = await rest({ apiBase: `${url}/api/v1` }, 'POST', '/signup/agentic/confirm', { body: { intent_id: signup.body.intent_id } });
+      expect(confirmed.status, JSON.stringify(confirmed.body)).toBe(200);
+      const db = new pg.Client({ connectionString: direct });
+      await db.connect();
+      try {
+        const applied = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM "_prisma_migrations" WHERE finished_at IS NOT NULL');
+        expect(applied.rows[0]!.n).toBeGreaterThan(10);
+        const accounts = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM accounts');
+        expect(accounts.rows[0]!.n).toBe(1);
+      } finally {
+        await db.end();
+      }
+      // Its queries went through PgBouncer: it has a pool for the new database.
+      const pools = (await only.admin<{ database: string }>('SHOW POOLS')).filter((p) => p.database === name);
+      expect(pools.length).toBe(1);
+    } finally {
+      if (child.exitCode === null) {
+        const exited = new Promise((r) => child.once('exit', r));
+        child.kill('SIGTERM');
+        await exited;
+      }
+      await only.stop();
+      await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await admin.end();
+      await deleteKeysWithPrefix(t.config, prefix);
+    }
+  }, 120_000);
 
   it('LISTEN runs on PostgreSQL sessions of its own, never on PgBouncer server connections; the pool stayed within its size', async () => {
     const direct = new pg.Client({ connectionString: t.config.directDatabaseUrl });

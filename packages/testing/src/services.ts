@@ -183,11 +183,11 @@ export interface PgBouncer {
 
 /**
  * PgBouncer in transaction pooling mode in front of the PostgreSQL of `directUrl` (any database of that server:
- * a `*` entry), on a free loopback port, with a generated configuration in a temporary directory. poolSize is
+ * a `*` entry, or only `databases`), on a free loopback port, with a generated configuration in a temporary directory. poolSize is
  * the server connections per database and user: smaller than the service's own pool, so clients share them.
  * PgBouncer refuses to run as root; as root it switches to the `postgres` user (-u).
  */
-export async function startPgBouncer(directUrl: string, opts: { poolSize?: number } = {}): Promise<PgBouncer> {
+export async function startPgBouncer(directUrl: string, opts: { poolSize?: number; databases?: string[] } = {}): Promise<PgBouncer> {
   const bin = pgbouncerPath();
   if (!bin) throw new Error('pgbouncer not found (apt-get install pgbouncer; scripts/start-services.sh installs it)');
   const server = new URL(directUrl);
@@ -198,7 +198,8 @@ export async function startPgBouncer(directUrl: string, opts: { poolSize?: numbe
   if (server.password) target.push(`password=${decodeURIComponent(server.password)}`);
   const ini = [
     '[databases]',
-    `* = ${target.join(' ')}`,
+    // Only these databases when named (a client asking for another is refused), else any of the server's.
+    ...(opts.databases ? opts.databases.map((d) => `${d} = ${target.join(' ')} dbname=${d}`) : [`* = ${target.join(' ')}`]),
     '',
     '[pgbouncer]',
     'listen_addr = 127.0.0.1',
