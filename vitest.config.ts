@@ -19,6 +19,7 @@ const SYSTEM = [
   'tests/e2e/readme.test.ts',
   'tests/e2e/bulk-volume.test.ts',
   'tests/e2e/backup-restore.test.ts',
+  'tests/e2e/redis-sentinel.test.ts',
 ];
 const SOURCES = ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts'];
 const PG = ['apps/*/src/**/*.pg.test.ts', 'packages/*/src/**/*.pg.test.ts'];

@@ -258,7 +258,7 @@ export async function startBenchRuntime(
         await stopProcs();
         await runtime.stop();
       } finally {
-        await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
+        await deleteKeysWithPrefix(config, config.redisPrefix);
       }
     },
   };

@@ -33,8 +33,45 @@ export const envSchema = z.object({
   NAMESERVERS: z.string().default('ns1.boxes.localhost,ns2.boxes.localhost'),
   /** PostgreSQL; the database is created if missing and migrations run at start. */
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).default('postgresql://postgres@127.0.0.1:5432/boxes'),
-  /** Redis: queues, rate-limit counters, locks. */
+  /**
+   * A connection straight to PostgreSQL, for what must keep one server session: LISTEN (push wake-ups, notices,
+   * event streams, IMAP), migrations (a session advisory lock) and creating the database. Set it when
+   * DATABASE_URL points at a pooler in transaction mode (PgBouncer); defaults to DATABASE_URL.
+   */
+  DIRECT_DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).optional(),
+  /** Redis: queues, rate-limit counters, locks. With REDIS_SENTINELS only its credentials, database number and TLS are used. */
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
+  /**
+   * Redis Sentinel: host:port of each sentinel (comma-separated). When set, every connection asks them for the
+   * current primary of REDIS_SENTINEL_NAME and follows a failover; REDIS_URL then gives only the credentials,
+   * the database number and TLS (its host and port are not used).
+   */
+  REDIS_SENTINELS: z
+    .string()
+    .default('')
+    .transform((spec, ctx) => {
+      const out: { host: string; port: number }[] = [];
+      for (const part of spec
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean)) {
+        const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):(\d{1,5})$/.exec(part);
+        const p = m ? Number(m[2]) : 0;
+        if (!m || p < 1 || p > 65535) {
+          ctx.addIssue({ code: 'custom', message: `bad entry "${part}": expected host:port, e.g. 10.0.0.5:26379` });
+          return z.NEVER;
+        }
+        out.push({ host: m[1]!.replace(/^\[|\]$/g, ''), port: p });
+      }
+      return out;
+    }),
+  /** The master group name the sentinels monitor (`sentinel monitor <name> ...`). */
+  REDIS_SENTINEL_NAME: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/)
+    .default('boxes'),
+  /** The sentinels' own password (`requirepass` in sentinel.conf), when they have one. */
+  REDIS_SENTINEL_PASSWORD: z.string().optional(),
   /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into BOXES_DATA_DIR (.data/) on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
   /**
@@ -275,7 +312,11 @@ export interface Config {
   mailHost: string;
   nameservers: string[];
   databaseUrl: string;
+  /** DIRECT_DATABASE_URL: PostgreSQL itself, never a transaction pooler (LISTEN, migrations, creating the database). */
+  directDatabaseUrl: string;
   redisUrl: string;
+  /** REDIS_SENTINELS and REDIS_SENTINEL_NAME: the primary is found through Sentinel; null: REDIS_URL is the server. */
+  redisSentinel: { sentinels: { host: string; port: number }[]; name: string; password: string | undefined } | null;
   secretKey: string | undefined;
   /** BOXES_DATA_DIR: where the instance keeps its own files; unset: .data/ at the repository root. */
   dataDir: string | undefined;
@@ -416,7 +457,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       .map((s) => s.trim().toLowerCase())
       .filter(Boolean),
     databaseUrl: e.DATABASE_URL,
+    directDatabaseUrl: e.DIRECT_DATABASE_URL ?? e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
+    redisSentinel: e.REDIS_SENTINELS.length ? { sentinels: e.REDIS_SENTINELS, name: e.REDIS_SENTINEL_NAME, password: e.REDIS_SENTINEL_PASSWORD } : null,
     secretKey: e.BOXES_SECRET_KEY,
     dataDir: e.BOXES_DATA_DIR,
     redisPrefix: e.REDIS_PREFIX,
