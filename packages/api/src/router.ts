@@ -21,6 +21,7 @@ import { threadsRouter } from './routers/threads';
 import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
+import { webhookEndpointsRouter } from './routers/webhook-endpoints';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 import { pinCoercion } from './no-coercion';
@@ -40,6 +41,7 @@ export const appRouter = router({
   suppression: suppressionRouter,
   credit: creditRouter,
   webhook: webhookRouter,
+  webhookEndpoints: webhookEndpointsRouter,
   iot: iotRouter,
   mcp: mcpRouter,
   support: supportRouter,
