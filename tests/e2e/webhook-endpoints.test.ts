@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { BoxesError, createBoxesClient } from '@boxes/sdk';
+import { BoxesError, createBoxesClient, verifyWebhook, type WebhookEndpoint, type WebhookEndpointCreated } from '@boxes/sdk';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import {
   boxesSignatureMatches,
@@ -413,10 +413,15 @@ describe('SDK and MCP', () => {
     const a = await signupAccount(t);
     const { spare } = await boxIds(a);
     const client = createBoxesClient({ baseUrl: t.apiBase, apiKey: a.apiKey });
-    const made = await client.webhookEndpoints.create.mutate({ url: receiver.url('/sdk'), event_types: ['box.*'], headers: { 'x-sdk': '1' } });
+    const made: WebhookEndpointCreated = await client.webhookEndpoints.create.mutate({
+      url: receiver.url('/sdk'),
+      event_types: ['box.*'],
+      headers: { 'x-sdk': '1' },
+    });
     expect(made.signing_secret).toMatch(/^whsec_/);
     expect((await client.webhookEndpoints.list.query()).endpoints.map((e) => e.id)).toEqual([made.id]);
-    expect((await client.webhookEndpoints.get.query({ id: made.id })).header_names).toEqual(['x-sdk']);
+    const read: WebhookEndpoint = await client.webhookEndpoints.get.query({ id: made.id });
+    expect(read.header_names).toEqual(['x-sdk']);
     expect((await client.webhookEndpoints.update.mutate({ id: made.id, description: 'via sdk' })).description).toBe('via sdk');
     const err = await client.webhookEndpoints.create.mutate({ url: receiver.url('/sdk'), event_types: ['not.a_type'] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BoxesError);
@@ -425,6 +430,8 @@ describe('SDK and MCP', () => {
     await rest(t, 'PUT', `/boxes/${spare}/signature`, { key: a.apiKey, body: { signature: 'sdk' } });
     const got = await waitFor('the sdk endpoint', () => receiver.at('/sdk')[0]);
     expect(verifyStandard(got, made.signing_secret).id).toBe(got.event.id);
+    // The SDK's verifier takes the endpoint's own secret.
+    expect(verifyWebhook<{ id: string }>(got.body, got.headers['x-boxes-signature'] as string, made.signing_secret).id).toBe(got.event.id);
     const log = await waitFor('its log', async () => {
       const l = await client.webhookEndpoints.deliveries.query({ id: made.id });
       return l.deliveries.length ? l.deliveries : undefined;
