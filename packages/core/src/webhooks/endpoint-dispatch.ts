@@ -137,6 +137,8 @@ export async function drainEndpoint(svc: Services, deps: WebhookDeps, endpointId
           SELECT x.id, ${accountId}, ${endpointId}, x.event_id, x.seq, x.event_type, x.url, x.attempt, x.status, x.status_code, x.error, x.latency_ms, now()
           FROM jsonb_to_recordset(${JSON.stringify(pending)}::jsonb)
             AS x(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
+          -- An endpoint deleted meanwhile takes its log with it: nothing to record.
+          WHERE EXISTS (SELECT 1 FROM ${we.$} WHERE ${we.id} = ${endpointId})
         )
         SELECT 1 AS done`,
       );
