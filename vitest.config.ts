@@ -1,5 +1,5 @@
 /**
- * The test tiers (README "Working on Boxes"):
+ * The test tiers (docs/development.md):
  *   unit    no services at all: parsers, schemas, pure logic (packages/apps src *.test.ts)
  *   db      against a real PostgreSQL, no HTTP (src *.pg.test.ts)
  *   e2e     the servers on ephemeral ports with real clients (tests/e2e)

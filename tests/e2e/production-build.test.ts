@@ -45,6 +45,10 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
     const url = await waitFor('the server to start', () => /running server \(pid \d+\); HTTP on (\S+)/.exec(server.out())?.[1], 60_000);
     const health = await fetch(`${url}/healthz`);
     expect(health.status).toBe(200);
+    // The guide is served by the bundle too, from the checkout's docs/ beside it.
+    const guide = await fetch(`${url}/docs/guide/sending`);
+    expect(guide.status).toBe(200);
+    expect(await guide.text()).toMatch(/<h1[^>]*>Sending mail<\/h1>/);
     const signup = await fetch(`${url}/api/v1/signup/agentic`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

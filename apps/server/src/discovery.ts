@@ -128,6 +128,8 @@ export function discoveryManifest(svc: Services) {
     openapi_url: `${site}/openapi.json`,
     openapi_yaml_url: `${site}/openapi.yaml`,
     docs_url: `${site}/docs`,
+    /** The guide: task by task (signup, sending, receiving, push, domains, credit, mail clients, ...) and the operators' pages. */
+    guide_url: `${site}/docs/guide`,
     skill_url: `${site}/skill.md`,
     mcp: {
       url: `${c.mcpUrl ?? site}/mcp`,

@@ -1,7 +1,7 @@
 /**
  * The event catalogue: every event type an account's stream can hold, with the schema of its `data`. It is the
  * one source for appending (core accepts only these types and payloads), for the OpenAPI `Event` union and its
- * `webhooks`, for the SDK's types and MCP's output, and for the list of event types in the README.
+ * `webhooks`, for the SDK's types and MCP's output, and for the list of event types in docs/events.md.
  *
  * Stored events never change: each is hashed into its account's chain as it was written. So the schemas here
  * describe every payload a type has carried: a field added after a type first shipped is optional, and says

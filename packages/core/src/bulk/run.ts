@@ -1,5 +1,5 @@
 /**
- * One batch of a bulk job, run by apps/worker (queue `bulk`). Typed SQL on this hot path (see README "Hot paths"):
+ * One batch of a bulk job, run by apps/worker (queue `bulk`). Typed SQL on this hot path (see docs/ARCHITECTURE.md, "Hot paths"):
  *
  * 1. Start: under the account's row lock, reserve the batch's credit (402 rules per message; short credit halts
  *    the job), write its messages and one delivery per recipient not on the suppression list, in one statement.

@@ -273,7 +273,7 @@ async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccou
 const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
 
 /**
- * This process's sends by group commit (README "Hot paths"): the sends that arrive while one batch is being
+ * This process's sends by group commit (docs/ARCHITECTURE.md, "Hot paths"): the sends that arrive while one batch is being
  * written share the next transaction: their accounts locked once, in id order (two batches never deadlock),
  * each staged in arrival order on its account's running state, all written in one statement. A send the
  * credit refuses (402) gets its own error and the others go on; a batch that fails as a whole (an
