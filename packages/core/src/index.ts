@@ -89,3 +89,5 @@ export * from './bulk/view';
 export * from './bulk/cancel';
 export * from './search/vector';
 export * from './search/query';
+export * from './guard/caps';
+export * from './guard/pause';

@@ -25,6 +25,7 @@ import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
 import { describeStored, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import { guardSend } from '../guard/pause';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -78,6 +79,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   }
   // A scheduled send (send_at) is stored and reserved now; its deliveries wait (messages/schedule.ts).
   const sendAt = scheduledTime(input.send_at, date);
+  // Pauses (403) then caps (429): the guard (guard/pause.ts) counts the message and its recipients.
+  const taken = await guardSend(svc, { accountId, key: caller.key, sends: [{ boxId: box.id, messages: 1, recipients }] });
   const warning = await checkSendLoop(svc, accountId, recipients.length === 1 ? recipients[0]! : null);
 
   const plan: SendPlan = {
@@ -102,6 +105,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     deliveryIds = result.deliveryIds;
     await enqueueAttachmentText(svc, result.attachmentIds);
   } catch (err) {
+    // Refused after all (402, a raced idempotency_key): what the caps counted goes back.
+    await taken.refund().catch(() => undefined);
     // Two sends with the same idempotency_key at once: the loser replays (or is rejected) like a later repeat.
     if (idemKey && isUniqueViolation(err)) {
       const prior = await svc.db.message.findUnique({ where: { accountId_idempotencyKey: { accountId, idempotencyKey: idemKey } } });
