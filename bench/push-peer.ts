@@ -1,10 +1,12 @@
 /**
  * The outside world of bench:push, in a worker thread so it does not share the service's event loop: the https
- * webhook receiver and the MQTT subscribers. Latency = arrival time here minus the event's created_at (both
- * Date.now() of the same machine).
+ * webhook receiver and the MQTT subscribers, and (webhook endpoints mode) a dead endpoint that accepts
+ * connections and never answers. Latency = arrival time here minus the event's created_at (both Date.now() of
+ * the same machine). The receiver keeps latencies per path (/hook: the account callbacks; /ep/<n>: the n-th
+ * endpoint of every account) and counts events that reached a path twice (every answer is 200).
  */
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo, type Socket } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import mqtt from 'mqtt';
 
@@ -18,9 +20,8 @@ interface Subscriber {
 
 const port = parentPort!;
 const { keyPem, certPem } = workerData as { keyPem: string; certPem: string };
-const webhook: number[] = [];
+const byPath = new Map<string, { latency: number[]; seen: Set<string>; twice: number }>();
 const mqttLatency: number[] = [];
-const seenWebhook = new Set<string>();
 const seenMqtt = new Set<string>();
 const clients: mqtt.MqttClient[] = [];
 
@@ -30,9 +31,15 @@ const receiver = https.createServer({ key: keyPem, cert: certPem, keepAliveTimeo
   req.on('end', () => {
     const at = Date.now();
     const e = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id: string; type: string; created_at: string };
-    if (e.type === 'mail.delivered' && !seenWebhook.has(e.id)) {
-      seenWebhook.add(e.id);
-      webhook.push(at - Date.parse(e.created_at));
+    if (e.type === 'mail.delivered') {
+      const pathname = req.url ?? '/';
+      let p = byPath.get(pathname);
+      if (!p) byPath.set(pathname, (p = { latency: [], seen: new Set(), twice: 0 }));
+      if (p.seen.has(e.id)) p.twice += 1;
+      else {
+        p.seen.add(e.id);
+        p.latency.push(at - Date.parse(e.created_at));
+      }
     }
     res.writeHead(200).end();
   });
@@ -62,8 +69,11 @@ port.on('message', async (msg: { op: 'subscribe'; mqttPort: number; subscribers:
     }
     port.postMessage({ op: 'subscribed' });
   } else if (msg.op === 'results') {
-    port.postMessage({ op: 'results', webhook, mqtt: mqttLatency });
+    const paths = Object.fromEntries([...byPath].map(([k, v]) => [k, { latency: v.latency, twice: v.twice }]));
+    port.postMessage({ op: 'results', webhook: byPath.get('/hook')?.latency ?? [], mqtt: mqttLatency, paths, deadConnections });
   } else {
+    for (const sock of deadSockets) sock.destroy();
+    await new Promise<void>((r) => dead.close(() => r()));
     await Promise.all(clients.map((c) => c.endAsync().catch(() => undefined)));
     await new Promise<void>((r) => receiver.close(() => r()));
     receiver.closeAllConnections();
@@ -71,4 +81,18 @@ port.on('message', async (msg: { op: 'subscribe'; mqttPort: number; subscribers:
   }
 });
 
-receiver.listen(0, '127.0.0.1', () => port.postMessage({ op: 'listening', port: (receiver.address() as AddressInfo).port }));
+// The dead endpoint: takes the connection and never says a word (not even the TLS handshake).
+let deadConnections = 0;
+const deadSockets = new Set<Socket>();
+const dead = net.createServer((sock) => {
+  deadConnections += 1;
+  deadSockets.add(sock);
+  sock.on('close', () => deadSockets.delete(sock));
+  sock.on('error', () => undefined);
+});
+
+dead.listen(0, '127.0.0.1', () =>
+  receiver.listen(0, '127.0.0.1', () =>
+    port.postMessage({ op: 'listening', port: (receiver.address() as AddressInfo).port, deadPort: (dead.address() as AddressInfo).port }),
+  ),
+);

@@ -17,11 +17,18 @@
  * MQTT_BROKER_URL); the HTTP server stays in this process (signups, webhooks, certificates), and the subscribers
  * connect to the broker process. Their CPU is measured apart.
  *
+ * Webhook endpoints mode (BENCH_PUSH_ENDPOINTS=5): each account also gets that many webhook endpoints
+ * (POST /webhook-endpoints), every one for every event: all but the last point at the receiver (/ep/1 .. /ep/4),
+ * the last at a dead endpoint that accepts the connection and never answers (so each attempt waits out
+ * WEBHOOK_TIMEOUT_MS and is retried). The callback webhook (/hook) is the one-endpoint figure of the same run;
+ * the bench prints the p99 of each live endpoint beside it, and fails if a live endpoint lost an event or got one
+ * twice (every answer is 200): the dead one must delay no one.
+ *
  * Memory: the RSS of this process (the apps in it, the appends, and the receiver and subscribers' thread) and of
  * each app process, idle (after start, before any load) and the peak from the first append until every event
  * arrived.
  *
- *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1
+ *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -37,6 +44,8 @@ const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
 const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
 const ACCOUNTS = envInt('BENCH_PUSH_ACCOUNTS', 10, 1, 200);
 const PROCESSES = process.env.BENCH_PROCESSES === '1';
+/** Webhook endpoints per account (0: none, the callback only); the last one is dead. */
+const ENDPOINTS = envInt('BENCH_PUSH_ENDPOINTS', 0, 0, 10);
 
 const summary = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -68,6 +77,8 @@ await main('bench:push', async (onCleanup) => {
   });
   const listening = await nextReply();
   const receiverUrl = `https://127.0.0.1:${listening.port as number}/hook`;
+  const endpointUrl = (n: number) =>
+    n === ENDPOINTS ? `https://127.0.0.1:${listening.deadPort as number}/dead` : `https://127.0.0.1:${listening.port as number}/ep/${n}`;
 
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
@@ -90,6 +101,10 @@ await main('bench:push', async (onCleanup) => {
   for (const a of accounts) {
     const cb = await request(agent, `${apiBase}/account/callback-webhook`, 'PUT', { agent_callback_webhook: receiverUrl }, a.apiKey);
     if (cb.status !== 200) throw new Error(`setting the webhook failed: ${cb.status} ${JSON.stringify(cb.body)}`);
+    for (let n = 1; n <= ENDPOINTS; n++) {
+      const ep = await request(agent, `${apiBase}/webhook-endpoints`, 'POST', { url: endpointUrl(n) }, a.apiKey);
+      if (ep.status !== 200) throw new Error(`creating a webhook endpoint failed: ${ep.status} ${JSON.stringify(ep.body)}`);
+    }
     const prov = await request(agent, `${apiBase}/account/iot/provision`, 'POST', undefined, a.apiKey);
     if (prov.status !== 200) throw new Error(`provisioning failed: ${prov.status} ${JSON.stringify(prov.body)}`);
     subscribers.push({
@@ -106,7 +121,8 @@ await main('bench:push', async (onCleanup) => {
 
   const total = RATE * SECONDS;
   const layout = PROCESSES ? 'the worker and the MQTT broker as their own processes' : 'all apps in this process';
-  console.log(`bench:push: ${total} events at ${RATE}/s over ${SECONDS} s across ${ACCOUNTS} accounts, ${layout}; ${loadNote()}`);
+  const endpointsNote = ENDPOINTS ? `, ${ENDPOINTS} webhook endpoints per account (${ENDPOINTS - 1} live, 1 dead) beside the callback` : '';
+  console.log(`bench:push: ${total} events at ${RATE}/s over ${SECONDS} s across ${ACCOUNTS} accounts${endpointsNote}, ${layout}; ${loadNote()}`);
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const started = Date.now();
@@ -140,12 +156,18 @@ await main('bench:push', async (onCleanup) => {
   const deadline = Date.now() + 60_000;
   let webhookLatency: number[] = [];
   let mqttLatency: number[] = [];
+  let paths: Record<string, { latency: number[]; twice: number }> = {};
+  let deadConnections = 0;
+  const livePaths = Array.from({ length: Math.max(0, ENDPOINTS - 1) }, (_, i) => `/ep/${i + 1}`);
   for (;;) {
     peer.postMessage({ op: 'results' });
     const r = await nextReply();
     webhookLatency = r.webhook as number[];
     mqttLatency = r.mqtt as number[];
-    if ((webhookLatency.length >= total && mqttLatency.length >= total) || Date.now() > deadline) break;
+    paths = r.paths as typeof paths;
+    deadConnections = r.deadConnections as number;
+    const endpointsDone = livePaths.every((p) => (paths[p]?.latency.length ?? 0) >= total);
+    if ((webhookLatency.length >= total && mqttLatency.length >= total && endpointsDone) || Date.now() > deadline) break;
     await sleep(100);
   }
   rss.stop();
@@ -156,13 +178,39 @@ await main('bench:push', async (onCleanup) => {
   console.log(`  appended: ${total} events over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s)`);
   console.log(`  webhook: ${summary(webhookLatency)}${seenWebhook.size < total ? `  MISSING ${total - seenWebhook.size}` : ''}`);
   console.log(`  mqtt:    ${summary(mqttLatency)}${seenMqtt.size < total ? `  MISSING ${total - seenMqtt.size}` : ''}`);
+  const endpointFaults: string[] = [];
+  if (ENDPOINTS) {
+    const p99 = (xs: number[]) =>
+      percentile(
+        [...xs].sort((x, y) => x - y),
+        99,
+      ).toFixed(1);
+    console.log(`  webhook endpoints: one endpoint (the callback, same run) p99 ${p99(webhookLatency)} ms`);
+    for (const p of livePaths) {
+      const got = paths[p] ?? { latency: [], twice: 0 };
+      const lost = total - got.latency.length;
+      console.log(`    live endpoint ${p}: ${summary(got.latency)}; lost ${lost}, pushed twice ${got.twice}`);
+      if (lost > 0 || got.twice > 0) endpointFaults.push(`${p}: lost ${lost}, pushed twice ${got.twice}`);
+    }
+    const we = tbl('webhook_deliveries');
+    const deadRows = await rows(
+      runtime.svc.db,
+      sql<{
+        n: bigint;
+        retrying: bigint;
+      }>`SELECT count(*) AS n, count(*) FILTER (WHERE ${we.status} = 'retrying') AS retrying FROM ${we.$} WHERE ${we.url} LIKE ${'%/dead'}`,
+    );
+    console.log(
+      `    dead endpoint: ${deadConnections} connections accepted and never answered; ${deadRows[0]!.n} attempts logged (${deadRows[0]!.retrying} retrying)`,
+    );
+  }
   const wd = tbl('webhook_deliveries');
   const attempts = await rows(
     runtime.svc.db,
     sql<{ n: bigint; avg: number; p99: number; failed: bigint }>`
     SELECT count(*) AS n, avg(${wd.latency_ms})::float AS avg, percentile_cont(0.99) WITHIN GROUP (ORDER BY ${wd.latency_ms})::float AS p99,
            count(*) FILTER (WHERE ${wd.status} <> 'delivered') AS failed
-    FROM ${wd.$} WHERE ${wd.event_type} = 'mail.delivered'`,
+    FROM ${wd.$} WHERE ${wd.event_type} = 'mail.delivered' AND ${wd.endpoint_id} IS NULL`,
   );
   const w = attempts[0]!;
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
@@ -178,4 +226,5 @@ await main('bench:push', async (onCleanup) => {
     ).toFixed(1)} ms at ${RATE} events/s (machine: ${os.cpus().length} cores)`,
   );
   if (seenWebhook.size < total || seenMqtt.size < total) throw new Error('some events did not arrive within 60 s');
+  if (endpointFaults.length) throw new Error(`live webhook endpoints: ${endpointFaults.join('; ')}`);
 });

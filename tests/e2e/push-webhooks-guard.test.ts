@@ -1,8 +1,8 @@
 // Callback URLs may reach only the public internet (and https only). On a server with the
 // default configuration (no WEBHOOK_ALLOW_PRIVATE): loopback, private, link-local, carrier-grade NAT,
 // unspecified and IPv6 local addresses are refused however they are spelled, at PUT /account/callback-webhook
-// and at signup, with a 400 naming the field; nothing connects to them; and a name that resolves to a private
-// address is refused again at connect time.
+// and at signup, with a 400 naming the field (and at POST and PATCH /webhook-endpoints, naming url); nothing
+// connects to them; and a name that resolves to a private address is refused again at connect time.
 import { promises as dns } from 'node:dns';
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -62,6 +62,25 @@ describe('refused callback URLs', () => {
       body: { human_email: 'guard@example.com', domain_intent: { mode: 'subdomain', slug_style: 'word_pair' }, agent_callback_webhook: url },
     });
     expectFieldError(signup, url);
+  });
+
+  it.each(REFUSED)('%s: POST and PATCH /webhook-endpoints answer 400 naming url', async (url) => {
+    const post = await rest(t, 'POST', '/webhook-endpoints', { key: account.apiKey, body: { url } });
+    expect(post.status, `${url}: ${JSON.stringify(post.body)}`).toBe(400);
+    expect(post.body.error.code, url).toBe('validation_error');
+    expect(post.body.error.fields?.[0]?.path, url).toBe('url');
+  });
+
+  it('a refused URL is never stored on a webhook endpoint, and a public one cannot be changed into one', async () => {
+    const url = `https://127.0.0.1:${listener.port}/hook`;
+    expect((await rest(t, 'POST', '/webhook-endpoints', { key: account.apiKey, body: { url } })).status).toBe(400);
+    const ok = await rest(t, 'POST', '/webhook-endpoints', { key: account.apiKey, body: { url: 'https://agent.example.com/guard' } });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(200);
+    const patch = await rest(t, 'PATCH', `/webhook-endpoints/${ok.body.id}`, { key: account.apiKey, body: { url } });
+    expect({ status: patch.status, field: patch.body.error?.fields?.[0]?.path }).toEqual({ status: 400, field: 'url' });
+    expect((await rest(t, 'GET', `/webhook-endpoints/${ok.body.id}`, { key: account.apiKey })).body.url).toBe('https://agent.example.com/guard');
+    await rest(t, 'DELETE', `/webhook-endpoints/${ok.body.id}`, { key: account.apiKey });
+    expect(listener.connections()).toBe(0);
   });
 
   it('a refused loopback URL is never stored and never connected to', async () => {

@@ -14,7 +14,7 @@ import { mailTlsMaterial } from '@boxes/core';
 import { mintKey, rest, signupAccount, startTestServer, type JsonResponse, type TestAccount, type TestServer } from '@boxes/testing';
 
 type Scope = 'send' | 'receive' | 'admin';
-type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 /**
  * What a box-restricted key holding every scope gets:
  *   account_wide: 403 box_restricted_key (keys, callback URL, new boxes);
@@ -196,6 +196,37 @@ const ROUTES: RouteCase[] = [
   { proc: 'webhook.rotateSecret', method: 'POST', path: '/account/webhook/secret/rotate', scope: 'admin', restricted: 'account_wide' },
   { proc: 'webhook.deliveries', method: 'GET', path: '/account/webhook/deliveries', scope: 'admin', restricted: 'account_wide' },
   { proc: 'webhook.redeliver', method: 'POST', path: '/account/webhook/deliveries/{delivery}/redeliver', scope: 'admin', restricted: 'account_wide' },
+  // A box-restricted key creates endpoints only with box_ids inside its boxes: without them, 403 box_restricted_key.
+  {
+    proc: 'webhookEndpoints.create',
+    method: 'POST',
+    path: '/webhook-endpoints',
+    scope: 'admin',
+    restricted: 'account_wide',
+    body: { url: 'https://agent.example.com/security-probe', enabled: false },
+  },
+  { proc: 'webhookEndpoints.list', method: 'GET', path: '/webhook-endpoints', scope: 'admin', restricted: 'filtered' },
+  { proc: 'webhookEndpoints.get', method: 'GET', path: '/webhook-endpoints/{endpoint}', scope: 'admin', restricted: 'own_box' },
+  {
+    proc: 'webhookEndpoints.update',
+    method: 'PATCH',
+    path: '/webhook-endpoints/{endpoint}',
+    scope: 'admin',
+    restricted: 'own_box',
+    body: { description: 'security probe' },
+  },
+  { proc: 'webhookEndpoints.rotateSecret', method: 'POST', path: '/webhook-endpoints/{endpoint}/secret/rotate', scope: 'admin', restricted: 'own_box' },
+  { proc: 'webhookEndpoints.deliveries', method: 'GET', path: '/webhook-endpoints/{endpoint}/deliveries', scope: 'admin', restricted: 'own_box' },
+  // No delivery exists: 404 on the key's own endpoint means the key got through.
+  {
+    proc: 'webhookEndpoints.redeliver',
+    method: 'POST',
+    path: '/webhook-endpoints/{endpoint}/deliveries/{delivery}/redeliver',
+    scope: 'admin',
+    restricted: 'own_box',
+    ok: [404],
+  },
+  { proc: 'webhookEndpoints.delete', method: 'DELETE', path: '/webhook-endpoints/{endpoint}', scope: 'admin', restricted: 'own_box' },
   { proc: 'iot.provision', method: 'POST', path: '/account/iot/provision', scope: 'admin', restricted: 'account_wide' },
   { proc: 'mailClients.certificate', method: 'GET', path: '/mail-clients/certificate', scope: null, restricted: 'allowed' },
   { proc: 'mcp.status', method: 'GET', path: '/account/mcp/status', scope: null, restricted: 'allowed' },
@@ -314,6 +345,7 @@ type Ids = {
   forward?: string;
   entry?: string;
   bulk?: string;
+  endpoint?: string;
 };
 const MISSING_THREAD = 'thr_00000000000000000000';
 const MISSING_ATTACHMENT = 'att_00000000000000000000';
@@ -350,6 +382,8 @@ interface Fixture {
   entryId: string;
   /** A bulk job sent from the spare box (it stays queued: no worker runs here). */
   bulkId: string;
+  /** A webhook endpoint for the spare box's events (disabled: nothing is pushed). */
+  endpointId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -383,6 +417,10 @@ async function fixture(): Promise<Fixture> {
     key: account.apiKey,
     body: { from: spare.body.address, messages: [{ to: 'fixture@remote.invalid', text: 'fixture' }] },
   });
+  const endpoint = await rest(t, 'POST', '/webhook-endpoints', {
+    key: account.apiKey,
+    body: { url: 'https://agent.example.com/fixture', box_ids: [spare.body.id], enabled: false },
+  });
   if (
     question.status !== 200 ||
     feature.status !== 200 ||
@@ -390,9 +428,12 @@ async function fixture(): Promise<Fixture> {
     sendingIp.status !== 200 ||
     forward.status !== 200 ||
     entry.status !== 200 ||
-    bulk.status !== 200
+    bulk.status !== 200 ||
+    endpoint.status !== 200
   ) {
-    throw new Error(`fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body])}`);
+    throw new Error(
+      `fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body, endpoint.body])}`,
+    );
   }
   return {
     account,
@@ -409,6 +450,7 @@ async function fixture(): Promise<Fixture> {
     forwardId: forward.body.id,
     entryId: entry.body.id,
     bulkId: bulk.body.id,
+    endpointId: endpoint.body.id,
   };
 }
 
@@ -430,6 +472,7 @@ function fill(path: string, ids: Ids): string {
       .replace('{forward}', ids.forward ?? 'fwd_00000000000000000000')
       .replace('{entry}', ids.entry ?? 'tle_00000000000000000000')
       .replace('{bulk}', ids.bulk ?? MISSING_BULK)
+      .replace('{endpoint}', ids.endpoint ?? 'whe_00000000000000000000')
   );
 }
 
@@ -445,6 +488,7 @@ const targets = (f: Fixture): Ids => ({
   forward: f.forwardId,
   entry: f.entryId,
   bulk: f.bulkId,
+  endpoint: f.endpointId,
 });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
@@ -463,7 +507,7 @@ function expectError(r: JsonResponse, status: number, code: string, label: strin
 
 beforeAll(async () => {
   // Fixtures create many bulk jobs per account, none of which runs here (no worker): the active-job bound has its test.
-  t = await startTestServer({ env: { FORWARD_CONFIRMATIONS_PER_DAY: '1000', BULK_MAX_ACTIVE_JOBS: '1000' } });
+  t = await startTestServer({ env: { FORWARD_CONFIRMATIONS_PER_DAY: '1000', BULK_MAX_ACTIVE_JOBS: '1000', WEBHOOK_MAX_ENDPOINTS: '1000' } });
   // The mail listeners (not started here) keep the certificate GET /mail-clients/certificate shows: as their start would.
   await mailTlsMaterial(t.svc);
   const [a, b, c] = await Promise.all([fixture(), fixture(), signupAccount(t, 'sec-c@example.com')]);
@@ -541,7 +585,7 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|endpoint)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
     expect(withIds.map((r) => r.proc).sort()).toEqual([
@@ -572,6 +616,12 @@ describe("(c) another account's resource: 404, never 403", () => {
       'messages.reply',
       'threads.get',
       'threads.labels',
+      'webhookEndpoints.delete',
+      'webhookEndpoints.deliveries',
+      'webhookEndpoints.get',
+      'webhookEndpoints.redeliver',
+      'webhookEndpoints.rotateSecret',
+      'webhookEndpoints.update',
     ]);
   });
 
@@ -593,7 +643,10 @@ describe("(c) another account's resource: 404, never 403", () => {
     // B's owner key holds every scope and no box restriction: the only thing wrong is whose resource it is.
     for (const [label, ids] of [
       ["A's spare box / key", targets(A)],
-      ["A's primary box / owner key", { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId }],
+      [
+        "A's primary box / owner key",
+        { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId, endpoint: A.endpointId },
+      ],
     ] as const) {
       const r = await call(route, { key: B.account.apiKey, ids });
       expectError(r, 404, 'not_found', label);
@@ -650,6 +703,11 @@ describe('(d) a box-restricted key', () => {
       body: { from: box.body.address, messages: [{ to: 'own@remote.invalid', text: 'own' }] },
     });
     expect(bulk.status).toBe(200);
+    const endpoint = await rest(t, 'POST', '/webhook-endpoints', {
+      key: A.account.apiKey,
+      body: { url: 'https://agent.example.com/own', box_ids: [box.body.id], enabled: false },
+    });
+    expect(endpoint.status).toBe(200);
     return {
       boxId: box.body.id as string,
       address: box.body.address as string,
@@ -661,6 +719,7 @@ describe('(d) a box-restricted key', () => {
       forwardId: forward.body.id as string,
       entryId: entry.body.id as string,
       bulkId: bulk.body.id as string,
+      endpointId: endpoint.body.id as string,
     };
   }
 
@@ -684,6 +743,7 @@ describe('(d) a box-restricted key', () => {
               thread: A.spareThreadId,
               entry: A.entryId,
               bulk: A.bulkId,
+              endpoint: A.endpointId,
             },
           });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
@@ -699,6 +759,7 @@ describe('(d) a box-restricted key', () => {
             forward: own.forwardId,
             entry: own.entryId,
             bulk: own.bulkId,
+            endpoint: own.endpointId,
           },
         });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);

@@ -27,8 +27,17 @@ const SKILLS: { name: string; description: string; operations: string[]; skill?:
   },
   {
     name: 'receive',
-    description: 'Poll events and messages, or get them pushed (webhook, MQTT, or the Server-Sent Events stream at events.stream, which needs no public URL)',
-    operations: ['GET /events', 'GET /messages', 'GET /messages/{id}', 'DELETE /messages/{id}', 'PUT /account/callback-webhook', 'POST /account/iot/provision'],
+    description:
+      'Poll events and messages, or get them pushed (webhook, several filtered webhook endpoints, MQTT, or the Server-Sent Events stream at events.stream, which needs no public URL)',
+    operations: [
+      'GET /events',
+      'GET /messages',
+      'GET /messages/{id}',
+      'DELETE /messages/{id}',
+      'PUT /account/callback-webhook',
+      'POST /webhook-endpoints',
+      'POST /account/iot/provision',
+    ],
   },
   {
     name: 'conversations',

@@ -1,13 +1,15 @@
 /**
- * The push engine: every committed event reaches the account's webhook and MQTT subscribers, in order, at least
- * once. PostgreSQL NOTIFY (sent by each append at commit) wakes the drainer of that account at once; a Redis lock
+ * The push engine: every committed event reaches the account's webhook, its webhook endpoints and MQTT
+ * subscribers, in order, at least once. PostgreSQL NOTIFY (sent by each append at commit) wakes the drainer of that account at once; a Redis lock
  * keeps one drainer per account across all workers; webhook retries are delayed BullMQ jobs; and a sweeper
- * re-drives any account whose cursors lag its chain head (a missed notification, a crash mid-delivery).
+ * re-drives any account whose cursors lag its chain head (a missed notification, a crash mid-delivery). Each
+ * webhook endpoint is its own stream with its own lock and drain, run concurrently with the others: a hung or
+ * dead endpoint costs its own drain a timeout per attempt and delays no one else.
  */
 import { randomUUID } from 'node:crypto';
 import { Queue, Worker, type ConnectionOptions } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
+import { drainEndpoint, drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
 import { rows as sqlRows, sql, tbl } from '@boxes/db';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
@@ -27,6 +29,10 @@ const cred = tbl('iot_credentials', 'c');
 /** An account with events for its webhook, no retry pending in the future. */
 const webhookDue = sql<boolean>`(${a.callback_webhook} IS NOT NULL AND ${a.webhook_cursor} < ${a.chain_seq}
   AND (${a.webhook_next_attempt_at} IS NULL OR ${a.webhook_next_attempt_at} <= now()))`;
+const we = tbl('webhook_endpoints', 'we');
+/** The enabled webhook endpoints of an account with events after their cursor and no retry pending in the future. */
+const endpointsDue = sql<string[]>`ARRAY(SELECT ${we.id} FROM ${we.$} WHERE ${we.account_id} = ${a.id} AND ${we.enabled}
+  AND ${we.cursor} < ${a.chain_seq} AND (${we.next_attempt_at} IS NULL OR ${we.next_attempt_at} <= now()))`;
 /** An account with events for MQTT and a live IoT credential. */
 const mqttDue = sql<boolean>`(${a.mqtt_cursor} < ${a.chain_seq}
   AND EXISTS (SELECT 1 FROM ${cred.$} WHERE ${cred.account_id} = ${a.id} AND ${cred.revoked_at} IS NULL))`;
@@ -47,11 +53,16 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     ...webhookHttpDeps(config),
     retryDelayMs: (n) => webhookRetryDelayMs(n, config.webhook.retryScale),
     giveUpAfterMs: WEBHOOK_GIVE_UP_SECONDS * 1000 * config.webhook.retryScale,
-    scheduleRetry: async (accountId, at) => {
+    scheduleRetry: async (accountId, at, endpointId) => {
       await queue.add(
         'retry',
         { accountId },
-        { delay: Math.max(0, at.getTime() - Date.now()), jobId: `retry-${accountId}-${at.getTime()}`, removeOnComplete: true, removeOnFail: 100 },
+        {
+          delay: Math.max(0, at.getTime() - Date.now()),
+          jobId: `retry-${endpointId ?? accountId}-${at.getTime()}`,
+          removeOnComplete: true,
+          removeOnFail: 100,
+        },
       );
     },
     stopping: () => stopped,
@@ -65,12 +76,12 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
    * across all workers.
    */
   type Channel = {
-    name: 'webhook' | 'mqtt';
+    name: 'webhook' | 'mqtt' | 'endpoint';
     drain: (accountId: string) => Promise<void>;
     running: Set<string>;
     dirty: Set<string>;
   };
-  const channels: Channel[] = [
+  const channels: (Channel & { name: 'webhook' | 'mqtt' })[] = [
     {
       name: 'webhook',
       drain: (id) => drainWebhook(svc, webhookDeps, id),
@@ -88,6 +99,9 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
         ]
       : []),
   ];
+  /** Webhook endpoints: keyed by endpoint id (not account id), so each endpoint drains on its own. */
+  const endpointChannel: Channel = { name: 'endpoint', drain: (id) => drainEndpoint(svc, webhookDeps, id), running: new Set(), dirty: new Set() };
+  const allChannels = [...channels, endpointChannel];
   const lockKey = (ch: Channel, id: string) => `${config.redisPrefix}:push-lock:${ch.name}:${id}`;
 
   async function drainOnce(ch: Channel, accountId: string): Promise<boolean> {
@@ -149,16 +163,17 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     try {
       const rows = await sqlRows(
         svc.db,
-        sql<{ id: string; webhook: boolean; mqtt: boolean }>`
-        SELECT ${a.id}, ${webhookDue} AS webhook, ${mqttDue} AS mqtt
+        sql<{ id: string; webhook: boolean; mqtt: boolean; endpoints: string[] }>`
+        SELECT ${a.id}, ${webhookDue} AS webhook, ${mqttDue} AS mqtt, ${endpointsDue} AS endpoints
         FROM ${a.$} WHERE ${a.id} = ANY(${ids}::text[])`,
       );
+      const wake = (ch: Channel, id: string) => {
+        if (ch.running.has(id)) ch.dirty.add(id);
+        else void run(ch, id);
+      };
       for (const r of rows) {
-        for (const ch of channels) {
-          if (!r[ch.name]) continue;
-          if (ch.running.has(r.id)) ch.dirty.add(r.id);
-          else void run(ch, r.id);
-        }
+        for (const ch of channels) if (r[ch.name]) wake(ch, r.id);
+        for (const endpointId of r.endpoints) wake(endpointChannel, endpointId);
       }
     } catch (err) {
       // The sweeper re-drives whatever this missed.
@@ -186,7 +201,10 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
 
   // Wake-ups: anything left behind.
   const sweep = async (): Promise<number> => {
-    const rows = await sqlRows(svc.db, sql<{ id: string }>`SELECT ${a.id} FROM ${a.$} WHERE ${webhookDue} OR ${mqttDue} LIMIT 1000`);
+    const rows = await sqlRows(
+      svc.db,
+      sql<{ id: string }>`SELECT ${a.id} FROM ${a.$} WHERE ${webhookDue} OR ${mqttDue} OR cardinality(${endpointsDue}) > 0 LIMIT 1000`,
+    );
     for (const r of rows) kick(r.id);
     return rows.length;
   };
@@ -206,7 +224,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       // its retry and releases its account lock while Redis is still connected: a lock left behind would stall
       // that account's webhook on every other worker until the lock's TTL runs out.
       const deadline = Date.now() + config.webhook.timeoutMs + 5_000;
-      while (channels.some((ch) => ch.running.size) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      while (allChannels.some((ch) => ch.running.size) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       webhookDeps.agent?.destroy();
       await queue.close();
       retryConnection.disconnect();

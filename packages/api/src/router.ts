@@ -21,6 +21,7 @@ import { threadsRouter } from './routers/threads';
 import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
+import { webhookEndpointsRouter } from './routers/webhook-endpoints';
 import { guardRouter } from './routers/guard';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
@@ -41,6 +42,7 @@ export const appRouter = router({
   suppression: suppressionRouter,
   credit: creditRouter,
   webhook: webhookRouter,
+  webhookEndpoints: webhookEndpointsRouter,
   iot: iotRouter,
   mcp: mcpRouter,
   support: supportRouter,

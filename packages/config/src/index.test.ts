@@ -74,7 +74,7 @@ describe('loadConfig', () => {
       },
       billing: { introductoryPrice: false, cycleMs: 3_600_000, paymentProvider: 'local' },
       noticeFrom: 'noreply@boxes.localhost',
-      webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1 },
+      webhook: { allowPrivate: false, caFile: undefined, timeoutMs: 10_000, retryScale: 1, maxEndpoints: 10 },
       mqtt: { host: '127.0.0.1', port: 8883, publicUrl: 'mqtts://127.0.0.1:8883', brokerUrl: undefined },
       logLevel: 'info',
       trustProxy: false,

@@ -233,6 +233,8 @@ export const envSchema = z.object({
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
   /** Multiplies the webhook retry schedule (tests use a tiny factor). */
   WEBHOOK_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
+  /** Webhook endpoints (POST /webhook-endpoints) an account may have. */
+  WEBHOOK_MAX_ENDPOINTS: z.coerce.number().int().min(1).max(1000).default(10),
   /** The MQTT broker (mutual TLS). */
   MQTT_HOST: z.string().default('127.0.0.1'),
   /** The MQTT broker's port (mutual TLS). */
@@ -359,7 +361,7 @@ export interface Config {
     submissionPublicHost: string;
     auth: { userMaxFailures: number; addressMaxFailures: number; windowSeconds: number; freeFailures: number; delayMs: number };
   };
-  webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number };
+  webhook: { allowPrivate: boolean; caFile: string | undefined; timeoutMs: number; retryScale: number; maxEndpoints: number };
   mqtt: { host: string; port: number; publicUrl: string; brokerUrl: string | undefined };
   deliveryConcurrency: number;
   /** Worker sweeps: lost delivery jobs, missing recurring-job schedules (WORKER_SWEEP_INTERVAL_MS). */
@@ -506,7 +508,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     },
     billing: { introductoryPrice: e.PRICE_INTRODUCTORY, cycleMs: e.BILLING_CYCLE_MS, paymentProvider: e.PAYMENT_PROVIDER },
     noticeFrom: (e.NOTICE_FROM ?? `noreply@${e.BASE_DOMAIN}`).toLowerCase(),
-    webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, caFile: e.WEBHOOK_CA_FILE, timeoutMs: e.WEBHOOK_TIMEOUT_MS, retryScale: e.WEBHOOK_RETRY_SCALE },
+    webhook: {
+      allowPrivate: e.WEBHOOK_ALLOW_PRIVATE,
+      caFile: e.WEBHOOK_CA_FILE,
+      timeoutMs: e.WEBHOOK_TIMEOUT_MS,
+      retryScale: e.WEBHOOK_RETRY_SCALE,
+      maxEndpoints: e.WEBHOOK_MAX_ENDPOINTS,
+    },
     mqtt: {
       host: e.MQTT_HOST,
       port: e.MQTT_PORT,

@@ -52,6 +52,8 @@ export * from './suppression/reputation';
 export * from './webhooks/url-guard';
 export * from './webhooks/secret';
 export * from './webhooks/dispatch';
+export * from './webhooks/endpoints';
+export * from './webhooks/endpoint-dispatch';
 export * from './iot/certificates';
 export * from './iot/drain';
 export * from './mcp/access';

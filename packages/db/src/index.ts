@@ -23,6 +23,7 @@ export type {
   Suppression,
   LedgerEntry,
   WebhookDelivery,
+  WebhookEndpoint,
   IotCredential,
   SupportQuestion,
   SupportMessage,

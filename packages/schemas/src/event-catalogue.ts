@@ -260,6 +260,10 @@ export const EVENT_CATALOGUE = {
     last_status: z.number().int().nullable().meta(d('The last HTTP status, or null when no answer came')),
     last_error: z.string().nullable().meta(d('What went wrong on the last attempt')),
     url: z.string().meta(d('The callback URL')),
+    endpoint_id: z.string().optional().meta({
+      description: 'The webhook endpoint given up on (since webhook endpoints); absent for agent_callback_webhook',
+      example: 'whe_0a1b2c3d4e5f6g7h8j9k',
+    }),
   }).meta(d('A webhook push was given up on after its retries (the event stays readable with GET /events)')),
   'platform.updated': o({
     version: z.string().meta({ description: 'The API version now served', example: '1.3.0' }),

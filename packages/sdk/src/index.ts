@@ -237,3 +237,12 @@ export async function downloadAttachment(
     sha256: info.sha256,
   };
 }
+
+/**
+ * Webhook endpoints (client.webhookEndpoints.create / list / get / update / delete / rotateSecret / deliveries /
+ * redeliver): the endpoint as read, and as created (with its signing_secret, shown only then). Verify their
+ * deliveries with verifyWebhook and the endpoint's own secret.
+ */
+export type WebhookEndpoint = BoxesOutputs['webhookEndpoints']['get'];
+export type WebhookEndpointCreated = BoxesOutputs['webhookEndpoints']['create'];
+export type WebhookEndpointDelivery = BoxesOutputs['webhookEndpoints']['redeliver'];

@@ -78,7 +78,7 @@ export const webhookRouter = router({
     .query(async ({ ctx, input }) => ({
       deliveries: (
         await ctx.svc.db.webhookDelivery.findMany({
-          where: { accountId: ctx.account.id, ...(input.status ? { status: input.status } : {}) },
+          where: { accountId: ctx.account.id, endpointId: null, ...(input.status ? { status: input.status } : {}) },
           orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
           take: input.limit,
         })

@@ -34,8 +34,8 @@ export interface WebhookDeps {
   retryDelayMs: (failedAttempts: number) => number;
   /** Give-up age of an event, in ms (3 days, scaled in tests). */
   giveUpAfterMs: number;
-  /** Arranges for drainWebhook(accountId) to run again at the given time. */
-  scheduleRetry: (accountId: string, at: Date) => Promise<void>;
+  /** Arranges for the account's drains to run again at the given time (`endpointId`: a webhook endpoint's retry). */
+  scheduleRetry: (accountId: string, at: Date, endpointId?: string) => Promise<void>;
   /** True once the caller is shutting down: the drain stops after the event in hand. */
   stopping?: () => boolean;
 }
@@ -334,7 +334,7 @@ export async function redeliver(
   accountId: string,
   deliveryId: string,
 ) {
-  const d = await svc.db.webhookDelivery.findFirst({ where: { id: deliveryId, accountId } });
+  const d = await svc.db.webhookDelivery.findFirst({ where: { id: deliveryId, accountId, endpointId: null } });
   if (!d) return null;
   const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { callbackWebhook: true } });
   const event = await svc.db.event.findUniqueOrThrow({ where: { id: d.eventId } });

@@ -23,10 +23,8 @@ export function refusedRange(address: string): string | null {
   return range === 'unicast' ? null : range;
 }
 
-function refuse(message: string): AppError {
-  return new AppError('validation_error', `agent_callback_webhook: ${message}`, {
-    fields: [{ path: 'agent_callback_webhook', message }],
-  });
+function refuseField(message: string, field = 'agent_callback_webhook'): AppError {
+  return new AppError('validation_error', `${field}: ${message}`, { fields: [{ path: field, message }] });
 }
 
 function hostOf(url: URL): string {
@@ -34,7 +32,8 @@ function hostOf(url: URL): string {
 }
 
 /** Validates a callback URL for storing. Names that do not resolve now are accepted and checked at connect time. */
-export async function checkCallbackUrl(raw: string, opts: UrlGuardOptions): Promise<string> {
+export async function checkCallbackUrl(raw: string, opts: UrlGuardOptions & { field?: string }): Promise<string> {
+  const refuse = (message: string) => refuseField(message, opts.field);
   let url: URL;
   try {
     url = new URL(raw);
