@@ -21,6 +21,7 @@ import { threadsRouter } from './routers/threads';
 import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
+import { draftsRouter } from './routers/drafts';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 import { pinCoercion } from './no-coercion';
@@ -36,6 +37,7 @@ export const appRouter = router({
   boxes: boxesRouter,
   events: eventsRouter,
   messages: messagesRouter,
+  drafts: draftsRouter,
   bulk: bulkRouter,
   suppression: suppressionRouter,
   credit: creditRouter,

@@ -87,3 +87,4 @@ export * from './bulk/view';
 export * from './bulk/cancel';
 export * from './search/vector';
 export * from './search/query';
+export * from './drafts/drafts';

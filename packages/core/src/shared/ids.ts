@@ -46,7 +46,9 @@ export type IdPrefix =
   // bulk send jobs
   | 'bulk'
   // conversations
-  | 'thr';
+  | 'thr'
+  // drafts
+  | 'drf';
 
 export function newId(prefix: IdPrefix): string {
   const bytes = randomBytes(20);
