@@ -338,6 +338,7 @@ describe('every REST procedure is a tool', () => {
 
 describe('MCP Inspector CLI', () => {
   it('lists the tools over Streamable HTTP with the Bearer key', async () => {
+    // The tools' schemas together are over a megabyte (execFile's default stdout buffer).
     // The full @modelcontextprotocol/inspector, through its own launcher (the `mcp-inspector` bin) in CLI mode.
     // Run asynchronously: the server answering it lives in this process.
     const pkg = fs.realpathSync(path.resolve(import.meta.dirname, '../node_modules/@modelcontextprotocol/inspector'));
@@ -354,7 +355,7 @@ describe('MCP Inspector CLI', () => {
         '--method',
         'tools/list',
       ],
-      { encoding: 'utf8', timeout: 25_000, env: { ...process.env, NO_COLOR: '1' } },
+      { encoding: 'utf8', timeout: 25_000, maxBuffer: 16 * 1024 * 1024, env: { ...process.env, NO_COLOR: '1' } },
     );
     const out = JSON.parse(stdout) as { tools: { name: string; inputSchema: unknown }[] };
     const names = out.tools.map((x) => x.name);

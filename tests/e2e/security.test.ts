@@ -107,6 +107,20 @@ const ROUTES: RouteCase[] = [
   { proc: 'bulk.list', method: 'GET', path: '/messages/send/bulk', scope: 'send', restricted: 'filtered' },
   { proc: 'bulk.get', method: 'GET', path: '/messages/send/bulk/{bulk}', scope: 'send', restricted: 'own_box' },
   { proc: 'bulk.cancel', method: 'POST', path: '/messages/send/bulk/{bulk}/cancel', scope: 'send', restricted: 'own_box' },
+  {
+    proc: 'drafts.create',
+    method: 'POST',
+    path: '/drafts',
+    scope: 'send',
+    restricted: 'sender',
+    body: { to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' },
+  },
+  { proc: 'drafts.list', method: 'GET', path: '/drafts', scope: 'send', restricted: 'filtered' },
+  { proc: 'drafts.get', method: 'GET', path: '/drafts/{draft}', scope: 'send', restricted: 'own_box' },
+  { proc: 'drafts.update', method: 'PUT', path: '/drafts/{draft}', scope: 'send', restricted: 'own_box', body: { subject: 'security probe' } },
+  { proc: 'drafts.delete', method: 'DELETE', path: '/drafts/{draft}', scope: 'send', restricted: 'own_box' },
+  // The fixture's drafts are complete: sending one is 200 (and a second call answers the same message).
+  { proc: 'drafts.send', method: 'POST', path: '/drafts/{draft}/send', scope: 'send', restricted: 'own_box' },
   { proc: 'messages.list', method: 'GET', path: '/messages', scope: 'receive', restricted: 'filtered' },
   // Every fixture message goes to an address at remote.invalid: the word the search looks for.
   { proc: 'messages.search', method: 'GET', path: '/messages/search?q=remote.invalid', scope: 'receive', restricted: 'filtered' },
@@ -305,8 +319,10 @@ type Ids = {
   forward?: string;
   entry?: string;
   bulk?: string;
+  draft?: string;
 };
 const MISSING_THREAD = 'thr_00000000000000000000';
+const MISSING_DRAFT = 'drf_00000000000000000000';
 const MISSING_ATTACHMENT = 'att_00000000000000000000';
 /** The attachment every fixture send carries (a message with a file, for the attachment routes). */
 const PROBE_FILE = [{ filename: 'probe.txt', content_type: 'text/plain', content_b64: Buffer.from('security probe').toString('base64') }];
@@ -341,6 +357,8 @@ interface Fixture {
   entryId: string;
   /** A bulk job sent from the spare box (it stays queued: no worker runs here). */
   bulkId: string;
+  /** A draft of the spare box. */
+  draftId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -374,6 +392,7 @@ async function fixture(): Promise<Fixture> {
     key: account.apiKey,
     body: { from: spare.body.address, messages: [{ to: 'fixture@remote.invalid', text: 'fixture' }] },
   });
+  const draft = await rest(t, 'POST', '/drafts', { key: account.apiKey, body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' } });
   if (
     question.status !== 200 ||
     feature.status !== 200 ||
@@ -381,9 +400,12 @@ async function fixture(): Promise<Fixture> {
     sendingIp.status !== 200 ||
     forward.status !== 200 ||
     entry.status !== 200 ||
-    bulk.status !== 200
+    bulk.status !== 200 ||
+    draft.status !== 200
   ) {
-    throw new Error(`fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body])}`);
+    throw new Error(
+      `fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body, draft.body])}`,
+    );
   }
   return {
     account,
@@ -400,6 +422,7 @@ async function fixture(): Promise<Fixture> {
     forwardId: forward.body.id,
     entryId: entry.body.id,
     bulkId: bulk.body.id,
+    draftId: draft.body.id,
   };
 }
 
@@ -421,6 +444,7 @@ function fill(path: string, ids: Ids): string {
       .replace('{forward}', ids.forward ?? 'fwd_00000000000000000000')
       .replace('{entry}', ids.entry ?? 'tle_00000000000000000000')
       .replace('{bulk}', ids.bulk ?? MISSING_BULK)
+      .replace('{draft}', ids.draft ?? MISSING_DRAFT)
   );
 }
 
@@ -436,6 +460,7 @@ const targets = (f: Fixture): Ids => ({
   forward: f.forwardId,
   entry: f.entryId,
   bulk: f.bulkId,
+  draft: f.draftId,
 });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
@@ -532,7 +557,7 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|draft)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
     expect(withIds.map((r) => r.proc).sort()).toEqual([
@@ -542,6 +567,10 @@ describe("(c) another account's resource: 404, never 403", () => {
       'boxes.setSignature',
       'bulk.cancel',
       'bulk.get',
+      'drafts.delete',
+      'drafts.get',
+      'drafts.send',
+      'drafts.update',
       'forwards.create',
       'forwards.delete',
       'forwards.list',
@@ -579,7 +608,10 @@ describe("(c) another account's resource: 404, never 403", () => {
     // B's owner key holds every scope and no box restriction: the only thing wrong is whose resource it is.
     for (const [label, ids] of [
       ["A's spare box / key", targets(A)],
-      ["A's primary box / owner key", { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId }],
+      [
+        "A's primary box / owner key",
+        { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId, draft: A.draftId },
+      ],
     ] as const) {
       const r = await call(route, { key: B.account.apiKey, ids });
       expectError(r, 404, 'not_found', label);
@@ -636,6 +668,8 @@ describe('(d) a box-restricted key', () => {
       body: { from: box.body.address, messages: [{ to: 'own@remote.invalid', text: 'own' }] },
     });
     expect(bulk.status).toBe(200);
+    const draft = await rest(t, 'POST', '/drafts', { key: A.account.apiKey, body: { from: box.body.address, to: 'own@remote.invalid', text: 'own' } });
+    expect(draft.status).toBe(200);
     return {
       boxId: box.body.id as string,
       address: box.body.address as string,
@@ -647,6 +681,7 @@ describe('(d) a box-restricted key', () => {
       forwardId: forward.body.id as string,
       entryId: entry.body.id as string,
       bulkId: bulk.body.id as string,
+      draftId: draft.body.id as string,
     };
   }
 
@@ -670,6 +705,7 @@ describe('(d) a box-restricted key', () => {
               thread: A.spareThreadId,
               entry: A.entryId,
               bulk: A.bulkId,
+              draft: A.draftId,
             },
           });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
@@ -685,6 +721,7 @@ describe('(d) a box-restricted key', () => {
             forward: own.forwardId,
             entry: own.entryId,
             bulk: own.bulkId,
+            draft: own.draftId,
           },
         });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);

@@ -237,3 +237,8 @@ export async function downloadAttachment(
     sha256: info.sha256,
   };
 }
+
+/** A draft (client.drafts.create / get / update / list; client.drafts.send sends it through the send rules). */
+export type Draft = BoxesOutputs['drafts']['get'];
+/** What sending a draft answers: a send's answer with draft_id (idempotent_replay: true when it was sent before). */
+export type SentDraft = BoxesOutputs['drafts']['send'];
