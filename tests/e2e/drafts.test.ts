@@ -294,8 +294,15 @@ print(json.dumps(out))
         const s = await post(`/drafts/${d.id}/send`, undefined, b.apiKey);
         expect(s.status, JSON.stringify(s.body)).toBe(200);
         await c.noop();
-        const left = await c.search({ all: true }, { uid: true });
-        expect(left).toEqual([]);
+        expect(await c.search({ all: true }, { uid: true })).toEqual([]);
+        // Moved out of Drafts (a client's delete to Trash): the draft is deleted.
+        const second = (await c.append('Drafts', ['To: hal@remote.invalid', 'Subject: moved away', '', 'x', ''].join('\r\n'), ['\Draft'])) as { uid: number };
+        await c.noop();
+        const moving = (await get('/drafts', b.apiKey)).body.drafts[0];
+        expect(moving).toMatchObject({ subject: 'moved away', imap_uid: second.uid });
+        await c.messageMove(String(second.uid), 'Trash', { uid: true });
+        expect((await get(`/drafts/${moving.id}`, b.apiKey)).status).toBe(404);
+        expect(await c.search({ all: true }, { uid: true })).toEqual([]);
       } finally {
         lock.release();
       }

@@ -96,7 +96,15 @@ export const draftsRouter = router({
     .mutation(({ ctx, input }) => deleteDraft(ctx.svc, { account: ctx.account, boxScope: ctx.boxScope }, input.id)),
   send: keyProcedure
     .meta({
-      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'not_found', 'payment_required', 'recipient_blocked'],
+      errors: [
+        'box_restricted_key',
+        'domain_not_verified',
+        'from_domain_mismatch',
+        'idempotency_key_reused',
+        'not_found',
+        'payment_required',
+        'recipient_blocked',
+      ],
       scope: 'send',
       openapi: {
         method: 'POST',
