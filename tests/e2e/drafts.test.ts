@@ -86,6 +86,23 @@ describe('saving', () => {
     expect((await put('/drafts/drf_00000000000000000000', { subject: 'x' })).status).toBe(404);
   });
 
+  it('changes made at the same moment all apply', async () => {
+    const d = await post('/drafts', { subject: 'racing' });
+    const changes = [{ to: 'one@example.com' }, { cc: 'two@example.com' }, { bcc: 'three@example.com' }, { text: 'four' }, { html: '<p>five</p>' }];
+    const all = await Promise.all(changes.map((c) => put(`/drafts/${d.body.id}`, c)));
+    for (const r of all) expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const now = await get(`/drafts/${d.body.id}`);
+    expect(now.body).toMatchObject({
+      subject: 'racing',
+      to: ['one@example.com'],
+      cc: ['two@example.com'],
+      bcc: ['three@example.com'],
+      text: 'four',
+      html: '<p>five</p>',
+    });
+    expect(new Set(all.map((r) => r.body.imap_uid)).size).toBe(changes.length);
+  });
+
   it('lists in pages, per box and for the account; deletes', async () => {
     const b = await signupAccount(t, `drafts-list-${tag()}@example.com`);
     const spare = await rest(t, 'POST', '/boxes', { key: b.apiKey, body: { address: 'spare' } });

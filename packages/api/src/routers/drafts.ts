@@ -66,14 +66,14 @@ export const draftsRouter = router({
     .query(({ ctx, input }) => getDraft(ctx.svc, { account: ctx.account, boxScope: ctx.boxScope }, input)),
   update: keyProcedure
     .meta({
-      errors: ['box_restricted_key', 'not_found'],
+      errors: ['box_restricted_key', 'conflict', 'not_found'],
       scope: 'send',
       openapi: {
         method: 'PUT',
         path: '/drafts/{id}',
         tags: ['drafts'],
         summary: 'Change a draft',
-        description: `The fields given replace the draft's; fields left out keep their value; null clears one (to, cc, bcc, subject, text, html, attachments, in_reply_to, send_at). attachments replaces the whole list. ${SAVE_RULES}`,
+        description: `The fields given replace the draft's; fields left out keep their value; null clears one (to, cc, bcc, subject, text, html, attachments, in_reply_to, send_at). attachments replaces the whole list. Changes made at the same moment all apply, one after the other (409 conflict only if the draft keeps changing under a call). ${SAVE_RULES}`,
       },
     })
     .input(UpdateDraftInput)

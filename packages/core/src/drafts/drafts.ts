@@ -255,9 +255,11 @@ async function save(svc: Services, caller: DraftCaller, existing: Draft | null, 
       if (!existing) {
         return tx.draft.create({ data: { id, accountId: caller.account.id, ...data, ...place, flags: 9, createdAt: now } });
       }
-      // The row as it stands, locked: a draft sent or deleted meanwhile is gone.
-      const [locked] = await rows(tx, k.selectFrom('drafts').select(['id', 'folder_id']).where('id', '=', existing.id).forUpdate());
+      // The row as it stands, locked: a draft sent or deleted meanwhile is gone; one saved meanwhile is saved
+      // again from what it is now (updateDraft), so no change is lost.
+      const [locked] = await rows(tx, k.selectFrom('drafts').select(['id', 'folder_id', 'updated_at']).where('id', '=', existing.id).forUpdate());
       if (!locked) throw notFound('draft', existing.id);
+      if (locked.updated_at.getTime() !== existing.updatedAt.getTime()) throw new SavedMeanwhile();
       if (locked.folder_id !== place.folderId) await bumpFolder(tx, locked.folder_id);
       // A changed draft is a new message to mail clients: new UID, flags kept, \Deleted cleared.
       return tx.draft.update({ where: { id: existing.id }, data: { ...data, ...place, imapDeleted: false } });
@@ -317,11 +319,24 @@ export async function createDraft(svc: Services, caller: DraftCaller, input: z.i
   return presentDraft(svc, d, { body: true });
 }
 
-/** PUT /drafts/{id}: the fields given replace the draft's (null clears one); the others stay. */
+/** A save found the draft changed since it read it. */
+class SavedMeanwhile extends Error {}
+
+/**
+ * PUT /drafts/{id}: the fields given replace the draft's (null clears one); the others stay. Two changes at once
+ * both apply: the later one is made again on top of the earlier.
+ */
 export async function updateDraft(svc: Services, caller: DraftCaller, input: z.infer<typeof UpdateDraftInput>) {
   const { id, ...patch } = input;
-  const d = await save(svc, caller, await findDraft(svc, caller, id), patch);
-  return presentDraft(svc, d, { body: true });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const d = await save(svc, caller, await findDraft(svc, caller, id), patch);
+      return presentDraft(svc, d, { body: true });
+    } catch (err) {
+      if (!(err instanceof SavedMeanwhile) || attempt >= 5)
+        throw err instanceof SavedMeanwhile ? new AppError('conflict', `draft ${id} is being changed by another call; try again`) : err;
+    }
+  }
 }
 
 /** GET /drafts/{id}. */
