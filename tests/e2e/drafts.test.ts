@@ -290,6 +290,28 @@ print(json.dumps(out))
     expect((await get(`/drafts/${fromClient.id}`, b.apiKey)).status).toBe(404);
   });
 
+  it('imapflow: a client idling in Drafts hears of a draft saved over REST at once', async () => {
+    const b = await signupAccount(t, `drafts-idle-${tag()}@example.com`);
+    const pw = (await appPassword(t, b)).password;
+    await withImap(t, b.primaryAddress, pw, async (c) => {
+      const lock = await c.getMailboxLock('Drafts');
+      try {
+        const heard = new Promise<number>((resolve) => c.on('exists', (e: { count: number }) => resolve(e.count)));
+        const idling = c.idle();
+        await new Promise((r) => setTimeout(r, 300));
+        const d = await post('/drafts', { subject: 'heard while idling' }, b.apiKey);
+        const count = await Promise.race([heard, new Promise<number>((_, reject) => setTimeout(() => reject(new Error('no EXISTS while idling')), 5000))]);
+        expect(count).toBe(1);
+        await c.noop();
+        await idling;
+        const msg = await c.fetchOne(String(d.body.imap_uid), { envelope: true }, { uid: true });
+        expect(msg && msg.envelope?.subject).toBe('heard while idling');
+      } finally {
+        lock.release();
+      }
+    });
+  });
+
   it('imapflow: append, fetch, a REST send takes the draft out of the folder', async () => {
     const b = await signupAccount(t, `drafts-flow-${tag()}@example.com`);
     const pw = (await appPassword(t, b)).password;
