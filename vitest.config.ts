@@ -1,5 +1,5 @@
 /**
- * The test tiers (README "Working on Boxes"):
+ * The test tiers (docs/development.md):
  *   unit    no services at all: parsers, schemas, pure logic (packages/apps src *.test.ts)
  *   db      against a real PostgreSQL, no HTTP (src *.pg.test.ts)
  *   e2e     the servers on ephemeral ports with real clients (tests/e2e)
@@ -18,6 +18,8 @@ const SYSTEM = [
   'tests/e2e/production-build.test.ts',
   'tests/e2e/readme.test.ts',
   'tests/e2e/bulk-volume.test.ts',
+  'tests/e2e/backup-restore.test.ts',
+  'tests/e2e/redis-sentinel.test.ts',
 ];
 const SOURCES = ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts'];
 const PG = ['apps/*/src/**/*.pg.test.ts', 'packages/*/src/**/*.pg.test.ts'];

@@ -106,3 +106,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
   install_if_missing redis-server redis-server || true
   command -v redis-server >/dev/null 2>&1 || echo "redis-server is missing: the fault tests need it (apt-get install -y redis-server)" >&2
 fi
+# The Sentinel failover test (tests/e2e/redis-sentinel.test.ts) runs its sentinels as `redis-server --sentinel`
+# (Debian's redis-sentinel package is the same binary): nothing more to install.
+
+# The pooler test (tests/e2e/pgbouncer.test.ts) runs Debian's pgbouncer (in /usr/sbin) on an ephemeral port with a
+# generated configuration (transaction pooling); its system service is not used.
+pgbouncer_installed() { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; }
+if ! pgbouncer_installed; then
+  install_if_missing pgbouncer pgbouncer || true
+  pgbouncer_installed || echo "pgbouncer is not installed: the PgBouncer e2e test needs it (apt-get install -y pgbouncer)" >&2
+fi

@@ -1,5 +1,5 @@
 // Outside verifiers for audit bundles and checkpoints: openssl (pkeyutl over the JWS signing input) and the
-// hash chain recomputed with the canonicalize package, as the README tells an agent to do. None of this uses
+// hash chain recomputed with the canonicalize package, as the audit guide (docs/guide/audit.md) tells an agent to do. None of this uses
 // the service's code.
 import { createHash } from 'node:crypto';
 import { execFile } from 'node:child_process';
@@ -35,7 +35,7 @@ export async function opensslVerify(jws: string, publicKeyPem: string): Promise<
 /** The payload of a compact JWS, decoded without verifying (only after a verifier said yes). */
 export const payloadOf = (jws: string): any => JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString('utf8'));
 
-/** hash = hex(SHA-256(prev_hash + "\n" + JCS(body))) over the event as served without _chain (README). */
+/** hash = hex(SHA-256(prev_hash + "\n" + JCS(body))) over the event as served without _chain (docs/guide/audit.md). */
 export function eventHash(prevHash: string, e: ApiEvent): string {
   const { _chain, ...body } = e;
   return createHash('sha256')

@@ -336,11 +336,11 @@ describe('key rotation', () => {
   });
 });
 
-describe('the README', () => {
+describe('the audit guide (docs/guide/audit.md)', () => {
   it('the checkpoint block works as pasted: openssl verifies the signature and the chain matches', async () => {
-    const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
-    const block = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('openssl pkeyutl -verify'));
-    expect(block, 'README has the openssl checkpoint block').toBeDefined();
+    const guide = fs.readFileSync(path.resolve(import.meta.dirname, '../../docs/guide/audit.md'), 'utf8');
+    const block = [...guide.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('openssl pkeyutl -verify'));
+    expect(block, 'the audit guide has the openssl checkpoint block').toBeDefined();
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-readme-ckp-'));
     const { stdout, stderr } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', `BASE=${t.apiBase}\nKEY=${a.apiKey}\n${block}`], {
       cwd: dir,

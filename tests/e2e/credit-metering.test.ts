@@ -1,5 +1,5 @@
 /**
- * Metering and balance (README "Credit and payments"): the free allowance and the per-message price, inbound
+ * Metering and balance (docs/guide/credit.md): the free allowance and the per-message price, inbound
  * mail while the balance is negative, low-balance thresholds, recurring debits run by the worker's repeatable
  * billing job (DNS hosting, storage, DNS overage) with billing.deficit / billing.recovered, attachments, the
  * trailer and its surcharge, and GET /account/credit/usage checked against the ledger in SQL.

@@ -84,7 +84,14 @@ describe('GET /.well-known/agentic.json', () => {
     const auth = { authorization: `Bearer ${a.apiKey}` };
 
     // Documents: no key needed.
-    const docs = [m.openapi_url, m.openapi_yaml_url, m.docs_url, m.skill_url, ...m.skills.map((s: { skill_url?: string }) => s.skill_url).filter(Boolean)];
+    const docs = [
+      m.openapi_url,
+      m.openapi_yaml_url,
+      m.docs_url,
+      m.guide_url,
+      m.skill_url,
+      ...m.skills.map((s: { skill_url?: string }) => s.skill_url).filter(Boolean),
+    ];
     for (const url of docs) await ok(url);
     // Calls a key reads.
     for (const url of [m.events.poll, m.support.questions, m.support.feature_requests, m.mcp.management]) await ok(url, { headers: auth });

@@ -69,7 +69,7 @@ async function setSignature(key: string, boxId: string, signature: string | null
   return r.body;
 }
 
-/** The README's bytes: hex(SHA-256(UTF-8(prev_hash + "\n" + JCS({id, seq, type, account_id, created_at, data})))). */
+/** The bytes of docs/guide/audit.md: hex(SHA-256(UTF-8(prev_hash + "\n" + JCS({id, seq, type, account_id, created_at, data})))). */
 function recompute(prevHash: string, e: ApiEvent): string {
   const body = { id: e.id, seq: e.seq, type: e.type, account_id: e.account_id, created_at: e.created_at, data: e.data };
   const jcs = canonicalize(body);

@@ -121,7 +121,7 @@ describe('the SDK', () => {
       { recipient: string; status: string; attempts: number; last_error: string | null; delivered_at: string | null }[]
     >();
     expect(got).toMatchObject({ id: sent.message_id, direction: 'sent', to: [to], subject: 'via sdk', context: { order: 9 } });
-    // The stored body is what was sent: the text and the default trailer (README "Credit": the trailer).
+    // The stored body is what was sent: the text and the default trailer (docs/guide/credit.md: the trailer).
     expect(got.body?.text).toBe(`typed\n\n--\nSent by an AI agent with Boxes: ${t.config.siteUrl}`);
     expect(got.deliveries).toEqual([expect.objectContaining({ recipient: to, status: 'delivered' })]);
     expect(sink.to(to)).toHaveLength(1);

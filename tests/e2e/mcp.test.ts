@@ -351,7 +351,6 @@ describe('every REST procedure is a tool', () => {
 
 describe('MCP Inspector CLI', () => {
   it('lists the tools over Streamable HTTP with the Bearer key', async () => {
-    // The tools' schemas together are over a megabyte (execFile's default stdout buffer).
     // The full @modelcontextprotocol/inspector, through its own launcher (the `mcp-inspector` bin) in CLI mode.
     // Run asynchronously: the server answering it lives in this process.
     const pkg = fs.realpathSync(path.resolve(import.meta.dirname, '../node_modules/@modelcontextprotocol/inspector'));
@@ -368,6 +367,7 @@ describe('MCP Inspector CLI', () => {
         '--method',
         'tools/list',
       ],
+      // The tool list (every tool with its input and output schemas) is over execFile's default 1 MiB buffer.
       { encoding: 'utf8', timeout: 25_000, maxBuffer: 16 * 1024 * 1024, env: { ...process.env, NO_COLOR: '1' } },
     );
     const out = JSON.parse(stdout) as { tools: { name: string; inputSchema: unknown }[] };

@@ -3,12 +3,11 @@
  * their own with plain node (no tsx): here the HTTP server alone on a fresh database, then the worker alone,
  * then every app as `pnpm start` runs them, each stopped gracefully by SIGTERM.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { expect, it } from 'vitest';
-import { createTestDatabase, waitFor } from '@boxes/testing';
+import { buildBundle, createTestDatabase, waitFor } from '@boxes/testing';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -25,7 +24,7 @@ function startBundle(args: string[], env: Record<string, string>) {
 }
 
 it('pnpm build, then the bundle runs the server alone and the worker alone with node', async () => {
-  await promisify(execFile)('pnpm', ['build'], { cwd: root, timeout: 120_000 });
+  await buildBundle();
   expect(fs.existsSync(path.join(root, 'apps/server/dist/main.mjs'))).toBe(true);
   const bundle = fs.readFileSync(path.join(root, 'apps/server/dist/cli.mjs'), 'utf8');
   // Our code is in the bundle; no TypeScript is loaded at run time.
@@ -45,6 +44,10 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
     const url = await waitFor('the server to start', () => /running server \(pid \d+\); HTTP on (\S+)/.exec(server.out())?.[1], 60_000);
     const health = await fetch(`${url}/healthz`);
     expect(health.status).toBe(200);
+    // The guide is served by the bundle too, from the checkout's docs/ beside it.
+    const guide = await fetch(`${url}/docs/guide/sending`);
+    expect(guide.status).toBe(200);
+    expect(await guide.text()).toMatch(/<h1[^>]*>Sending mail<\/h1>/);
     const signup = await fetch(`${url}/api/v1/signup/agentic`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -1,4 +1,5 @@
-// The README's first curl blocks must work as pasted: run them with bash and curl against a real server.
+// The README's first curl blocks must work as pasted: run them with bash and curl against a real server; and the
+// guide pages that build on them (MCP, mail clients) as the README points to them.
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -14,11 +15,17 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-const readme = fs.readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
-const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+const root = path.resolve(import.meta.dirname, '../..');
+const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
+const shBlocks = (md: string) => [...md.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+const blocks = shBlocks(readme);
 const signupBlock = blocks.find((b) => b.includes('/signup/agentic/confirm'));
 const sendBlock = blocks.find((b) => b.includes('/messages/send'));
-const mbsyncBlock = blocks.find((b) => b.includes('mbsync -c'));
+/** A guide page the README links to (the link must be there), and its text. */
+const linkedGuide = (file: string): string => {
+  expect(readme, `the README links ${file}`).toContain(`](${file})`);
+  return fs.readFileSync(path.join(root, file), 'utf8');
+};
 
 // Asynchronously: the server answering the script runs in this process.
 const bash = async (script: string) => (await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script], { encoding: 'utf8', timeout: 30_000 })).stdout;
@@ -104,10 +111,9 @@ it('the install block is the two commands, and `pnpm start` on a fresh database 
   }
 }, 120_000);
 
-it('has an MCP section: the endpoint, the Bearer key, how to connect, and tool names that exist', () => {
-  const at = readme.indexOf('\n### MCP\n');
-  expect(at, 'README has a section "MCP"').toBeGreaterThan(0);
-  const section = readme.slice(at, readme.indexOf('\n## ', at + 1));
+it('the MCP guide the README links: the endpoint, the Bearer key, how to connect, and tool names that exist', () => {
+  const section = linkedGuide('docs/guide/mcp.md');
+  expect(section).toMatch(/^# MCP$/m);
   expect(section).toContain('/mcp');
   expect(section).toContain('Authorization: Bearer');
   expect(section).toContain('StreamableHTTPClientTransport');
@@ -118,7 +124,8 @@ it('has an MCP section: the endpoint, the Bearer key, how to connect, and tool n
 });
 
 it('the mail-client block pins the certificate, makes an app-password and syncs the mail with mbsync, as pasted', async () => {
-  expect(mbsyncBlock, 'README has a block that syncs with mbsync').toBeDefined();
+  const mbsyncBlock = shBlocks(linkedGuide('docs/guide/mail-clients.md')).find((b) => b.includes('mbsync -c'));
+  expect(mbsyncBlock, 'the mail-client guide has a block that syncs with mbsync').toBeDefined();
   const mail = await startTestServer({ worker: true, mail: true });
   const cwd = fs.mkdtempSync(path.join(os.tmpdir(), 'boxes-readme-mbsync-'));
   try {

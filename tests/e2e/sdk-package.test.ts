@@ -2,7 +2,7 @@
  * The SDK outside this repo: packed from a clean folder (pnpm pack builds it first, through prepack, and honours
  * publishConfig: dist/), installed from the tarball with npm into a scratch project in the system's temp folder,
  * where it pulls no workspace or server package; an agent script typechecks with tsc --strict under the plain
- * Node tsconfig the README gives (no DOM lib), and under one with the DOM lib, while one with a wrong field fails
+ * Node tsconfig the SDK guide gives (docs/guide/sdk.md: no DOM lib), and under one with the DOM lib, while one with a wrong field fails
  * to; then it runs with node against a live instance.
  */
 import { execFile } from 'node:child_process';
@@ -15,9 +15,9 @@ import { startTestServer, type TestServer } from '@boxes/testing';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
-/** The compiler options README "TypeScript SDK" gives a plain Node project (no DOM lib), as written there. */
+/** The compiler options the SDK guide gives a plain Node project (no DOM lib), as written there. */
 const NODE_TSCONFIG: Record<string, unknown> = {
-  ...JSON.parse(/\*\*Outside this repo\.\*\*[\s\S]*?```json\n([\s\S]*?)```/.exec(fs.readFileSync(path.join(root, 'README.md'), 'utf8'))![1]!),
+  ...JSON.parse(/## Outside this repo[\s\S]*?```json\n([\s\S]*?)```/.exec(fs.readFileSync(path.join(root, 'docs/guide/sdk.md'), 'utf8'))![1]!),
   noEmit: true,
 };
 const tsc = path.join(root, 'node_modules/.bin/tsc');

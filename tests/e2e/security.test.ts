@@ -298,6 +298,15 @@ const ROUTES: RouteCase[] = [
   { proc: 'forwards.create', method: 'POST', path: '/boxes/{box}/forwards', scope: 'admin', restricted: 'own_box', body: { to: 'probe@remote.invalid' } },
   { proc: 'forwards.list', method: 'GET', path: '/boxes/{box}/forwards', scope: null, restricted: 'own_box' },
   { proc: 'forwards.delete', method: 'DELETE', path: '/boxes/{box}/forwards/{forward}', scope: 'admin', restricted: 'own_box' },
+  { proc: 'guard.pauseState', method: 'GET', path: '/account/pause', scope: null, restricted: 'filtered' },
+  // Each pause row is followed by its resume: the account or box a probe pauses is active again afterwards.
+  { proc: 'guard.pauseAccount', method: 'POST', path: '/account/pause', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'guard.resumeAccount', method: 'POST', path: '/account/resume', scope: 'admin', restricted: 'account_wide' },
+  { proc: 'guard.pauseBox', method: 'POST', path: '/boxes/{box}/pause', scope: 'admin', restricted: 'own_box' },
+  { proc: 'guard.resumeBox', method: 'POST', path: '/boxes/{box}/resume', scope: 'admin', restricted: 'own_box' },
+  { proc: 'guard.boxCaps', method: 'GET', path: '/boxes/{box}/caps', scope: null, restricted: 'own_box' },
+  { proc: 'guard.setBoxCaps', method: 'PUT', path: '/boxes/{box}/caps', scope: 'admin', restricted: 'own_box', body: { caps: {} } },
+  { proc: 'guard.keyCaps', method: 'GET', path: '/account/keys/{key}/caps', scope: 'admin', restricted: 'account_wide' },
 ];
 
 const ALL_SCOPES: Scope[] = ['send', 'receive', 'admin'];
@@ -574,6 +583,11 @@ describe("(c) another account's resource: 404, never 403", () => {
       'forwards.create',
       'forwards.delete',
       'forwards.list',
+      'guard.boxCaps',
+      'guard.keyCaps',
+      'guard.pauseBox',
+      'guard.resumeBox',
+      'guard.setBoxCaps',
       'keys.revoke',
       'lists.getPolicy',
       'lists.remove',

@@ -36,7 +36,7 @@ describe('recurring job schedules', () => {
   it('come back by themselves, without a restart, after Redis lost them', async () => {
     expect(await t.svc.jobs.missingSchedules()).toEqual([]);
     // Every key of this instance gone, as after FLUSHALL or a failover to an empty replica.
-    await deleteKeysWithPrefix(t.config.redisUrl, t.config.redisPrefix);
+    await deleteKeysWithPrefix(t.config, t.config.redisPrefix);
     expect((await t.svc.jobs.missingSchedules()).length).toBeGreaterThan(0);
     await waitFor('the schedules to be back', async () => (await t.svc.jobs.missingSchedules()).length === 0, 20_000);
     expect(await missingOf(t)).toEqual(all(0));

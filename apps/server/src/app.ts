@@ -13,6 +13,7 @@ import { appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Conte
 import { AppError, newId, publicKeys, type Services } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
+import { mountGuide } from './guide';
 import { discoveryManifest, renderSkill } from './discovery';
 import { mountOwnerPages } from './owner';
 import { mountExports } from './exports';
@@ -112,7 +113,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     return c.body(chosen.public_key_pem, 200, { 'content-type': 'application/x-pem-file', 'x-audit-key-id': chosen.key_id });
   };
   app.get(`${REST_PREFIX}/audit/public-key`, pemRoute);
-  // Server-Sent Events: a long-lived response, served beside the router (README "Push without a public URL").
+  // Server-Sent Events: a long-lived response, served beside the router (docs/guide/push.md).
   const eventStream = createEventStreamHandler(svc, log);
   app.get(`${REST_PREFIX}/events/stream`, (c) => eventStream(c.req.raw));
   // Attachment bytes: a file beside the router (its metadata and signed URL are the router's).
@@ -166,6 +167,7 @@ export function createApp(svc: Services, log: Logger): Hono {
     }),
   );
   mountDocs(app);
+  mountGuide(app);
   mountOwnerPages(app, svc, log);
   mountExports(app, svc, log);
   mountForwardConfirmation(app, svc, log);

@@ -9,10 +9,14 @@
  *   pnpm boxes admin ship <fr_id> [note...]    mark one shipped (feature_request.shipped to requester and voters)
  *   pnpm boxes admin close-protection-off <acct_id>  turn an account's close protection off (as support)
  *   pnpm boxes admin rotate-audit-key          retire the audit signing key and make a new one (old keys stay served)
+ *
+ * and `pnpm boxes backup <file>` / `pnpm boxes restore <file>` write and restore an archive of the database and
+ * the keys outside it (src/backup; docs/operator/backup.md).
  */
 import { loadConfig } from '@boxes/config';
 import { answerQuestion, disableCloseProtection, openFeatures, openQuestions, rotateSigningKey, shipFeature } from '@boxes/core';
 import { closeDb, createDb } from '@boxes/db';
+import { backupCommand, BACKUP_USAGE } from './backup/command';
 import { resolveSecretKey } from './secret-key';
 
 const USAGE = `usage:
@@ -22,10 +26,12 @@ const USAGE = `usage:
   pnpm boxes admin features
   pnpm boxes admin ship <feature request id> [note]
   pnpm boxes admin close-protection-off <account id>
-  pnpm boxes admin rotate-audit-key`;
+  pnpm boxes admin rotate-audit-key
+${BACKUP_USAGE}`;
 
 async function main(argv: string[]): Promise<number> {
   const [area, command, id, ...rest] = argv;
+  if (area === 'backup' || area === 'restore') return backupCommand(area, argv.slice(1), USAGE);
   if (area !== 'admin' || !command) {
     console.error(USAGE);
     return 2;

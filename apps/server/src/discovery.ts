@@ -102,6 +102,12 @@ const SKILLS: { name: string; description: string; operations: string[]; skill?:
       'POST /account/sending-ip',
     ],
   },
+  {
+    name: 'guardrails',
+    description:
+      'Pause the account or a box (every send refused until resumed; the owner can pause too, and only the owner lifts that), send caps per box and per key, keys that expire',
+    operations: ['POST /account/pause', 'POST /account/resume', 'GET /account/pause', 'POST /boxes/{id}/pause', 'PUT /boxes/{id}/caps', 'GET /boxes/{id}/caps'],
+  },
   { name: 'mcp', description: 'The same API as MCP tools (mcp.url), and turning MCP access off and on', operations: ['GET /account/mcp/status'] },
   {
     name: 'close',
@@ -125,6 +131,8 @@ export function discoveryManifest(svc: Services) {
     openapi_url: `${site}/openapi.json`,
     openapi_yaml_url: `${site}/openapi.yaml`,
     docs_url: `${site}/docs`,
+    /** The guide: task by task (signup, sending, receiving, push, domains, credit, mail clients, ...) and the operators' pages. */
+    guide_url: `${site}/docs/guide`,
     skill_url: `${site}/skill.md`,
     mcp: {
       url: `${c.mcpUrl ?? site}/mcp`,

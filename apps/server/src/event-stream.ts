@@ -119,7 +119,7 @@ function sseMessage(seq: number, json: string): string {
 }
 
 export function createEventStreamHandler(svc: Services, log: Logger) {
-  const hub = new EventWakeHub(svc.config.databaseUrl, log);
+  const hub = new EventWakeHub(svc.config.directDatabaseUrl, log);
   // Below the idle timeout, or the server would close a quiet stream.
   const heartbeatMs = Math.max(50, Math.min(svc.config.http.sseHeartbeatMs, Math.floor(svc.config.http.idleTimeoutMs / 2)));
 

@@ -15,8 +15,7 @@ import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
-import { REDIS_CONNECT_TIMEOUT_MS } from '@boxes/jobs';
+import { connectRedis, describeRedisTarget, REDIS_CONNECT_TIMEOUT_MS, type RedisTarget } from '@boxes/jobs';
 import { ConfigError, loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
 import { parseSecretKey } from '@boxes/core';
@@ -25,17 +24,25 @@ import { resolveSecretKey } from './secret-key';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
-async function checkRedis(url: string): Promise<void> {
+async function checkRedis(target: Exclude<RedisTarget, string>): Promise<void> {
   // The connect attempt may take as long as the service's own (a busy machine starting many processes).
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: REDIS_CONNECT_TIMEOUT_MS, retryStrategy: () => null });
+  const redis = connectRedis(target, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
+    retryStrategy: () => null,
+    sentinelRetryStrategy: () => null,
+  });
   redis.on('error', () => undefined);
   try {
     await redis.connect();
     await redis.ping();
   } catch (err) {
-    const u = new URL(url);
+    const port = new URL(target.redisUrl).port || 6379;
     throw new ServiceUnavailableError(
-      `Redis is not reachable at ${u.hostname}:${u.port || 6379} (${(err as Error).message}). Start it (redis-server --daemonize yes --port ${u.port || 6379}) or set REDIS_URL.`,
+      target.redisSentinel
+        ? `Redis is not reachable through ${describeRedisTarget(target)} (${(err as Error).message}). Check the sentinels and REDIS_SENTINELS / REDIS_SENTINEL_NAME.`
+        : `Redis is not reachable at ${describeRedisTarget(target)} (${(err as Error).message}). Start it (redis-server --daemonize yes --port ${port}) or set REDIS_URL.`,
     );
   } finally {
     redis.disconnect();
@@ -72,9 +79,10 @@ function localDefault(url: string, port: number): { host: string; port: number }
  */
 async function startLocalServices(config: Config): Promise<void> {
   const missing: string[] = [];
-  const pgAt = localDefault(config.databaseUrl, 5432);
+  const pgAt = localDefault(config.directDatabaseUrl, 5432);
   if (pgAt && !(await answers(pgAt.host, pgAt.port))) missing.push('PostgreSQL');
-  const redisAt = localDefault(config.redisUrl, 6379);
+  // Behind Sentinel the primary moves: nothing local is started for it.
+  const redisAt = config.redisSentinel ? null : localDefault(config.redisUrl, 6379);
   if (redisAt && !(await answers(redisAt.host, redisAt.port))) missing.push('Redis');
   if (!missing.length) return;
   console.log(`boxes: ${missing.join(' and ')} not running on this machine; starting ${missing.length > 1 ? 'them' : 'it'} (scripts/start-services.sh)`);
@@ -227,10 +235,12 @@ async function main(): Promise<void> {
   const log = createLogger(config.logLevel);
   const secretKey = resolveSecretKey(config);
   await startLocalServices(config);
-  await ensureDatabase(config.databaseUrl);
-  const { applied } = await migrate(config.databaseUrl);
+  // Straight to PostgreSQL (DIRECT_DATABASE_URL): creating a database and the migrations' session lock need a
+  // session of their own, which a pooler in transaction mode does not keep.
+  await ensureDatabase(config.directDatabaseUrl);
+  const { applied } = await migrate(config.directDatabaseUrl);
   if (applied.length) log.info({ applied }, 'migrations applied');
-  await checkRedis(config.redisUrl);
+  await checkRedis(config);
   const single = process.env.BOXES_SINGLE_PROCESS === '1' || process.env.BOXES_SINGLE_PROCESS === 'true' || os.availableParallelism() < 2;
   if (apps || single) {
     const list = apps ?? [...APPS];

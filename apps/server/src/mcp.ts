@@ -20,7 +20,7 @@ import {
   untrustedMailText,
   type Context,
 } from '@boxes/api';
-import { AppError, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
+import { AppError, assertKeyLive, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
 import { MCP_INSTRUCTIONS } from './discovery';
 import { logFailure, type Logger } from './logger';
 import { errorResponse } from './rest';
@@ -92,6 +92,11 @@ export function createMcpHandler(svc: Services, log: Logger) {
         requestId,
         { 'www-authenticate': 'Bearer' },
       );
+    }
+    try {
+      assertKeyLive(key, svc.clock.now());
+    } catch (err) {
+      return errorResponse(err as AppError, requestId, { 'www-authenticate': 'Bearer error="invalid_token"' });
     }
     // POST bodies are read here to count their tool calls, then handed to the transport already parsed.
     let parsedBody: unknown;

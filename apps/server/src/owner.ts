@@ -29,6 +29,8 @@ import {
   refreshPayment,
   removeCard,
   saveCard,
+  setAccountPause,
+  setBoxPause,
   setMandate,
   usd,
   walletOf,
@@ -162,9 +164,10 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
     const rows = payments.length
       ? `<ul>${payments.map((p) => `<li><a href="/owner/payments/${esc(p.id)}">${esc(usd(p.amountCents))} · ${esc(STATUS_TEXT[p.status] ?? p.status)}</a> <small>${esc(p.createdAt.toISOString().slice(0, 16))}</small></li>`).join('')}</ul>`
       : '<p>No payments yet.</p>';
+    const done = c.req.query('paused') ? banner('ok', 'Paused: no send goes until you resume it.') : c.req.query('resumed') ? banner('ok', 'Resumed.') : '';
     return page(
       'Your payments',
-      `<p>Signed in as ${esc(s.email)}.</p>${rows}<p><a href="/owner/card">Your card and automatic top-ups</a></p>
+      `${done}<p>Signed in as ${esc(s.email)}.</p>${rows}<p><a href="/owner/card">Your card and automatic top-ups</a></p>${await pausePanel(s)}
 <form method="post" action="/owner/logout"><input type="hidden" name="form_token" value="${esc(s.formToken)}"><button type="submit">Sign out</button></form>`,
     );
   });
@@ -421,6 +424,67 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
     } catch (err) {
       if (err instanceof AppError && err.status < 500) return cardPage(s, banner('error', err.message), err.status);
       return failure(err, 'Your card');
+    }
+  });
+
+  /**
+   * Pausing: the home page lists the owner's accounts and their boxes, each with a Pause (or Resume) button, one
+   * click. A pause set here is the owner's: no API key can lift it (guard/pause.ts).
+   */
+  const pausePanel = async (s: OwnerSessionInfo): Promise<string> => {
+    const accounts = await svc.db.account.findMany({
+      where: { humanEmail: s.email, status: 'active' },
+      orderBy: { createdAt: 'asc' },
+      select: {
+        id: true,
+        primaryAddress: true,
+        pausedAt: true,
+        pausedBy: true,
+        boxes: { orderBy: { createdAt: 'asc' }, select: { id: true, address: true, pausedAt: true, pausedBy: true } },
+      },
+    });
+    if (!accounts.length) return '';
+    const hidden = `<input type="hidden" name="form_token" value="${esc(s.formToken)}">`;
+    const button = (target: 'account' | 'box', id: string, label: string, paused: boolean) =>
+      `<form method="post" action="/owner/pause" style="display:inline">${hidden}<input type="hidden" name="target" value="${target}"><input type="hidden" name="id" value="${esc(id)}">` +
+      `<button type="submit" name="action" value="${paused ? 'resume' : 'pause'}" class="${paused ? 'primary' : 'danger'}" aria-label="${paused ? 'Resume' : 'Pause'} ${esc(label)}">${paused ? 'Resume' : 'Pause'}</button></form>`;
+    const state = (p: Date | null, by: string | null) =>
+      p
+        ? ` <strong class="paused">paused</strong> <small>since ${esc(p.toISOString().slice(0, 16).replace('T', ' '))} UTC${by === 'owner' ? ' by you' : ' by an API key'}</small>`
+        : '';
+    const items = accounts
+      .map(
+        (a) =>
+          `<li data-account="${esc(a.id)}"><strong>${esc(a.primaryAddress)}</strong> (whole account)${state(a.pausedAt, a.pausedBy)} ${button('account', a.id, `the account ${a.primaryAddress}`, !!a.pausedAt)}<ul>${a.boxes
+            .map((b) => `<li data-box="${esc(b.id)}">${esc(b.address)}${state(b.pausedAt, b.pausedBy)} ${button('box', b.id, b.address, !!b.pausedAt)}</li>`)
+            .join('')}</ul></li>`,
+      )
+      .join('');
+    return `<h2>Your agents</h2><p>Pause stops every send of an account or a box at once (mail still arrives); only you can resume what you paused here.</p><ul>${items}</ul>`;
+  };
+
+  app.post('/owner/pause', async (c) => {
+    const s = await session(c);
+    if (!s) return needSession();
+    const form = await formOf(c);
+    if (!form) return page('Bad request', banner('error', 'The form could not be read; open the page again.'), 400);
+    if (!formOk(s, form)) return page('Expired form', banner('error', 'This form has expired; open the page again.'), 403);
+    const id = typeof form.id === 'string' ? form.id : '';
+    const paused = form.action !== 'resume';
+    try {
+      if (!plausibleId(id)) throw new AppError('not_found', 'No such account or box for you.');
+      if (form.target === 'box') {
+        const box = await svc.db.box.findFirst({ where: { id, account: { humanEmail: s.email } }, select: { accountId: true } });
+        if (!box) throw new AppError('not_found', 'No such box for you.');
+        await setBoxPause(svc, { accountId: box.accountId, scope: null, boxId: id, actor: { kind: 'owner' }, paused });
+      } else {
+        const account = await svc.db.account.findFirst({ where: { id, humanEmail: s.email }, select: { id: true } });
+        if (!account) throw new AppError('not_found', 'No such account for you.');
+        await setAccountPause(svc, { accountId: account.id, actor: { kind: 'owner' }, paused });
+      }
+      return c.redirect(`/owner?${paused ? 'paused' : 'resumed'}=1`, 303);
+    } catch (err) {
+      return failure(err, 'Pause');
     }
   });
 

@@ -97,11 +97,11 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
   const log = opts.log ?? createLogger(config.logLevel);
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
   // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
-  const redis = createCommandRedis(config.redisUrl, { failFast: true });
+  const redis = createCommandRedis(config, { failFast: true });
   // A connection's 'error' is Redis unreachable (it reconnects by itself; requests answer 503 meanwhile): a
   // warning with its message, no stack.
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis unreachable (counters): reconnecting'));
-  const jobs = new Jobs(createCommandRedis(config.redisUrl), config.redisPrefix);
+  const jobs = new Jobs(createCommandRedis(config), config.redisPrefix);
   jobs.connection.on('error', (err) => log.warn({ err: err.message }, 'redis unreachable (queues): reconnecting'));
   const svc: Services = {
     db,

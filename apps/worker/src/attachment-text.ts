@@ -102,7 +102,7 @@ export interface AttachmentTextHandle {
 
 export async function startAttachmentText(config: Config, deps: { svc: Services; log: Logger; sweepIntervalMs?: number }): Promise<AttachmentTextHandle> {
   const { svc, log } = deps;
-  const connection = createRedis(config.redisUrl);
+  const connection = createRedis(config);
   const worker: Worker<AttachmentTextJob> = new Worker<AttachmentTextJob>(
     QUEUE.attachmentText,
     async (job) => {

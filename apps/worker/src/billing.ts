@@ -79,7 +79,7 @@ async function sweepPayments(svc: Services): Promise<number> {
 
 export async function startBilling(config: Config, deps: { svc: Services; log: Logger; notice: NoticeDeps; sweepIntervalMs?: number }): Promise<BillingHandle> {
   const { svc, log } = deps;
-  const connection = createRedis(config.redisUrl);
+  const connection = createRedis(config);
   const cycle = async () => {
     const r = await runBillingCycle(svc);
     const payments = await sweepPayments(svc);
@@ -194,7 +194,7 @@ export async function startBilling(config: Config, deps: { svc: Services; log: L
   };
   // Committed notices announce themselves; the sweeper catches any whose NOTIFY was missed (a reconnect too).
   const listener = await listenForever({
-    databaseUrl: config.databaseUrl,
+    databaseUrl: config.directDatabaseUrl,
     channel: NOTICES_CHANNEL,
     log,
     onNotify: (id) => void svc.jobs.enqueueNotices([id]).catch(logQueueError(log, 'enqueue notice failed')),

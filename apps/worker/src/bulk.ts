@@ -27,7 +27,7 @@ export async function startBulk(config: Config, deps: { svc: Services; log: Logg
   // single sends nor holds up their pool.
   const sender = new SmtpSender({ heloName: config.mailHost, maxConnections: config.bulk.connections });
   const bulkDeps: BulkDeps = { ...deps.delivery, sender, concurrency: config.bulk.concurrency };
-  const connection = createRedis(config.redisUrl);
+  const connection = createRedis(config);
   // Each batch in flight: its abort switch and the promise of its whole handler (close() alone does not wait).
   const running = new Map<AbortController, Promise<unknown>>();
   const worker: Worker<BulkBatchJob> = new Worker<BulkBatchJob>(

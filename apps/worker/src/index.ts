@@ -3,7 +3,7 @@
  * packages/jobs. A sweeper re-enqueues deliveries whose job was lost (a crash between commit and enqueue, a
  * flushed Redis); handlers are idempotent, so a job that runs twice does nothing the second time.
  */
-import { Worker, type ConnectionOptions } from 'bullmq';
+import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
 import { attemptDelivery, type DeliveryDeps, type DeliveryStatus, type Services } from '@boxes/core';
 import { createRedis, DELIVERY_ATTEMPTS, deliveryRetryDelayMs, QUEUE, type DeliveryJob } from '@boxes/jobs';
@@ -56,23 +56,46 @@ export async function start(
     retryDelayMs,
     maxAttempts: DELIVERY_ATTEMPTS,
   };
-  const connection = createRedis(config.redisUrl);
+  const connection = createRedis(config);
+  /**
+   * Attempts running in this process, by delivery. A job can come back while its first run still goes on: its
+   * lock ran out (a stalled event loop), or Redis failed over before the replica had seen the job taken (the new
+   * primary hands it out again). The second run here waits for the first, then finds the delivery recorded.
+   */
+  const inFlight = new Map<string, Promise<void>>();
+  const runDelivery = async (job: Job<DeliveryJob>): Promise<void> => {
+    let result: Awaited<ReturnType<typeof attemptDelivery>>;
+    try {
+      result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade, {
+        accepted: job.data.accepted,
+        // Kept in the job (Redis), which outlives the database outage, so the retry does not send it twice.
+        keepAcceptance: async (accepted) => {
+          await job.updateData({ ...job.data, accepted });
+          // The only fact that lives in Redis alone for a while. Behind Sentinel, a write the primary
+          // acknowledged is lost if it fails over before its replica has it (replication is asynchronous): wait
+          // (up to 1 s) until a replica acknowledges this connection's writes.
+          if (config.redisSentinel) await connection.wait(1, 1000).catch(() => undefined);
+        },
+      });
+    } catch (err) {
+      // The database away is no failed attempt: the queue pauses and the job waits (outage.ts).
+      return pauseOnOutage(worker, svc, log, err);
+    }
+    // Throwing hands the job back to BullMQ, which retries it after backoffStrategy's delay.
+    if (!result.done) throw new Error(result.error);
+  };
   const worker: Worker<DeliveryJob> = new Worker<DeliveryJob>(
     QUEUE.deliveries,
     async (job): Promise<void> => {
-      let result: Awaited<ReturnType<typeof attemptDelivery>>;
+      const id = job.data.deliveryId;
+      for (let earlier = inFlight.get(id); earlier; earlier = inFlight.get(id)) await earlier.catch(() => undefined);
+      const run = runDelivery(job);
+      inFlight.set(id, run);
       try {
-        result = await attemptDelivery(svc, deliveryDeps, job.data.deliveryId, job.attemptsMade, {
-          accepted: job.data.accepted,
-          // Kept in the job (Redis), which outlives the database outage, so the retry does not send it twice.
-          keepAcceptance: (accepted) => job.updateData({ ...job.data, accepted }),
-        });
-      } catch (err) {
-        // The database away is no failed attempt: the queue pauses and the job waits (outage.ts).
-        return pauseOnOutage(worker, svc, log, err);
+        await run;
+      } finally {
+        if (inFlight.get(id) === run) inFlight.delete(id);
       }
-      // Throwing hands the job back to BullMQ, which retries it after backoffStrategy's delay.
-      if (!result.done) throw new Error(result.error);
     },
     {
       connection: connection as ConnectionOptions,

@@ -74,6 +74,10 @@ export interface Listener {
  * reconnects, backing off up to 5 s, and calls onReconnect so the caller can pick up notifications it missed.
  */
 export async function listenForever(opts: {
+  /**
+   * PostgreSQL itself (DIRECT_DATABASE_URL), never a pooler in transaction mode: there LISTEN would hold only
+   * until the pooler gave the server connection to another client, and notifications would stop without an error.
+   */
   databaseUrl: string;
   channel: string;
   log: Logger;

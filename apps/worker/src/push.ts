@@ -40,7 +40,7 @@ export interface PushEngine {
 
 export async function startPush(config: Config, deps: { svc: Services; log: Logger; publish: PublishFn | null }): Promise<PushEngine> {
   const { svc, log } = deps;
-  const redis = createRedis(config.redisUrl);
+  const redis = createRedis(config);
   const queue = new Queue<PushJob>(PUSH_QUEUE, { connection: redis as ConnectionOptions, prefix: config.redisPrefix });
   queue.on('error', logQueueError(log, 'push queue error'));
   const webhookDeps: WebhookDeps = {
@@ -168,7 +168,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
 
   // Wake-ups: NOTIFY at commit; after a reconnect (PostgreSQL restarted), the sweep finds what was missed.
   const listener = await listenForever({
-    databaseUrl: config.databaseUrl,
+    databaseUrl: config.directDatabaseUrl,
     channel: EVENTS_CHANNEL,
     log,
     onNotify: kick,
@@ -176,7 +176,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
   });
 
   // Wake-ups: scheduled retries.
-  const retryConnection = createRedis(config.redisUrl);
+  const retryConnection = createRedis(config);
   const retryWorker = new Worker<PushJob>(PUSH_QUEUE, async (job) => kick(job.data.accountId), {
     connection: retryConnection as ConnectionOptions,
     prefix: config.redisPrefix,

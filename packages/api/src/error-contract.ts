@@ -14,7 +14,7 @@ export function impliedErrorCodes(op: { method: string; keyed: boolean; scope?: 
   // POST, PUT and PATCH read a JSON body; DELETE reads one too (its members become query parameters).
   if (['POST', 'PUT', 'PATCH', 'DELETE'].includes(op.method)) codes.push('invalid_json');
   if (['POST', 'PUT', 'PATCH'].includes(op.method)) codes.push('payload_too_large', 'unsupported_media_type');
-  if (op.keyed) codes.push('unauthorized', 'rate_limited');
+  if (op.keyed) codes.push('unauthorized', 'key_expired', 'rate_limited');
   if (op.keyed && op.scope) codes.push('insufficient_scope');
   if (op.keyed && op.accountWide) codes.push('box_restricted_key');
   return codes;

@@ -96,7 +96,7 @@ export const EVENT_STREAM_OPERATION = () => ({
   },
 });
 
-/** The headers every webhook delivery carries (README "Push: webhooks and MQTT"). */
+/** The headers every webhook delivery carries (docs/guide/push.md). */
 const WEBHOOK_HEADERS = () => [
   {
     name: 'X-Boxes-Signature',

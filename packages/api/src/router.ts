@@ -22,6 +22,7 @@ import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
 import { draftsRouter } from './routers/drafts';
+import { guardRouter } from './routers/guard';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 import { pinCoercion } from './no-coercion';
@@ -52,6 +53,7 @@ export const appRouter = router({
   sendingIp: sendingIpRouter,
   forwards: forwardsRouter,
   lists: listsRouter,
+  guard: guardRouter,
 });
 
 const procedures = (appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures;

@@ -9,6 +9,7 @@ import type { OpenApiMeta } from 'trpc-to-openapi';
 import { ZodError } from 'zod';
 import {
   AppError,
+  assertKeyLive,
   authenticateKey,
   ERROR_CODES,
   type ErrorCode,
@@ -218,6 +219,7 @@ export async function authenticateCall(ctx: Pick<Context, 'svc' | 'authorization
   if (!key) {
     throw new AppError('unauthorized', 'The API key is not valid or has been revoked', { getting_started: gettingStarted(ctx.svc) });
   }
+  assertKeyLive(key, ctx.svc.clock.now());
   // Counted once the key is known (unknown keys tell nothing about anyone's quota) and before the scope checks
   // (a key hammering calls it may not make is still hammering).
   if (!ctx.rateCounted) {

@@ -25,8 +25,11 @@ describe('loadConfig', () => {
       mailHost: 'mail.boxes.localhost',
       nameservers: ['ns1.boxes.localhost', 'ns2.boxes.localhost'],
       databaseUrl: 'postgresql://postgres@127.0.0.1:5432/boxes',
+      directDatabaseUrl: 'postgresql://postgres@127.0.0.1:5432/boxes',
       redisUrl: 'redis://127.0.0.1:6379',
+      redisSentinel: null,
       secretKey: undefined,
+      dataDir: undefined,
       redisPrefix: 'boxes',
       smtp: {
         host: '127.0.0.1',
@@ -243,6 +246,38 @@ describe('loadConfig', () => {
       if (saved === undefined) delete process.env.BASE_DOMAIN;
       else process.env.BASE_DOMAIN = saved;
     }
+  });
+
+  it('DIRECT_DATABASE_URL defaults to DATABASE_URL; a pooler URL and the direct one are kept apart', () => {
+    expect(loadConfig({ DATABASE_URL: 'postgresql://u@db:5432/x' }).directDatabaseUrl).toBe('postgresql://u@db:5432/x');
+    const c = loadConfig({ DATABASE_URL: 'postgresql://u@pgbouncer:6432/x', DIRECT_DATABASE_URL: 'postgresql://u@db:5432/x' });
+    expect([c.databaseUrl, c.directDatabaseUrl]).toEqual(['postgresql://u@pgbouncer:6432/x', 'postgresql://u@db:5432/x']);
+    expect(configError({ DIRECT_DATABASE_URL: 'mysql://db/x' }).message).toMatch(/^invalid configuration: DIRECT_DATABASE_URL: /);
+  });
+
+  it('REDIS_SENTINELS (host:port list) with REDIS_SENTINEL_NAME and its password; refuses malformed entries', () => {
+    expect(loadConfig({ REDIS_SENTINELS: '' }).redisSentinel).toBeNull();
+    expect(
+      loadConfig({ REDIS_SENTINELS: '10.0.0.5:26379, sentinel-b:26380,[::1]:26381', REDIS_SENTINEL_NAME: 'mail-queues', REDIS_SENTINEL_PASSWORD: 's3cret' })
+        .redisSentinel,
+    ).toEqual({
+      sentinels: [
+        { host: '10.0.0.5', port: 26379 },
+        { host: 'sentinel-b', port: 26380 },
+        { host: '::1', port: 26381 },
+      ],
+      name: 'mail-queues',
+      password: 's3cret',
+    });
+    expect(loadConfig({ REDIS_SENTINELS: '127.0.0.1:26379' }).redisSentinel).toEqual({
+      sentinels: [{ host: '127.0.0.1', port: 26379 }],
+      name: 'boxes',
+      password: undefined,
+    });
+    for (const bad of ['127.0.0.1', '127.0.0.1:0', 'host:99999', 'a b:1']) {
+      expect(configError({ REDIS_SENTINELS: bad }).message).toMatch(/^invalid configuration: REDIS_SENTINELS: bad entry/);
+    }
+    expect(configError({ REDIS_SENTINELS: '127.0.0.1:26379', REDIS_SENTINEL_NAME: 'a name' }).message).toMatch(/REDIS_SENTINEL_NAME/);
   });
 
   it('reads SENDING_IPS (ip=helo name pairs) and the warm-up caps; refuses malformed ones', () => {

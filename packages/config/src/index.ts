@@ -8,9 +8,12 @@ import { isIP } from 'node:net';
 const port = z.coerce.number().int().min(0).max(65535);
 const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no', '']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 
-const envSchema = z.object({
+export const envSchema = z.object({
+  /** `production`: BOXES_SECRET_KEY is required (none is generated) and the service's own mail is no longer printed in the log. */
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  /** The HTTP listener's address (REST, tRPC, MCP, /docs, owner pages). */
   HOST: z.string().default('127.0.0.1'),
+  /** The HTTP listener's port; 0: a free port (printed). */
   PORT: port.default(3000),
   /** Public address of the site; the API lives at <SITE_URL>/api/v1. Defaults to http://localhost:<PORT>. */
   SITE_URL: z.url({ protocol: /^https?$/ }).optional(),
@@ -21,14 +24,61 @@ const envSchema = z.object({
     .default('boxes.localhost'),
   /** Public base of the MCP endpoint ({mcp_url}/mcp); defaults to SITE_URL. */
   MCP_URL: z.url({ protocol: /^https?$/ }).optional(),
-  /** Host name mail clients and other MTAs use for this instance (MX target). Defaults to mail.<BASE_DOMAIN>. */
+  /**
+   * Host name mail clients and other MTAs use for this instance (MX target). Defaults to mail.<BASE_DOMAIN>. While it
+   * is a *.localhost name, mail and MQTT clients are told the listeners' addresses instead.
+   */
   MAIL_HOST: z.string().optional(),
   /** Nameservers an owner sets at the registrar for byo_delegated domains. */
   NAMESERVERS: z.string().default('ns1.boxes.localhost,ns2.boxes.localhost'),
+  /** PostgreSQL; the database is created if missing and migrations run at start. */
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).default('postgresql://postgres@127.0.0.1:5432/boxes'),
+  /**
+   * A connection straight to PostgreSQL, for what must keep one server session: LISTEN (push wake-ups, notices,
+   * event streams, IMAP), migrations (a session advisory lock) and creating the database. Set it when
+   * DATABASE_URL points at a pooler in transaction mode (PgBouncer); defaults to DATABASE_URL.
+   */
+  DIRECT_DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/ }).optional(),
+  /** Redis: queues, rate-limit counters, locks. With REDIS_SENTINELS only its credentials, database number and TLS are used. */
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
-  /** 32-byte key (hex or base64) that encrypts secrets at rest. Generated into .data/ on first start if unset. */
+  /**
+   * Redis Sentinel: host:port of each sentinel (comma-separated). When set, every connection asks them for the
+   * current primary of REDIS_SENTINEL_NAME and follows a failover; REDIS_URL then gives only the credentials,
+   * the database number and TLS (its host and port are not used).
+   */
+  REDIS_SENTINELS: z
+    .string()
+    .default('')
+    .transform((spec, ctx) => {
+      const out: { host: string; port: number }[] = [];
+      for (const part of spec
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean)) {
+        const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):(\d{1,5})$/.exec(part);
+        const p = m ? Number(m[2]) : 0;
+        if (!m || p < 1 || p > 65535) {
+          ctx.addIssue({ code: 'custom', message: `bad entry "${part}": expected host:port, e.g. 10.0.0.5:26379` });
+          return z.NEVER;
+        }
+        out.push({ host: m[1]!.replace(/^\[|\]$/g, ''), port: p });
+      }
+      return out;
+    }),
+  /** The master group name the sentinels monitor (`sentinel monitor <name> ...`). */
+  REDIS_SENTINEL_NAME: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/)
+    .default('boxes'),
+  /** The sentinels' own password (`requirepass` in sentinel.conf), when they have one. */
+  REDIS_SENTINEL_PASSWORD: z.string().optional(),
+  /** 32-byte key (hex or base64) that encrypts secrets at rest. Required in production; elsewhere generated into BOXES_DATA_DIR (.data/) on first start if unset. */
   BOXES_SECRET_KEY: z.string().optional(),
+  /**
+   * The instance's own files outside the database: the generated secret key (outside production, when
+   * BOXES_SECRET_KEY is unset) and what `boxes restore` puts back. Default: .data/ at the repository root.
+   */
+  BOXES_DATA_DIR: z.string().min(1).optional(),
   /** Key prefix of everything Boxes keeps in Redis (queues, counters). */
   REDIS_PREFIX: z
     .string()
@@ -36,6 +86,7 @@ const envSchema = z.object({
     .default('boxes'),
   /** The MX (inbound SMTP) listener. 25 in production; an unprivileged port by default. */
   SMTP_HOST: z.string().default('127.0.0.1'),
+  /** The MX port (25 in production). */
   SMTP_PORT: port.default(2525),
   /** Largest message the MX accepts (advertised as SIZE; 552 above it). */
   SMTP_MAX_MESSAGE_BYTES: z.coerce
@@ -43,7 +94,9 @@ const envSchema = z.object({
     .int()
     .min(1024)
     .default(25 * 1024 * 1024),
+  /** Recipients one MX transaction may name (452 beyond). */
   SMTP_MAX_RECIPIENTS: z.coerce.number().int().min(1).default(100),
+  /** Connections the MX serves at once. */
   SMTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(500),
   /** An MX session with no bytes from the client for this long is closed (slow or stuck clients). */
   SMTP_SOCKET_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
@@ -55,16 +108,18 @@ const envSchema = z.object({
   HTTP_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
   /** GET /events/stream: a comment line is sent after this long without events (kept below the idle timeout). */
   SSE_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
-  /** Event streams (GET /events/stream) one API key may hold open at once on one server process. */
+  /** Event streams (GET /events/stream) one API key may hold open at once on one server process; the next is 429 until one closes. */
   SSE_MAX_STREAMS_PER_KEY: z.coerce.number().int().min(1).max(1000).default(10),
   /**
    * PEM files of the certificate (with its chain) and key of the MX's STARTTLS, IMAP and submission; without them
    * a self-signed certificate is made once and kept in the database (packages/core/src/platform/mail-certificate.ts).
    */
   SMTP_TLS_CERT_FILE: z.string().optional(),
+  /** The private key (PEM) of SMTP_TLS_CERT_FILE; set both or neither. */
   SMTP_TLS_KEY_FILE: z.string().optional(),
   /** IMAP for mail clients (implicit TLS; 993 in production). */
   IMAP_HOST: z.string().default('127.0.0.1'),
+  /** The IMAP port (993 in production). */
   IMAP_PORT: port.default(1993),
   /** An IMAP connection must finish TLS and log in within this; then it is closed. */
   IMAP_LOGIN_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(60_000),
@@ -77,6 +132,7 @@ const envSchema = z.object({
     .default(31 * 60_000),
   /** SMTP submission for mail clients (implicit TLS, AUTH with an app-password; 465 in production). */
   SUBMISSION_HOST: z.string().default('127.0.0.1'),
+  /** The submission port (465 in production). */
   SUBMISSION_PORT: port.default(1465),
   /** Mail-client logins: failures one username may have in the window before it is locked out. */
   MAIL_AUTH_USER_MAX_FAILURES: z.coerce.number().int().min(1).default(10),
@@ -86,6 +142,7 @@ const envSchema = z.object({
   MAIL_AUTH_LOCKOUT_SECONDS: z.coerce.number().int().min(1).default(900),
   /** Failures answered at once; each one after them is answered this many ms later per extra failure (at most 5 steps). */
   MAIL_AUTH_FREE_FAILURES: z.coerce.number().int().min(0).default(3),
+  /** The extra wait per failure after the free ones (ms; at most 5 steps). */
   MAIL_AUTH_DELAY_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). */
   SMTP_RELAY_URL: z.url({ protocol: /^smtps?$/ }).optional(),
@@ -139,6 +196,7 @@ const envSchema = z.object({
     }),
   /** Multiplies the delivery retry schedule (tests use a tiny factor). */
   DELIVERY_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
+  /** Deliveries one worker runs at once. */
   DELIVERY_CONCURRENCY: z.coerce.number().int().min(1).max(500).default(50),
   /**
    * How often a worker looks for deliveries whose job was lost (a process that died between storing a send and
@@ -171,11 +229,13 @@ const envSchema = z.object({
   WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   /** Extra CA (PEM file) trusted for https callbacks, e.g. a development receiver's self-signed certificate. */
   WEBHOOK_CA_FILE: z.string().optional(),
+  /** A webhook delivery must answer 2xx within this (ms); else it is retried. */
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
   /** Multiplies the webhook retry schedule (tests use a tiny factor). */
   WEBHOOK_RETRY_SCALE: z.coerce.number().positive().max(1).default(1),
   /** The MQTT broker (mutual TLS). */
   MQTT_HOST: z.string().default('127.0.0.1'),
+  /** The MQTT broker's port (mutual TLS). */
   MQTT_PORT: port.default(8883),
   /**
    * The endpoint clients are told to connect to; defaults to mqtts://<MAIL_HOST>:<MQTT_PORT>, or, while MAIL_HOST
@@ -203,8 +263,9 @@ const envSchema = z.object({
   NOTICE_FROM: z.email().optional(),
   /** The authoritative DNS server (apps/dns): UDP and TCP. 53 in production. */
   DNS_HOST: z.string().default('127.0.0.1'),
+  /** The DNS server's port (UDP and TCP; 53 in production). */
   DNS_PORT: port.default(1053),
-  /** Resolvers the domain verifier asks (ip or ip:port, comma-separated); default: the system's. */
+  /** Resolvers the domain verifier and the MX's SPF/DKIM/DMARC/ARC checks ask (ip or ip:port, comma-separated); default: the system's. */
   DNS_RESOLVERS: z.string().optional(),
   /** rspamd's HTTP address (its normal worker, e.g. http://127.0.0.1:11333): every inbound message is scored before it is stored. Unset: no spam scoring. */
   RSPAMD_URL: z.url({ protocol: /^https?$/ }).optional(),
@@ -231,8 +292,11 @@ const envSchema = z.object({
    * of the two-process `pnpm start`), so Prometheus can scrape each process. Unset: none. 0: a free port.
    */
   METRICS_HOST: z.string().default('127.0.0.1'),
+  /** The port of that endpoint; unset: none, 0: a free port (printed). */
   METRICS_PORT: port.optional(),
+  /** pino's log level. */
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Take the client address from X-Forwarded-For (only behind a proxy of your own). */
   TRUST_PROXY: bool.default(false),
 });
 
@@ -248,8 +312,14 @@ export interface Config {
   mailHost: string;
   nameservers: string[];
   databaseUrl: string;
+  /** DIRECT_DATABASE_URL: PostgreSQL itself, never a transaction pooler (LISTEN, migrations, creating the database). */
+  directDatabaseUrl: string;
   redisUrl: string;
+  /** REDIS_SENTINELS and REDIS_SENTINEL_NAME: the primary is found through Sentinel; null: REDIS_URL is the server. */
+  redisSentinel: { sentinels: { host: string; port: number }[]; name: string; password: string | undefined } | null;
   secretKey: string | undefined;
+  /** BOXES_DATA_DIR: where the instance keeps its own files; unset: .data/ at the repository root. */
+  dataDir: string | undefined;
   redisPrefix: string;
   smtp: {
     host: string;
@@ -387,8 +457,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       .map((s) => s.trim().toLowerCase())
       .filter(Boolean),
     databaseUrl: e.DATABASE_URL,
+    directDatabaseUrl: e.DIRECT_DATABASE_URL ?? e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
+    redisSentinel: e.REDIS_SENTINELS.length ? { sentinels: e.REDIS_SENTINELS, name: e.REDIS_SENTINEL_NAME, password: e.REDIS_SENTINEL_PASSWORD } : null,
     secretKey: e.BOXES_SECRET_KEY,
+    dataDir: e.BOXES_DATA_DIR,
     redisPrefix: e.REDIS_PREFIX,
     smtp: {
       host: e.SMTP_HOST,

@@ -88,3 +88,5 @@ export * from './bulk/cancel';
 export * from './search/vector';
 export * from './search/query';
 export * from './drafts/drafts';
+export * from './guard/caps';
+export * from './guard/pause';

@@ -83,7 +83,7 @@ const config = loadConfig();
 writeSchemaCopy();
 if (command === 'new') {
   if (!name || !/^[a-z0-9_]+$/.test(name) || (flag !== undefined && !empty)) fail('usage: pnpm db:migrate:new <snake_case_name> [--empty]');
-  const dev = new URL(config.databaseUrl);
+  const dev = new URL(config.directDatabaseUrl);
   dev.pathname = '/boxes_migrate_dev';
   // `migrate diff` replays the existing migrations into the shadow database and diffs the result against
   // the schema. (`migrate dev` cannot run here: its data-loss check wants a shadow factory the WASM engine lacks.)
@@ -114,7 +114,7 @@ if (command === 'new') {
   console.log(`db-migrate: wrote prisma/migrations/${stamp}_${name}/migration.sql; review it and commit it.`);
   process.exit(0);
 } else if (command === 'status') {
-  process.exit(prisma(['migrate', 'status'], config.databaseUrl).status);
+  process.exit(prisma(['migrate', 'status'], config.directDatabaseUrl).status);
 } else {
   fail('commands: new <name> | status');
 }

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createCommandRedis, Jobs } from './index';
+import { connectRedis, createCommandRedis, describeRedisTarget, Jobs } from './index';
 
 const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -46,5 +46,54 @@ describe('Redis connections at a busy start', () => {
       redis.disconnect();
       await jobs.close().catch(() => undefined);
     }
+  });
+});
+
+describe('the connection factory', () => {
+  it('a URL or a configuration without sentinels connects to that server', () => {
+    const direct = connectRedis({ redisUrl: 'redis://:pw@cache.internal:6380/2', redisSentinel: null }, { lazyConnect: true, maxRetriesPerRequest: null });
+    try {
+      expect(direct.options).toMatchObject({ host: 'cache.internal', port: 6380, password: 'pw', db: 2, maxRetriesPerRequest: null });
+      expect(direct.options.sentinels).toBeFalsy();
+    } finally {
+      direct.disconnect();
+    }
+    expect(describeRedisTarget('redis://127.0.0.1:6390')).toBe('127.0.0.1:6390');
+  });
+
+  it('with sentinels: asks them for the primary, with the URL giving credentials, database and TLS only', () => {
+    const target = {
+      redisUrl: 'rediss://queues:pw%40x@ignored.example:1/3',
+      redisSentinel: {
+        sentinels: [
+          { host: '10.0.0.5', port: 26379 },
+          { host: '::1', port: 26380 },
+        ],
+        name: 'mail-queues',
+        password: 'sp',
+      },
+    };
+    const r = connectRedis(target, { lazyConnect: true, maxRetriesPerRequest: 1 });
+    try {
+      expect(r.options).toMatchObject({
+        sentinels: target.redisSentinel.sentinels,
+        name: 'mail-queues',
+        role: 'master',
+        username: 'queues',
+        password: 'pw@x',
+        sentinelPassword: 'sp',
+        db: 3,
+        tls: {},
+        enableTLSForSentinelMode: true,
+        maxRetriesPerRequest: 1,
+      });
+      // Reconnects quickly while the sentinels still name a dead primary; READONLY (a demoted primary) reconnects.
+      expect([1, 5, 50].map((n) => r.options.retryStrategy!(n))).toEqual([100, 500, 1000]);
+      expect(r.options.reconnectOnError!(new Error("READONLY You can't write against a read only replica."))).toBe(2);
+      expect(r.options.reconnectOnError!(new Error('ERR something else'))).toBe(false);
+    } finally {
+      r.disconnect();
+    }
+    expect(describeRedisTarget(target)).toBe('the primary "mail-queues" of the sentinels 10.0.0.5:26379, [::1]:26380');
   });
 });

@@ -3,7 +3,7 @@
  * enqueue helpers core and the apps use. Every handler must be idempotent: BullMQ delivers at least once.
  */
 import { Queue, type ConnectionOptions } from 'bullmq';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { z } from 'zod';
 
 export const QUEUE = { deliveries: 'deliveries', billing: 'billing', notices: 'notices', bulk: 'bulk', attachmentText: 'attachment-text' } as const;
@@ -64,9 +64,70 @@ export interface JobsOptions {
   prefix: string;
 }
 
+/** Sentinels to ask for the current primary (packages/config: REDIS_SENTINELS, REDIS_SENTINEL_NAME). */
+export interface RedisSentinelTarget {
+  sentinels: { host: string; port: number }[];
+  name: string;
+  password?: string | undefined;
+}
+
+/**
+ * Where Redis is: a URL (one server), or the configuration's pair of REDIS_URL and Sentinel (when the sentinels
+ * are set, the URL gives only the credentials, the database number and TLS).
+ */
+export type RedisTarget = string | { redisUrl: string; redisSentinel: RedisSentinelTarget | null };
+
+/** What a failover needs of every connection under Sentinel. */
+function sentinelOptions(url: string, s: RedisSentinelTarget): RedisOptions {
+  const u = new URL(url);
+  const db = Number(u.pathname.slice(1) || 0);
+  return {
+    sentinels: s.sentinels,
+    name: s.name,
+    ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
+    ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
+    ...(s.password ? { sentinelPassword: s.password } : {}),
+    ...(Number.isInteger(db) && db > 0 ? { db } : {}),
+    ...(u.protocol === 'rediss:' ? { tls: {}, enableTLSForSentinelMode: true } : {}),
+    // A sentinel that does not answer is skipped after this, not waited for.
+    sentinelCommandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    // While the sentinels still name the dead primary, every attempt is refused at once: try again every 100 ms
+    // up to every second (the default backs off to 5 s, which would keep a connection away for seconds after the
+    // promotion).
+    retryStrategy: (times) => Math.min(times * 100, 1000),
+    // A primary that is demoted rather than killed has its clients disconnected by the sentinels when they
+    // reconfigure it (CLIENT KILL), so connections ask again; a write that reaches it first gets READONLY:
+    // reconnect and send the command again there. (ioredis' failoverDetector is not used: a +switch-master that
+    // arrives while a connection is resolving the primary ends that connection for good.)
+    reconnectOnError: (err) => (err.message.startsWith('READONLY') ? 2 : false),
+  };
+}
+
+/**
+ * The one place a Redis connection is made: the queues, the workers (BullMQ duplicates them for its blocking
+ * reads, keeping these options), the rate counts, the push locks. A URL connects to that server; with Sentinel
+ * every connection asks the sentinels for the primary and asks again whenever it reconnects, so a promoted
+ * replica is followed without a restart.
+ */
+export function connectRedis(target: RedisTarget, options: RedisOptions = {}): Redis {
+  if (typeof target === 'string') return new Redis(target, options);
+  if (!target.redisSentinel) return new Redis(target.redisUrl, options);
+  return new Redis({ ...sentinelOptions(target.redisUrl, target.redisSentinel), ...options });
+}
+
+/** Where a target points, for one-line messages: the URL's host and port, or the sentinels and master name. */
+export function describeRedisTarget(target: RedisTarget): string {
+  if (typeof target !== 'string' && target.redisSentinel) {
+    const s = target.redisSentinel;
+    return `the primary "${s.name}" of the sentinels ${s.sentinels.map((x) => `${x.host.includes(':') ? `[${x.host}]` : x.host}:${x.port}`).join(', ')}`;
+  }
+  const u = new URL(typeof target === 'string' ? target : target.redisUrl);
+  return `${u.hostname}:${u.port || 6379}`;
+}
+
 /** A Redis connection suitable for BullMQ (workers need maxRetriesPerRequest: null). */
-export function createRedis(url: string): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
+export function createRedis(target: RedisTarget): Redis {
+  return connectRedis(target, { maxRetriesPerRequest: null, enableReadyCheck: true });
 }
 
 /**
@@ -82,8 +143,8 @@ export const REDIS_COMMAND_TIMEOUT_MS = 1000;
  * or not, so a request never waits for this.
  */
 export const REDIS_CONNECT_TIMEOUT_MS = 10_000;
-export function createCommandRedis(url: string, opts: { failFast?: boolean } = {}): Redis {
-  return new Redis(url, {
+export function createCommandRedis(target: RedisTarget, opts: { failFast?: boolean } = {}): Redis {
+  return connectRedis(target, {
     maxRetriesPerRequest: 1,
     commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
     connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
@@ -284,8 +345,8 @@ export type PushJob = z.infer<typeof PushJob>;
 export const PUSH_QUEUE = 'push';
 
 /** Deletes every key under `<prefix>:` (a test file's or a benchmark's queues and counters). */
-export async function deleteKeysWithPrefix(redisUrl: string, prefix: string): Promise<number> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+export async function deleteKeysWithPrefix(target: RedisTarget, prefix: string): Promise<number> {
+  const redis = connectRedis(target, { maxRetriesPerRequest: 1 });
   let cursor = '0';
   let deleted = 0;
   try {

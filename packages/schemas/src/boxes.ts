@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
 import { text } from './strings';
+import { SendCapsInput } from './guard';
 
 export const BoxOutput = z
   .object({
@@ -16,6 +17,7 @@ export const BoxOutput = z
 
 export const CreateBoxInput = z.strictObject({
   address: z.string().min(1).max(254).meta({ description: 'The local part (billing), or a full address on your domain', example: 'billing' }),
+  caps: SendCapsInput.optional().meta({ description: 'Send caps of the box (PUT /boxes/{id}/caps changes them)' }),
 });
 
 export const BoxIdInput = z.strictObject({ id: z.string().max(40).meta({ example: 'box_0a1b2c3d4e5f6g7h8j9k' }) });

@@ -1,7 +1,7 @@
 /**
  * The event catalogue: every event type an account's stream can hold, with the schema of its `data`. It is the
  * one source for appending (core accepts only these types and payloads), for the OpenAPI `Event` union and its
- * `webhooks`, for the SDK's types and MCP's output, and for the list of event types in the README.
+ * `webhooks`, for the SDK's types and MCP's output, and for the list of event types in docs/events.md.
  *
  * Stored events never change: each is hashed into its account's chain as it was written. So the schemas here
  * describe every payload a type has carried: a field added after a type first shipped is optional, and says
@@ -211,12 +211,43 @@ export const EVENT_CATALOGUE = {
     scopes: z.array(z.enum(['send', 'receive', 'admin'])).meta(d('What it may do')),
     allowed_box_ids: z.array(z.string()).nullable().meta(d('The boxes it is limited to, or null for all')),
     by_key_id: byKey,
+    expires_at: Timestamp.nullable().optional().meta(d('When the key stops working, or null: never (since expiring keys)')),
   }).meta(d('An API key was created (the raw key is never in an event)')),
   'api_key.revoked': o({
     key_id: id('key', 'The key'),
     prefix: z.string().meta(d('Its display prefix')),
     by_key_id: byKey,
   }).meta(d('An API key was revoked')),
+  'account.paused': o({
+    paused_by: z.enum(['owner', 'key']).meta(d('owner: on the owner pages (only the owner resumes); key: an admin API key')),
+    by_key_id: byKey,
+  }).meta(d('The account was paused: every send is refused (403 account_paused) until it is resumed')),
+  'account.resumed': o({
+    resumed_by: z.enum(['owner', 'key']).meta(d('owner: on the owner pages; key: an admin API key')),
+    by_key_id: byKey,
+    released_scheduled: z.number().int().meta(d('Scheduled messages that fell due during the pause and go now')),
+  }).meta(d('The account was resumed: sends are accepted again')),
+  'box.paused': o({
+    box_id: id('box', 'The box'),
+    address: address('Its address'),
+    paused_by: z.enum(['owner', 'key']).meta(d('owner: on the owner pages (only the owner resumes); key: an admin API key')),
+    by_key_id: byKey,
+  }).meta(d('A box was paused: sends from it are refused (403 box_paused) until it is resumed')),
+  'box.resumed': o({
+    box_id: id('box', 'The box'),
+    address: address('Its address'),
+    resumed_by: z.enum(['owner', 'key']).meta(d('owner: on the owner pages; key: an admin API key')),
+    by_key_id: byKey,
+    released_scheduled: z.number().int().meta(d('Scheduled messages that fell due during the pause and go now')),
+  }).meta(d('A box was resumed: sends from it are accepted again')),
+  'cap.reached': o({
+    cap: z.string().meta({ description: 'The cap: box.<name> or key.<name>', example: 'box.per_hour' }),
+    box_id: z.string().nullable().meta(d('The box, for a box cap')),
+    key_id: z.string().nullable().meta(d('The API key, for a key cap')),
+    limit: z.number().int().meta(d('The cap')),
+    window_seconds: z.number().int().meta(d('Length of its window')),
+    resets_at: Timestamp.meta(d('When the window ends and sends are accepted again')),
+  }).meta(d('A send cap was reached for the first time in its window: sends over it get 429 cap_exceeded until the window ends')),
   'webhook.secret_rotated': o({
     previous_valid_until: Timestamp.meta(d('Until when deliveries are also signed with the previous secret')),
     by_key_id: byKey,

@@ -64,7 +64,8 @@ function unwrap(s: z.ZodType): { inner: z.ZodType; optional: boolean; nullable: 
   }
 }
 
-const cell = (t: string) => t.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+/** A table cell: pipes escaped, one line, and angle brackets (agent@<domain>) as entities so markdown does not read them as HTML. */
+const cell = (t: string) => t.replace(/\|/g, '\\|').replace(/\n/g, ' ').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 function rows(shape: Record<string, z.ZodType>, prefix: string): string[] {
   return Object.entries(shape).flatMap(([name, field]) => {
@@ -86,8 +87,8 @@ export function renderEventDocs(): string {
     '',
     '<!-- Written by `pnpm docs:events` from packages/schemas/src/event-catalogue.ts; a test keeps the two in step. -->',
     '',
-    'Every event of an account stream has `id`, `seq`, `type`, `account_id`, `created_at`, `data` and `_chain` (README',
-    '"Verifying the event log"). The same JSON is returned by `GET /events`, streamed by `GET /events/stream`, POSTed to the',
+    'Every event of an account stream has `id`, `seq`, `type`, `account_id`, `created_at`, `data` and `_chain` (see',
+    '[Verifying the event log](guide/audit.md#verifying-the-event-log)). The same JSON is returned by `GET /events`, streamed by `GET /events/stream`, POSTed to the',
     'callback webhook and published over MQTT. `data` depends on `type`, as listed here; the OpenAPI document has one schema per',
     'type (`components.schemas.Event` is their union, and its `webhooks` section names each POST), and the SDK narrows on',
     '`type`. Fields marked "no" under "always" may be absent; readers should ignore fields they do not know.',

@@ -9,7 +9,7 @@ const EventChain = z
     prev_hash: z.string().meta({ description: 'hash of the previous event (64 zeros before the first)' }),
     hash: z.string().meta({ description: 'hex SHA-256 of prev_hash + "\\n" + RFC 8785 JSON of the event without _chain' }),
   })
-  .meta({ id: 'EventChain', description: 'Tamper evidence: see README "Verifying the event log"' });
+  .meta({ id: 'EventChain', description: 'Tamper evidence: see the guide, /docs/guide/audit (Verifying the event log)' });
 
 /** The name of an event type's schema in the OpenAPI document: mail.received -> MailReceivedEvent. */
 export const eventSchemaName = (t: EventType): string =>

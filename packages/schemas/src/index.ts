@@ -25,3 +25,4 @@ export * from './sending-ips';
 export * from './forwards';
 export * from './trust';
 export * from './drafts';
+export * from './guard';

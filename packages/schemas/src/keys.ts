@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { Scope, Timestamp } from './common';
 import { Evidence } from './audit';
+import { SendCaps, SendCapsInput } from './guard';
 
 export const CreateKeyInput = z
   .strictObject({
@@ -22,6 +23,11 @@ export const CreateKeyInput = z
       .max(100)
       .optional()
       .meta({ description: 'Restrict the key to these box ids', example: ['box_0a1b2c3d4e5f6g7h8j9k'] }),
+    expires_at: Timestamp.optional().meta({
+      description: 'When the key stops working (ISO 8601 with a zone, in the future); absent: never. A key that expires cannot mint one that expires later.',
+      example: '2026-12-31T00:00:00Z',
+    }),
+    caps: SendCapsInput.optional().meta({ description: "Send caps of the key, beside its boxes' own" }),
   })
   .refine((v) => !(v.allowed_boxes && v.allowed_box_ids), {
     message: 'give allowed_boxes or allowed_box_ids, not both',
@@ -39,6 +45,8 @@ export const KeyOutput = z
     is_owner: z.boolean().meta({ description: 'The original owner key, which cannot be revoked' }),
     created_at: Timestamp,
     last_used_at: Timestamp.nullable(),
+    expires_at: Timestamp.nullable().meta({ description: 'When the key stops working; null: never' }),
+    caps: SendCaps.nullable().meta({ description: 'Send caps of the key; null: none' }),
   })
   .meta({ id: 'ApiKey' });
 

@@ -7,7 +7,7 @@
  */
 import { z } from 'zod';
 
-/** Maximum lengths by field kind (README "Input rules"). */
+/** Maximum lengths by field kind (docs/guide/api.md, "Input rules"). */
 export const MAX_LENGTH = {
   /** Resource ids in paths and bodies (box_..., key_..., msg_...). */
   id: 40,

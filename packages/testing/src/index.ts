@@ -94,6 +94,11 @@ export interface TestServerOptions {
   ownQueues?: boolean;
   /** A database of the test's own (already migrated), used as it is and left in place by stop(). */
   databaseUrl?: string;
+  /**
+   * The apps' pools go through a pooler (PgBouncer): DATABASE_URL becomes pooled(the database's URL) and
+   * DIRECT_DATABASE_URL stays the database itself (LISTEN, migrations).
+   */
+  pooled?: (directUrl: string) => string;
 }
 
 /** The whole service on ephemeral ports, on a fresh database and its own Redis key prefix. */
@@ -101,7 +106,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
   const env = opts.env ?? {};
   const shared = opts.sameStoreAs;
   const database = shared
-    ? { url: shared.config.databaseUrl, drop: async () => {} }
+    ? { url: shared.config.directDatabaseUrl, drop: async () => {} }
     : opts.databaseUrl
       ? { url: opts.databaseUrl, drop: async () => {} }
       : await createTestDatabase();
@@ -119,7 +124,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     // Test files make many calls with one key; the per-key limit has its own test.
     KEY_RATE_LIMIT_PER_MINUTE: '0',
     ...env,
-    DATABASE_URL: database.url,
+    DATABASE_URL: opts.pooled ? opts.pooled(database.url) : database.url,
+    DIRECT_DATABASE_URL: database.url,
     PORT: '0',
     REDIS_PREFIX: (!opts.ownQueues && shared?.config.redisPrefix) || `boxes-test-${randomBytes(5).toString('hex')}`,
     LOG_LEVEL: env.LOG_LEVEL ?? process.env.TEST_LOG_LEVEL ?? 'silent',
@@ -153,7 +159,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     async stop() {
       await runtime.stop();
       // This file's queues and counters go with it, once nothing uses them any more.
-      if (!shared || opts.ownQueues) await deleteKeysWithPrefix(config.redisUrl, config.redisPrefix);
+      if (!shared || opts.ownQueues) await deleteKeysWithPrefix(config, config.redisPrefix);
       if (shared) return;
       await database.drop();
     },
@@ -253,3 +259,4 @@ export async function mintKey(
 export * from './dns';
 
 export * from './services';
+export { buildBundle } from './build';

@@ -231,7 +231,7 @@ export async function startImap(config: Config, deps: { svc: Services; log: Logg
   let listener: pg.Client | null = null;
   const listen = async (): Promise<void> => {
     if (stopped) return;
-    const client = new pg.Client({ connectionString: config.databaseUrl });
+    const client = new pg.Client({ connectionString: config.directDatabaseUrl });
     client.on('notification', (msg) => {
       if (!msg.payload) return;
       if (msg.channel === MAIL_FOLLOW_CHANNEL) hub.follow(msg.payload);

@@ -37,6 +37,9 @@ function credentialAsCaller(login: MailLogin): ApiKey {
     createdAt: new Date(0),
     lastUsedAt: null,
     revokedAt: null,
+    // An app-password has no expiry and no caps of its own; the box's caps apply to what it sends.
+    expiresAt: null,
+    sendCaps: null,
   };
 }
 
@@ -49,6 +52,11 @@ function refusalOf(svc: Services, err: AppError): SubmissionRefused {
         `5.7.0 ${err.message} Nothing was sent. Top up with POST ${topUp?.mpp?.url ?? `${svc.config.apiBaseUrl}/account/credit/topup/mpp`} (Machine Payments Protocol) or POST ${topUp?.card?.url ?? `${svc.config.apiBaseUrl}/account/credit/topup`} (card); your human owner approves the payment.`,
       );
     }
+    case 'account_paused':
+    case 'box_paused':
+      return new SubmissionRefused(550, `5.7.1 ${err.message}`);
+    case 'cap_exceeded':
+      return new SubmissionRefused(451, `4.7.1 ${err.message}`);
     case 'from_domain_mismatch':
     case 'box_restricted_key':
     case 'domain_not_verified':

@@ -81,7 +81,7 @@ export const auditRouter = router({
         tags: ['audit'],
         summary: "A message's signed audit bundle",
         description:
-          "A compact JWS (EdDSA, Ed25519) whose payload holds the message metadata, the SHA-256 of its raw bytes, every event about it with its _chain hashes, the account's chain head at signing time, evidence.body_state (available, or {reclaimed_at_utc}), the retention in force and signing.public_key_url. Verify it with jose (compactVerify with importSPKI(pem, 'EdDSA')) or openssl (README).",
+          "A compact JWS (EdDSA, Ed25519) whose payload holds the message metadata, the SHA-256 of its raw bytes, every event about it with its _chain hashes, the account's chain head at signing time, evidence.body_state (available, or {reclaimed_at_utc}), the retention in force and signing.public_key_url. Verify it with jose (compactVerify with importSPKI(pem, 'EdDSA')) or openssl (the guide: /docs/guide/audit).",
       },
     })
     .input(MessageIdInput)
@@ -96,7 +96,7 @@ export const auditRouter = router({
         tags: ['audit'],
         summary: 'Sign the chain head now',
         description:
-          "A signed checkpoint of the account's chain head (seq, hash, time) as a compact JWS. Keep it: it must verify against the chain later (POST /events/checkpoints/verify, or offline with openssl as the README shows). The instance also signs every moved head hourly.",
+          "A signed checkpoint of the account's chain head (seq, hash, time) as a compact JWS. Keep it: it must verify against the chain later (POST /events/checkpoints/verify, or offline with openssl as the guide shows: /docs/guide/audit). The instance also signs every moved head hourly.",
       },
     })
     .input(z.void())

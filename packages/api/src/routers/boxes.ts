@@ -1,6 +1,6 @@
 /** Boxes: create (admin), list (any key; box-restricted keys see their boxes), delete and signature (admin). */
 import { z } from 'zod';
-import { createBox, deleteBox, listBoxes, presentBox, setSignature } from '@boxes/core';
+import { capsInput, createBox, deleteBox, listBoxes, presentBox, setSignature } from '@boxes/core';
 import { BoxIdInput, BoxListOutput, BoxOutput, CreateBoxInput, Deleted, SignatureInput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
@@ -16,12 +16,14 @@ export const boxesRouter = router({
         tags: ['boxes'],
         summary: 'Create a box',
         description:
-          'address is a local part (RFC 5322 dot-atom, at most 64 characters, stored lower-case) on the account domain. Boxes are free and unlimited.',
+          'address is a local part (RFC 5322 dot-atom, at most 64 characters, stored lower-case) on the account domain. Boxes are free and unlimited. caps (optional) sets its send caps (PUT /boxes/{id}/caps changes them).',
       },
     })
     .input(CreateBoxInput)
     .output(BoxOutput)
-    .mutation(async ({ ctx, input }) => presentBox(await createBox({ db: ctx.svc.db, accountId: ctx.account.id, address: input.address }))),
+    .mutation(async ({ ctx, input }) =>
+      presentBox(await createBox({ db: ctx.svc.db, accountId: ctx.account.id, address: input.address, sendCaps: capsInput(input.caps) })),
+    ),
   list: keyProcedure
     .meta({ openapi: { method: 'GET', path: '/boxes', tags: ['boxes'], summary: 'List boxes', description: 'A box-restricted key sees only its boxes.' } })
     .input(z.void())

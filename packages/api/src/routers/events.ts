@@ -15,7 +15,7 @@ export const eventsRouter = router({
         tags: ['events'],
         summary: 'Page through the event stream',
         description:
-          'Events in order (seq ascending). Pass next_cursor as since to continue; a page never skips or repeats an event, even while events are appended. A box-restricted key sees only events of its boxes. The same events are pushed as Server-Sent Events by GET /api/v1/events/stream (same key, scope, since and type; README "Push without a public URL").',
+          'Events in order (seq ascending). Pass next_cursor as since to continue; a page never skips or repeats an event, even while events are appended. A box-restricted key sees only events of its boxes. The same events are pushed as Server-Sent Events by GET /api/v1/events/stream (same key, scope, since and type; the guide: /docs/guide/push).',
       },
     })
     .input(ListEventsInput)

@@ -1,6 +1,6 @@
 /** API keys: mint, list, revoke (admin scope, unrestricted key). */
 import { z } from 'zod';
-import { listKeys, mintKey, presentKeys, resolveBoxRestriction, revokeKey } from '@boxes/core';
+import { capsInput, checkKeyExpiry, listKeys, mintKey, presentKeys, resolveBoxRestriction, revokeKey } from '@boxes/core';
 import { CreatedKeyOutput, CreateKeyInput, KeyIdInput, KeyListOutput, RevokedKeyOutput } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 import { eventsStep, keyChecks, withEvidence } from '../evidence';
@@ -8,6 +8,7 @@ import { eventsStep, keyChecks, withEvidence } from '../evidence';
 export const keysRouter = router({
   create: keyProcedure
     .meta({
+      errors: ['key_outlives_parent'],
       scope: 'admin',
       accountWide: true,
       openapi: {
@@ -16,20 +17,30 @@ export const keysRouter = router({
         tags: ['keys'],
         summary: 'Mint an API key',
         description:
-          'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. The raw api_key is returned only here.',
+          'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. expires_at (optional) ends the key at that time (then 401 key_expired); a key that expires cannot mint one that outlives it (400 key_outlives_parent). caps (optional) sets send caps of the key (GET /account/keys/{id}/caps). The raw api_key is returned only here.',
       },
     })
     .input(CreateKeyInput)
     .output(CreatedKeyOutput)
     .mutation(async ({ ctx, input }) => {
       const db = ctx.svc.db;
+      const expiresAt = checkKeyExpiry(input.expires_at, ctx.key, ctx.svc.clock.now());
       const allowedBoxIds = await resolveBoxRestriction({
         db,
         accountId: ctx.account.id,
         allowedBoxes: input.allowed_boxes,
         allowedBoxIds: input.allowed_box_ids,
       });
-      const { key, raw } = await mintKey({ db, accountId: ctx.account.id, label: input.label, scopes: input.scopes, allowedBoxIds, actorKeyId: ctx.key.id });
+      const { key, raw } = await mintKey({
+        db,
+        accountId: ctx.account.id,
+        label: input.label,
+        scopes: input.scopes,
+        allowedBoxIds,
+        actorKeyId: ctx.key.id,
+        expiresAt,
+        sendCaps: capsInput(input.caps),
+      });
       const [view] = await presentKeys(db, [key]);
       const checks = keyChecks(ctx, 'admin', true);
       if (allowedBoxIds.length)

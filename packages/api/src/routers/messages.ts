@@ -55,7 +55,17 @@ export async function withLabels<M extends { id: string }>(svc: Services, messag
 export const messagesRouter = router({
   send: keyProcedure
     .meta({
-      errors: ['box_restricted_key', 'domain_not_verified', 'from_domain_mismatch', 'idempotency_key_reused', 'payment_required', 'recipient_blocked'],
+      errors: [
+        'account_paused',
+        'box_paused',
+        'box_restricted_key',
+        'cap_exceeded',
+        'domain_not_verified',
+        'from_domain_mismatch',
+        'idempotency_key_reused',
+        'payment_required',
+        'recipient_blocked',
+      ],
       scope: 'send',
       openapi: {
         method: 'POST',
@@ -79,7 +89,10 @@ export const messagesRouter = router({
   reply: keyProcedure
     .meta({
       errors: [
+        'account_paused',
+        'box_paused',
         'box_restricted_key',
+        'cap_exceeded',
         'domain_not_verified',
         'from_domain_mismatch',
         'idempotency_key_reused',

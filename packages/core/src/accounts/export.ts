@@ -106,7 +106,7 @@ export async function buildExport(svc: Services, exportId: string): Promise<{ do
           '',
           'messages/<id>.eml   each message whose raw bytes were still stored (RFC 5322, exactly as stored)',
           'messages.json       every message: metadata, raw_sha256, and the path of its .eml (null once the body was reclaimed)',
-          'events.json         the whole event stream with _chain (verify as the README of Boxes describes)',
+          'events.json         the whole event stream with _chain (verify as the guide of Boxes describes: /docs/guide/audit)',
           'ledger.json         every ledger entry; amounts in micro-dollars',
           'boxes.json          the boxes',
           'keys.json           the API keys: metadata only, never a key',

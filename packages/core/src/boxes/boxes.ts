@@ -61,7 +61,15 @@ export function parseLocalPart(input: string, domain: string): string {
   return local.toLowerCase();
 }
 
-export async function createBox(input: { db: DbClient; accountId: string; address: string; isPrimary?: boolean; domainId?: string }): Promise<Box> {
+export async function createBox(input: {
+  db: DbClient;
+  accountId: string;
+  address: string;
+  isPrimary?: boolean;
+  domainId?: string;
+  /** Send caps (guard/caps.ts). */
+  sendCaps?: Record<string, number | null> | null;
+}): Promise<Box> {
   return inTransaction(input.db, async (tx) => {
     const domain = input.domainId
       ? await tx.domain.findUniqueOrThrow({ where: { id: input.domainId } })
@@ -80,6 +88,7 @@ export async function createBox(input: { db: DbClient; accountId: string; addres
           // Mail is routed to a box only while its domain is live (a pending claim's boxes receive nothing).
           liveAddress: domain.status === 'active' ? address : null,
           isPrimary: input.isPrimary ?? false,
+          ...(input.sendCaps ? { sendCaps: input.sendCaps } : {}),
         },
       });
     } catch (err) {

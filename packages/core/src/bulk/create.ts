@@ -23,6 +23,7 @@ import { sha256Hex } from '../shared/crypto';
 import { AppError, invalidField, isUniqueViolation } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { bulkJobView, type BulkJobView } from './view';
+import { guardSend } from '../guard/pause';
 
 type Input = z.infer<typeof BulkSendInput>;
 
@@ -169,6 +170,13 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
   const trailer = caller.account.trailerOptedOutAt === null;
   const items = plans.map((p, i) => itemOf(p, i, batchSize));
   const boxIds = [...new Set(plans.map((p) => p.box.id))];
+  // Pauses (403) then caps (429), for the whole job at once: every message counts now, and a job that would go
+  // over a cap is refused as a whole (guard/pause.ts).
+  const taken = await guardSend(svc, {
+    accountId,
+    key: caller.key,
+    sends: plans.map((p) => ({ boxId: p.box.id, messages: 1, recipients: p.deliverTo })),
+  });
 
   try {
     await svc.db.$transaction(
@@ -244,6 +252,7 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
       { maxWait: 10_000, timeout: 60_000 },
     );
   } catch (err) {
+    await taken.refund().catch(() => undefined);
     if (idemKey && isUniqueViolation(err)) {
       const prior = await svc.db.bulkJob.findUnique({ where: { accountId_idempotencyKey: { accountId, idempotencyKey: idemKey } } });
       if (prior) return replay(svc, prior.id, prior.requestHash, requestHash, accountId);

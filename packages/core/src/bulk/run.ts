@@ -1,5 +1,5 @@
 /**
- * One batch of a bulk job, run by apps/worker (queue `bulk`). Typed SQL on this hot path (see README "Hot paths"):
+ * One batch of a bulk job, run by apps/worker (queue `bulk`). Typed SQL on this hot path (see docs/ARCHITECTURE.md, "Hot paths"):
  *
  * 1. Start: under the account's row lock, reserve the batch's credit (402 rules per message; short credit halts
  *    the job), write its messages and one delivery per recipient not on the suppression list, in one statement.
@@ -40,6 +40,7 @@ import { open, sealBytes } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { isServiceUnavailable } from '../shared/unavailable';
+import { BULK_PAUSE_POLL_MS, bulkHeldByPause } from '../guard/pause';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
 import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, type BulkStatus, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
 import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
@@ -417,6 +418,8 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
   if (job.status === 'cooling_off' && job.next_batch_at && job.next_batch_at.getTime() > Date.now() + 50) {
     return { kind: 'later', delayMs: job.next_batch_at.getTime() - Date.now() };
   }
+  // A paused account or box: the next batch waits until it is resumed (a batch already sending finishes).
+  if (await bulkHeldByPause(svc, jobId)) return { kind: 'later', delayMs: BULK_PAUSE_POLL_MS };
   // Bounces and complaints reported after the last batch (DSNs, feedback reports) count before this one starts.
   if (job.status !== 'sending') {
     const trip = breaker(job, await bulkOutcomes(svc.db, jobId));

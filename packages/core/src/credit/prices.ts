@@ -1,6 +1,6 @@
 /**
- * Prices, in integer micro-dollars (1 USD = 1,000,000): the one table of prices in the code. The README's
- * price list and /.well-known/agentic.json are printed from it.
+ * Prices, in integer micro-dollars (1 USD = 1,000,000): the one table of prices in the code. The price list
+ * of docs/guide/credit.md and /.well-known/agentic.json are printed from it.
  */
 import type { Config } from '@boxes/config';
 

@@ -5,7 +5,7 @@
  *
  * where prev_hash is the previous event's hash (64 zeros before the first event), JCS is RFC 8785 canonical
  * JSON, and body is the event exactly as the API shows it without its `_chain` member:
- * { id, seq, type, account_id, created_at, data }. README.md documents the same bytes for outside verifiers.
+ * { id, seq, type, account_id, created_at, data }. docs/guide/audit.md documents the same bytes for outside verifiers.
  */
 import canonicalize from 'canonicalize';
 import { sha256Hex } from '../shared/crypto';

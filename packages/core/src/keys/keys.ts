@@ -8,8 +8,9 @@ import type { Scope } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { constantTimeEqual, sha256Hex } from '../shared/crypto';
 import { inTransaction } from '../shared/context';
-import { AppError, notFound } from '../shared/errors';
+import { AppError, invalidField, notFound } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { capsOf, type SendCaps } from '../guard/caps';
 
 export const KEY_PREFIX = 'bxs_live_';
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
@@ -40,6 +41,8 @@ export interface KeyView {
   is_owner: boolean;
   created_at: string;
   last_used_at: string | null;
+  expires_at: string | null;
+  caps: SendCaps | null;
 }
 
 export async function presentKeys(db: DbClient, keys: ApiKey[]): Promise<KeyView[]> {
@@ -57,6 +60,8 @@ export async function presentKeys(db: DbClient, keys: ApiKey[]): Promise<KeyView
     is_owner: k.isOwner,
     created_at: k.createdAt.toISOString(),
     last_used_at: k.lastUsedAt?.toISOString() ?? null,
+    expires_at: k.expiresAt?.toISOString() ?? null,
+    caps: capsOf(k.sendCaps),
   }));
 }
 
@@ -69,6 +74,9 @@ export interface MintKeyInput {
   isOwner?: boolean;
   /** Key that asked for this one (for the event); null at signup. */
   actorKeyId?: string | null;
+  /** When it stops working; none: never. */
+  expiresAt?: Date | null;
+  sendCaps?: SendCaps | null;
 }
 
 export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: string }> {
@@ -84,6 +92,8 @@ export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: 
         scopes: input.scopes,
         allowedBoxIds: input.allowedBoxIds ?? [],
         isOwner: input.isOwner ?? false,
+        expiresAt: input.expiresAt ?? null,
+        ...(input.sendCaps ? { sendCaps: input.sendCaps } : {}),
       },
     });
     await appendEvent({
@@ -97,6 +107,7 @@ export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: 
         scopes: key.scopes as Scope[],
         allowed_box_ids: key.allowedBoxIds.length ? key.allowedBoxIds : null,
         by_key_id: input.actorKeyId ?? null,
+        ...(key.expiresAt ? { expires_at: key.expiresAt.toISOString() } : {}),
       },
     });
     return { key, raw };
@@ -168,6 +179,37 @@ export async function revokeKey(input: { db: Db; accountId: string; keyId: strin
     });
     return { id: key.id, revoked: true as const, revoked_at: revokedAt.toISOString() };
   });
+}
+
+/**
+ * The expiry of a key to mint: an ISO time with a zone, in the future; a minting key that expires itself cannot
+ * mint one that outlives it (400 key_outlives_parent). Null: it does not expire.
+ */
+export function checkKeyExpiry(expiresAt: string | undefined, minter: Pick<ApiKey, 'id' | 'expiresAt'>, now: Date): Date | null {
+  const at = expiresAt === undefined ? null : new Date(expiresAt);
+  if (expiresAt !== undefined) {
+    if (!at || Number.isNaN(at.getTime()) || !/(Z|[+-]\d{2}:\d{2})$/i.test(expiresAt) || !/^\d{4}-\d{2}-\d{2}T/.test(expiresAt)) {
+      throw invalidField('expires_at', 'must be an ISO 8601 time with a zone, such as 2026-12-31T00:00:00Z');
+    }
+    if (at.getTime() <= now.getTime()) throw invalidField('expires_at', `must be in the future (it is ${now.toISOString()} now)`);
+  }
+  if (minter.expiresAt && (!at || at.getTime() > minter.expiresAt.getTime())) {
+    throw new AppError(
+      'key_outlives_parent',
+      `This key expires at ${minter.expiresAt.toISOString()}; a key it mints must expire no later (give expires_at at or before that time).`,
+      { parent_expires_at: minter.expiresAt.toISOString(), parent_key_id: minter.id },
+    );
+  }
+  return at;
+}
+
+/** An expired key is refused with 401 key_expired (not the generic unauthorized: the caller learns why). */
+export function assertKeyLive(key: Pick<ApiKey, 'expiresAt'>, now: Date): void {
+  if (key.expiresAt && key.expiresAt.getTime() <= now.getTime()) {
+    throw new AppError('key_expired', `This API key expired at ${key.expiresAt.toISOString()}; use another key (an admin key mints new ones).`, {
+      expired_at: key.expiresAt.toISOString(),
+    });
+  }
 }
 
 /** Finds the active key for a raw bearer value, or null. */

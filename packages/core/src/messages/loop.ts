@@ -28,7 +28,7 @@ export async function checkSendLoop(svc: Services, accountId: string, singleReci
     return undefined; // Redis trouble must not block sending.
   }
   if (distinct <= LOOP_THRESHOLD) return undefined;
-  const message = `${distinct} single-recipient sends to different addresses in the last minute. Put such messages in one bulk job instead: POST /messages/send/bulk takes up to 5,000 messages and sends them in batches with a cool-off and a bounce breaker (see README "Bulk send").`;
+  const message = `${distinct} single-recipient sends to different addresses in the last minute. Put such messages in one bulk job instead: POST /messages/send/bulk takes up to 5,000 messages and sends them in batches with a cool-off and a bounce breaker (see the guide: /docs/guide/bulk).`;
   const first = await svc.redis.set(`${svc.config.redisPrefix}:loop-event:${accountId}`, '1', 'EX', 600, 'NX').catch(() => null);
   if (first === 'OK') {
     await appendEvent({

@@ -94,7 +94,7 @@ export async function markDelivered(
 /**
  * Many deliveries accepted by their MX, recorded together (group commit: the worker gathers the outcomes that
  * arrive while a record is being written). Three round trips in the caller's transaction whatever their number
- * (see README "Hot paths"): claim the deliveries, lock their accounts (in id order, so two such batches never
+ * (see docs/ARCHITECTURE.md, "Hot paths"): claim the deliveries, lock their accounts (in id order, so two such batches never
  * deadlock), then the store writer's one statement that settles the holds, writes the ledger entries, appends
  * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages
  * (an account whose charges have something to announce follows the general way, see store/write.ts).

@@ -97,7 +97,7 @@ export function checkMessage(config: Services['config'], input: MessageInput, de
   if (unique.size > MAX_RECIPIENTS) {
     throw invalid(
       'to',
-      `at most ${MAX_RECIPIENTS} recipients per message (got ${unique.size}). For more, send one message per recipient in a bulk job: POST /messages/send/bulk (up to 5,000 messages a job, sent in batches; see README "Bulk send")`,
+      `at most ${MAX_RECIPIENTS} recipients per message (got ${unique.size}). For more, send one message per recipient in a bulk job: POST /messages/send/bulk (up to 5,000 messages a job, sent in batches; see the guide: /docs/guide/bulk)`,
       { bulk: { method: 'POST', url: `${config.apiBaseUrl}/messages/send/bulk`, max_messages: 5000 } },
     );
   }

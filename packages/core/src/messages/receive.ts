@@ -209,7 +209,7 @@ const inboundOf = (svc: Services) =>
   groupCommitOf<Prepared, StoredInbound>(svc, 'inbound_messages', (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX));
 
 /**
- * Many groupable messages in one transaction (README "Hot paths"): the accounts locked once, in id order (two
+ * Many groupable messages in one transaction (docs/ARCHITECTURE.md, "Hot paths"): the accounts locked once, in id order (two
  * batches never deadlock); the messages, their charges and their mail.received events written by the store
  * writer in one statement (it takes an account whose charges have something to announce the general way). A
  * message that answers another first writes what is pending, since its parents may be among it.

@@ -12,6 +12,7 @@ import { AppError, notFound } from '../shared/errors';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 import { DELIVERY_STATUSES, MESSAGE_STATUSES } from '@boxes/schemas';
 import { statusLit } from '../shared/statuses';
+import { heldByPause } from '../guard/pause';
 import { rows as run, sql, tbl } from '@boxes/db';
 
 /** How far ahead a send may be scheduled. */
@@ -39,9 +40,15 @@ export function scheduledTime(sendAt: string | undefined, now: Date): Date | nul
 export async function releaseScheduled(svc: Pick<Services, 'db'>, messageId: string): Promise<boolean> {
   return svc.db.$transaction(
     async (tx) => {
-      const m = await tx.message.findUnique({ where: { id: messageId }, select: { accountId: true, status: true } });
+      const m = await tx.message.findUnique({ where: { id: messageId }, select: { accountId: true, boxId: true, status: true } });
       if (!m || m.status !== ('scheduled' satisfies MessageStatus)) return false;
       await lockAccountCredit(tx, m.accountId);
+      // Due while its account or box is paused: it stays scheduled and goes when they are resumed (guard/pause.ts).
+      const [account, box] = await Promise.all([
+        tx.account.findUnique({ where: { id: m.accountId }, select: { pausedAt: true } }),
+        m.boxId ? tx.box.findUnique({ where: { id: m.boxId }, select: { pausedAt: true } }) : null,
+      ]);
+      if (heldByPause({ account_paused_at: account?.pausedAt ?? null, box_paused_at: box?.pausedAt ?? null })) return false;
       const [m$, d$] = [tbl('messages'), tbl('deliveries')];
       const scheduled = statusLit(MESSAGE_STATUSES, 'scheduled');
       const returned = [

@@ -25,6 +25,7 @@ import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
 import { describeStored, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import { guardSend } from '../guard/pause';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -80,6 +81,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   }
   // A scheduled send (send_at) is stored and reserved now; its deliveries wait (messages/schedule.ts).
   const sendAt = scheduledTime(input.send_at, date);
+  // Pauses (403) then caps (429): the guard (guard/pause.ts) counts the message and its recipients.
+  const taken = await guardSend(svc, { accountId, key: caller.key, sends: [{ boxId: box.id, messages: 1, recipients }] });
   const warning = await checkSendLoop(svc, accountId, recipients.length === 1 ? recipients[0]! : null);
 
   const plan: SendPlan = {
@@ -105,6 +108,8 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     deliveryIds = result.deliveryIds;
     await enqueueAttachmentText(svc, result.attachmentIds);
   } catch (err) {
+    // Refused after all (402, a raced idempotency_key): what the caps counted goes back.
+    await taken.refund().catch(() => undefined);
     // Two sends with the same idempotency_key at once: the loser replays (or is rejected) like a later repeat.
     if (idemKey && isUniqueViolation(err)) {
       const prior = await svc.db.message.findUnique({ where: { accountId_idempotencyKey: { accountId, idempotencyKey: idemKey } } });
@@ -278,7 +283,7 @@ async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccou
 const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
 
 /**
- * This process's sends by group commit (README "Hot paths"): the sends that arrive while one batch is being
+ * This process's sends by group commit (docs/ARCHITECTURE.md, "Hot paths"): the sends that arrive while one batch is being
  * written share the next transaction: their accounts locked once, in id order (two batches never deadlock),
  * each staged in arrival order on its account's running state, all written in one statement. A send the
  * credit refuses (402) gets its own error and the others go on; a batch that fails as a whole (an

@@ -15,6 +15,10 @@ export const ERROR_CODES = {
   label_conflict: { status: 400, trpc: 'BAD_REQUEST' },
   too_many_labels: { status: 400, trpc: 'BAD_REQUEST' },
   unauthorized: { status: 401, trpc: 'UNAUTHORIZED' },
+  /** The API key's expires_at has passed. */
+  key_expired: { status: 401, trpc: 'UNAUTHORIZED' },
+  /** A key with expires_at cannot mint a key that expires later (or never). */
+  key_outlives_parent: { status: 400, trpc: 'BAD_REQUEST' },
   payment_required: { status: 402, trpc: 'PAYMENT_REQUIRED' },
   card_declined: { status: 402, trpc: 'PAYMENT_REQUIRED' },
   wallet_not_enrolled: { status: 402, trpc: 'PAYMENT_REQUIRED' },
@@ -29,6 +33,12 @@ export const ERROR_CODES = {
   domain_not_verified: { status: 403, trpc: 'FORBIDDEN' },
   dns_record_reserved: { status: 403, trpc: 'FORBIDDEN' },
   recipient_blocked: { status: 403, trpc: 'FORBIDDEN' },
+  /** The account is paused (by its owner or an admin key): no send is accepted until it is resumed. */
+  account_paused: { status: 403, trpc: 'FORBIDDEN' },
+  /** The sending box is paused. */
+  box_paused: { status: 403, trpc: 'FORBIDDEN' },
+  /** The pause was set by the owner on the owner pages: only the owner lifts it. */
+  paused_by_owner: { status: 403, trpc: 'FORBIDDEN' },
   not_found: { status: 404, trpc: 'NOT_FOUND' },
   method_not_allowed: { status: 405, trpc: 'METHOD_NOT_SUPPORTED' },
   conflict: { status: 409, trpc: 'CONFLICT' },
@@ -58,6 +68,8 @@ export const ERROR_CODES = {
   payload_too_large: { status: 413, trpc: 'PAYLOAD_TOO_LARGE' },
   unsupported_media_type: { status: 415, trpc: 'UNSUPPORTED_MEDIA_TYPE' },
   rate_limited: { status: 429, trpc: 'TOO_MANY_REQUESTS' },
+  /** A send cap of the box or the key is used up for its window (details.cap names it, retry_after_seconds). */
+  cap_exceeded: { status: 429, trpc: 'TOO_MANY_REQUESTS' },
   headers_too_large: { status: 431, trpc: 'BAD_REQUEST' },
   internal: { status: 500, trpc: 'INTERNAL_SERVER_ERROR' },
   not_implemented: { status: 501, trpc: 'NOT_IMPLEMENTED' },

@@ -132,7 +132,7 @@ const DRAIN_BATCH = 100;
 const FLUSH_EVERY = 20;
 
 /**
- * What a drain needs of an account, in one query (the push hot path, README "Hot paths"): its push state and
+ * What a drain needs of an account, in one query (the push hot path, docs/ARCHITECTURE.md, "Hot paths"): its push state and
  * chain head, the sealed webhook secrets, and the first `limit` events after the channel's cursor.
  */
 export async function readPushDue(svc: Services, accountId: string, channel: 'webhook' | 'mqtt', limit: number) {

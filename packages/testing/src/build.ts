@@ -1,0 +1,16 @@
+/**
+ * `pnpm build` for the tests that run the compiled bundle (production build, backup and restore, the image).
+ * Test files run in parallel, and two builds writing the same apps/server/dist at once could leave a bundle
+ * half one and half the other: builds take an exclusive lock (flock(1), util-linux) on a file beside the
+ * repository's node_modules, so they run one after the other; the later ones are quick (turbo's cache).
+ */
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+
+export async function buildBundle(timeoutMs = 240_000): Promise<void> {
+  await promisify(execFile)('flock', [path.join(root, 'node_modules', '.boxes-build.lock'), 'pnpm', 'build'], { cwd: root, timeout: timeoutMs });
+}
