@@ -97,7 +97,10 @@ export const draftsRouter = router({
   send: keyProcedure
     .meta({
       errors: [
+        'account_paused',
+        'box_paused',
         'box_restricted_key',
+        'cap_exceeded',
         'domain_not_verified',
         'from_domain_mismatch',
         'idempotency_key_reused',
