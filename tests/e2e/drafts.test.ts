@@ -192,6 +192,18 @@ describe('sending', () => {
     expect((await post(`/messages/${sl.body.message_id}/cancel`)).body.status).toBe('cancelled');
   });
 
+  it('a paused box sends no draft, which stays a draft until the box resumes', async () => {
+    const box = await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: `paused-${tag()}` } });
+    const d = await post('/drafts', { from: box.body.address, to: 'pause@remote.invalid', text: 'held' });
+    expect((await post(`/boxes/${box.body.id}/pause`)).status).toBe(200);
+    const refused = await post(`/drafts/${d.body.id}/send`);
+    expect(refused.body.error?.code, JSON.stringify(refused.body)).toBe('box_paused');
+    expect((await get(`/drafts/${d.body.id}`)).status).toBe(200);
+    expect(await t.db.message.count({ where: { draftId: d.body.id } })).toBe(0);
+    expect((await post(`/boxes/${box.body.id}/resume`)).status).toBe(200);
+    expect((await post(`/drafts/${d.body.id}/send`)).body).toMatchObject({ draft_id: d.body.id, status: 'queued' });
+  });
+
   it('a draft in reply to a message takes its recipients, subject and thread', async () => {
     const original = await post('/messages/send', { to: 'Carol <carol@remote.invalid>', subject: 'Question', text: 'q?' });
     const d = await post('/drafts', { in_reply_to: original.body.message_id, text: 'an answer' });
