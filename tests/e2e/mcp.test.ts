@@ -101,6 +101,19 @@ const keyedProcedures = Object.entries((appRouter as unknown as { _def: { proced
   }));
 
 describe('tools and scopes', () => {
+  it('drafts: drafts_create, drafts_update, drafts_send (once), drafts_get after the send is refused', async () => {
+    const key = await mintKey(t, owner.apiKey, ['send']);
+    const client = await connect(key.api_key);
+    const d = await call(client, 'drafts_create', { subject: 'via mcp draft' });
+    expect(d).toMatchObject({ to: [], ready: false });
+    expect((await refused(client, 'drafts_send', { id: d.id })).code).toBe('validation_error');
+    expect(await call(client, 'drafts_update', { id: d.id, to: 'dan@example.net', text: 'written over MCP' })).toMatchObject({ ready: true });
+    const sent = await call(client, 'drafts_send', { id: d.id });
+    expect(sent).toMatchObject({ draft_id: d.id, recipients: ['dan@example.net'] });
+    expect(await call(client, 'drafts_send', { id: d.id })).toMatchObject({ message_id: sent.message_id, idempotent_replay: true });
+    expect((await refused(client, 'drafts_get', { id: d.id })).code).toBe('not_found');
+  });
+
   it('a send+receive key lists the tools it may use, sends with messages_send and reads the send back from events_list', async () => {
     const key = await mintKey(t, owner.apiKey, ['send', 'receive']);
     const client = await connect(key.api_key);

@@ -258,7 +258,12 @@ describe('GET /openapi.json and /openapi.yaml', () => {
       const json = path.join(dir, 'openapi.json');
       const yaml = path.join(dir, 'openapi.yaml');
       fs.writeFileSync(json, jsonText);
-      fs.writeFileSync(yaml, await (await fetch(`${t.url}/openapi.yaml`)).text());
+      // The checks before this one parse the document in this process, which also runs the server: a keep-alive
+      // socket can be closed by the server just as it is reused (ECONNRESET). A new connection is made then.
+      const yamlText = await fetch(`${t.url}/openapi.yaml`)
+        .catch(() => fetch(`${t.url}/openapi.yaml`))
+        .then((r) => r.text());
+      fs.writeFileSync(yaml, yamlText);
       const cli = path.join(path.dirname(createRequire(import.meta.url).resolve('@redocly/cli/package.json')), 'bin', 'cli.js');
       const config = path.resolve(import.meta.dirname, '../../redocly.yaml');
       for (const file of [json, yaml]) {

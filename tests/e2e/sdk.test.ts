@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BoxesError, confirmSignup, createBoxesClient, signup, type BoxesClient } from '@boxes/sdk';
+import { BoxesError, confirmSignup, createBoxesClient, signup, type BoxesClient, type Draft, type SentDraft } from '@boxes/sdk';
 import { startTestServer, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
@@ -206,6 +206,23 @@ describe('SDK', () => {
     expect((bad.details.fields as { path: string }[]).map((f) => f.path)).toEqual(['agent_callback_webhook']);
     expect(await owner.account.setCallbackWebhook.mutate({ agent_callback_webhook: null })).toEqual({ agent_callback_webhook: null });
     expect(await owner.account.getCallbackWebhook.query()).toEqual({ agent_callback_webhook: null });
+  });
+});
+
+describe('SDK drafts', () => {
+  it('create, update, list, send (once), and the errors of an incomplete one', async () => {
+    const { client } = await newAccount();
+    const draft: Draft = await client.drafts.create.mutate({ subject: 'from the SDK' });
+    expect(draft).toMatchObject({ to: [], ready: false, subject: 'from the SDK' });
+    await boxesError(client.drafts.send.mutate({ id: draft.id }), 'validation_error', 400);
+    const ready = await client.drafts.update.mutate({ id: draft.id, to: 'sdk@remote.invalid', text: 'hello' });
+    expect(ready).toMatchObject({ to: ['sdk@remote.invalid'], text: 'hello', ready: true });
+    expect((await client.drafts.list.query({})).drafts.map((d) => d.id)).toEqual([draft.id]);
+    const sent: SentDraft = await client.drafts.send.mutate({ id: draft.id });
+    expect(sent).toMatchObject({ draft_id: draft.id, status: 'queued', recipients: ['sdk@remote.invalid'] });
+    expect(await client.drafts.send.mutate({ id: draft.id })).toMatchObject({ message_id: sent.message_id, idempotent_replay: true });
+    expect((await client.messages.get.query({ id: sent.message_id })).draft_id).toBe(draft.id);
+    await boxesError(client.drafts.get.query({ id: draft.id }), 'not_found', 404);
   });
 });
 

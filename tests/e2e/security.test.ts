@@ -107,6 +107,20 @@ const ROUTES: RouteCase[] = [
   { proc: 'bulk.list', method: 'GET', path: '/messages/send/bulk', scope: 'send', restricted: 'filtered' },
   { proc: 'bulk.get', method: 'GET', path: '/messages/send/bulk/{bulk}', scope: 'send', restricted: 'own_box' },
   { proc: 'bulk.cancel', method: 'POST', path: '/messages/send/bulk/{bulk}/cancel', scope: 'send', restricted: 'own_box' },
+  {
+    proc: 'drafts.create',
+    method: 'POST',
+    path: '/drafts',
+    scope: 'send',
+    restricted: 'sender',
+    body: { to: 'probe@remote.invalid', subject: 'security probe', text: 'probe' },
+  },
+  { proc: 'drafts.list', method: 'GET', path: '/drafts', scope: 'send', restricted: 'filtered' },
+  { proc: 'drafts.get', method: 'GET', path: '/drafts/{draft}', scope: 'send', restricted: 'own_box' },
+  { proc: 'drafts.update', method: 'PUT', path: '/drafts/{draft}', scope: 'send', restricted: 'own_box', body: { subject: 'security probe' } },
+  { proc: 'drafts.delete', method: 'DELETE', path: '/drafts/{draft}', scope: 'send', restricted: 'own_box' },
+  // The fixture's drafts are complete: sending one is 200 (and a second call answers the same message).
+  { proc: 'drafts.send', method: 'POST', path: '/drafts/{draft}/send', scope: 'send', restricted: 'own_box' },
   { proc: 'messages.list', method: 'GET', path: '/messages', scope: 'receive', restricted: 'filtered' },
   // Every fixture message goes to an address at remote.invalid: the word the search looks for.
   { proc: 'messages.search', method: 'GET', path: '/messages/search?q=remote.invalid', scope: 'receive', restricted: 'filtered' },
@@ -346,8 +360,10 @@ type Ids = {
   entry?: string;
   bulk?: string;
   endpoint?: string;
+  draft?: string;
 };
 const MISSING_THREAD = 'thr_00000000000000000000';
+const MISSING_DRAFT = 'drf_00000000000000000000';
 const MISSING_ATTACHMENT = 'att_00000000000000000000';
 /** The attachment every fixture send carries (a message with a file, for the attachment routes). */
 const PROBE_FILE = [{ filename: 'probe.txt', content_type: 'text/plain', content_b64: Buffer.from('security probe').toString('base64') }];
@@ -384,6 +400,8 @@ interface Fixture {
   bulkId: string;
   /** A webhook endpoint for the spare box's events (disabled: nothing is pushed). */
   endpointId: string;
+  /** A draft of the spare box. */
+  draftId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -421,6 +439,7 @@ async function fixture(): Promise<Fixture> {
     key: account.apiKey,
     body: { url: 'https://agent.example.com/fixture', box_ids: [spare.body.id], enabled: false },
   });
+  const draft = await rest(t, 'POST', '/drafts', { key: account.apiKey, body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' } });
   if (
     question.status !== 200 ||
     feature.status !== 200 ||
@@ -429,10 +448,11 @@ async function fixture(): Promise<Fixture> {
     forward.status !== 200 ||
     entry.status !== 200 ||
     bulk.status !== 200 ||
-    endpoint.status !== 200
+    endpoint.status !== 200 ||
+    draft.status !== 200
   ) {
     throw new Error(
-      `fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body, endpoint.body])}`,
+      `fixture failed: ${JSON.stringify([question.body, feature.body, appPassword.body, sendingIp.body, forward.body, entry.body, bulk.body, endpoint.body, draft.body])}`,
     );
   }
   return {
@@ -451,6 +471,7 @@ async function fixture(): Promise<Fixture> {
     entryId: entry.body.id,
     bulkId: bulk.body.id,
     endpointId: endpoint.body.id,
+    draftId: draft.body.id,
   };
 }
 
@@ -473,6 +494,7 @@ function fill(path: string, ids: Ids): string {
       .replace('{entry}', ids.entry ?? 'tle_00000000000000000000')
       .replace('{bulk}', ids.bulk ?? MISSING_BULK)
       .replace('{endpoint}', ids.endpoint ?? 'whe_00000000000000000000')
+      .replace('{draft}', ids.draft ?? MISSING_DRAFT)
   );
 }
 
@@ -489,6 +511,7 @@ const targets = (f: Fixture): Ids => ({
   entry: f.entryId,
   bulk: f.bulkId,
   endpoint: f.endpointId,
+  draft: f.draftId,
 });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
@@ -585,7 +608,7 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|endpoint)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|endpoint|draft)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
     expect(withIds.map((r) => r.proc).sort()).toEqual([
@@ -595,6 +618,10 @@ describe("(c) another account's resource: 404, never 403", () => {
       'boxes.setSignature',
       'bulk.cancel',
       'bulk.get',
+      'drafts.delete',
+      'drafts.get',
+      'drafts.send',
+      'drafts.update',
       'forwards.create',
       'forwards.delete',
       'forwards.list',
@@ -645,7 +672,15 @@ describe("(c) another account's resource: 404, never 403", () => {
       ["A's spare box / key", targets(A)],
       [
         "A's primary box / owner key",
-        { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId, endpoint: A.endpointId },
+        {
+          box: A.primaryBoxId,
+          key: A.account.keyId,
+          message: A.spareMessageId,
+          thread: A.spareThreadId,
+          bulk: A.bulkId,
+          endpoint: A.endpointId,
+          draft: A.draftId,
+        },
       ],
     ] as const) {
       const r = await call(route, { key: B.account.apiKey, ids });
@@ -708,6 +743,8 @@ describe('(d) a box-restricted key', () => {
       body: { url: 'https://agent.example.com/own', box_ids: [box.body.id], enabled: false },
     });
     expect(endpoint.status).toBe(200);
+    const draft = await rest(t, 'POST', '/drafts', { key: A.account.apiKey, body: { from: box.body.address, to: 'own@remote.invalid', text: 'own' } });
+    expect(draft.status).toBe(200);
     return {
       boxId: box.body.id as string,
       address: box.body.address as string,
@@ -720,6 +757,7 @@ describe('(d) a box-restricted key', () => {
       entryId: entry.body.id as string,
       bulkId: bulk.body.id as string,
       endpointId: endpoint.body.id as string,
+      draftId: draft.body.id as string,
     };
   }
 
@@ -744,6 +782,7 @@ describe('(d) a box-restricted key', () => {
               entry: A.entryId,
               bulk: A.bulkId,
               endpoint: A.endpointId,
+              draft: A.draftId,
             },
           });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
@@ -760,6 +799,7 @@ describe('(d) a box-restricted key', () => {
             entry: own.entryId,
             bulk: own.bulkId,
             endpoint: own.endpointId,
+            draft: own.draftId,
           },
         });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);

@@ -45,6 +45,12 @@ const SKILLS: { name: string; description: string; operations: string[]; skill?:
     operations: ['GET /threads', 'GET /threads/{id}', 'POST /messages/{id}/reply'],
   },
   {
+    name: 'drafts',
+    description:
+      'Drafts: save a message incomplete, change it field by field, send it later through the send rules (once, however often asked); the same drafts in the Drafts folder of mail clients',
+    operations: ['POST /drafts', 'GET /drafts', 'PUT /drafts/{id}', 'POST /drafts/{id}/send'],
+  },
+  {
     name: 'triage',
     description: 'Labels on messages and threads, the same as IMAP flags and keywords (unread, flagged, spam, your own), filters and counts',
     operations: ['POST /messages/{id}/labels', 'POST /threads/{id}/labels', 'GET /labels'],

@@ -22,6 +22,7 @@ import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
 import { webhookEndpointsRouter } from './routers/webhook-endpoints';
+import { draftsRouter } from './routers/drafts';
 import { guardRouter } from './routers/guard';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
@@ -38,6 +39,7 @@ export const appRouter = router({
   boxes: boxesRouter,
   events: eventsRouter,
   messages: messagesRouter,
+  drafts: draftsRouter,
   bulk: bulkRouter,
   suppression: suppressionRouter,
   credit: creditRouter,

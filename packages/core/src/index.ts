@@ -89,5 +89,6 @@ export * from './bulk/view';
 export * from './bulk/cancel';
 export * from './search/vector';
 export * from './search/query';
+export * from './drafts/drafts';
 export * from './guard/caps';
 export * from './guard/pause';

@@ -42,5 +42,5 @@ export type {
   BulkJob,
   BulkJobItem,
 } from './generated/client';
-export type { SendingIp, BoxForward, ForwardRun } from './generated/client';
+export type { SendingIp, BoxForward, ForwardRun, Draft } from './generated/client';
 export type { TrustListEntry } from './generated/client';

@@ -15,6 +15,8 @@ export interface OutgoingMail {
   from: { name?: string | undefined; address: string };
   to: string[];
   cc: string[];
+  /** Only for a message that is not sent (a draft as mail clients see it): written as a Bcc header. */
+  bcc?: string[] | undefined;
   replyTo: string[];
   subject: string;
   text?: string | undefined;
@@ -36,12 +38,16 @@ export interface OutgoingMail {
  */
 export const toCrlf = (s: string): string => s.replace(/\r\n|\r|\n/g, '\r\n');
 
-/** The RFC 5322 message, without Bcc (bcc recipients only appear in the SMTP envelope). */
+/**
+ * The RFC 5322 message, without Bcc (bcc recipients only appear in the SMTP envelope) unless bcc is given (a
+ * draft's rendering).
+ */
 export async function composeMessage(m: OutgoingMail): Promise<Buffer> {
   const composer = new MailComposer({
     from: m.from.name ? { name: m.from.name, address: m.from.address } : m.from.address,
-    to: m.to,
+    to: m.to.length ? m.to : undefined,
     cc: m.cc.length ? m.cc : undefined,
+    bcc: m.bcc?.length ? m.bcc : undefined,
     replyTo: m.replyTo.length ? m.replyTo : undefined,
     subject: m.subject,
     text: m.text === undefined ? undefined : toCrlf(m.text),
@@ -62,7 +68,9 @@ export async function composeMessage(m: OutgoingMail): Promise<Buffer> {
     disableFileAccess: true,
     disableUrlAccess: true,
   });
-  return composer.compile().build();
+  const node = composer.compile();
+  if (m.bcc?.length) node.keepBcc = true;
+  return node.build();
 }
 
 export interface DkimKey {

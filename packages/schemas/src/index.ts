@@ -24,4 +24,5 @@ export * from './threads';
 export * from './sending-ips';
 export * from './forwards';
 export * from './trust';
+export * from './drafts';
 export * from './guard';

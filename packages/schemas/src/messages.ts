@@ -138,6 +138,7 @@ export const MessageSummary = z
       .string()
       .meta({ description: 'sent: scheduled, cancelled, queued, delivered, partially_delivered, failed, bounced, suppressed; received: received' }),
     send_at: Timestamp.nullable().meta({ description: 'A scheduled send: when it goes (or went); null otherwise' }),
+    draft_id: z.string().nullable().meta({ description: 'The draft it was sent from (POST /drafts/{id}/send); null otherwise' }),
     box_id: z.string().nullable(),
     from: z.string().nullable(),
     to: z.array(z.string()),

@@ -246,3 +246,8 @@ export async function downloadAttachment(
 export type WebhookEndpoint = BoxesOutputs['webhookEndpoints']['get'];
 export type WebhookEndpointCreated = BoxesOutputs['webhookEndpoints']['create'];
 export type WebhookEndpointDelivery = BoxesOutputs['webhookEndpoints']['redeliver'];
+
+/** A draft (client.drafts.create / get / update / list; client.drafts.send sends it through the send rules). */
+export type Draft = BoxesOutputs['drafts']['get'];
+/** What sending a draft answers: a send's answer with draft_id (idempotent_replay: true when it was sent before). */
+export type SentDraft = BoxesOutputs['drafts']['send'];

@@ -107,7 +107,54 @@ export async function loadFolderEntries(svc: Services, folderId: string): Promis
     }
     rows = await readEntries(svc, folderId);
   }
-  return rows.map(toEntry);
+  const drafts = await draftEntries(svc.db, folderId);
+  const entries = rows.map(toEntry);
+  return drafts.length ? [...entries, ...drafts].sort((a, b) => a.uid - b.uid) : entries;
+}
+
+/**
+ * The drafts of a Drafts folder as entries (drafts/drafts.ts): each under the UID its last save gave it, keyed
+ * by draft id and UID (a changed draft is another message to a client's cache).
+ */
+async function draftEntries(db: Services['db'], folderId: string): Promise<FolderEntry[]> {
+  const found = await rows(
+    db,
+    k
+      .selectFrom('drafts')
+      .select(['id', 'uid', 'flags', 'imap_deleted', 'modseq', 'size_bytes', 'updated_at'])
+      .where('folder_id', '=', folderId)
+      .orderBy('uid'),
+  );
+  return found.map((d) => ({
+    uid: d.uid,
+    messageId: draftKey(d.id, d.uid),
+    flags: d.flags,
+    keywords: [],
+    deleted: d.imap_deleted,
+    modseq: BigInt(d.modseq),
+    size: d.size_bytes,
+    internalDate: d.updated_at,
+  }));
+}
+
+/** A draft's entry key (FolderEntry.messageId): its id and the UID of its current save. */
+const draftKey = (id: string, uid: number) => `${id}.${uid}`;
+const DRAFT_KEY = /^(drf_[0-9a-z]{20})\.(\d+)$/;
+
+/** The rendered drafts of these entry keys; null for a draft gone or saved again since (another UID). */
+async function loadDraftRaws(svc: Services, keys: string[]): Promise<Map<string, Buffer | null>> {
+  const out = new Map<string, Buffer | null>();
+  const ids = keys.flatMap((key) => {
+    const m = DRAFT_KEY.exec(key);
+    return m ? [m[1]!] : [];
+  });
+  const found = ids.length ? await rows(svc.db, k.selectFrom('drafts').select(['id', 'uid', 'raw_enc']).where('id', '=', anyText(ids))) : [];
+  const byKey = new Map(found.map((d) => [draftKey(d.id, d.uid), d.raw_enc]));
+  for (const key of keys) {
+    const raw = byKey.get(key);
+    out.set(key, raw ? open(svc.secretKey, raw) : null);
+  }
+  return out;
 }
 
 /**
@@ -125,8 +172,11 @@ const MESSAGE_ID = /^msg_[0-9a-z]{1,40}$/;
  * The stored RFC 5322 bytes of messages (decrypted); null for a message whose body was reclaimed. Typed SQL on
  * the path of every message a mail client downloads; through `copy` when given (see RawCopy).
  */
-export async function loadRawMessages(svc: Services, messageIds: string[], copy?: RawCopy): Promise<Map<string, Buffer | null>> {
-  const out = new Map<string, Buffer | null>();
+export async function loadRawMessages(svc: Services, ids: string[], copy?: RawCopy): Promise<Map<string, Buffer | null>> {
+  // Drafts (in a Drafts folder) beside the messages.
+  const drafts = ids.filter((id) => id.startsWith('drf_'));
+  const out = drafts.length ? await loadDraftRaws(svc, drafts) : new Map<string, Buffer | null>();
+  const messageIds = drafts.length ? ids.filter((id) => !id.startsWith('drf_')) : ids;
   if (!messageIds.length) return out;
   const raws = k.selectFrom('messages').select(['id', 'raw_enc']);
   if (copy && messageIds.every((id) => MESSAGE_ID.test(id))) {
@@ -241,16 +291,53 @@ export async function storeFlags(
         const diff = diffLabels(labelsOf(r.flags, r.keywords, m.direction), labelsOf(flags, keywords, m.direction));
         if (diff.added.length || diff.removed.length) labelChanges.push({ ...diff, messageId: r.messageId, threadId: m.thread_id, boxId: m.box_id });
       }
+      // Drafts of a Drafts folder: their flags and \Deleted are the draft row's.
+      const drafts = await rows(
+        tx,
+        k
+          .selectFrom('drafts')
+          .select(['id', 'uid', 'flags', 'imap_deleted', 'modseq', 'size_bytes', 'updated_at'])
+          .where('folder_id', '=', input.folderId)
+          .where('uid', '=', anyInt(input.uids))
+          .orderBy('uid')
+          .forUpdate(),
+      );
+      const draftsChanged: (FolderEntry & { id: string })[] = [];
+      for (const d of drafts) {
+        if (change.unchangedSince !== undefined && BigInt(d.modseq) > change.unchangedSince) {
+          modified.push(d.uid);
+          continue;
+        }
+        const flags = apply(change.mode, d.flags, change.bits);
+        const deleted =
+          change.mode === 'add' ? d.imap_deleted || change.deleted : change.mode === 'remove' ? d.imap_deleted && !change.deleted : change.deleted;
+        if (flags === d.flags && deleted === d.imap_deleted) continue;
+        draftsChanged.push({
+          id: d.id,
+          uid: d.uid,
+          messageId: draftKey(d.id, d.uid),
+          flags,
+          keywords: [],
+          deleted,
+          modseq: BigInt(d.modseq),
+          size: d.size_bytes,
+          internalDate: d.updated_at,
+        });
+      }
       const [head] = await rows(
         tx,
         k
           .updateTable('mail_folders')
-          .set((eb) => ({ highest_modseq: eb('highest_modseq', '+', changed.length ? 1n : 0n) }))
+          .set((eb) => ({ highest_modseq: eb('highest_modseq', '+', changed.length || draftsChanged.length ? 1n : 0n) }))
           .where('id', '=', input.folderId)
           .returning('highest_modseq'),
       );
       const modseq = BigInt(head!.highest_modseq);
-      if (!changed.length) return { changed, modified, highestModseq: modseq };
+      for (const d of draftsChanged) {
+        await exec(tx, k.updateTable('drafts').set({ flags: d.flags, imap_deleted: d.deleted, modseq }).where('id', '=', d.id));
+      }
+      const draftEntriesChanged = draftsChanged.map(({ id: _id, ...e }) => ({ ...e, modseq }));
+      if (!changed.length) return { changed: draftEntriesChanged, modified, highestModseq: modseq };
       const payload = JSON.stringify(changed.map((c) => ({ uid: c.uid, message_id: c.messageId, flags: c.flags, keywords: c.keywords, deleted: c.deleted })));
       const [e, fe] = [tbl('mail_folder_entries', 'e'), tbl('mail_folder_entries')];
       await exec(
@@ -284,7 +371,7 @@ export async function storeFlags(
         WHERE ${e.folder_id} = t.id AND ${e.message_id} = ${anyText(changed.map((c) => c.messageId))}`,
       );
       if (input.actor) await appendLabelEvents(tx, input.accountId, labelChanges, input.actor);
-      return { changed: changed.map((c) => ({ ...c, modseq })), modified, highestModseq: modseq };
+      return { changed: [...changed.map((c) => ({ ...c, modseq })), ...draftEntriesChanged].sort((a, b) => a.uid - b.uid), modified, highestModseq: modseq };
     },
     { maxWait: 10_000, timeout: 20_000 },
   );
@@ -331,6 +418,15 @@ export async function copyEntries(
         source.filter((s) => !known.has(s.message_id)).map((s) => s.message_id),
       );
       for (const a of added) known.set(a.messageId, a.uid);
+      // A draft moved out of its Drafts folder stops being a draft (a copy of one is not made: a draft is no
+      // stored message); what clients move out of Drafts is what they delete.
+      if (input.move) {
+        const moved = await rows(
+          tx,
+          k.deleteFrom('drafts').where('folder_id', '=', input.fromFolderId).where('uid', '=', anyInt(input.uids)).returning(['uid']),
+        );
+        if (moved.length && !source.length) await exec(tx, bumpModseq(input.fromFolderId));
+      }
       if (input.move && source.length) {
         await exec(
           tx,
@@ -367,7 +463,13 @@ export async function expungeEntries(
         .where('folder_id', '=', input.folderId)
         .where((eb) => eb.ref('deleted'));
       const gone = await rows(tx, (input.uids ? marked.where('uid', '=', anyInt(input.uids)) : marked).returning(['uid', 'message_id']));
-      if (gone.length) await exec(tx, bumpModseq(input.folderId));
+      // Drafts marked \Deleted in a Drafts folder are deleted (as DELETE /drafts/{id} deletes them).
+      const markedDrafts = k
+        .deleteFrom('drafts')
+        .where('folder_id', '=', input.folderId)
+        .where((eb) => eb.ref('imap_deleted'));
+      const goneDrafts = await rows(tx, (input.uids ? markedDrafts.where('uid', '=', anyInt(input.uids)) : markedDrafts).returning(['uid']));
+      if (gone.length || goneDrafts.length) await exec(tx, bumpModseq(input.folderId));
       const orphans = gone.length
         ? await rows(
             tx,
@@ -379,7 +481,7 @@ export async function expungeEntries(
               .where((eb) => eb.not(eb.exists(eb.selectFrom('mail_folder_entries as e').select(sql.lit(1).as('one')).whereRef('e.message_id', '=', 'm.id')))),
           )
         : [];
-      return { uids: gone.map((r) => r.uid).sort((a, b) => a - b), orphans: orphans.map((o) => o.id) };
+      return { uids: [...gone, ...goneDrafts].map((r) => r.uid).sort((a, b) => a - b), orphans: orphans.map((o) => o.id) };
     },
     { maxWait: 10_000, timeout: 20_000 },
   );

@@ -82,15 +82,18 @@ export interface FolderStatus {
 /** Counts for STATUS and the folder head, in one round trip. */
 export async function folderStatus(db: DbClient, folderIds: string[]): Promise<Map<string, FolderStatus>> {
   if (!folderIds.length) return new Map();
-  const [f, e, mf, m] = [tbl('mail_folders', 'f'), tbl('mail_folder_entries', 'e'), tbl('message_flags', 'mf'), tbl('messages', 'm')];
+  const [f, e, mf, m, d] = [tbl('mail_folders', 'f'), tbl('mail_folder_entries', 'e'), tbl('message_flags', 'mf'), tbl('messages', 'm'), tbl('drafts', 'd')];
+  // A Drafts folder also holds the box's drafts (drafts/drafts.ts), counted beside its messages.
   const rows = await run(
     db,
     sql<{ id: string; uid_validity: number; uid_next: number; highest_modseq: bigint; messages: bigint; unseen: bigint; size: bigint | null }>`
     SELECT ${f.id}, ${f.uid_validity}, ${f.uid_next}, ${f.highest_modseq},
-      (SELECT count(*) FROM ${e.$} WHERE ${e.folder_id} = ${f.id}) AS messages,
+      (SELECT count(*) FROM ${e.$} WHERE ${e.folder_id} = ${f.id}) + (SELECT count(*) FROM ${d.$} WHERE ${d.folder_id} = ${f.id}) AS messages,
       (SELECT count(*) FROM ${e.$} LEFT JOIN ${mf.$} ON ${mf.message_id} = ${e.message_id}
-        WHERE ${e.folder_id} = ${f.id} AND COALESCE(${mf.flags}, 0) & 1 = 0) AS unseen,
-      (SELECT sum(${m.size_bytes}) FROM ${e.$} JOIN ${m.$} ON ${m.id} = ${e.message_id} WHERE ${e.folder_id} = ${f.id}) AS size
+        WHERE ${e.folder_id} = ${f.id} AND COALESCE(${mf.flags}, 0) & 1 = 0)
+        + (SELECT count(*) FROM ${d.$} WHERE ${d.folder_id} = ${f.id} AND ${d.flags} & 1 = 0) AS unseen,
+      COALESCE((SELECT sum(${m.size_bytes}) FROM ${e.$} JOIN ${m.$} ON ${m.id} = ${e.message_id} WHERE ${e.folder_id} = ${f.id}), 0)
+        + COALESCE((SELECT sum(${d.size_bytes}) FROM ${d.$} WHERE ${d.folder_id} = ${f.id}), 0) AS size
     FROM ${f.$} WHERE ${f.id} = ANY(${folderIds}::text[])`,
   );
   return new Map(

@@ -32,6 +32,7 @@ export function presentMessage(m: Message, retentionDays?: number) {
     in_reply_to: m.inReplyTo,
     thread_id: m.threadId,
     send_at: m.sendAt?.toISOString() ?? null,
+    draft_id: m.draftId ?? null,
     context: (m.context as Record<string, unknown> | null) ?? null,
     recorded_at: m.recordedAt.toISOString(),
     body_state: (m.bodyReclaimedAt ? 'reclaimed' : 'available') as 'available' | 'reclaimed',

@@ -91,6 +91,18 @@ function quoted(parent: Message, body: StoredBody, author: string) {
 }
 
 export async function replyToMessage(svc: Services, caller: SendCaller, input: Input): Promise<z.infer<typeof SendOutput>> {
+  return sendMessage(svc, caller, await replySendInput(svc, caller, input));
+}
+
+/**
+ * The send a reply makes (recipients, subject, threading headers, quote, sending box, context), for
+ * replyToMessage and for drafts that answer a message (drafts/drafts.ts), which send it through sendMessage.
+ */
+export async function replySendInput(
+  svc: Services,
+  caller: { account: Pick<SendCaller['account'], 'id' | 'primaryAddress'>; boxScope: SendCaller['boxScope'] },
+  input: Input,
+): Promise<z.infer<typeof SendInput>> {
   const accountId = caller.account.id;
   const parent = await svc.db.message.findFirst({ where: { id: input.id, accountId } });
   if (!parent || (caller.boxScope && (!parent.boxId || !caller.boxScope.includes(parent.boxId)))) throw notFound('message', input.id);
@@ -141,5 +153,5 @@ export async function replyToMessage(svc: Services, caller: SendCaller, input: I
     ...(input.send_at !== undefined ? { send_at: input.send_at } : {}),
     ...(input.context !== undefined ? { context: input.context } : parent.context !== null ? { context: parent.context as Record<string, unknown> } : {}),
   };
-  return sendMessage(svc, caller, send);
+  return send;
 }

@@ -37,6 +37,8 @@ export interface SendCaller {
   boxScope: BoxScope;
   /** Filled with the checks that ran and passed (the evidence envelope); omitted when nobody asks. */
   checks?: PolicyCheck[];
+  /** The draft this send is made of (POST /drafts/{id}/send): the message names it, once (messages.draft_id is unique). */
+  draftId?: string;
 }
 
 export async function sendMessage(svc: Services, caller: SendCaller, input: Input): Promise<Output> {
@@ -95,6 +97,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     warning,
     // Hashed here, before the transaction.
     attachments: describeStored(checked.attachments),
+    draftId: caller.draftId ?? null,
   };
   let response: Output;
   let deliveryIds: string[] = [];
@@ -155,6 +158,7 @@ interface SendPlan {
   warning: Output['warning'] | null;
   /** What its attachment rows say (the store writer writes them with the message). */
   attachments: AttachmentMeta[];
+  draftId: string | null;
 }
 
 interface StagedSend {
@@ -266,6 +270,7 @@ async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccou
       body_enc: p.bodyEnc,
       attachments: s.plan.attachments,
       search_text: p.searchText,
+      draft_id: s.plan.draftId,
     };
   });
   const deliveries: DeliveryRow[] = staged.flatMap((s) => {

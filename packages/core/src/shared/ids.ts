@@ -48,7 +48,9 @@ export type IdPrefix =
   // conversations
   | 'thr'
   // webhook endpoints
-  | 'whe';
+  | 'whe'
+  // drafts
+  | 'drf';
 
 export function newId(prefix: IdPrefix): string {
   const bytes = randomBytes(20);

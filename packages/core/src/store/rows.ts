@@ -49,6 +49,7 @@ const MESSAGE_COLUMNS = columns<'messages'>()(
   'send_at',
   'authentication',
   'spam',
+  'draft_id',
 );
 const DELIVERY_COLUMNS = columns<'deliveries'>()(
   'id',
