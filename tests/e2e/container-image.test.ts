@@ -4,8 +4,8 @@
  * the shape of the official node:24-bookworm-slim). The image's file system is then mounted read-only and the
  * bundle run inside it with chroot, as the image's user, with the image's environment, on this machine's network:
  * `boxes migrate` creates and migrates a new database, `boxes start server worker mx` serves /readyz, `boxes
- * healthcheck` (the HEALTHCHECK) passes, an account signs up, sends to itself, to the outside (the worker delivers
- * through the relay, a local SMTP sink) and receives through the MX. Secrets come from files (*_FILE) under
+ * healthcheck` (the HEALTHCHECK) passes, an account signs up, sends to itself, to the outside with a PDF (the worker
+ * delivers through the relay, a local SMTP sink, and reads the PDF's text) and receives through the MX. Secrets come from files (*_FILE) under
  * /run/secrets, as compose and Kubernetes give them. What the final stage must not hold is checked on its files.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import nodemailer from 'nodemailer';
+import { PDFDocument, StandardFonts } from 'pdf-lib';
 import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
 import { adminUrl, databaseUrlFor, deleteKeysWithPrefix, freePort, rest, signupAccount, waitFor } from '@boxes/testing';
@@ -84,7 +85,8 @@ it('the image builds with podman, holds only the bundle, and runs it as its own 
   // Offline, from this machine's pnpm store and metadata cache (given to the build as volumes).
   const store = path.dirname((await run('pnpm', ['store', 'path'])).trim());
   const cacheDir = path.join(os.homedir(), '.cache/pnpm');
-  await run('podman', ['image', 'prune', '-f']);
+  // The previous run's image goes (only ours: nothing else in podman's store is touched).
+  await run('podman', ['image', 'rm', '--force', IMAGE]).catch(() => undefined);
   const started = Date.now();
   await run(
     'podman',
@@ -266,13 +268,32 @@ it('the image builds with podman, holds only the bundle, and runs it as its own 
   const a = await signupAccount(t, 'image@example.com');
   const self = await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { to: a.primaryAddress, subject: 'to myself', text: 'from the image' } });
   expect(self.status).toBe(200);
+  // With a PDF: the worker reads its text in a thread (dist/extract-thread.mjs and the PDF reader it imports).
+  const doc = await PDFDocument.create();
+  doc.addPage().drawText('Quarterly figures from the image', { x: 50, y: 700, size: 12, font: await doc.embedFont(StandardFonts.Helvetica) });
+  const pdf = Buffer.from(await doc.save()).toString('base64');
   const out = await rest(t, 'POST', '/messages/send', {
     key: a.apiKey,
-    body: { to: 'someone@outside.example', subject: 'outward', text: 'through the relay' },
+    body: {
+      to: 'someone@outside.example',
+      subject: 'outward',
+      text: 'through the relay',
+      attachments: [{ filename: 'figures.pdf', content_type: 'application/pdf', content_b64: pdf }],
+    },
   });
   expect(out.status).toBe(200);
   await waitFor('the relay to receive the message', () => sink.to('someone@outside.example').length > 0, 30_000);
   expect(sink.to('someone@outside.example')[0]!.raw.toString()).toContain('Subject: outward');
+  const [attachment] = await waitFor(
+    'the attachment text',
+    async () => {
+      const list = (await rest(t, 'GET', `/messages/${out.body.message_id}`, { key: a.apiKey })).body.body.attachments;
+      return list.every((x: { text_status: string }) => x.text_status !== 'pending') ? list : null;
+    },
+    60_000,
+  );
+  const text = await rest(t, 'GET', `/messages/${out.body.message_id}/attachments/${attachment.id}/text`, { key: a.apiKey });
+  expect(text.body).toMatchObject({ text_status: 'ready', text: expect.stringContaining('Quarterly figures from the image') });
 
   // Inbound: an outside sender through the MX.
   const mx = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
