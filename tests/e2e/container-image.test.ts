@@ -84,7 +84,7 @@ it('the image builds with podman, holds only the bundle, and runs it as its own 
 
   // Offline, from this machine's pnpm store and metadata cache (given to the build as volumes).
   const store = path.dirname((await run('pnpm', ['store', 'path'])).trim());
-  const cacheDir = path.join(os.homedir(), '.cache/pnpm');
+  const cacheDir = path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'pnpm');
   // The previous run's image goes (only ours: nothing else in podman's store is touched).
   await run('podman', ['image', 'rm', '--force', IMAGE]).catch(() => undefined);
   const started = Date.now();
@@ -107,8 +107,10 @@ it('the image builds with podman, holds only the bundle, and runs it as its own 
       'PNPM_FLAGS=--offline',
       '-v',
       `${store}:/host-store`,
+      '--build-arg',
+      'PNPM_CACHE=/host-cache',
       '-v',
-      `${cacheDir}:/root/.cache/pnpm`,
+      `${cacheDir}:/host-cache`,
       '-t',
       IMAGE,
       '.',
