@@ -116,3 +116,17 @@ if ! pgbouncer_installed; then
   install_if_missing pgbouncer pgbouncer || true
   pgbouncer_installed || echo "pgbouncer is not installed: the PgBouncer e2e test needs it (apt-get install -y pgbouncer)" >&2
 fi
+
+# The container tests: tests/e2e/container-image.test.ts builds deploy/Dockerfile with podman (chroot isolation) on a
+# Debian base made by debootstrap (scripts/container-base-image.sh); tests/e2e/deploy-manifests.test.ts renders
+# deploy/k8s with kubectl's kustomize and validates deploy/compose.yaml with docker-compose.
+for pair in podman:podman debootstrap:debootstrap unshare:util-linux docker-compose:docker-compose; do
+  tool=${pair%%:*}; pkg=${pair##*:}
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    install_if_missing "$tool" "$pkg" || true
+    command -v "$tool" >/dev/null 2>&1 || echo "$tool is not installed: the container and deployment tests need it (apt-get install -y $pkg)" >&2
+  fi
+done
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "kubectl is not installed: tests/e2e/deploy-manifests.test.ts needs it (kubectl kustomize renders deploy/k8s)" >&2
+fi

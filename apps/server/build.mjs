@@ -1,5 +1,5 @@
 // `pnpm build` for production: the service's own code (apps/*, packages/*) bundled by esbuild into
-// apps/server/dist/main.mjs and dist/cli.mjs (the same depth as src/, so paths to SKILL.md and prisma/migrations
+// apps/server/dist/main.mjs, dist/cli.mjs and dist/extract-thread.mjs (the same depth as src/, so paths to SKILL.md and prisma/migrations
 // hold), with every third-party package left as an import of the exact file this install resolved (pnpm keeps
 // each workspace package's dependencies beside it, so a bare name would not resolve from dist/).
 import { build } from 'esbuild';
@@ -25,7 +25,13 @@ const linkDependencies = {
 };
 
 await build({
-  entryPoints: { main: path.join(here, 'src/main.ts'), cli: path.join(here, 'src/cli.ts') },
+  // extract-thread: the worker's attachment-text thread script (attachment-text.ts looks for it beside the bundle),
+  // so the bundle needs no source file of the worker at run time.
+  entryPoints: {
+    main: path.join(here, 'src/main.ts'),
+    cli: path.join(here, 'src/cli.ts'),
+    'extract-thread': path.join(here, '../worker/src/extract-thread.mjs'),
+  },
   outdir: path.join(here, 'dist'),
   outExtension: { '.js': '.mjs' },
   bundle: true,
@@ -37,4 +43,4 @@ await build({
   plugins: [linkDependencies],
   logLevel: 'warning',
 });
-console.log('built apps/server/dist/main.mjs and dist/cli.mjs');
+console.log('built apps/server/dist/main.mjs, dist/cli.mjs and dist/extract-thread.mjs');

@@ -7,6 +7,7 @@
  */
 import tls, { type TLSSocket } from 'node:tls';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { Aedes, type AedesOptions, type Client } from 'aedes';
 import mqtt from 'mqtt';
 import type { Config } from '@boxes/config';
@@ -43,7 +44,10 @@ function authError(message: string): Error & { returnCode: number } {
 export async function start(config: Config, deps: { svc: Services; log: Logger }): Promise<PushHandle> {
   const { svc, log } = deps;
   const ca = await getOrCreateCa(svc);
-  const server = await issueServerCertificate(ca, [...new Set([config.mailHost, 'localhost', '127.0.0.1', config.mqtt.host])]);
+  // The names publishers and clients may reach it by: MAIL_HOST and the host of MQTT_PUBLIC_URL (clients), this
+  // machine's host name (other processes of the instance: a container's host name, with MQTT_BROKER_URL naming it).
+  const names = [config.mailHost, new URL(config.mqtt.publicUrl).hostname.replace(/^\[|\]$/g, ''), hostname(), 'localhost', '127.0.0.1', config.mqtt.host];
+  const server = await issueServerCertificate(ca, [...new Set(names.filter(Boolean))]);
   /** Who each connected client is: an account (by credential) or the internal publisher. */
   const identity = new WeakMap<Client, { kind: 'account'; accountId: string; credentialId: string } | { kind: 'publisher' }>();
   const connected = new Set<Client>();

@@ -3,6 +3,7 @@
  * named: all of them, as `pnpm start`), and `pnpm boxes admin <command>` works on the database named by
  * DATABASE_URL.
  *
+ *   pnpm boxes migrate                         create the database if missing and apply pending migrations, then exit
  *   pnpm boxes admin questions                 open support questions, oldest first
  *   pnpm boxes admin answer <sq_id> <text...>  answer one (support.answered goes to the asking account)
  *   pnpm boxes admin features                  open feature requests with their votes
@@ -15,12 +16,13 @@
  */
 import { loadConfig } from '@boxes/config';
 import { answerQuestion, disableCloseProtection, openFeatures, openQuestions, rotateSigningKey, shipFeature } from '@boxes/core';
-import { closeDb, createDb } from '@boxes/db';
+import { closeDb, createDb, ensureDatabase, migrate } from '@boxes/db';
 import { backupCommand, BACKUP_USAGE } from './backup/command';
 import { resolveSecretKey } from './secret-key';
 
 const USAGE = `usage:
   pnpm boxes start [server] [worker] [mx] [push] [dns]
+  pnpm boxes migrate
   pnpm boxes admin questions
   pnpm boxes admin answer <question id> <answer text>
   pnpm boxes admin features
@@ -32,6 +34,7 @@ ${BACKUP_USAGE}`;
 async function main(argv: string[]): Promise<number> {
   const [area, command, id, ...rest] = argv;
   if (area === 'backup' || area === 'restore') return backupCommand(area, argv.slice(1), USAGE);
+  if (area === 'migrate' && !command) return migrateDatabase();
   if (area !== 'admin' || !command) {
     console.error(USAGE);
     return 2;
@@ -86,6 +89,18 @@ async function main(argv: string[]): Promise<number> {
   } finally {
     await closeDb(db);
   }
+}
+
+/**
+ * What every start does first, on its own: a deployment step before new processes start (a Kubernetes Job, a
+ * one-shot compose service). Concurrent runs are safe (the migrations take an advisory lock).
+ */
+async function migrateDatabase(): Promise<number> {
+  const config = loadConfig();
+  await ensureDatabase(config.directDatabaseUrl);
+  const { applied } = await migrate(config.directDatabaseUrl);
+  console.log(applied.length ? `applied ${applied.length} migration(s): ${applied.join(', ')}` : 'the database is up to date (no pending migrations)');
+  return 0;
 }
 
 if (process.argv[2] === 'start') {

@@ -11,6 +11,7 @@
  * SIGINT and SIGTERM stop every app gracefully (in-flight requests, jobs and SMTP transactions finish).
  */
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
@@ -85,6 +86,8 @@ async function startLocalServices(config: Config): Promise<void> {
   const redisAt = config.redisSentinel ? null : localDefault(config.redisUrl, 6379);
   if (redisAt && !(await answers(redisAt.host, redisAt.port))) missing.push('Redis');
   if (!missing.length) return;
+  // The compiled bundle of a container image carries no scripts: the checks that follow say what is missing.
+  if (!fs.existsSync(path.join(repoRoot, 'scripts/start-services.sh'))) return;
   console.log(`boxes: ${missing.join(' and ')} not running on this machine; starting ${missing.length > 1 ? 'them' : 'it'} (scripts/start-services.sh)`);
   const run = spawnSync('bash', [path.join(repoRoot, 'scripts/start-services.sh'), '--services-only'], { stdio: ['ignore', 'ignore', 'inherit'] });
   if (run.status !== 0)
@@ -254,7 +257,8 @@ async function main(): Promise<void> {
     return;
   }
   // Two processes: the front first (the worker publishes MQTT through its broker), then the worker.
-  const env = { BOXES_SECRET_KEY: secretKey.toString('hex') };
+  // The key itself, whether it came from BOXES_SECRET_KEY, BOXES_SECRET_KEY_FILE or .data/ (the file is not read again).
+  const env = { BOXES_SECRET_KEY: secretKey.toString('hex'), BOXES_SECRET_KEY_FILE: '' };
   let children: { stop(): Promise<void> }[] = [];
   const giveUp = (code: number) => {
     console.error('boxes: a process keeps stopping; giving up');

@@ -33,7 +33,7 @@ export const EXTRACTION_LIMITS = {
   maxHeapMb: 256,
 } as const;
 
-/** The thread script beside this file (src), or from the production bundle (apps/server/dist) the worker's src. */
+/** The thread script beside this file: the source one (src), or in the production bundle (apps/server/dist) its bundled copy; else the worker's src. */
 function threadScript(): URL {
   for (const rel of ['./extract-thread.mjs', '../../worker/src/extract-thread.mjs']) {
     const url = new URL(rel, import.meta.url);

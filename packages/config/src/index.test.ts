@@ -1,4 +1,7 @@
 /** loadConfig: defaults on an empty environment, derived URLs, and one readable line per bad setting. */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from './index';
 
@@ -331,5 +334,28 @@ describe('loadConfig', () => {
       return;
     }
     expect(port).toBe(3000);
+  });
+
+  it('reads secrets from <NAME>_FILE (container secrets), without the trailing newline; refuses both, a missing or an empty file', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'boxes-config-'));
+    try {
+      const key = path.join(dir, 'secret_key');
+      const db = path.join(dir, 'database_url');
+      writeFileSync(key, `${'ab'.repeat(32)}\n`);
+      writeFileSync(db, 'postgresql://boxes:s3cret@db:5432/boxes');
+      const c = loadConfig({ BOXES_SECRET_KEY_FILE: key, DATABASE_URL_FILE: db, REDIS_URL_FILE: '' });
+      expect(c.secretKey).toBe('ab'.repeat(32));
+      expect(c.databaseUrl).toBe('postgresql://boxes:s3cret@db:5432/boxes');
+      expect(c.redisUrl).toBe('redis://127.0.0.1:6379');
+      expect(configError({ BOXES_SECRET_KEY_FILE: key, BOXES_SECRET_KEY: 'cd'.repeat(32) }).message).toMatch(/BOXES_SECRET_KEY and BOXES_SECRET_KEY_FILE/);
+      expect(configError({ REDIS_URL_FILE: path.join(dir, 'missing') }).message).toMatch(/REDIS_URL_FILE: cannot read .*ENOENT/);
+      writeFileSync(path.join(dir, 'empty'), '\n');
+      expect(configError({ SMTP_RELAY_URL_FILE: path.join(dir, 'empty') }).message).toMatch(/SMTP_RELAY_URL_FILE: .* is empty/);
+      // What the file holds is checked like the variable itself.
+      writeFileSync(db, 'mysql://root@db/boxes');
+      expect(configError({ DATABASE_URL_FILE: db }).message).toMatch(/\bDATABASE_URL\b/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -3,6 +3,7 @@
  * process with one line naming the variable, never a stack trace.
  */
 import { z } from 'zod';
+import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 
 const port = z.coerce.number().int().min(0).max(65535);
@@ -427,10 +428,34 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
+/**
+ * Settings that carry secrets may come from a file instead: <NAME>_FILE names it (Docker and compose secrets under
+ * /run/secrets, Kubernetes Secrets mounted as files), and its content, without the trailing newline, is the value.
+ */
+export const FILE_SETTINGS = ['BOXES_SECRET_KEY', 'DATABASE_URL', 'REDIS_URL', 'SMTP_RELAY_URL'] as const;
+
+function readFileSettings(set: Record<string, string>): Record<string, string> {
+  const out = { ...set };
+  for (const name of FILE_SETTINGS) {
+    const file = set[`${name}_FILE`];
+    if (!file) continue;
+    if (set[name]) throw new ConfigError(`invalid configuration: ${name} and ${name}_FILE: set one or the other`);
+    let value: string;
+    try {
+      value = readFileSync(file, 'utf8').replace(/\r?\n$/, '');
+    } catch (err) {
+      throw new ConfigError(`invalid configuration: ${name}_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+    if (!value) throw new ConfigError(`invalid configuration: ${name}_FILE: ${file} is empty`);
+    out[name] = value;
+  }
+  return out;
+}
+
 /** Parses the environment (or the given record). Throws ConfigError with one readable line per bad setting. */
 export function loadConfig(env: Record<string, string | undefined> = process.env, overrides: Partial<Config> = {}): Config {
   // An empty variable (PORT=) means unset, not zero or an empty string.
-  const set = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const set = readFileSettings(Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== '')) as Record<string, string>);
   const parsed = envSchema.safeParse(set);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `${i.path.join('.') || 'environment'}: ${i.message}`);

@@ -147,12 +147,12 @@ export async function createBackup(config: Config, opts: BackupOptions): Promise
   const seal = archiveKey ? { key: archiveKey, backupId } : null;
 
   const dir = fs.mkdtempSync(path.join(path.dirname(out), `.${path.basename(out)}.tmp-`));
-  const client = new pg.Client({ connectionString: config.databaseUrl, connectionTimeoutMillis: 5000 });
+  const client = new pg.Client({ connectionString: config.directDatabaseUrl, connectionTimeoutMillis: 5000 });
   try {
     try {
       await client.connect();
     } catch (err) {
-      throw new BackupError(describeConnectionError(config.databaseUrl, err));
+      throw new BackupError(describeConnectionError(config.directDatabaseUrl, err));
     }
     const facts = await readFacts(client, secret.key);
     opts.log(`database ${facts.database} (PostgreSQL ${facts.serverVersion}, ${facts.migrations.length} migrations, ${facts.sizeBytes} bytes)`);
@@ -163,7 +163,7 @@ export async function createBackup(config: Config, opts: BackupOptions): Promise
 
     const pgDump = findPgTool('pg_dump', facts.serverMajor, { binDir: opts.pgBin });
     opts.log(`dumping with ${pgDump.path} (${pgDump.version})`);
-    const dump = runPgTool(pgDump, ['--format=custom', `--snapshot=${facts.snapshot}`, '--no-password', `--dbname=${facts.database}`], config.databaseUrl, {
+    const dump = runPgTool(pgDump, ['--format=custom', `--snapshot=${facts.snapshot}`, '--no-password', `--dbname=${facts.database}`], config.directDatabaseUrl, {
       pipeStdout: true,
     });
     const [dbMember] = await Promise.all([writeMember(dir, DATABASE_MEMBER, dump.stdout!, seal), dump.done]);

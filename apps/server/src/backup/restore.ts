@@ -234,7 +234,7 @@ export async function restoreBackup(config: Config, opts: RestoreOptions): Promi
     }
 
     // The server and the tool before anything is created.
-    const targetMajor = await serverMajorOf(config.databaseUrl);
+    const targetMajor = await serverMajorOf(config.directDatabaseUrl);
     const sourceMajor = Number(/^(\d+)/.exec(manifest.database.server_version)?.[1] ?? 0);
     if (targetMajor < sourceMajor && !opts.force) {
       throw new BackupError(
@@ -244,9 +244,9 @@ export async function restoreBackup(config: Config, opts: RestoreOptions): Promi
     const dumpMajor = Number(/\(PostgreSQL\)\s+(\d+)/.exec(manifest.database.pg_dump_version)?.[1] ?? 0);
     const pgRestore = findPgTool('pg_restore', targetMajor, { binDir: opts.pgBin, atLeast: dumpMajor });
 
-    await ensureDatabase(config.databaseUrl);
-    const existing = await relationsIn(config.databaseUrl);
-    const target = decodeURIComponent(new URL(config.databaseUrl).pathname.slice(1));
+    await ensureDatabase(config.directDatabaseUrl);
+    const existing = await relationsIn(config.directDatabaseUrl);
+    const target = decodeURIComponent(new URL(config.directDatabaseUrl).pathname.slice(1));
     if (existing) {
       if (!opts.force) {
         throw new BackupError(
@@ -254,20 +254,20 @@ export async function restoreBackup(config: Config, opts: RestoreOptions): Promi
         );
       }
       opts.log(`--force: dropping database ${target} (${existing} relations) and creating it again`);
-      await recreateDatabase(config.databaseUrl);
+      await recreateDatabase(config.directDatabaseUrl);
     }
     opts.log(`restoring into ${target} with ${pgRestore.path} (${pgRestore.version})`);
     await runPgTool(
       pgRestore,
       ['--no-owner', '--no-privileges', '--exit-on-error', '--single-transaction', '--no-password', `--dbname=${target}`, dumpFile],
-      config.databaseUrl,
+      config.directDatabaseUrl,
     ).done;
     fs.rmSync(dumpFile, { force: true });
 
-    const { applied } = await migrate(config.databaseUrl);
+    const { applied } = await migrate(config.directDatabaseUrl);
     if (applied.length) opts.log(`the backup was older than this Boxes: applied ${applied.length} migration(s) (${applied.join(', ')})`);
 
-    const c = new pg.Client({ connectionString: config.databaseUrl, connectionTimeoutMillis: 5000 });
+    const c = new pg.Client({ connectionString: config.directDatabaseUrl, connectionTimeoutMillis: 5000 });
     await c.connect();
     try {
       const opened = await checkSealedKeys(c, Buffer.from(k.secret_key, 'hex'));
