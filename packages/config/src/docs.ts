@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { z } from 'zod';
-import { envSchema } from './index';
+import { envSchema, FILE_SETTINGS } from './index';
 
 export interface SettingDoc {
   name: string;
@@ -106,6 +106,8 @@ export function renderConfigDocs(): string {
     '',
     'A missing PostgreSQL or Redis stops `pnpm start` with one line saying what to start or set. Durations are in',
     'milliseconds (`_MS`) or seconds (`_SECONDS`) as named; booleans take `true`/`false`, `1`/`0` or `yes`/`no`.',
+    `Settings that carry secrets may instead be read from a file named by \`<NAME>_FILE\` (Docker and compose secrets,`,
+    `Kubernetes Secrets mounted as files; a trailing newline is dropped; setting both forms is an error): ${FILE_SETTINGS.map((n) => `\`${n}\``).join(', ')}.`,
     'Adding a setting means adding it to `envSchema` with a doc comment, then `pnpm docs:config`.',
     '',
   ].join('\n');

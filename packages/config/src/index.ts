@@ -432,7 +432,7 @@ export class ConfigError extends Error {
  * Settings that carry secrets may come from a file instead: <NAME>_FILE names it (Docker and compose secrets under
  * /run/secrets, Kubernetes Secrets mounted as files), and its content, without the trailing newline, is the value.
  */
-export const FILE_SETTINGS = ['BOXES_SECRET_KEY', 'DATABASE_URL', 'REDIS_URL', 'SMTP_RELAY_URL'] as const;
+export const FILE_SETTINGS = ['BOXES_SECRET_KEY', 'DATABASE_URL', 'DIRECT_DATABASE_URL', 'REDIS_URL', 'REDIS_SENTINEL_PASSWORD', 'SMTP_RELAY_URL'] as const;
 
 function readFileSettings(set: Record<string, string>): Record<string, string> {
   const out = { ...set };
