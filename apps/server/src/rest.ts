@@ -292,7 +292,8 @@ export function createRestHandler(opts: {
     // What the procedure set for the response (the rate-limit fields), on success and error alike.
     const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
-      const out = new Response(req.method === 'HEAD' ? null : res.body, res);
+      const status = ctx?.responseStatus ?? res.status;
+      const out = new Response(req.method === 'HEAD' ? null : res.body, { status, headers: res.headers });
       for (const [name, value] of Object.entries(fields)) out.headers.set(name, value);
       out.headers.set('x-request-id', requestId);
       return out;

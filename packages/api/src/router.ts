@@ -21,6 +21,7 @@ import { threadsRouter } from './routers/threads';
 import { labelsRouter } from './routers/labels';
 import { sendingIpRouter } from './routers/sending-ip';
 import { forwardsRouter } from './routers/forwards';
+import { reviewsRouter } from './routers/reviews';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 import { pinCoercion } from './no-coercion';
@@ -50,6 +51,7 @@ export const appRouter = router({
   sendingIp: sendingIpRouter,
   forwards: forwardsRouter,
   lists: listsRouter,
+  reviews: reviewsRouter,
 });
 
 const procedures = (appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures;

@@ -43,3 +43,4 @@ export type {
 } from './generated/client';
 export type { SendingIp, BoxForward, ForwardRun } from './generated/client';
 export type { TrustListEntry } from './generated/client';
+export type { SendReview } from './generated/client';

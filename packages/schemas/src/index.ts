@@ -24,3 +24,4 @@ export * from './threads';
 export * from './sending-ips';
 export * from './forwards';
 export * from './trust';
+export * from './reviews';

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { Scope, Timestamp } from './common';
 import { Evidence } from './audit';
+import { ReviewPolicyEnum } from './reviews';
 
 export const CreateKeyInput = z
   .strictObject({
@@ -22,6 +23,9 @@ export const CreateKeyInput = z
       .max(100)
       .optional()
       .meta({ description: 'Restrict the key to these box ids', example: ['box_0a1b2c3d4e5f6g7h8j9k'] }),
+    review: ReviewPolicyEnum.optional().meta({
+      description: "Owner review of this key's sends (default none); the stricter of the key's and the box's applies",
+    }),
   })
   .refine((v) => !(v.allowed_boxes && v.allowed_box_ids), {
     message: 'give allowed_boxes or allowed_box_ids, not both',
@@ -37,6 +41,7 @@ export const KeyOutput = z
     allowed_box_ids: z.array(z.string()).nullable().meta({ description: 'null: every box of the account' }),
     allowed_boxes: z.array(z.string()).nullable().meta({ description: 'Addresses of allowed_box_ids; null: every box' }),
     is_owner: z.boolean().meta({ description: 'The original owner key, which cannot be revoked' }),
+    review: ReviewPolicyEnum,
     created_at: Timestamp,
     last_used_at: Timestamp.nullable(),
   })

@@ -237,3 +237,41 @@ export async function downloadAttachment(
     sha256: info.sha256,
   };
 }
+
+/** A send held for the owner's review (POST /messages/send answered 202): GET /reviews/{id}. */
+export type Review = BoxesOutputs['reviews']['get'];
+/** What messages.send and messages.reply answer: the queued message, or the Review when owner review holds it. */
+export type SendResult = BoxesOutputs['messages']['send'];
+/** A send that went: the queued (or scheduled, or suppressed) message. */
+export type SentMessage = Exclude<SendResult, Review>;
+
+/** Whether owner review held the send (nothing sent or charged until the owner approves). */
+export function isHeldForReview(result: SendResult): result is Review {
+  return 'expires_at' in result;
+}
+
+/**
+ * The message of a send that went; throws (code held_for_review, details.review) when owner review held it, for
+ * code that sends only from boxes and keys without a review policy.
+ */
+export function sentMessage(result: SendResult): SentMessage {
+  if (!isHeldForReview(result)) return result;
+  throw Object.assign(new Error(`the send is held for the owner's review (${result.id}); nothing was sent yet`), {
+    code: 'held_for_review',
+    status: 202,
+    details: { review: result },
+  });
+}
+
+/**
+ * Polls GET /reviews/{id} until the owner decides (approved: message_id is the sent message; denied), it expires
+ * or is withdrawn, or timeoutMs passes (default 10 minutes; the review itself waits up to REVIEW_TTL_HOURS).
+ */
+export async function waitForReview(client: BoxesClient, id: string, opts: { timeoutMs?: number; intervalMs?: number } = {}): Promise<Review> {
+  const end = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
+  for (;;) {
+    const r = await client.reviews.get.query({ id });
+    if (r.status !== 'pending' || Date.now() >= end) return r;
+    await new Promise((resolve) => setTimeout(resolve, opts.intervalMs ?? 2000));
+  }
+}

@@ -16,7 +16,7 @@ export const keysRouter = router({
         tags: ['keys'],
         summary: 'Mint an API key',
         description:
-          'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. The raw api_key is returned only here.',
+          "Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. review (none, new_recipients or all; default none) holds the key's sends for the owner's approval; the stricter of the key's and the box's policy applies (GET /reviews). The raw api_key is returned only here.",
       },
     })
     .input(CreateKeyInput)
@@ -29,7 +29,15 @@ export const keysRouter = router({
         allowedBoxes: input.allowed_boxes,
         allowedBoxIds: input.allowed_box_ids,
       });
-      const { key, raw } = await mintKey({ db, accountId: ctx.account.id, label: input.label, scopes: input.scopes, allowedBoxIds, actorKeyId: ctx.key.id });
+      const { key, raw } = await mintKey({
+        db,
+        accountId: ctx.account.id,
+        label: input.label,
+        scopes: input.scopes,
+        allowedBoxIds,
+        ...(input.review ? { review: input.review } : {}),
+        actorKeyId: ctx.key.id,
+      });
       const [view] = await presentKeys(db, [key]);
       const checks = keyChecks(ctx, 'admin', true);
       if (allowedBoxIds.length)

@@ -25,6 +25,7 @@ import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
 import { describeStored, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
+import { holdForReview, reviewDecision, type ReviewView } from '../reviews/reviews';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -36,9 +37,26 @@ export interface SendCaller {
   boxScope: BoxScope;
   /** Filled with the checks that ran and passed (the evidence envelope); omitted when nobody asks. */
   checks?: PolicyCheck[];
+  /**
+   * Why owner review does not apply: the owner approved this very send (reviews/reviews.ts), or it is a copy
+   * auto-forwarding makes to an address that confirmed it. Absent: the box's and the key's policy decide.
+   */
+  bypassReview?: 'approved' | 'auto_forward';
 }
 
-export async function sendMessage(svc: Services, caller: SendCaller, input: Input): Promise<Output> {
+/** What a send answers: the queued message, or the review it waits in (202 on REST) when owner review holds it. */
+export type SendOrHeld = Output | ReviewView;
+
+/** Whether a send was held for the owner's review (nothing stored as a message, nothing reserved). */
+export const heldForReview = (r: SendOrHeld): r is ReviewView => 'expires_at' in r;
+
+/** A send that owner review cannot hold (auto-forwarding, an approval): its message. */
+export function sentMessage(r: SendOrHeld): Output {
+  if (heldForReview(r)) throw new AppError('internal', `send ${r.id} was held for review where none applies`);
+  return r;
+}
+
+export async function sendMessage(svc: Services, caller: SendCaller, input: Input): Promise<SendOrHeld> {
   const accountId = caller.account.id;
   const { idempotency_key: idemKey, ...request } = input;
   const requestHash = sha256Hex(canonicalize(request) ?? '');
@@ -78,6 +96,30 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   }
   // A scheduled send (send_at) is stored and reserved now; its deliveries wait (messages/schedule.ts).
   const sendAt = scheduledTime(input.send_at, date);
+  // Owner review (reviews/reviews.ts): a send the box's or the key's policy holds is stored for the owner, not
+  // as a message; nothing is reserved until an approval sends it through here again.
+  if (!caller.bypassReview) {
+    const decision = await reviewDecision(svc, { box, key: caller.key, recipients: planned.recipients });
+    if (decision) {
+      return holdForReview(
+        svc,
+        {
+          account: caller.account,
+          keyId: caller.key?.id ?? null,
+          boxId: box.id,
+          from: planned.from,
+          to: planned.to,
+          cc: planned.cc,
+          bcc: planned.bcc,
+          subject: planned.subject,
+          sendAt,
+          input,
+          requestHash,
+        },
+        decision,
+      );
+    }
+  }
   const warning = await checkSendLoop(svc, accountId, recipients.length === 1 ? recipients[0]! : null);
 
   const plan: SendPlan = {

@@ -29,6 +29,8 @@ export const ERROR_CODES = {
   domain_not_verified: { status: 403, trpc: 'FORBIDDEN' },
   dns_record_reserved: { status: 403, trpc: 'FORBIDDEN' },
   recipient_blocked: { status: 403, trpc: 'FORBIDDEN' },
+  /** A bulk job from a box (or with a key) whose sends wait for the owner's review. */
+  review_required: { status: 403, trpc: 'FORBIDDEN' },
   not_found: { status: 404, trpc: 'NOT_FOUND' },
   method_not_allowed: { status: 405, trpc: 'METHOD_NOT_SUPPORTED' },
   conflict: { status: 409, trpc: 'CONFLICT' },
