@@ -14,7 +14,7 @@ import { mailTlsMaterial } from '@boxes/core';
 import { mintKey, rest, signupAccount, startTestServer, type JsonResponse, type TestAccount, type TestServer } from '@boxes/testing';
 
 type Scope = 'send' | 'receive' | 'admin';
-type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 /**
  * What a box-restricted key holding every scope gets:
  *   account_wide: 403 box_restricted_key (keys, callback URL, new boxes);
@@ -79,6 +79,10 @@ const ROUTES: RouteCase[] = [
   { proc: 'boxes.list', method: 'GET', path: '/boxes', scope: null, restricted: 'filtered' },
   { proc: 'boxes.delete', method: 'DELETE', path: '/boxes/{box}', scope: 'admin', restricted: 'own_box' },
   { proc: 'boxes.setSignature', method: 'PUT', path: '/boxes/{box}/signature', scope: 'admin', restricted: 'own_box', body: { signature: 'security-probe' } },
+  { proc: 'boxes.update', method: 'PATCH', path: '/boxes/{box}', scope: 'admin', restricted: 'own_box', body: { review: 'none' } },
+  { proc: 'reviews.list', method: 'GET', path: '/reviews', scope: 'send', restricted: 'filtered' },
+  { proc: 'reviews.get', method: 'GET', path: '/reviews/{review}', scope: 'send', restricted: 'own_box' },
+  { proc: 'reviews.withdraw', method: 'POST', path: '/reviews/{review}/withdraw', scope: 'send', restricted: 'own_box', ok: [200, 409] },
   { proc: 'events.list', method: 'GET', path: '/events', scope: 'receive', restricted: 'filtered' },
   { proc: 'threads.list', method: 'GET', path: '/threads', scope: 'receive', restricted: 'filtered' },
   { proc: 'threads.get', method: 'GET', path: '/threads/{thread}', scope: 'receive', restricted: 'own_box' },
@@ -291,6 +295,7 @@ const MISSING_BOX = 'box_00000000000000000000';
 const MISSING_KEY = 'key_00000000000000000000';
 const MISSING_MESSAGE = 'msg_00000000000000000000';
 const MISSING_BULK = 'bulk_00000000000000000000';
+const MISSING_REVIEW = 'rev_00000000000000000000';
 const SUPPRESSED = 'bounced@remote.invalid';
 const MISSING_APP_PASSWORD = 'apw_00000000000000000000';
 type Ids = {
@@ -305,6 +310,7 @@ type Ids = {
   forward?: string;
   entry?: string;
   bulk?: string;
+  review?: string;
 };
 const MISSING_THREAD = 'thr_00000000000000000000';
 const MISSING_ATTACHMENT = 'att_00000000000000000000';
@@ -341,6 +347,8 @@ interface Fixture {
   entryId: string;
   /** A bulk job sent from the spare box (it stays queued: no worker runs here). */
   bulkId: string;
+  /** A send from the spare box held for the owner's review (by a key whose policy is all). */
+  reviewId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -374,6 +382,7 @@ async function fixture(): Promise<Fixture> {
     key: account.apiKey,
     body: { from: spare.body.address, messages: [{ to: 'fixture@remote.invalid', text: 'fixture' }] },
   });
+  const held = await heldSend(account.apiKey, spare.body.address);
   if (
     question.status !== 200 ||
     feature.status !== 200 ||
@@ -400,7 +409,18 @@ async function fixture(): Promise<Fixture> {
     forwardId: forward.body.id,
     entryId: entry.body.id,
     bulkId: bulk.body.id,
+    reviewId: held,
   };
+}
+
+/** A send from `from` held for the owner's review: made with a key whose review policy is all. */
+async function heldSend(ownerKey: string, from: string): Promise<string> {
+  const reviewed = await mintKey(t, ownerKey, ['send'], { review: 'all' });
+  const r = await rest(t, 'POST', '/messages/send', { key: reviewed.api_key, body: { from, to: 'fixture-review@remote.invalid', text: 'fixture' } });
+  if (r.status !== 202) throw new Error(`held send failed: ${r.status} ${JSON.stringify(r.body)}`);
+  // The review stays; the key goes, so the account's key list is what the other cases expect.
+  await rest(t, 'DELETE', `/account/keys/${reviewed.id}`, { key: ownerKey });
+  return r.body.id;
 }
 
 function fill(path: string, ids: Ids): string {
@@ -421,6 +441,7 @@ function fill(path: string, ids: Ids): string {
       .replace('{forward}', ids.forward ?? 'fwd_00000000000000000000')
       .replace('{entry}', ids.entry ?? 'tle_00000000000000000000')
       .replace('{bulk}', ids.bulk ?? MISSING_BULK)
+      .replace('{review}', ids.review ?? MISSING_REVIEW)
   );
 }
 
@@ -436,6 +457,7 @@ const targets = (f: Fixture): Ids => ({
   forward: f.forwardId,
   entry: f.entryId,
   bulk: f.bulkId,
+  review: f.reviewId,
 });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
@@ -532,7 +554,7 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|review)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
     expect(withIds.map((r) => r.proc).sort()).toEqual([
@@ -540,6 +562,7 @@ describe("(c) another account's resource: 404, never 403", () => {
       'audit.messageBundle',
       'boxes.delete',
       'boxes.setSignature',
+      'boxes.update',
       'bulk.cancel',
       'bulk.get',
       'forwards.create',
@@ -556,6 +579,8 @@ describe("(c) another account's resource: 404, never 403", () => {
       'messages.get',
       'messages.labels',
       'messages.reply',
+      'reviews.get',
+      'reviews.withdraw',
       'threads.get',
       'threads.labels',
     ]);
@@ -579,7 +604,10 @@ describe("(c) another account's resource: 404, never 403", () => {
     // B's owner key holds every scope and no box restriction: the only thing wrong is whose resource it is.
     for (const [label, ids] of [
       ["A's spare box / key", targets(A)],
-      ["A's primary box / owner key", { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId }],
+      [
+        "A's primary box / owner key",
+        { box: A.primaryBoxId, key: A.account.keyId, message: A.spareMessageId, thread: A.spareThreadId, bulk: A.bulkId, review: A.reviewId },
+      ],
     ] as const) {
       const r = await call(route, { key: B.account.apiKey, ids });
       expectError(r, 404, 'not_found', label);
@@ -636,6 +664,7 @@ describe('(d) a box-restricted key', () => {
       body: { from: box.body.address, messages: [{ to: 'own@remote.invalid', text: 'own' }] },
     });
     expect(bulk.status).toBe(200);
+    const reviewId = await heldSend(A.account.apiKey, box.body.address);
     return {
       boxId: box.body.id as string,
       address: box.body.address as string,
@@ -647,6 +676,7 @@ describe('(d) a box-restricted key', () => {
       forwardId: forward.body.id as string,
       entryId: entry.body.id as string,
       bulkId: bulk.body.id as string,
+      reviewId,
     };
   }
 
@@ -670,6 +700,7 @@ describe('(d) a box-restricted key', () => {
               thread: A.spareThreadId,
               entry: A.entryId,
               bulk: A.bulkId,
+              review: A.reviewId,
             },
           });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
@@ -685,6 +716,7 @@ describe('(d) a box-restricted key', () => {
             forward: own.forwardId,
             entry: own.entryId,
             bulk: own.bulkId,
+            review: own.reviewId,
           },
         });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);

@@ -1,7 +1,6 @@
 /** Owner review of sends: the policy of a box or a key, and a send held for the owner's decision. */
 import { z } from 'zod';
 import { Timestamp } from './common';
-import { SendOutput } from './messages';
 import { REVIEW_POLICIES, REVIEW_REASONS, REVIEW_STATUSES } from './statuses';
 
 export const ReviewPolicyEnum = z.enum(REVIEW_POLICIES).meta({
@@ -51,6 +50,3 @@ export const ListReviewsInput = z.strictObject({
 });
 
 export const ReviewListOutput = z.object({ reviews: z.array(Review) });
-
-/** What a send answers: the queued message (200), or the review it waits in (202) when owner review holds it. */
-export const SendOrReviewOutput = z.union([SendOutput, Review]);

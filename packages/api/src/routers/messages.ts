@@ -75,7 +75,7 @@ export const messagesRouter = router({
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
       if (heldForReview(out)) {
-        ctx.responseStatus = 202;
+        if (ctx.response) ctx.response.status = 202;
         return out;
       }
       return checks
@@ -110,7 +110,7 @@ export const messagesRouter = router({
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await replyToMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
       if (heldForReview(out)) {
-        ctx.responseStatus = 202;
+        if (ctx.response) ctx.response.status = 202;
         return out;
       }
       return checks

@@ -385,3 +385,40 @@ export async function approveReview(
     return done;
   });
 }
+
+/**
+ * A bulk job is never held for review as a whole: from a box (or with a key) whose policy is all it is refused
+ * (403 review_required), and under new_recipients it is refused when any message names an address its box
+ * never wrote to nor heard from (one query per sending box). Without a policy nothing is read.
+ */
+export async function assertBulkNeedsNoReview(
+  svc: Pick<Services, 'db'>,
+  key: Pick<ApiKey, 'review'>,
+  messages: readonly { box: { id: string; address: string; review: string }; recipients: readonly string[] }[],
+): Promise<void> {
+  const byBox = new Map<string, { address: string; policy: ReviewPolicy; recipients: Set<string> }>();
+  for (const m of messages) {
+    const policy = stricterPolicy(reviewPolicyOf(m.box.review), reviewPolicyOf(key.review));
+    if (policy === 'none') continue;
+    const entry = byBox.get(m.box.id) ?? { address: m.box.address, policy, recipients: new Set<string>() };
+    for (const r of m.recipients) entry.recipients.add(r);
+    byBox.set(m.box.id, entry);
+  }
+  for (const [boxId, b] of byBox) {
+    if (b.policy === 'all') {
+      throw new AppError(
+        'review_required',
+        `Every send from ${b.address} (or with this key) waits for the owner's review (policy all), and a bulk job cannot wait: send the messages one by one with POST /messages/send (each answers 202 with a review), or use a box without review. Nothing was queued.`,
+        { box_id: boxId, review: 'all' },
+      );
+    }
+    const fresh = await newRecipientsOf(svc, boxId, [...b.recipients]);
+    if (fresh.length) {
+      throw new AppError(
+        'review_required',
+        `${fresh.length} recipient(s) of this job never heard from nor wrote to ${b.address}, whose sends to new recipients wait for the owner's review (policy new_recipients); a bulk job cannot wait. Write to them one by one with POST /messages/send (each held for the owner), or leave them out. Nothing was queued.`,
+        { box_id: boxId, review: 'new_recipients', new_recipients: fresh.slice(0, 50), new_recipients_count: fresh.length },
+      );
+    }
+  }
+}
