@@ -255,7 +255,7 @@ export const EVENT_CATALOGUE = {
   'box.created': o({
     box: BoxOutput.extend({
       review: z.enum(REVIEW_POLICIES).optional().meta(d('Its owner review policy (absent in events written before owner review existed)')),
-    }),
+    }).meta(d('The box')),
   }).meta(d('A box (address) was created')),
   'box.deleted': o({ box_id: id('box', 'The box'), address: address('Its address') }).meta(d('A box was deleted')),
   'box.signature_updated': o({

@@ -359,6 +359,9 @@ export async function approveReview(
 ): Promise<SendReview> {
   const { review, request } = await ownerReview(svc, ownerEmail, id);
   if (review.status !== 'pending') throw new AppError('conflict', `This message is already ${review.status}; nothing to decide.`);
+  const owner = await svc.db.account.findUniqueOrThrow({ where: { id: review.accountId }, select: { status: true } });
+  // A closed account sends nothing, whoever approves (its keys and deliveries were stopped when it closed).
+  if (owner.status !== 'active') throw new AppError('conflict', 'This account is closed: nothing can be sent from it.');
   const claimed = await svc.db.sendReview.updateMany({
     where: { id, status: 'pending' satisfies ReviewStatus, expiresAt: { gt: svc.clock.now() } },
     data: { status: 'approved' satisfies ReviewStatus, decidedAt: svc.clock.now() },
