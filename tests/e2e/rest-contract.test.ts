@@ -204,7 +204,7 @@ describe('routes and methods', () => {
     const cases: [string, string, string[]][] = [
       ['PATCH', '/boxes', ['GET', 'POST']],
       ['DELETE', '/boxes', ['GET', 'POST']],
-      ['GET', '/boxes/box_123', ['DELETE']],
+      ['GET', '/boxes/box_123', ['DELETE', 'PATCH']],
       ['POST', '/events', ['GET']],
       ['GET', '/signup/agentic', ['POST']],
       ['OPTIONS', '/events/verify', ['GET']],

@@ -294,7 +294,7 @@ export function createRestHandler(opts: {
     const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
       const status = response.status ?? res.status;
-      const out = new Response(req.method === 'HEAD' ? null : res.body, { status, headers: res.headers });
+      const out = new Response(req.method === 'HEAD' ? null : res.body, status === res.status ? res : { status, headers: res.headers });
       for (const [name, value] of Object.entries(fields)) out.headers.set(name, value);
       out.headers.set('x-request-id', requestId);
       return out;

@@ -12,7 +12,7 @@ CREATE TABLE "send_reviews" (
     "box_id" TEXT NOT NULL,
     "key_id" TEXT,
     "status" TEXT NOT NULL DEFAULT 'pending',
-    "reason" TEXT NOT NULL,
+    "reason" TEXT NOT NULL DEFAULT 'all',
     "new_recipients" TEXT[],
     "from_address" TEXT NOT NULL,
     "to_addresses" TEXT[],
