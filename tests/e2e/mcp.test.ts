@@ -354,7 +354,8 @@ describe('MCP Inspector CLI', () => {
         '--method',
         'tools/list',
       ],
-      { encoding: 'utf8', timeout: 25_000, env: { ...process.env, NO_COLOR: '1' } },
+      // The tool list with its schemas is over a mebibyte (execFile's default buffer).
+      { encoding: 'utf8', timeout: 25_000, maxBuffer: 16 * 1024 * 1024, env: { ...process.env, NO_COLOR: '1' } },
     );
     const out = JSON.parse(stdout) as { tools: { name: string; inputSchema: unknown }[] };
     const names = out.tools.map((x) => x.name);
