@@ -4,6 +4,7 @@
 // sends, bulk refusals, idempotency; an approved message arrives at a local SMTP sink exactly as written, a
 // denied, expired or withdrawn one never leaves. Then the same through the SDK and MCP.
 import { simpleParser } from 'mailparser';
+import nodemailer from 'nodemailer';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
@@ -24,7 +25,8 @@ beforeAll(async () => {
   inbox = await startOwnerInbox();
   t = await startTestServer({
     worker: true,
-    env: { WORKER_SWEEP_INTERVAL_MS: '200' },
+    mail: true,
+    env: { WORKER_SWEEP_INTERVAL_MS: '200', MAIL_AUTH_DELAY_MS: '0' },
     // The owner's mail goes to their inbox; every other outside domain to the sink.
     resolver: staticResolver({ [OWNER_DOMAIN]: { host: '127.0.0.1', port: inbox.port } }, sink.resolver()),
   });
@@ -392,6 +394,34 @@ describe('credit, scheduling, idempotency, bulk', () => {
       ['none', 'all'],
       ['all', 'none'],
     ]);
+  });
+});
+
+describe('mail clients', () => {
+  it('SMTP submission from a box under review: accepted as held (250 names the review), sent once approved', async () => {
+    const a = await account();
+    await setBoxReview(a, 'new_recipients');
+    const password = (await rest(t, 'POST', '/account/app-passwords', { key: a.apiKey, body: { label: 'laptop' } })).body.password as string;
+    const to = `smtp-${unique()}@remote.test`;
+    const transport = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: t.submissionPort!,
+      secure: true,
+      tls: { rejectUnauthorized: false },
+      auth: { user: a.primaryAddress, pass: password },
+    });
+    try {
+      const info = await transport.sendMail({ from: a.primaryAddress, to, subject: 'From Thunderbird', text: 'typed by a person' });
+      expect(info.response).toMatch(/^250 2\.0\.0 Ok: held for the owner's review as (rev_[0-9a-z]{20}), not sent until approved$/);
+      const id = /(rev_[0-9a-z]{20})/.exec(info.response)![1]!;
+      expect((await rest(t, 'GET', `/reviews/${id}`, { key: a.apiKey })).body).toMatchObject({ status: 'pending', to: [to], subject: 'From Thunderbird' });
+      const s = await ownerOpens(a, id);
+      expect((await s.post(`/owner/reviews/${id}`, { action: 'approve' })).status).toBe(200);
+      const got = await waitFor(() => arrived(to)[0], 'the approved submission at the sink');
+      expect((await simpleParser(got.raw)).subject).toBe('From Thunderbird');
+    } finally {
+      transport.close();
+    }
   });
 });
 

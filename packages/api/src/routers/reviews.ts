@@ -47,7 +47,7 @@ export const reviewsRouter = router({
         tags: ['reviews'],
         summary: 'Withdraw a held send',
         description:
-          "Takes back a send still waiting for the owner: nothing is sent, the owner's link stops working for it, review.withdrawn is recorded. 409 conflict once it is no longer pending.",
+          "Takes back a send still waiting for the owner: nothing is sent, the owner's page shows it withdrawn with nothing to decide, review.withdrawn is recorded. 409 conflict once it is no longer pending.",
       },
     })
     .input(ReviewIdInput)
