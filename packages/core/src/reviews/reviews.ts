@@ -41,7 +41,9 @@ export const reviewPolicyOf = (value: string): ReviewPolicy => narrowStatus(REVI
 
 /**
  * The recipients the box never wrote to (to, cc or bcc of a message it sent) nor heard from (the sender of a
- * message it received), in the order given. One query, on indexes.
+ * message it received), in the order given. One query, on indexes: (box_id, from_address) for the senders, the
+ * GIN over the recipient arrays for each array apart (one OR over the three would scan every message the box
+ * sent: 66 ms against 2 ms at 40,000 messages of one box).
  */
 export async function newRecipientsOf(svc: Pick<Services, 'db'>, boxId: string, recipients: readonly string[]): Promise<string[]> {
   if (recipients.length === 0) return [];
@@ -51,9 +53,9 @@ export async function newRecipientsOf(svc: Pick<Services, 'db'>, boxId: string, 
     sql<{ address: string }>`
     SELECT r.address FROM unnest(${[...recipients]}::text[]) WITH ORDINALITY AS r(address, n)
     WHERE NOT EXISTS (SELECT 1 FROM ${m.$} WHERE ${m.box_id} = ${boxId} AND ${m.direction} = 'received' AND ${m.from_address} = r.address)
-      AND NOT EXISTS (
-        SELECT 1 FROM ${m.$} WHERE ${m.box_id} = ${boxId} AND ${m.direction} = 'sent'
-          AND (${m.to_addresses} @> ARRAY[r.address] OR ${m.cc_addresses} @> ARRAY[r.address] OR ${m.bcc_addresses} @> ARRAY[r.address]))
+      AND NOT EXISTS (SELECT 1 FROM ${m.$} WHERE ${m.to_addresses} @> ARRAY[r.address] AND ${m.box_id} = ${boxId} AND ${m.direction} = 'sent')
+      AND NOT EXISTS (SELECT 1 FROM ${m.$} WHERE ${m.cc_addresses} @> ARRAY[r.address] AND ${m.box_id} = ${boxId} AND ${m.direction} = 'sent')
+      AND NOT EXISTS (SELECT 1 FROM ${m.$} WHERE ${m.bcc_addresses} @> ARRAY[r.address] AND ${m.box_id} = ${boxId} AND ${m.direction} = 'sent')
     ORDER BY r.n`,
   );
   return found.map((r) => r.address);
