@@ -14,7 +14,7 @@ import { addLinePatterns } from './input-patterns';
 import type { BoxesMeta, Meta } from './trpc';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
-export const API_VERSION = '1.3.0';
+export const API_VERSION = '1.4.0';
 
 const STATUS_TEXT: Record<string, string> = {
   '400': 'Invalid request: malformed JSON or a field that fails validation (error.fields names each one)',

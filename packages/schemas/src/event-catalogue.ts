@@ -254,7 +254,7 @@ export const EVENT_CATALOGUE = {
   // --- boxes, lists, forwards --------------------------------------------------------------------------------
   'box.created': o({
     box: BoxOutput.extend({
-      review: z.enum(REVIEW_POLICIES).optional().meta(d('Its owner review policy (absent in events written before owner review existed)')),
+      review: z.enum(REVIEW_POLICIES).optional().meta(d('Its owner review policy (since API 1.4.0; absent in older events)')),
     }).meta(d('The box')),
   }).meta(d('A box (address) was created')),
   'box.deleted': o({ box_id: id('box', 'The box'), address: address('Its address') }).meta(d('A box was deleted')),
