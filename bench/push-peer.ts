@@ -34,7 +34,10 @@ const receiver = https.createServer({ key: keyPem, cert: certPem, keepAliveTimeo
     if (e.type === 'mail.delivered') {
       const pathname = req.url ?? '/';
       let p = byPath.get(pathname);
-      if (!p) byPath.set(pathname, (p = { latency: [], seen: new Set(), twice: 0 }));
+      if (!p) {
+        p = { latency: [], seen: new Set(), twice: 0 };
+        byPath.set(pathname, p);
+      }
       if (p.seen.has(e.id)) p.twice += 1;
       else {
         p.seen.add(e.id);

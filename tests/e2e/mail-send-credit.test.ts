@@ -4,7 +4,7 @@
  * charged in the ledger. Then the same mail calls through the typed SDK (@boxes/sdk), 402 included.
  */
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
-import { BoxesError, createBoxesClient } from '@boxes/sdk';
+import { BoxesError, createBoxesClient, sentMessage } from '@boxes/sdk';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { MailSink, send, unique, waitFor, waitSettled } from './mail-send-helpers';
 
@@ -106,7 +106,7 @@ describe('the SDK', () => {
     const client = createBoxesClient({ baseUrl: t.url, apiKey: a.apiKey });
     const to = `sdk-${unique()}@remote.test`;
 
-    const sent = await client.messages.send.mutate({ to: [to], subject: 'via sdk', text: 'typed', context: { order: 9 } });
+    const sent = sentMessage(await client.messages.send.mutate({ to: [to], subject: 'via sdk', text: 'typed', context: { order: 9 } }));
     expectTypeOf(sent.message_id).toEqualTypeOf<string>();
     expectTypeOf(sent.status).toEqualTypeOf<'queued' | 'scheduled' | 'suppressed'>();
     expectTypeOf(sent.billing.messages).toEqualTypeOf<number>();

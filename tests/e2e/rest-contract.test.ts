@@ -204,7 +204,7 @@ describe('routes and methods', () => {
     const cases: [string, string, string[]][] = [
       ['PATCH', '/boxes', ['GET', 'POST']],
       ['DELETE', '/boxes', ['GET', 'POST']],
-      ['GET', '/boxes/box_123', ['DELETE']],
+      ['GET', '/boxes/box_123', ['DELETE', 'PATCH']],
       ['POST', '/events', ['GET']],
       ['GET', '/signup/agentic', ['POST']],
       ['OPTIONS', '/events/verify', ['GET']],
@@ -400,6 +400,7 @@ describe('every error is documented for its operation', () => {
     const post = (path: string, body: unknown = {}) => call('POST', path, { body: JSON.stringify(body), headers: JSON_CT });
     expectDocumented('POST', '/messages/{id}/reply', await post('/messages/msg_nope/reply', { text: 'hi' }), 404, 'not_found');
     expectDocumented('POST', '/messages/{id}/cancel', await post('/messages/msg_nope/cancel'), 404, 'not_found');
+    expectDocumented('POST', '/reviews/{id}/withdraw', await post('/reviews/rev_nope/withdraw'), 404, 'not_found');
     expectDocumented('POST', '/boxes/{id}/forwards', await post('/boxes/box_nope/forwards', { to: 'owner@example.com' }), 404, 'not_found');
 
     expect((await post('/boxes', { address: 'twice' })).status).toBe(200);

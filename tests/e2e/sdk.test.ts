@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BoxesError, confirmSignup, createBoxesClient, signup, type BoxesClient, type Draft, type SentDraft } from '@boxes/sdk';
+import { BoxesError, confirmSignup, createBoxesClient, sentMessage, signup, type BoxesClient, type Draft, type SentDraft } from '@boxes/sdk';
 import { startTestServer, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
@@ -218,7 +218,7 @@ describe('SDK drafts', () => {
     const ready = await client.drafts.update.mutate({ id: draft.id, to: 'sdk@remote.invalid', text: 'hello' });
     expect(ready).toMatchObject({ to: ['sdk@remote.invalid'], text: 'hello', ready: true });
     expect((await client.drafts.list.query({})).drafts.map((d) => d.id)).toEqual([draft.id]);
-    const sent: SentDraft = await client.drafts.send.mutate({ id: draft.id });
+    const sent: SentDraft = sentMessage(await client.drafts.send.mutate({ id: draft.id }));
     expect(sent).toMatchObject({ draft_id: draft.id, status: 'queued', recipients: ['sdk@remote.invalid'] });
     expect(await client.drafts.send.mutate({ id: draft.id })).toMatchObject({ message_id: sent.message_id, idempotent_replay: true });
     expect((await client.messages.get.query({ id: sent.message_id })).draft_id).toBe(draft.id);

@@ -79,6 +79,10 @@ const ROUTES: RouteCase[] = [
   { proc: 'boxes.list', method: 'GET', path: '/boxes', scope: null, restricted: 'filtered' },
   { proc: 'boxes.delete', method: 'DELETE', path: '/boxes/{box}', scope: 'admin', restricted: 'own_box' },
   { proc: 'boxes.setSignature', method: 'PUT', path: '/boxes/{box}/signature', scope: 'admin', restricted: 'own_box', body: { signature: 'security-probe' } },
+  { proc: 'boxes.update', method: 'PATCH', path: '/boxes/{box}', scope: 'admin', restricted: 'own_box', body: { review: 'none' } },
+  { proc: 'reviews.list', method: 'GET', path: '/reviews', scope: 'send', restricted: 'filtered' },
+  { proc: 'reviews.get', method: 'GET', path: '/reviews/{review}', scope: 'send', restricted: 'own_box' },
+  { proc: 'reviews.withdraw', method: 'POST', path: '/reviews/{review}/withdraw', scope: 'send', restricted: 'own_box', ok: [200, 409] },
   { proc: 'events.list', method: 'GET', path: '/events', scope: 'receive', restricted: 'filtered' },
   { proc: 'threads.list', method: 'GET', path: '/threads', scope: 'receive', restricted: 'filtered' },
   { proc: 'threads.get', method: 'GET', path: '/threads/{thread}', scope: 'receive', restricted: 'own_box' },
@@ -345,6 +349,7 @@ const MISSING_BOX = 'box_00000000000000000000';
 const MISSING_KEY = 'key_00000000000000000000';
 const MISSING_MESSAGE = 'msg_00000000000000000000';
 const MISSING_BULK = 'bulk_00000000000000000000';
+const MISSING_REVIEW = 'rev_00000000000000000000';
 const SUPPRESSED = 'bounced@remote.invalid';
 const MISSING_APP_PASSWORD = 'apw_00000000000000000000';
 type Ids = {
@@ -361,6 +366,7 @@ type Ids = {
   bulk?: string;
   endpoint?: string;
   draft?: string;
+  review?: string;
 };
 const MISSING_THREAD = 'thr_00000000000000000000';
 const MISSING_DRAFT = 'drf_00000000000000000000';
@@ -402,6 +408,8 @@ interface Fixture {
   endpointId: string;
   /** A draft of the spare box. */
   draftId: string;
+  /** A send from the spare box held for the owner's review (by a key whose policy is all). */
+  reviewId: string;
 }
 
 let A: Fixture; // the account whose resources are attacked
@@ -440,6 +448,7 @@ async function fixture(): Promise<Fixture> {
     body: { url: 'https://agent.example.com/fixture', box_ids: [spare.body.id], enabled: false },
   });
   const draft = await rest(t, 'POST', '/drafts', { key: account.apiKey, body: { from: spare.body.address, to: 'fixture@remote.invalid', text: 'fixture' } });
+  const held = await heldSend(account.apiKey, spare.body.address);
   if (
     question.status !== 200 ||
     feature.status !== 200 ||
@@ -472,7 +481,18 @@ async function fixture(): Promise<Fixture> {
     bulkId: bulk.body.id,
     endpointId: endpoint.body.id,
     draftId: draft.body.id,
+    reviewId: held,
   };
+}
+
+/** A send from `from` held for the owner's review: made with a key whose review policy is all. */
+async function heldSend(ownerKey: string, from: string): Promise<string> {
+  const reviewed = await mintKey(t, ownerKey, ['send'], { review: 'all' });
+  const r = await rest(t, 'POST', '/messages/send', { key: reviewed.api_key, body: { from, to: 'fixture-review@remote.invalid', text: 'fixture' } });
+  if (r.status !== 202) throw new Error(`held send failed: ${r.status} ${JSON.stringify(r.body)}`);
+  // The review stays; the key goes, so the account's key list is what the other cases expect.
+  await rest(t, 'DELETE', `/account/keys/${reviewed.id}`, { key: ownerKey });
+  return r.body.id;
 }
 
 function fill(path: string, ids: Ids): string {
@@ -495,6 +515,7 @@ function fill(path: string, ids: Ids): string {
       .replace('{bulk}', ids.bulk ?? MISSING_BULK)
       .replace('{endpoint}', ids.endpoint ?? 'whe_00000000000000000000')
       .replace('{draft}', ids.draft ?? MISSING_DRAFT)
+      .replace('{review}', ids.review ?? MISSING_REVIEW)
   );
 }
 
@@ -512,6 +533,7 @@ const targets = (f: Fixture): Ids => ({
   bulk: f.bulkId,
   endpoint: f.endpointId,
   draft: f.draftId,
+  review: f.reviewId,
 });
 
 function call(route: RouteCase, opts: { key?: string; headers?: Record<string, string>; ids?: Ids; body?: unknown }) {
@@ -608,7 +630,7 @@ describe('(b) scopes', () => {
 });
 
 describe("(c) another account's resource: 404, never 403", () => {
-  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|endpoint|draft)\}/.test(r.path));
+  const withIds = ROUTES.filter((r) => /\{(box|key|message|thread|apw|entry|bulk|endpoint|draft|review)\}/.test(r.path));
 
   it('every route with an id is covered', () => {
     expect(withIds.map((r) => r.proc).sort()).toEqual([
@@ -616,6 +638,7 @@ describe("(c) another account's resource: 404, never 403", () => {
       'audit.messageBundle',
       'boxes.delete',
       'boxes.setSignature',
+      'boxes.update',
       'bulk.cancel',
       'bulk.get',
       'drafts.delete',
@@ -641,6 +664,8 @@ describe("(c) another account's resource: 404, never 403", () => {
       'messages.get',
       'messages.labels',
       'messages.reply',
+      'reviews.get',
+      'reviews.withdraw',
       'threads.get',
       'threads.labels',
       'webhookEndpoints.delete',
@@ -680,6 +705,7 @@ describe("(c) another account's resource: 404, never 403", () => {
           bulk: A.bulkId,
           endpoint: A.endpointId,
           draft: A.draftId,
+          review: A.reviewId,
         },
       ],
     ] as const) {
@@ -745,6 +771,7 @@ describe('(d) a box-restricted key', () => {
     expect(endpoint.status).toBe(200);
     const draft = await rest(t, 'POST', '/drafts', { key: A.account.apiKey, body: { from: box.body.address, to: 'own@remote.invalid', text: 'own' } });
     expect(draft.status).toBe(200);
+    const reviewId = await heldSend(A.account.apiKey, box.body.address);
     return {
       boxId: box.body.id as string,
       address: box.body.address as string,
@@ -758,6 +785,7 @@ describe('(d) a box-restricted key', () => {
       bulkId: bulk.body.id as string,
       endpointId: endpoint.body.id as string,
       draftId: draft.body.id as string,
+      reviewId,
     };
   }
 
@@ -783,6 +811,7 @@ describe('(d) a box-restricted key', () => {
               bulk: A.bulkId,
               endpoint: A.endpointId,
               draft: A.draftId,
+              review: A.reviewId,
             },
           });
           expectError(r, 404, 'not_found', 'a box outside the restriction');
@@ -800,6 +829,7 @@ describe('(d) a box-restricted key', () => {
             bulk: own.bulkId,
             endpoint: own.endpointId,
             draft: own.draftId,
+            review: own.reviewId,
           },
         });
         expect(route.ok ?? [200], JSON.stringify(mine.body)).toContain(mine.status);

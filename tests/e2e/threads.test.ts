@@ -9,7 +9,7 @@ import nodemailer from 'nodemailer';
 import { simpleParser, type AddressObject } from 'mailparser';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { createBoxesClient } from '@boxes/sdk';
+import { createBoxesClient, sentMessage } from '@boxes/sdk';
 import { receiveMessage } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { MailSink, events, getMessage, send, unique, waitFor } from './mail-send-helpers';
@@ -382,10 +382,10 @@ describe('threads and replies with an outside client', () => {
 describe('the same through the SDK and MCP', () => {
   it('SDK: messages.reply, threads.list, threads.get; MCP: the threads_list, threads_get and messages_reply tools', async () => {
     const client = createBoxesClient({ baseUrl: t.url, apiKey: a.apiKey });
-    const first = await client.messages.send.mutate({ to: b.primaryAddress, subject: 'Via SDK', text: 'one' });
+    const first = sentMessage(await client.messages.send.mutate({ to: b.primaryAddress, subject: 'Via SDK', text: 'one' }));
     const atB = await receivedIn(b, first.rfc_message_id);
     const bClient = createBoxesClient({ baseUrl: t.url, apiKey: b.apiKey });
-    const reply = await bClient.messages.reply.mutate({ id: atB.id, text: 'two', quote: true });
+    const reply = sentMessage(await bClient.messages.reply.mutate({ id: atB.id, text: 'two', quote: true }));
     expect(reply.thread_id).toBe(atB.thread_id);
     const back = await receivedIn(a, reply.rfc_message_id);
     const listed = await client.threads.list.query({ limit: 5 });

@@ -117,6 +117,12 @@ const SKILLS: { name: string; description: string; operations: string[]; skill?:
       'Pause the account or a box (every send refused until resumed; the owner can pause too, and only the owner lifts that), send caps per box and per key, keys that expire',
     operations: ['POST /account/pause', 'POST /account/resume', 'GET /account/pause', 'POST /boxes/{id}/pause', 'PUT /boxes/{id}/caps', 'GET /boxes/{id}/caps'],
   },
+  {
+    name: 'owner_review',
+    description:
+      "Hold sends for the owner's approval (review policy none, new_recipients or all per box and per key): a held send answers 202 with a review the owner approves or denies by email",
+    operations: ['PATCH /boxes/{id}', 'GET /reviews', 'GET /reviews/{id}', 'POST /reviews/{id}/withdraw'],
+  },
   { name: 'mcp', description: 'The same API as MCP tools (mcp.url), and turning MCP access off and on', operations: ['GET /account/mcp/status'] },
   {
     name: 'close',

@@ -40,6 +40,7 @@ import {
 import type { Payment } from '@boxes/db';
 import type { Logger } from './logger';
 import { htmlResponse } from './html-page';
+import { mountOwnerReviewPages } from './owner-reviews';
 
 const COOKIE = 'boxes_owner';
 
@@ -231,9 +232,11 @@ export function mountOwnerPages(app: Hono, svc: Services, log: Logger): void {
           ? `/owner/payments/${info.paymentId}`
           : info.purpose === 'close' && info.closeRequestId
             ? `/owner/close/${info.closeRequestId}`
-            : info.purpose === 'card'
-              ? '/owner/card'
-              : '/owner';
+            : info.purpose === 'review' && info.reviewId
+              ? `/owner/reviews/${info.reviewId}`
+              : info.purpose === 'card'
+                ? '/owner/card'
+                : '/owner';
       return c.redirect(to, 303);
     } catch (err) {
       return failure(err, 'Link not valid');
@@ -373,6 +376,8 @@ ${mayApprove ? `<button class="primary" type="submit" name="action" value="appro
     }
     return await closePage(s, id, banner('note', 'You kept the account open. Nothing was closed.'));
   });
+
+  mountOwnerReviewPages({ svc, page, banner, esc, itemRoutes });
 
   const cardPage = async (s: OwnerSessionInfo, notice = '', status = 200) => {
     const { wallet, mandate } = await walletOf(svc, s.email);

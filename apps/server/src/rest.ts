@@ -283,8 +283,9 @@ export function createRestHandler(opts: {
     const forwarded = new Request(url, { method, headers, body });
     let failure: unknown;
     let ctx: Context | undefined;
+    const response: { status?: number } = {};
     const res = await openApi(forwarded, {
-      context: () => (ctx ??= { ...opts.context(req, requestId), pathInput: pathParams.values }),
+      context: () => (ctx ??= { ...opts.context(req, requestId), pathInput: pathParams.values, response }),
       onError: (error) => {
         failure = error;
       },
@@ -292,7 +293,8 @@ export function createRestHandler(opts: {
     // What the procedure set for the response (the rate-limit fields), on success and error alike.
     const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
-      const out = new Response(req.method === 'HEAD' ? null : res.body, res);
+      const status = response.status ?? res.status;
+      const out = new Response(req.method === 'HEAD' ? null : res.body, status === res.status ? res : { status, headers: res.headers });
       for (const [name, value] of Object.entries(fields)) out.headers.set(name, value);
       out.headers.set('x-request-id', requestId);
       return out;

@@ -5,7 +5,7 @@
  */
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { attemptDelivery, type DeliveryDeps, type DeliveryStatus, type Services } from '@boxes/core';
+import { attemptDelivery, expireReviews, type DeliveryDeps, type DeliveryStatus, type Services } from '@boxes/core';
 import { createRedis, DELIVERY_ATTEMPTS, deliveryRetryDelayMs, QUEUE, type DeliveryJob } from '@boxes/jobs';
 import { dnsMxResolver, parseRelayUrl, parseStaticRoutes, SmtpSender, staticResolver, type MxResolver } from '@boxes/mail';
 import type { Logger } from 'pino';
@@ -139,6 +139,8 @@ export async function start(
   };
   const timer = setInterval(() => {
     sweep().catch(logQueueError(log, 'sweep failed'));
+    // Sends held for the owner's review past REVIEW_TTL_HOURS expire (review.expired): nothing was sent.
+    expireReviews(svc).catch(logQueueError(log, 'review expiry sweep failed'));
   }, deps.sweepIntervalMs ?? config.workerSweepIntervalMs);
   timer.unref();
   // Redis back after an outage: sends committed meanwhile could not enqueue their deliveries (and a Redis that

@@ -14,7 +14,7 @@ import { addLinePatterns } from './input-patterns';
 import type { BoxesMeta, Meta } from './trpc';
 
 /** Bumped whenever a route or a shape changes; platform.updated carries it. */
-export const API_VERSION = '1.3.0';
+export const API_VERSION = '1.4.0';
 
 const STATUS_TEXT: Record<string, string> = {
   '400': 'Invalid request: malformed JSON or a field that fails validation (error.fields names each one)',
@@ -150,6 +150,25 @@ function webhookOperation(t: EventType) {
   };
 }
 
+/**
+ * A send that owner review may hold answers the message (200) or the Review (202): the generator puts the
+ * union under 200; each answer goes under its own status here.
+ */
+function splitReviewAnswer(responses: Record<string, Record<string, unknown>>): void {
+  const ok = responses['200'] as { content?: { 'application/json'?: { schema?: { anyOf?: Record<string, unknown>[] } } } } | undefined;
+  const branches = ok?.content?.['application/json']?.schema?.anyOf;
+  if (!ok || !branches) return;
+  const isReview = (b: Record<string, unknown>) => b.$ref === '#/components/schemas/Review';
+  const sent = branches.find((b) => !isReview(b));
+  if (!sent || !branches.some(isReview)) return;
+  ok.content!['application/json']!.schema = sent;
+  responses['202'] = {
+    description:
+      "Held for the owner's review (the box's or the key's review policy): nothing was sent or charged. The owner was emailed a single-use link to a page showing the message with Approve and Deny; GET /reviews/{id} follows it (events review.approved, review.denied, review.expired). Approved, it goes out exactly as written through the send path, credit checked then.",
+    content: { 'application/json': { schema: { $ref: '#/components/schemas/Review' } } },
+  };
+}
+
 interface Operation {
   meta: BoxesMeta & Meta;
   /** Rules over the whole input (MESSAGE_BODY_RULE's anyOf), from its schema's meta: the generator rebuilds the body from its fields and drops them. */
@@ -229,7 +248,9 @@ export function buildOpenApiDocument(opts: { apiBaseUrl: string; siteUrl: string
           'x-error-codes': codes,
         };
       }
+      if (operation?.meta.reviewable) splitReviewAnswer(op.responses);
       if (keyed && op.responses['200']) op.responses['200'].headers = { ...(op.responses['200'].headers as object | undefined), ...rateFields() };
+      if (keyed && op.responses['202']) op.responses['202'].headers = rateFields();
     }
   }
   const components = doc.components?.schemas as Record<string, unknown> | undefined;

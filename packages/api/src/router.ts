@@ -24,6 +24,7 @@ import { forwardsRouter } from './routers/forwards';
 import { webhookEndpointsRouter } from './routers/webhook-endpoints';
 import { draftsRouter } from './routers/drafts';
 import { guardRouter } from './routers/guard';
+import { reviewsRouter } from './routers/reviews';
 import { router } from './trpc';
 import { registerProcedureInputs } from './input-guard';
 import { pinCoercion } from './no-coercion';
@@ -56,6 +57,7 @@ export const appRouter = router({
   forwards: forwardsRouter,
   lists: listsRouter,
   guard: guardRouter,
+  reviews: reviewsRouter,
 });
 
 const procedures = (appRouter as unknown as { _def: { procedures: Parameters<typeof registerProcedureInputs>[0] } })._def.procedures;

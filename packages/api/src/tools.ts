@@ -61,7 +61,13 @@ function rootSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, u
 function outputOf(output: z.ZodType | undefined): Pick<ProcedureTool, 'outputSchema'> {
   if (!output) return {};
   const schema = rootSchema(output, 'output');
-  return schema.type === 'object' ? { outputSchema: schema as NonNullable<ProcedureTool['outputSchema']> } : {};
+  if (schema.type === 'object') return { outputSchema: schema as NonNullable<ProcedureTool['outputSchema']> };
+  // One of several objects (a send: the message, or the review that holds it): still an object.
+  const branches = schema.anyOf as Record<string, unknown>[] | undefined;
+  const defs = (schema.$defs ?? {}) as Record<string, Record<string, unknown>>;
+  const isObject = (b: Record<string, unknown>) =>
+    b.type === 'object' || (typeof b.$ref === 'string' && defs[b.$ref.replace('#/$defs/', '')]?.type === 'object');
+  return branches?.length && branches.every(isObject) ? { outputSchema: { type: 'object', ...schema } } : {};
 }
 
 function inputOf(inputs: z.ZodType[]): Pick<ProcedureTool, 'inputSchema' | 'input'> {

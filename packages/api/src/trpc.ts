@@ -42,6 +42,11 @@ export interface Context {
   rateCounted?: boolean;
   /** REST: the path parameters, percent-decoded once by the REST face; they replace the generator's raw ones. */
   pathInput?: Record<string, string>;
+  /**
+   * A success status other than 200, set by the procedure (202 for a send held for the owner's review). An
+   * object the face lends (as responseHeaders): middlewares pass copies of the context on, not the context.
+   */
+  response?: { status?: number };
 }
 
 // A type alias, not an interface: trpc-to-openapi needs meta to have an implicit index signature.
@@ -55,6 +60,11 @@ export type BoxesMeta = {
    * (error-contract.ts); its OpenAPI error responses are generated from them.
    */
   errors?: readonly ErrorCode[];
+  /**
+   * The procedure sends mail that owner review may hold: its output is the sent message or, with status 202, the
+   * Review (schemas/reviews.ts); OpenAPI documents the two answers apart.
+   */
+  reviewable?: true;
 };
 export type Meta = OpenApiMeta<BoxesMeta>;
 

@@ -95,6 +95,7 @@ describe('loadConfig', () => {
         verifyIntervalMs: 60_000,
       },
       audit: { cycleMs: 3_600_000, deletionGraceDays: 30, exportLinkTtlDays: 7 },
+      review: { ttlMs: 72 * 3_600_000 },
       trust: { rspamdUrl: undefined, rspamdTimeoutMs: 5000 },
     });
   });

@@ -288,6 +288,8 @@ export const envSchema = z.object({
   AUDIT_CYCLE_MS: z.coerce.number().int().min(100).default(3_600_000),
   /** Days the data of a closed account is kept (its export downloadable) before it is deleted for good. */
   ACCOUNT_DELETION_GRACE_DAYS: z.coerce.number().min(0).max(365).default(30),
+  /** Hours a send held for the owner's review waits for a decision before it expires (nothing sent). */
+  REVIEW_TTL_HOURS: z.coerce.number().positive().max(720).default(72),
   /** Days the data-export link of a closed account works. */
   EXPORT_LINK_TTL_DAYS: z.coerce.number().positive().max(365).default(7),
   /**
@@ -402,6 +404,8 @@ export interface Config {
   trust: { rspamdUrl: string | undefined; rspamdTimeoutMs: number };
   /** Audit job period; grace before a closed account's data is deleted; export link lifetime. */
   audit: { cycleMs: number; deletionGraceDays: number; exportLinkTtlDays: number };
+  /** Owner review of sends: how long a held send waits for the owner (REVIEW_TTL_HOURS). */
+  review: { ttlMs: number };
 }
 
 const list = (v: string | undefined): string[] =>
@@ -579,6 +583,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     },
     trust: { rspamdUrl: e.RSPAMD_URL?.replace(/\/+$/, ''), rspamdTimeoutMs: e.RSPAMD_TIMEOUT_MS },
     audit: { cycleMs: e.AUDIT_CYCLE_MS, deletionGraceDays: e.ACCOUNT_DELETION_GRACE_DAYS, exportLinkTtlDays: e.EXPORT_LINK_TTL_DAYS },
+    review: { ttlMs: Math.round(e.REVIEW_TTL_HOURS * 3_600_000) },
     ...overrides,
     ...(overrides.siteUrl || overrides.port ? { siteUrl, apiBaseUrl: `${siteUrl}/api/v1` } : {}),
   };

@@ -37,6 +37,7 @@ export * from './credit/ledger';
 export * from './messages/addresses';
 export * from './messages/headers';
 export * from './messages/send';
+export * from './reviews/reviews';
 export * from './messages/plan';
 export * from './messages/receive';
 export * from './messages/deliver';

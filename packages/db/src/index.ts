@@ -44,3 +44,4 @@ export type {
 } from './generated/client';
 export type { SendingIp, BoxForward, ForwardRun, Draft } from './generated/client';
 export type { TrustListEntry } from './generated/client';
+export type { SendReview } from './generated/client';

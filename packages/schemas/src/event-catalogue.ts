@@ -15,6 +15,7 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
 import { BoxOutput } from './boxes';
+import { REVIEW_POLICIES, REVIEW_REASONS } from './statuses';
 import { Authentication, BoxPolicy, ListEntry, SpamVerdict } from './trust';
 
 /** An object schema that keeps unknown members at run time but is exact in TypeScript. */
@@ -35,6 +36,15 @@ const address = (description: string) => z.string().meta({ description, example:
 const addresses = (description: string) => z.array(z.string()).meta({ description, example: ['someone@example.com'] });
 const messageId = id('msg', 'The message (GET /messages/{id})');
 const context = z.record(z.string(), z.unknown()).nullable().meta(d('The context object of the send this mail answers (matched through In-Reply-To), or null'));
+
+/** What every review.* event says of the held send. */
+const ReviewFacts = {
+  review_id: id('rev', 'The review (GET /reviews/{id})'),
+  from: address('The sending box'),
+  to: addresses('To addresses'),
+  cc: addresses('Cc addresses'),
+  subject: z.string().nullable().meta(d('The subject, or null')),
+};
 
 const DnsRecordToPublish = o({
   name: z.string().meta({ description: 'Owner name of the record', example: '_dmarc.example.com' }),
@@ -210,6 +220,7 @@ export const EVENT_CATALOGUE = {
     label: z.string().meta(d('Its label')),
     scopes: z.array(z.enum(['send', 'receive', 'admin'])).meta(d('What it may do')),
     allowed_box_ids: z.array(z.string()).nullable().meta(d('The boxes it is limited to, or null for all')),
+    review: z.enum(REVIEW_POLICIES).optional().meta(d('Its owner review policy, when not none (absent: none)')),
     by_key_id: byKey,
     expires_at: Timestamp.nullable().optional().meta(d('When the key stops working, or null: never (since expiring keys)')),
   }).meta(d('An API key was created (the raw key is never in an event)')),
@@ -276,7 +287,11 @@ export const EVENT_CATALOGUE = {
   }).meta(d('This instance now serves a new API version')),
 
   // --- boxes, lists, forwards --------------------------------------------------------------------------------
-  'box.created': o({ box: BoxOutput }).meta(d('A box (address) was created')),
+  'box.created': o({
+    box: BoxOutput.extend({
+      review: z.enum(REVIEW_POLICIES).optional().meta(d('Its owner review policy (since API 1.4.0; absent in older events)')),
+    }).meta(d('The box')),
+  }).meta(d('A box (address) was created')),
   'box.deleted': o({ box_id: id('box', 'The box'), address: address('Its address') }).meta(d('A box was deleted')),
   'box.signature_updated': o({
     box_id: id('box', 'The box'),
@@ -284,6 +299,29 @@ export const EVENT_CATALOGUE = {
     signature: z.string().nullable().meta(d('The new signature, or null when removed')),
   }).meta(d("A box's signature changed")),
   'box.policy_updated': o({ policy: BoxPolicy }).meta(d("A box's receiving policy changed")),
+  'box.review_updated': o({
+    box_id: id('box', 'The box'),
+    address: address('Its address'),
+    review: z.enum(REVIEW_POLICIES).meta({ description: 'The new owner review policy', example: 'new_recipients' }),
+    previous: z.enum(REVIEW_POLICIES).meta({ description: 'The policy before', example: 'none' }),
+    by_key_id: byKey,
+  }).meta(d("A box's owner review policy changed (the owner is emailed when it becomes less strict)")),
+
+  // --- owner review of sends ------------------------------------------------------------------------------
+  'review.requested': o({
+    ...ReviewFacts,
+    reason: z.enum(REVIEW_REASONS).meta({ description: 'The policy that held the send', example: 'new_recipients' }),
+    new_recipients: addresses('Recipients the box never wrote to nor heard from'),
+    expires_at: Timestamp.meta(d('Nothing is sent unless the owner approves before this')),
+    by_key_id: byKey,
+  }).meta(d("A send was held for the owner's review (the API answered 202); the owner was emailed a link to approve or deny it")),
+  'review.approved': o({
+    ...ReviewFacts,
+    message_id: messageId,
+  }).meta(d('The owner approved a held send: it went through the send path as written (mail.sent or mail.scheduled follows)')),
+  'review.denied': o(ReviewFacts).meta(d('The owner denied a held send: nothing was sent or charged')),
+  'review.expired': o(ReviewFacts).meta(d('Nobody decided about a held send in time: nothing was sent or charged')),
+  'review.withdrawn': o({ ...ReviewFacts, by_key_id: byKey }).meta(d('The agent withdrew a held send: nothing was sent or charged')),
   'list.entry_added': o({ entry: ListEntry }).meta(d('An allow or block list entry was added')),
   'list.entry_removed': o({ entry: ListEntry }).meta(d('An allow or block list entry was removed')),
   'box.forward.created': o({

@@ -26,3 +26,4 @@ export * from './forwards';
 export * from './trust';
 export * from './drafts';
 export * from './guard';
+export * from './reviews';

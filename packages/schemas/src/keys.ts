@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { Scope, Timestamp } from './common';
 import { Evidence } from './audit';
 import { SendCaps, SendCapsInput } from './guard';
+import { ReviewPolicyEnum } from './reviews';
 
 export const CreateKeyInput = z
   .strictObject({
@@ -28,6 +29,9 @@ export const CreateKeyInput = z
       example: '2026-12-31T00:00:00Z',
     }),
     caps: SendCapsInput.optional().meta({ description: "Send caps of the key, beside its boxes' own" }),
+    review: ReviewPolicyEnum.optional().meta({
+      description: "Owner review of this key's sends (default none); the stricter of the key's and the box's applies",
+    }),
   })
   .refine((v) => !(v.allowed_boxes && v.allowed_box_ids), {
     message: 'give allowed_boxes or allowed_box_ids, not both',
@@ -43,6 +47,7 @@ export const KeyOutput = z
     allowed_box_ids: z.array(z.string()).nullable().meta({ description: 'null: every box of the account' }),
     allowed_boxes: z.array(z.string()).nullable().meta({ description: 'Addresses of allowed_box_ids; null: every box' }),
     is_owner: z.boolean().meta({ description: 'The original owner key, which cannot be revoked' }),
+    review: ReviewPolicyEnum,
     created_at: Timestamp,
     last_used_at: Timestamp.nullable(),
     expires_at: Timestamp.nullable().meta({ description: 'When the key stops working; null: never' }),

@@ -3,6 +3,7 @@ import { Timestamp } from './common';
 import { Evidence } from './audit';
 import { text } from './strings';
 import { Authentication, SpamVerdict } from './trust';
+import { Review } from './reviews';
 
 export const ThreadId = z.string().max(40).meta({
   description:
@@ -129,6 +130,9 @@ export const SendOutput = z.object({
   idempotent_replay: z.boolean().optional().meta({ description: 'true when this is the stored response of an earlier send with the same idempotency_key' }),
   evidence: Evidence.optional(),
 });
+
+/** What a send answers: the queued message (200), or the review it waits in (202) when owner review holds it. */
+export const SendOrReviewOutput = z.union([SendOutput, Review]);
 
 export const MessageSummary = z
   .object({

@@ -119,6 +119,18 @@ export type SendingIpMode = (typeof SENDING_IP_MODES)[number];
 export const SENDING_IP_STATUSES = ['provisioning', 'warming', 'active'] as const;
 export type SendingIpStatus = (typeof SENDING_IP_STATUSES)[number];
 
+/** boxes.review and api_keys.review: which sends wait for the owner's review (the stricter of box and key applies). */
+export const REVIEW_POLICIES = ['none', 'new_recipients', 'all'] as const;
+export type ReviewPolicy = (typeof REVIEW_POLICIES)[number];
+
+/** send_reviews.status: pending until the owner approves or denies, it expires, or the agent withdraws it. */
+export const REVIEW_STATUSES = ['pending', 'approved', 'denied', 'expired', 'withdrawn'] as const;
+export type ReviewStatus = (typeof REVIEW_STATUSES)[number];
+
+/** send_reviews.reason: the policy that held the send. */
+export const REVIEW_REASONS = ['new_recipients', 'all'] as const;
+export type ReviewReason = (typeof REVIEW_REASONS)[number];
+
 /** Whether value is one of vocabulary (narrows a string read from the database or a request). */
 export function isOneOf<const V extends readonly string[]>(vocabulary: V, value: string): value is V[number] {
   return (vocabulary as readonly string[]).includes(value);

@@ -249,5 +249,48 @@ export type WebhookEndpointDelivery = BoxesOutputs['webhookEndpoints']['redelive
 
 /** A draft (client.drafts.create / get / update / list; client.drafts.send sends it through the send rules). */
 export type Draft = BoxesOutputs['drafts']['get'];
-/** What sending a draft answers: a send's answer with draft_id (idempotent_replay: true when it was sent before). */
-export type SentDraft = BoxesOutputs['drafts']['send'];
+/**
+ * What sending a draft answers: a send's answer with draft_id (idempotent_replay: true when it was sent before), or
+ * the Review when owner review holds it (isHeldForReview, sentMessage).
+ */
+export type DraftSendResult = BoxesOutputs['drafts']['send'];
+/** A draft that went: the message's answer with draft_id. */
+export type SentDraft = Exclude<DraftSendResult, Review>;
+
+/** A send held for the owner's review (POST /messages/send answered 202): GET /reviews/{id}. */
+export type Review = BoxesOutputs['reviews']['get'];
+/** What messages.send and messages.reply answer: the queued message, or the Review when owner review holds it. */
+export type SendResult = BoxesOutputs['messages']['send'];
+/** A send that went: the queued (or scheduled, or suppressed) message. */
+export type SentMessage = Exclude<SendResult, Review>;
+
+/** Whether owner review held the send (nothing sent or charged until the owner approves). */
+export function isHeldForReview<T extends object>(result: T | Review): result is Review {
+  return 'expires_at' in result;
+}
+
+/**
+ * The message of a send that went; throws (code held_for_review, details.review) when owner review held it, for
+ * code that sends only from boxes and keys without a review policy.
+ */
+export function sentMessage<T extends object = SentMessage>(result: T | Review): Exclude<T, Review> {
+  if (!isHeldForReview(result)) return result as Exclude<T, Review>;
+  throw Object.assign(new Error(`the send is held for the owner's review (${result.id}); nothing was sent yet`), {
+    code: 'held_for_review',
+    status: 202,
+    details: { review: result },
+  });
+}
+
+/**
+ * Polls GET /reviews/{id} until the owner decides (approved: message_id is the sent message; denied), it expires
+ * or is withdrawn, or timeoutMs passes (default 10 minutes; the review itself waits up to REVIEW_TTL_HOURS).
+ */
+export async function waitForReview(client: BoxesClient, id: string, opts: { timeoutMs?: number; intervalMs?: number } = {}): Promise<Review> {
+  const end = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
+  for (;;) {
+    const r = await client.reviews.get.query({ id });
+    if (r.status !== 'pending' || Date.now() >= end) return r;
+    await new Promise((resolve) => setTimeout(resolve, opts.intervalMs ?? 2000));
+  }
+}

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerAuthentication, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
 import type { Config } from '@boxes/config';
 import type { ApiKey } from '@boxes/db';
-import { AppError, appPasswordActive, sendMessage, verifyMailLogin, type MailLogin, type MailTls, type Services } from '@boxes/core';
+import { AppError, appPasswordActive, heldForReview, sendMessage, verifyMailLogin, type MailLogin, type MailTls, type Services } from '@boxes/core';
 import { MAX_RECIPIENTS } from '@boxes/schemas';
 import type { Logger } from 'pino';
 import { SubmissionRefused, toSendInput } from './message';
@@ -34,6 +34,8 @@ function credentialAsCaller(login: MailLogin): ApiKey {
     scopes: ['send'],
     isOwner: false,
     allowedBoxIds: login.sendBoxIds ?? [],
+    // App-passwords have no review policy of their own: the box's applies.
+    review: 'none',
     createdAt: new Date(0),
     lastUsedAt: null,
     revokedAt: null,
@@ -165,6 +167,8 @@ export async function startSubmission(config: Config, deps: { svc: Services; log
     if (!(await maySendFrom(svc, login, from))) throw new SubmissionRefused(550, `5.7.1 From <${from}>: not a box this app-password may send from`);
     const account = await svc.db.account.findUniqueOrThrow({ where: { id: login.accountId } });
     const out = await sendMessage(svc, { account, key: credentialAsCaller(login), boxScope: login.sendBoxIds }, input);
+    // The box's owner review holds it: accepted, and sent (as a message the Sent folder then shows) only once approved.
+    if (heldForReview(out)) return `2.0.0 Ok: held for the owner's review as ${out.id}, not sent until approved`;
     await rememberSubmission(svc, login.accountId, raw, out.message_id);
     const suppressed = out.suppressed.length ? `; suppressed, not sent: ${out.suppressed.join(', ')}` : '';
     return `2.0.0 Ok: queued as ${out.message_id}${suppressed}`;

@@ -163,9 +163,14 @@ export async function createBackup(config: Config, opts: BackupOptions): Promise
 
     const pgDump = findPgTool('pg_dump', facts.serverMajor, { binDir: opts.pgBin });
     opts.log(`dumping with ${pgDump.path} (${pgDump.version})`);
-    const dump = runPgTool(pgDump, ['--format=custom', `--snapshot=${facts.snapshot}`, '--no-password', `--dbname=${facts.database}`], config.directDatabaseUrl, {
-      pipeStdout: true,
-    });
+    const dump = runPgTool(
+      pgDump,
+      ['--format=custom', `--snapshot=${facts.snapshot}`, '--no-password', `--dbname=${facts.database}`],
+      config.directDatabaseUrl,
+      {
+        pipeStdout: true,
+      },
+    );
     const [dbMember] = await Promise.all([writeMember(dir, DATABASE_MEMBER, dump.stdout!, seal), dump.done]);
     // The snapshot had to live until pg_dump had taken it; now the transaction can end.
     await client.query('COMMIT');

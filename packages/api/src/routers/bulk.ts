@@ -17,6 +17,7 @@ export const bulkRouter = router({
         'not_found',
         'payment_required',
         'recipient_blocked',
+        'review_required',
         'too_many_bulk_jobs',
       ],
       scope: 'send',
@@ -26,7 +27,7 @@ export const bulkRouter = router({
         tags: ['messages'],
         summary: 'Send many messages as a bulk job',
         description:
-          'Up to 5,000 messages, each with the fields of POST /messages/send (idempotency_key excepted: the job has its own). Every message is validated first: one bad message rejects the job with 400 naming messages.<index>.<field>, and nothing is queued. The credit for every message is checked now (402 with top-up guidance when short) and reserved batch by batch. Batches of batch_size (at most BULK_MAX_BATCH_SIZE, default 1000) go out one after another with cool_off_seconds between them (default 600, also the instance floor BULK_MIN_COOL_OFF_SECONDS). An account runs at most BULK_MAX_ACTIVE_JOBS jobs at once (default 3): one more is 409 too_many_bulk_jobs. A circuit breaker halts the job when its own bounces pass max_bounce_rate (default 0.02) or its complaints max_complaint_rate (default 0.005) of its attempted recipients. Events: bulk.queued, bulk.batch_completed, bulk.completed, bulk.halted, bulk.cancelled; bounced and failed recipients also get mail.bounced and mail.failed (delivered ones are counted in bulk.batch_completed instead of one mail.sent and mail.delivered each).',
+          'Up to 5,000 messages, each with the fields of POST /messages/send (idempotency_key excepted: the job has its own). Every message is validated first: one bad message rejects the job with 400 naming messages.<index>.<field>, and nothing is queued. The credit for every message is checked now (402 with top-up guidance when short) and reserved batch by batch. Batches of batch_size (at most BULK_MAX_BATCH_SIZE, default 1000) go out one after another with cool_off_seconds between them (default 600, also the instance floor BULK_MIN_COOL_OFF_SECONDS). An account runs at most BULK_MAX_ACTIVE_JOBS jobs at once (default 3): one more is 409 too_many_bulk_jobs. A circuit breaker halts the job when its own bounces pass max_bounce_rate (default 0.02) or its complaints max_complaint_rate (default 0.005) of its attempted recipients. Events: bulk.queued, bulk.batch_completed, bulk.completed, bulk.halted, bulk.cancelled; bounced and failed recipients also get mail.bounced and mail.failed (delivered ones are counted in bulk.batch_completed instead of one mail.sent and mail.delivered each). Owner review: a job is never held; 403 review_required when a sending box or the key has the review policy all, or new_recipients and a message names an address its box never wrote to nor heard from (nothing is queued).',
       },
     })
     .input(BulkSendInput)

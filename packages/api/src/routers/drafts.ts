@@ -1,5 +1,6 @@
 /** Drafts: save, read, change, list, delete, and send through the rules of POST /messages/send. */
-import { createDraft, deleteDraft, getDraft, listDrafts, sendDraft, updateDraft } from '@boxes/core';
+import { z } from 'zod';
+import { createDraft, deleteDraft, getDraft, heldForReview, listDrafts, sendDraft, updateDraft } from '@boxes/core';
 import {
   CreateDraftInput,
   DeleteDraftOutput,
@@ -8,6 +9,7 @@ import {
   GetDraftInput,
   ListDraftsInput,
   ListDraftsOutput,
+  Review,
   SendDraftOutput,
   UpdateDraftInput,
 } from '@boxes/schemas';
@@ -109,16 +111,21 @@ export const draftsRouter = router({
         'recipient_blocked',
       ],
       scope: 'send',
+      reviewable: true,
       openapi: {
         method: 'POST',
         path: '/drafts/{id}/send',
         tags: ['drafts'],
         summary: 'Send a draft',
         description:
-          "Sends the draft as POST /messages/send sends a message (a draft with in_reply_to as POST /messages/{id}/reply does, with the draft's recipients and subject when it has them): the same validation (a draft without recipients or body is refused with 400 validation_error), credit (402), suppression, allow and block lists, scopes and box restrictions, and the same answer, with draft_id. With send_at it becomes a scheduled send (cancel with POST /messages/{id}/cancel). The draft is then gone from GET /drafts and the message names it (draft_id). A draft is sent once: sending it again (or twice at the same moment) answers the same message with idempotent_replay: true.",
+          "Sends the draft as POST /messages/send sends a message (a draft with in_reply_to as POST /messages/{id}/reply does, with the draft's recipients and subject when it has them): the same validation (a draft without recipients or body is refused with 400 validation_error), credit (402), suppression, allow and block lists, scopes and box restrictions, and the same answer, with draft_id. With send_at it becomes a scheduled send (cancel with POST /messages/{id}/cancel). The draft is then gone from GET /drafts and the message names it (draft_id). A draft is sent once: sending it again (or twice at the same moment) answers the same message with idempotent_replay: true. When owner review holds the send (the box's or the key's policy), the answer is 202 with the Review and the draft is gone: the review holds its content (GET /reviews/{id}).",
       },
     })
     .input(DraftIdInput)
-    .output(SendDraftOutput)
-    .mutation(({ ctx, input }) => sendDraft(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input.id)),
+    .output(z.union([SendDraftOutput, Review]))
+    .mutation(async ({ ctx, input }) => {
+      const out = await sendDraft(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input.id);
+      if (heldForReview(out) && ctx.response) ctx.response.status = 202;
+      return out;
+    }),
 });

@@ -17,7 +17,7 @@ export const keysRouter = router({
         tags: ['keys'],
         summary: 'Mint an API key',
         description:
-          'Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. expires_at (optional) ends the key at that time (then 401 key_expired); a key that expires cannot mint one that outlives it (400 key_outlives_parent). caps (optional) sets send caps of the key (GET /account/keys/{id}/caps). The raw api_key is returned only here.',
+          "Scopes are any of send, receive, admin. allowed_boxes (addresses) or allowed_box_ids restrict the key to those boxes. expires_at (optional) ends the key at that time (then 401 key_expired); a key that expires cannot mint one that outlives it (400 key_outlives_parent). caps (optional) sets send caps of the key (GET /account/keys/{id}/caps). review (none, new_recipients or all; default none) holds the key's sends for the owner's approval; the stricter of the key's and the box's policy applies (GET /reviews). The raw api_key is returned only here.",
       },
     })
     .input(CreateKeyInput)
@@ -37,6 +37,7 @@ export const keysRouter = router({
         label: input.label,
         scopes: input.scopes,
         allowedBoxIds,
+        ...(input.review ? { review: input.review } : {}),
         actorKeyId: ctx.key.id,
         expiresAt,
         sendCaps: capsInput(input.caps),

@@ -7,6 +7,7 @@ import {
   getAttachment,
   getAttachmentText,
   getMessage,
+  heldForReview,
   listMessages,
   messageLabels,
   replyToMessage,
@@ -33,7 +34,7 @@ import {
   SearchMessagesInput,
   SearchMessagesOutput,
   SendInput,
-  SendOutput,
+  SendOrReviewOutput,
 } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 import { bundleStep, keyChecks, withEvidence } from '../evidence';
@@ -67,21 +68,26 @@ export const messagesRouter = router({
         'recipient_blocked',
       ],
       scope: 'send',
+      reviewable: true,
       openapi: {
         method: 'POST',
         path: '/messages/send',
         tags: ['messages'],
         summary: 'Send a message',
         description:
-          'Returns once the message is durably queued; delivery runs in the background (events mail.delivered, mail.bounced, mail.failed). One message is reserved per recipient (free allowance first) and charged when delivered. 402 with top-up guidance when credit is short; nothing is sent then.',
+          'Returns once the message is durably queued; delivery runs in the background (events mail.delivered, mail.bounced, mail.failed). One message is reserved per recipient (free allowance first) and charged when delivered. 402 with top-up guidance when credit is short; nothing is sent then. When the owner review policy of the box or the key holds the send (new_recipients, all), the answer is 202 with a Review instead: nothing is sent or charged until the owner approves it on the page they were emailed (GET /reviews/{id} follows it; events review.approved, review.denied, review.expired).',
       },
     })
     .input(SendInput)
-    .output(SendOutput)
+    .output(SendOrReviewOutput)
     .mutation(async ({ ctx, input }) => {
       // The checks are collected only for an enrolled account: the send path stays as lean as before otherwise.
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
+      if (heldForReview(out)) {
+        if (ctx.response) ctx.response.status = 202;
+        return out;
+      }
       return checks
         ? withEvidence(ctx, out, { capability: 'messages.send', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) })
         : out;
@@ -101,20 +107,25 @@ export const messagesRouter = router({
         'recipient_blocked',
       ],
       scope: 'send',
+      reviewable: true,
       openapi: {
         method: 'POST',
         path: '/messages/{id}/reply',
         tags: ['messages'],
         summary: 'Reply to a message',
         description:
-          "Sends a reply with the rules, billing and answer of POST /messages/send. To: the Reply-To of the original, else its From (a sent original: its To); reply_all adds its To and Cc as Cc, without the sending box. Subject: \"Re: \" once (an existing Re:, RE:, Aw:, Sv: is kept). In-Reply-To: the original's Message-ID; References: its References plus its Message-ID (the first and the newest 19 when longer). From: the box that received the original. context: the original's unless given. The reply joins the original's thread (thread_id). A box-restricted key replies only to messages of its boxes.",
+          "Sends a reply with the rules, billing and answer of POST /messages/send. To: the Reply-To of the original, else its From (a sent original: its To); reply_all adds its To and Cc as Cc, without the sending box. Subject: \"Re: \" once (an existing Re:, RE:, Aw:, Sv: is kept). In-Reply-To: the original's Message-ID; References: its References plus its Message-ID (the first and the newest 19 when longer). From: the box that received the original. context: the original's unless given. The reply joins the original's thread (thread_id). A box-restricted key replies only to messages of its boxes. Owner review applies as to POST /messages/send (202 with a Review when held); under new_recipients a reply to the sender of a received message is not held.",
       },
     })
     .input(MessageReplyInput)
-    .output(SendOutput)
+    .output(SendOrReviewOutput)
     .mutation(async ({ ctx, input }) => {
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await replyToMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
+      if (heldForReview(out)) {
+        if (ctx.response) ctx.response.status = 202;
+        return out;
+      }
       return checks
         ? withEvidence(ctx, out, { capability: 'messages.reply', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) })
         : out;

@@ -1,10 +1,13 @@
 /** Boxes: addresses on the account's domain. Box-restricted keys see and change only their own boxes. */
 import type { Box, Db, DbClient } from '@boxes/db';
 import { Prisma } from '@boxes/db';
+import { REVIEW_POLICIES, type ReviewPolicy } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { inTransaction } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { newId } from '../shared/ids';
+import { queueNotice } from '../notices/notices';
+import { narrowStatus } from '../shared/statuses';
 
 /** RFC 5322 dot-atom-text, at most 64 octets. */
 const DOT_ATOM = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/;
@@ -16,6 +19,7 @@ export interface BoxView {
   domain: string;
   is_primary: boolean;
   signature: string | null;
+  review: ReviewPolicy;
   created_at: string;
 }
 
@@ -27,6 +31,7 @@ export function presentBox(b: Box): BoxView {
     domain: b.address.slice(b.localPart.length + 1),
     is_primary: b.isPrimary,
     signature: b.signature,
+    review: narrowStatus(REVIEW_POLICIES, b.review),
     created_at: b.createdAt.toISOString(),
   };
 }
@@ -69,6 +74,7 @@ export async function createBox(input: {
   domainId?: string;
   /** Send caps (guard/caps.ts). */
   sendCaps?: Record<string, number | null> | null;
+  review?: ReviewPolicy;
 }): Promise<Box> {
   return inTransaction(input.db, async (tx) => {
     const domain = input.domainId
@@ -89,6 +95,7 @@ export async function createBox(input: {
           liveAddress: domain.status === 'active' ? address : null,
           isPrimary: input.isPrimary ?? false,
           ...(input.sendCaps ? { sendCaps: input.sendCaps } : {}),
+          review: input.review ?? 'none',
         },
       });
     } catch (err) {
@@ -138,6 +145,39 @@ export async function setSignature(input: { db: Db; accountId: string; scope: Bo
       boxId: box.id,
       data: { box_id: box.id, address: box.address, signature: input.signature },
     });
+    return updated;
+  });
+}
+
+const STRICTNESS: Record<ReviewPolicy, number> = { none: 0, new_recipients: 1, all: 2 };
+
+/**
+ * PATCH /boxes/{id}: the box's owner review policy (reviews/reviews.ts). A change is recorded
+ * (box.review_updated); one that makes it less strict is also mailed to the owner, who set it for a reason.
+ */
+export async function setBoxReview(input: { db: Db; accountId: string; scope: BoxScope; boxId: string; review: ReviewPolicy; keyId: string }): Promise<Box> {
+  return inTransaction(input.db, async (tx) => {
+    const box = await findVisible(tx, input.accountId, input.scope, input.boxId);
+    const previous = narrowStatus(REVIEW_POLICIES, box.review);
+    if (previous === input.review) return box;
+    const updated = await tx.box.update({ where: { id: box.id }, data: { review: input.review } });
+    await appendEvent({
+      db: tx,
+      accountId: input.accountId,
+      type: 'box.review_updated',
+      boxId: box.id,
+      data: { box_id: box.id, address: box.address, review: input.review, previous, by_key_id: input.keyId },
+    });
+    if (STRICTNESS[input.review] < STRICTNESS[previous]) {
+      const account = await tx.account.findUniqueOrThrow({ where: { id: input.accountId }, select: { humanEmail: true } });
+      await queueNotice(tx, {
+        accountId: input.accountId,
+        kind: 'box.review_updated',
+        to: account.humanEmail,
+        subject: `Owner review of ${box.address} was lowered to ${input.review}`,
+        text: `The owner review policy of ${box.address} changed from ${previous} to ${input.review} at ${new Date().toISOString()}, with the API key ${input.keyId}.\n\n${input.review === 'none' ? 'Its messages now go out without your approval.' : 'Only messages to new recipients now wait for your approval.'}\n\nIf this was not expected, the key may have leaked: revoke it and set the policy again (PATCH /boxes/{id} with {"review": "all"}).`,
+      });
+    }
     return updated;
   });
 }

@@ -18,6 +18,7 @@ import { microsToUsd } from '../credit/prices';
 import { appendEvent } from '../events/append';
 import { parseMailbox } from '../messages/addresses';
 import { checkMessage, loadSendState, planMessage, type MessagePlan } from '../messages/plan';
+import { assertBulkNeedsNoReview } from '../reviews/reviews';
 import type { Services } from '../shared/context';
 import { sha256Hex } from '../shared/crypto';
 import { AppError, invalidField, isUniqueViolation } from '../shared/errors';
@@ -163,6 +164,8 @@ export async function createBulkJob(svc: Services, caller: BulkCaller, input: In
   const state = await loadSendState(svc, accountId, checked);
   const date = new Date();
   const plans = checked.map((m, i) => atEach(i, () => planMessage(svc, caller, m, state, date)));
+  // Owner review holds single sends; a job it would hold is refused whole (reviews/reviews.ts).
+  await assertBulkNeedsNoReview(svc, caller.key, plans);
 
   const jobId = newId('bulk');
   const batchSize = input.batch_size;

@@ -26,7 +26,8 @@ import { domainOf, formatMailbox, parseMailbox, parseMailboxes } from '../messag
 import type { StoredAttachment } from '../messages/body';
 import { replySendInput } from '../messages/reply';
 import { scheduledTime } from '../messages/schedule';
-import { sendMessage, type SendCaller } from '../messages/send';
+import { heldForReview, sendMessage, type SendCaller, type SendOrHeld } from '../messages/send';
+import type { ReviewView } from '../reviews/reviews';
 import type { Services } from '../shared/context';
 import { open, seal, sealBytes } from '../shared/crypto';
 import { AppError, invalidField, isUniqueViolation, notFound } from '../shared/errors';
@@ -453,9 +454,9 @@ function replayOf(m: { response: unknown }, draftId: string): SendOut & { draft_
  * POST /drafts/{id}/send: the draft through the send path (every rule of POST /messages/send, or of a reply);
  * with send_at, a scheduled send. A draft already sent answers its message's response again (200,
  * idempotent_replay: true); two sends at once store one message (messages.draft_id is unique). The draft is
- * deleted once its message is stored.
+ * deleted once its message is stored, or once owner review holds the send (the review then holds its content).
  */
-export async function sendDraft(svc: Services, caller: SendCaller, id: string): Promise<SendOut & { draft_id: string }> {
+export async function sendDraft(svc: Services, caller: SendCaller, id: string): Promise<(SendOut & { draft_id: string }) | ReviewView> {
   const accountId = caller.account.id;
   const visible = (boxId: string | null) => !caller.boxScope || (boxId !== null && caller.boxScope.includes(boxId));
   const sentAs = () => svc.db.message.findFirst({ where: { accountId, draftId: id }, select: { response: true, boxId: true } });
@@ -469,7 +470,7 @@ export async function sendDraft(svc: Services, caller: SendCaller, id: string): 
   }
   const d = await findDraft(svc, caller, id);
   const send = await draftSendInput(svc, caller, d, openDraftBody(svc, d));
-  let out: SendOut;
+  let out: SendOrHeld;
   try {
     out = await sendMessage(svc, { ...caller, draftId: id }, send);
   } catch (err) {
@@ -481,6 +482,8 @@ export async function sendDraft(svc: Services, caller: SendCaller, id: string): 
     throw err;
   }
   await dropDraft(svc, d);
+  // Held for the owner's review: the review now holds what the draft held (GET /reviews/{id}).
+  if (heldForReview(out)) return out;
   return { ...out, draft_id: id };
 }
 

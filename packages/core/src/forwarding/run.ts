@@ -21,7 +21,7 @@ import type { SendInput } from '@boxes/schemas';
 import type { ForwardRunStatus, ForwardStatus } from '@boxes/schemas';
 import type { z } from 'zod';
 import { appendEvent } from '../events/append';
-import { sendMessage } from '../messages/send';
+import { sendMessage, sentMessage } from '../messages/send';
 import type { Services } from '../shared/context';
 import { open } from '../shared/crypto';
 import { AppError } from '../shared/errors';
@@ -175,7 +175,8 @@ export async function runForward(svc: Services, runId: string): Promise<'sent' |
   };
   let messageId: string;
   try {
-    const sent = await sendMessage(svc, { account, boxScope: null }, input);
+    // The forward's address confirmed these copies: owner review does not hold them.
+    const sent = sentMessage(await sendMessage(svc, { account, boxScope: null, bypassReview: 'auto_forward' }, input));
     messageId = sent.message_id;
     if (sent.status === 'suppressed') {
       await svc.db.forwardRun.updateMany({ where: { id: run.id, status: 'pending' satisfies ForwardRunStatus }, data: { sentMessageId: messageId } });

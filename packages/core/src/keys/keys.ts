@@ -4,13 +4,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { ApiKey, Db, DbClient } from '@boxes/db';
-import type { Scope } from '@boxes/schemas';
+import { REVIEW_POLICIES, type ReviewPolicy, type Scope } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { constantTimeEqual, sha256Hex } from '../shared/crypto';
 import { inTransaction } from '../shared/context';
 import { AppError, invalidField, notFound } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { capsOf, type SendCaps } from '../guard/caps';
+import { narrowStatus } from '../shared/statuses';
 
 export const KEY_PREFIX = 'bxs_live_';
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
@@ -39,6 +40,7 @@ export interface KeyView {
   allowed_box_ids: string[] | null;
   allowed_boxes: string[] | null;
   is_owner: boolean;
+  review: ReviewPolicy;
   created_at: string;
   last_used_at: string | null;
   expires_at: string | null;
@@ -58,6 +60,7 @@ export async function presentKeys(db: DbClient, keys: ApiKey[]): Promise<KeyView
     // A box deleted since keeps its id in the restriction (the key must not widen) but has no address.
     allowed_boxes: k.allowedBoxIds.length ? k.allowedBoxIds.map((id) => address.get(id)).filter((a): a is string => !!a) : null,
     is_owner: k.isOwner,
+    review: narrowStatus(REVIEW_POLICIES, k.review),
     created_at: k.createdAt.toISOString(),
     last_used_at: k.lastUsedAt?.toISOString() ?? null,
     expires_at: k.expiresAt?.toISOString() ?? null,
@@ -72,6 +75,8 @@ export interface MintKeyInput {
   scopes: Scope[];
   allowedBoxIds?: string[];
   isOwner?: boolean;
+  /** Owner review of the key's sends (reviews/reviews.ts); default none. */
+  review?: ReviewPolicy;
   /** Key that asked for this one (for the event); null at signup. */
   actorKeyId?: string | null;
   /** When it stops working; none: never. */
@@ -94,6 +99,7 @@ export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: 
         isOwner: input.isOwner ?? false,
         expiresAt: input.expiresAt ?? null,
         ...(input.sendCaps ? { sendCaps: input.sendCaps } : {}),
+        review: input.review ?? 'none',
       },
     });
     await appendEvent({
@@ -106,6 +112,7 @@ export async function mintKey(input: MintKeyInput): Promise<{ key: ApiKey; raw: 
         label: key.label,
         scopes: key.scopes as Scope[],
         allowed_box_ids: key.allowedBoxIds.length ? key.allowedBoxIds : null,
+        ...(input.review && input.review !== 'none' ? { review: input.review } : {}),
         by_key_id: input.actorKeyId ?? null,
         ...(key.expiresAt ? { expires_at: key.expiresAt.toISOString() } : {}),
       },

@@ -134,6 +134,8 @@ export interface SenderBox {
   id: string;
   address: string;
   signature: string | null;
+  /** Its owner review policy (reviews/reviews.ts). */
+  review: string;
 }
 
 type StateDomain = {
@@ -187,7 +189,7 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
       (SELECT json_agg(json_build_object('id', ${dom.id}, 'name', ${dom.name}, 'status', ${dom.status}, 'mode', ${dom.mode}, 'checks', ${dom.checks},
           'claimExpiresAt', ${dom.claim_expires_at}, 'dkimSelector', ${dom.dkim_selector}, 'dkimPublicKey', ${dom.dkim_public_key}))
         FROM ${dom.$} WHERE ${dom.account_id} = ${accountId}) AS domains,
-      (SELECT json_agg(json_build_object('id', ${box.id}, 'address', ${box.address}, 'signature', ${box.signature}))
+      (SELECT json_agg(json_build_object('id', ${box.id}, 'address', ${box.address}, 'signature', ${box.signature}, 'review', ${box.review}))
         FROM ${box.$} WHERE ${box.account_id} = ${accountId} AND ${box.address} = ANY(${froms}::text[])) AS boxes,
       (SELECT array_agg(${sup.address}) FROM ${sup.$} WHERE ${sup.account_id} = ${accountId} AND ${sup.address} = ANY(${recipients}::text[])) AS suppressed,
       (SELECT array_agg(${dom.live_name}) FROM ${dom.$} WHERE ${dom.live_name} = ANY(${domains}::text[])) AS hosted,

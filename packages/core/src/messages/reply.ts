@@ -6,14 +6,14 @@
  */
 import addressparser from 'nodemailer/lib/addressparser';
 import type { Message } from '@boxes/db';
-import type { MessageReplyInput, SendInput, SendOutput } from '@boxes/schemas';
+import type { MessageReplyInput, SendInput } from '@boxes/schemas';
 import type { z } from 'zod';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { escapeHtml } from '../shared/html';
 import { openBody, type StoredBody } from './body';
 import { formatMailbox, isAddress, type Mailbox } from './addresses';
-import { sendMessage, type SendCaller } from './send';
+import { sendMessage, type SendCaller, type SendOrHeld } from './send';
 
 type Input = z.infer<typeof MessageReplyInput>;
 
@@ -90,7 +90,7 @@ function quoted(parent: Message, body: StoredBody, author: string) {
   };
 }
 
-export async function replyToMessage(svc: Services, caller: SendCaller, input: Input): Promise<z.infer<typeof SendOutput>> {
+export async function replyToMessage(svc: Services, caller: SendCaller, input: Input): Promise<SendOrHeld> {
   return sendMessage(svc, caller, await replySendInput(svc, caller, input));
 }
 

@@ -26,6 +26,7 @@ import { scheduledTime } from './schedule';
 import { describeStored, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 import { guardSend } from '../guard/pause';
+import { holdForReview, reviewDecision, type ReviewView } from '../reviews/reviews';
 
 type Input = z.infer<typeof SendInput>;
 type Output = z.infer<typeof SendOutput>;
@@ -39,9 +40,26 @@ export interface SendCaller {
   checks?: PolicyCheck[];
   /** The draft this send is made of (POST /drafts/{id}/send): the message names it, once (messages.draft_id is unique). */
   draftId?: string;
+  /**
+   * Why owner review does not apply: the owner approved this very send (reviews/reviews.ts), or it is a copy
+   * auto-forwarding makes to an address that confirmed it. Absent: the box's and the key's policy decide.
+   */
+  bypassReview?: 'approved' | 'auto_forward';
 }
 
-export async function sendMessage(svc: Services, caller: SendCaller, input: Input): Promise<Output> {
+/** What a send answers: the queued message, or the review it waits in (202 on REST) when owner review holds it. */
+export type SendOrHeld = Output | ReviewView;
+
+/** Whether a send was held for the owner's review (nothing stored as a message, nothing reserved). */
+export const heldForReview = (r: SendOrHeld): r is ReviewView => 'expires_at' in r;
+
+/** A send that owner review cannot hold (auto-forwarding, an approval): its message. */
+export function sentMessage(r: SendOrHeld): Output {
+  if (heldForReview(r)) throw new AppError('internal', `send ${r.id} was held for review where none applies`);
+  return r;
+}
+
+export async function sendMessage(svc: Services, caller: SendCaller, input: Input): Promise<SendOrHeld> {
   const accountId = caller.account.id;
   const { idempotency_key: idemKey, ...request } = input;
   const requestHash = sha256Hex(canonicalize(request) ?? '');
@@ -81,8 +99,38 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
   }
   // A scheduled send (send_at) is stored and reserved now; its deliveries wait (messages/schedule.ts).
   const sendAt = scheduledTime(input.send_at, date);
-  // Pauses (403) then caps (429): the guard (guard/pause.ts) counts the message and its recipients.
-  const taken = await guardSend(svc, { accountId, key: caller.key, sends: [{ boxId: box.id, messages: 1, recipients }] });
+  // Pauses (403) then caps (429): the guard (guard/pause.ts) counts the message and its recipients. A send the
+  // owner approved was counted when it was held for review: only the pauses apply to it now.
+  const approved = caller.bypassReview === 'approved';
+  const taken = await guardSend(svc, {
+    accountId,
+    key: caller.key,
+    sends: [{ boxId: box.id, messages: approved ? 0 : 1, recipients: approved ? [] : recipients }],
+  });
+  // Owner review (reviews/reviews.ts): a send the box's or the key's policy holds is stored for the owner, not
+  // as a message; nothing is reserved until an approval sends it through here again.
+  if (!caller.bypassReview) {
+    const decision = await reviewDecision(svc, { box, key: caller.key, recipients: planned.recipients });
+    if (decision) {
+      return holdForReview(
+        svc,
+        {
+          account: caller.account,
+          keyId: caller.key?.id ?? null,
+          boxId: box.id,
+          from: planned.from,
+          to: planned.to,
+          cc: planned.cc,
+          bcc: planned.bcc,
+          subject: planned.subject,
+          sendAt,
+          input,
+          requestHash,
+        },
+        decision,
+      );
+    }
+  }
   const warning = await checkSendLoop(svc, accountId, recipients.length === 1 ? recipients[0]! : null);
 
   const plan: SendPlan = {

@@ -13,7 +13,7 @@ import { newId } from '../shared/ids';
 export const OWNER_SESSION_TTL_MS = 60 * 60 * 1000;
 export const OWNER_LINK_TTL_MS = 24 * 60 * 60 * 1000;
 
-export type OwnerLinkPurpose = 'payment' | 'card' | 'home' | 'close';
+export type OwnerLinkPurpose = 'payment' | 'card' | 'home' | 'close' | 'review';
 
 export function ownerLinkUrl(svc: Services, token: string): string {
   return `${svc.config.siteUrl}/owner/l/${token}`;
@@ -23,7 +23,14 @@ export function ownerLinkUrl(svc: Services, token: string): string {
 export async function createOwnerLink(
   svc: Services,
   tx: Tx,
-  input: { email: string; purpose: OwnerLinkPurpose; paymentId?: string | null; closeRequestId?: string | null; expiresAt?: Date },
+  input: {
+    email: string;
+    purpose: OwnerLinkPurpose;
+    paymentId?: string | null;
+    closeRequestId?: string | null;
+    reviewId?: string | null;
+    expiresAt?: Date;
+  },
 ): Promise<string> {
   const token = randomBytes(32).toString('base64url');
   await tx.ownerLink.create({
@@ -34,6 +41,7 @@ export async function createOwnerLink(
       purpose: input.purpose,
       paymentId: input.paymentId ?? null,
       closeRequestId: input.closeRequestId ?? null,
+      reviewId: input.reviewId ?? null,
       expiresAt: input.expiresAt ?? new Date(svc.clock.now().getTime() + OWNER_LINK_TTL_MS),
     },
   });
@@ -45,6 +53,7 @@ export interface OwnerLinkInfo {
   purpose: OwnerLinkPurpose;
   paymentId: string | null;
   closeRequestId: string | null;
+  reviewId: string | null;
 }
 
 /** What a link is for, without spending it; throws link_used / link_expired / not_found. */
@@ -53,7 +62,13 @@ export async function peekOwnerLink(svc: Services, token: string): Promise<Owner
   if (!link) throw new AppError('not_found', 'This link is not valid.');
   if (link.usedAt) throw new AppError('link_used', 'This link was already used. Each link works once; ask for a new one on the owner page.');
   if (link.expiresAt < svc.clock.now()) throw new AppError('link_expired', 'This link has expired; ask for a new one on the owner page.');
-  return { email: link.ownerEmail, purpose: link.purpose as OwnerLinkPurpose, paymentId: link.paymentId, closeRequestId: link.closeRequestId };
+  return {
+    email: link.ownerEmail,
+    purpose: link.purpose as OwnerLinkPurpose,
+    paymentId: link.paymentId,
+    closeRequestId: link.closeRequestId,
+    reviewId: link.reviewId,
+  };
 }
 
 /** Spends a link (once, even under concurrent use) and starts a session; returns the session's cookie value. */

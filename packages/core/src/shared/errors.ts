@@ -39,6 +39,8 @@ export const ERROR_CODES = {
   box_paused: { status: 403, trpc: 'FORBIDDEN' },
   /** The pause was set by the owner on the owner pages: only the owner lifts it. */
   paused_by_owner: { status: 403, trpc: 'FORBIDDEN' },
+  /** A bulk job from a box (or with a key) whose sends wait for the owner's review. */
+  review_required: { status: 403, trpc: 'FORBIDDEN' },
   not_found: { status: 404, trpc: 'NOT_FOUND' },
   method_not_allowed: { status: 405, trpc: 'METHOD_NOT_SUPPORTED' },
   conflict: { status: 409, trpc: 'CONFLICT' },

@@ -27,6 +27,7 @@ export type IdPrefix =
   | 'wal'
   | 'card'
   | 'ol'
+  | 'rev'
   | 'os'
   | 'ntc'
   | 'zone'

@@ -25,6 +25,9 @@ import {
   MESSAGE_STATUSES,
   NOTICE_STATUSES,
   PAYMENT_STATUSES,
+  REVIEW_POLICIES,
+  REVIEW_REASONS,
+  REVIEW_STATUSES,
   SENDING_IP_MODES,
   SIGNUP_INTENT_STATUSES,
   SUPPORT_QUESTION_STATUSES,
@@ -51,6 +54,10 @@ export const STATUS_COLUMNS = {
   'bulk_jobs.status': BULK_STATUSES,
   'sending_ips.mode': SENDING_IP_MODES,
   'message_attachments.text_status': ATTACHMENT_TEXT_STATUSES,
+  'boxes.review': REVIEW_POLICIES,
+  'api_keys.review': REVIEW_POLICIES,
+  'send_reviews.status': REVIEW_STATUSES,
+  'send_reviews.reason': REVIEW_REASONS,
 } as const satisfies Record<string, readonly string[]>;
 
 /**
