@@ -596,6 +596,7 @@ describe('boxes', () => {
       domain: a.domain,
       is_primary: false,
       signature: null,
+      review: 'none',
       created_at: expect.stringMatching(ISO),
     });
     const full = await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: `sales.team@${a.domain}` } });

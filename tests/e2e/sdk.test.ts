@@ -109,6 +109,7 @@ describe('SDK', () => {
       domain,
       is_primary: false,
       signature: null,
+      review: 'none',
       created_at: expect.stringMatching(ISO),
     });
     const { boxes } = await owner.boxes.list.query();
