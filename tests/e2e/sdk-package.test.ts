@@ -160,18 +160,18 @@ it('the agent script runs with node against a live instance', async () => {
 }, 120_000);
 
 /** An agent with a file: sends it to itself, waits for its text, downloads it over the signed URL (no key). */
-const ATTACHMENT_AGENT = `import { confirmSignup, createBoxesClient, downloadAttachment, signup, waitForAttachmentText } from '@boxes/sdk';
+const ATTACHMENT_AGENT = `import { confirmSignup, createBoxesClient, downloadAttachment, sentMessage, signup, waitForAttachmentText } from '@boxes/sdk';
 
 const base = process.argv[2]!;
 const intent = await signup(base, { human_email: 'files-owner@example.com', domain_intent: { mode: 'subdomain' } });
 const account = await confirmSignup(base, { intent_id: intent.intent_id });
 const client = createBoxesClient({ baseUrl: base, apiKey: account.api_key });
 const csv = 'sku,qty\\nwidget-7,3\\n';
-const sent = await client.messages.send.mutate({
+const sent = sentMessage(await client.messages.send.mutate({
   to: account.primary_address,
   text: 'stock attached',
   attachments: [{ filename: 'stock.csv', content_type: 'text/csv', content_b64: Buffer.from(csv).toString('base64') }],
-});
+}));
 const message = await client.messages.get.query({ id: sent.message_id });
 const attachment = message.body!.attachments[0]!;
 const text = await waitForAttachmentText(client, sent.message_id, attachment.id, { timeoutMs: 60_000 });
@@ -186,4 +186,70 @@ it('attachments through the packed SDK: the text once the worker read it, the by
   const out = JSON.parse(stdout.trim().split('\n').at(-1)!);
   expect(out).toEqual({ id: expect.stringMatching(/^att_/), status: 'ready', text: 'sku,qty\nwidget-7,3\n', bytes: 'sku,qty\nwidget-7,3\n', type: 'text/csv' });
   fs.rmSync(path.join(scratch, 'files.ts'));
+}, 180_000);
+
+/**
+ * An owner lets an agent loose: review on new recipients and a daily cap on its box, its events sent to three
+ * receivers with their own filters; the agent's first mail to someone new waits for the owner; the account
+ * paused, a send is refused with a code that says so; resumed, it sends again.
+ */
+const GUARDED_AGENT = `import { BoxesError, confirmSignup, createBoxesClient, isHeldForReview, signup, type Review } from '@boxes/sdk';
+
+const base = process.argv[2]!;
+const intent = await signup(base, { human_email: 'guarded-owner@example.com', domain_intent: { mode: 'subdomain' } });
+const account = await confirmSignup(base, { intent_id: intent.intent_id });
+const client = createBoxesClient({ baseUrl: base, apiKey: account.api_key });
+const box = await client.boxes.create.mutate({ address: 'outreach', review: 'new_recipients', caps: { per_day: 20 } });
+const caps = await client.guard.boxCaps.query({ id: box.id });
+const endpoints = [
+  await client.webhookEndpoints.create.mutate({ url: 'https://crm.example.com/hooks', event_types: ['mail.received'], enabled: false }),
+  await client.webhookEndpoints.create.mutate({ url: 'https://audit.example.com/hooks', event_types: ['review.*'], enabled: false }),
+  await client.webhookEndpoints.create.mutate({ url: 'https://ops.example.com/hooks', box_ids: [box.id], enabled: false }),
+];
+const draft = await client.drafts.create.mutate({ from: box.address, to: 'prospect@remote.invalid', subject: 'hello', text: 'first contact' });
+const result = await client.drafts.send.mutate({ id: draft.id });
+const review: Review | null = isHeldForReview(result) ? result : null;
+const pending = (await client.reviews.list.query({ status: 'pending' })).reviews.map((r) => r.id);
+const withdrawn = review ? (await client.reviews.withdraw.mutate({ id: review.id })).status : null;
+await client.guard.pauseAccount.mutate();
+let paused = '';
+try {
+  await client.messages.send.mutate({ to: account.primary_address, text: 'while paused' });
+} catch (err) {
+  if (err instanceof BoxesError) paused = err.code + ' ' + err.status;
+}
+await client.guard.resumeAccount.mutate();
+const after = await client.messages.send.mutate({ to: account.primary_address, text: 'resumed' });
+console.log(JSON.stringify({
+  cap: caps.caps.per_day,
+  filters: endpoints.map((e) => [e.event_types, e.box_ids]),
+  review: review?.status,
+  pending: review ? pending.includes(review.id) : false,
+  withdrawn,
+  paused,
+  after: isHeldForReview(after) ? 'held' : after.status,
+}));
+`;
+
+it('guardrails through the packed SDK: review, a cap, three filtered endpoints, pause and resume', async () => {
+  fs.writeFileSync(path.join(scratch, 'guarded.ts'), GUARDED_AGENT);
+  await run(tsc, ['-p', 'tsconfig.json'], { cwd: scratch, timeout: 120_000 }).catch((err: { stdout?: string }) => {
+    throw new Error(`tsc: ${err.stdout}`);
+  });
+  const { stdout } = await run(process.execPath, ['guarded.ts', t.url], { cwd: scratch, timeout: 90_000 });
+  const out = JSON.parse(stdout.trim().split('\n').at(-1)!);
+  expect(out).toEqual({
+    cap: 20,
+    filters: [
+      [['mail.received'], []],
+      [['review.*'], []],
+      [[], [expect.stringMatching(/^box_/)]],
+    ],
+    review: 'pending',
+    pending: true,
+    withdrawn: 'withdrawn',
+    paused: 'account_paused 403',
+    after: 'queued',
+  });
+  fs.rmSync(path.join(scratch, 'guarded.ts'));
 }, 180_000);
