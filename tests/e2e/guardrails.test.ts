@@ -316,6 +316,20 @@ describe('send caps', () => {
     expect((await rest(t, 'GET', `/boxes/${primary.id}/caps`, { key: a.apiKey })).body.usage.map((u: { used: number }) => u.used)).toEqual([0, 0]);
   });
 
+  it('new recipients per day: an existing correspondent never counts, and a new one counts once that day', async () => {
+    const a = await signupAccount(t, `known-${unique()}@owner.test`);
+    const box = (await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'desk' } })).body;
+    const known = remote();
+    // Written to before the cap is set: a known correspondent from then on.
+    expect((await send(t, a.apiKey, { from: box.address, to: known, text: 'before' })).status).toBe(200);
+    await rest(t, 'PUT', `/boxes/${box.id}/caps`, { key: a.apiKey, body: { caps: { new_recipients_per_day: 1 } } });
+    for (let i = 0; i < 3; i++) expect((await send(t, a.apiKey, { from: box.address, to: known, text: `again ${i}` })).status).toBe(200);
+    const stranger = remote();
+    expect((await send(t, a.apiKey, { from: box.address, to: [known, stranger], text: 'one new' })).status).toBe(200);
+    expectError(await send(t, a.apiKey, { from: box.address, to: remote(), text: 'a second new one' }), 429, 'cap_exceeded');
+    expect((await send(t, a.apiKey, { from: box.address, to: known, text: 'still fine' })).status).toBe(200);
+  });
+
   it('distinct recipients per day: an address already mailed today does not count again', async () => {
     const a = await signupAccount(t, `recip-${unique()}@owner.test`);
     const box = (await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'outreach', caps: { new_recipients_per_day: 2 } } })).body;

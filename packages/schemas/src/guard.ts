@@ -19,9 +19,12 @@ export const SendCapsInput = z
     per_minute: cap('Messages accepted per minute (UTC clock minutes)', 10),
     per_hour: cap('Messages accepted per hour (UTC clock hours)', 200),
     per_day: cap('Messages accepted per UTC day', 1000),
-    new_recipients_per_day: cap('Distinct recipients per UTC day (a recipient already mailed that day does not count again)', 100),
+    new_recipients_per_day: cap(
+      'Distinct new recipients per UTC day: addresses the box never wrote to nor heard from (one counted that day does not count again)',
+      100,
+    ),
   })
-  .meta({ description: 'Send caps: each a number of messages (or distinct recipients) per window' });
+  .meta({ description: 'Send caps: each a number of messages (or distinct new recipients) per window' });
 
 export const CAP_NAMES = ['per_minute', 'per_hour', 'per_day', 'new_recipients_per_day'] as const;
 export type CapName = (typeof CAP_NAMES)[number];
@@ -38,7 +41,7 @@ export const SendCaps = z
 export const CapUse = z.object({
   cap: z.enum(CAP_NAMES).meta({ description: 'Which cap', example: 'per_hour' }),
   limit: z.number().int().meta({ description: 'The cap', example: 200 }),
-  used: z.number().int().meta({ description: 'Messages (or distinct recipients) counted in the current window', example: 12 }),
+  used: z.number().int().meta({ description: 'Messages (or distinct new recipients) counted in the current window', example: 12 }),
   remaining: z.number().int().meta({ description: 'What is left in the current window', example: 188 }),
   window_seconds: z.number().int().meta({ description: 'Length of the window', example: 3600 }),
   resets_at: Timestamp.meta({ description: 'When the current window ends' }),

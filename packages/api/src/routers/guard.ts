@@ -101,7 +101,7 @@ export const guardRouter = router({
         tags: ['guardrails'],
         summary: "A box's send caps and their use",
         description:
-          'Each cap that is set (per_minute, per_hour, per_day: messages; new_recipients_per_day: distinct recipients) with what the current window has used and when it resets. Any key that sees the box.',
+          'Each cap that is set (per_minute, per_hour, per_day: messages; new_recipients_per_day: distinct new recipients, those the box never wrote to nor heard from) with what the current window has used and when it resets. Any key that sees the box.',
       },
     })
     .input(BoxCapsInput)

@@ -1,10 +1,11 @@
 /**
- * Send caps per box and per API key: messages per minute, hour and UTC day, and distinct recipients per UTC day.
+ * Send caps per box and per API key: messages per minute, hour and UTC day, and new recipients per UTC day.
  *
  * Counting lives in Redis, in fixed windows aligned on the service clock (the minute, the hour, the UTC day), one
  * key per cap and window that expires when its window ends. The rate caps count accepted messages (a message to
- * three people is one); the recipients cap keeps the day's distinct recipients in a set (an address already
- * mailed that day does not count again). One Lua script checks every cap that applies to a send (the box's and
+ * three people is one); the recipients cap keeps the day's distinct new recipients in a set (new: the sending
+ * box never wrote to nor heard from the address, as owner review decides it; guard/pause.ts picks them; an
+ * address counted once that day does not count again). One Lua script checks every cap that applies to a send (the box's and
  * the key's) and, only when none would be exceeded, takes from all of them: two sends at once cannot both take
  * the last place. A send refused later (402, say) gives its count back (refund).
  *
@@ -195,7 +196,7 @@ function capLabel(c: Pick<Check, 'charge' | 'name'>): string {
 
 function capExceeded(c: Check, used: number, now: number): AppError {
   const retry = Math.max(1, Math.ceil((c.window.endsAt - now) / 1000));
-  const what = c.name === 'new_recipients_per_day' ? 'distinct recipients' : 'messages';
+  const what = c.name === 'new_recipients_per_day' ? 'distinct new recipients' : 'messages';
   const per = { per_minute: 'minute', per_hour: 'hour', per_day: 'UTC day', new_recipients_per_day: 'UTC day' }[c.name];
   const whose = c.charge.owner.scope === 'box' ? `box ${c.charge.owner.id}` : `API key ${c.charge.owner.id}`;
   return new AppError(

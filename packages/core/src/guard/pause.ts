@@ -19,6 +19,7 @@ import { lockAccountCredit } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
+import { newRecipientsOf } from '../reviews/reviews';
 import { capsOf, takeCaps, type CapCharge, type CapTaken } from './caps';
 
 export type PauseActor = { kind: 'owner' } | { kind: 'key'; keyId: string };
@@ -246,6 +247,19 @@ export async function guardSend(
     if (b.paused_at) throw pausedError('box', { paused_at: b.paused_at, paused_by: b.paused_by, address: b.address ?? '' });
   }
   const charges: CapCharge[] = [];
+  const keyCaps = capsOf(input.key?.sendCaps);
+  // The recipients cap counts new recipients only: addresses the sending box never wrote to nor heard from (the
+  // rule of owner review's new_recipients). One query per box, and only when a recipients cap is set.
+  const wantsNew = (caps: ReturnType<typeof capsOf>) => caps?.new_recipients_per_day != null;
+  const newByBox = new Map<string, string[]>();
+  const newOf = async (boxId: string): Promise<string[]> => {
+    let fresh = newByBox.get(boxId);
+    if (!fresh) {
+      fresh = await newRecipientsOf(svc, boxId, [...new Set(input.sends.filter((s) => s.boxId === boxId).flatMap((s) => s.recipients))]);
+      newByBox.set(boxId, fresh);
+    }
+    return fresh;
+  };
   for (const b of found) {
     const caps = capsOf(b.send_caps as never);
     if (!caps || !b.box_id) continue;
@@ -256,18 +270,19 @@ export async function guardSend(
       accountId: input.accountId,
       boxId: b.box_id,
       messages: mine.reduce((n, s) => n + s.messages, 0),
-      recipients: mine.flatMap((s) => s.recipients),
+      recipients: wantsNew(caps) ? await newOf(b.box_id) : [],
     });
   }
-  const keyCaps = capsOf(input.key?.sendCaps);
   if (input.key && keyCaps) {
+    const fresh: string[] = [];
+    if (wantsNew(keyCaps)) for (const boxId of new Set(input.sends.map((s) => s.boxId))) fresh.push(...(await newOf(boxId)));
     charges.push({
       owner: { scope: 'key', id: input.key.id },
       caps: keyCaps,
       accountId: input.accountId,
       boxId: null,
       messages: input.sends.reduce((n, s) => n + s.messages, 0),
-      recipients: input.sends.flatMap((s) => s.recipients),
+      recipients: fresh,
     });
   }
   return takeCaps(svc, charges);
