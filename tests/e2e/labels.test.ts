@@ -367,7 +367,19 @@ describe('MCP', () => {
       expect.arrayContaining(['messages_list', 'messages_get', 'messages_search', 'threads_list', 'threads_get', 'events_list']),
     );
     const attachmentId = (await rest(t, 'GET', `/messages/${hostile.id}`, { key: a.apiKey })).body.body.attachments[0].id;
+    // A draft, and a send held for the owner's review (a box whose policy is all), for the tools that read them.
+    const draft = (await rest(t, 'POST', '/drafts', { key: a.apiKey, body: { to: 'draft@remote.invalid', subject: 'draft', text: 'hi' } })).body;
+    const held = (await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: `held${Date.now()}`, review: 'all' } })).body;
+    const review = (await rest(t, 'POST', '/messages/send', { key: a.apiKey, body: { from: held.address, to: 'held@remote.invalid', text: 'held' } })).body;
     const args: Record<string, Record<string, unknown>> = {
+      messages_send: { to: 'mcp-send@remote.invalid', subject: 'over mcp', text: 'hi' },
+      messages_reply: { id: hostile.id, text: 'thanks' },
+      messages_attachment: { id: hostile.id, attachment_id: attachmentId },
+      drafts_get: { id: draft.id },
+      drafts_update: { id: draft.id, subject: 'draft, changed' },
+      drafts_send: { id: draft.id },
+      reviews_get: { id: review.id },
+      reviews_withdraw: { id: review.id },
       messages_get: { id: hostile.id },
       messages_search: { q: 'ignore' },
       messages_attachmentText: { id: hostile.id, attachment_id: attachmentId },

@@ -430,6 +430,9 @@ describe('API keys', () => {
       allowed_box_ids: null,
       allowed_boxes: null,
       is_owner: false,
+      review: 'none',
+      expires_at: null,
+      caps: null,
       created_at: expect.stringMatching(ISO),
       last_used_at: null,
     });
@@ -446,7 +449,20 @@ describe('API keys', () => {
     expect(keys.map((k) => k.id)).toEqual([a.keyId, r.body.id]);
     for (const k of keys) {
       expect(k).not.toHaveProperty('api_key');
-      expect(Object.keys(k).sort()).toEqual(['allowed_box_ids', 'allowed_boxes', 'created_at', 'id', 'is_owner', 'label', 'last_used_at', 'prefix', 'scopes']);
+      expect(Object.keys(k).sort()).toEqual([
+        'allowed_box_ids',
+        'allowed_boxes',
+        'caps',
+        'created_at',
+        'expires_at',
+        'id',
+        'is_owner',
+        'label',
+        'last_used_at',
+        'prefix',
+        'review',
+        'scopes',
+      ]);
     }
     expect(keys[0]).toMatchObject({ id: a.keyId, is_owner: true, scopes: ['send', 'receive', 'admin'], allowed_box_ids: null, allowed_boxes: null });
     expect(keys[1]).toMatchObject({ id: r.body.id, prefix: r.body.prefix, label: 'invoice-bot', scopes: ['send', 'receive'], is_owner: false });
@@ -581,6 +597,7 @@ describe('boxes', () => {
         domain: a.domain,
         is_primary: true,
         signature: null,
+        review: 'none',
         created_at: expect.stringMatching(ISO),
       },
     ]);
