@@ -10,21 +10,18 @@ import {
   endpointDeliveries,
   findEndpoint,
   listEndpoints,
-  narrowStatus,
   presentEndpoint,
   redeliverToEndpoint,
   rotateEndpointSecret,
   updateEndpoint,
   webhookHttpDeps,
 } from '@boxes/core';
-import type { WebhookDelivery } from '@boxes/db';
 import {
   CreateWebhookEndpointInput,
   EndpointDeliveryIdInput,
   ListDeliveriesOutput,
   ListEndpointDeliveriesInput,
   UpdateWebhookEndpointInput,
-  WEBHOOK_DELIVERY_STATUSES,
   WebhookDeliveryOutput,
   WebhookEndpointCreatedOutput,
   WebhookEndpointDeleted,
@@ -34,22 +31,7 @@ import {
   WebhookEndpointRotateOutput,
 } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
-
-const present = (d: WebhookDelivery) => ({
-  id: d.id,
-  event_id: d.eventId,
-  seq: d.seq,
-  event_type: d.eventType,
-  url: d.url,
-  attempt: d.attempt,
-  status: narrowStatus(WEBHOOK_DELIVERY_STATUSES, d.status),
-  status_code: d.statusCode,
-  error: d.error,
-  latency_ms: d.latencyMs,
-  next_retry_at: d.nextRetryAt?.toISOString() ?? null,
-  redelivery: d.redelivery,
-  created_at: d.createdAt.toISOString(),
-});
+import { presentDelivery } from './webhook';
 
 const tags = ['webhook'];
 
@@ -187,7 +169,7 @@ export const webhookEndpointsRouter = router({
     .query(async ({ ctx, input }) => ({
       deliveries: (
         await endpointDeliveries(ctx.svc, { accountId: ctx.account.id, scope: ctx.boxScope, id: input.id, status: input.status, limit: input.limit })
-      ).map(present),
+      ).map(presentDelivery),
     })),
   redeliver: keyProcedure
     .meta({
@@ -212,6 +194,6 @@ export const webhookEndpointsRouter = router({
         deliveryId: input.delivery_id,
       });
       if (!r) throw new AppError('not_found', `webhook delivery ${input.delivery_id} not found`);
-      return present(r);
+      return presentDelivery(r);
     }),
 });

@@ -14,7 +14,8 @@ import {
 } from '@boxes/schemas';
 import { keyProcedure, router } from '../trpc';
 
-const present = (d: WebhookDelivery) => ({
+/** A webhook delivery as the API shows it (the callback's log and each endpoint's). */
+export const presentDelivery = (d: WebhookDelivery) => ({
   id: d.id,
   event_id: d.eventId,
   seq: d.seq,
@@ -82,7 +83,7 @@ export const webhookRouter = router({
           orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
           take: input.limit,
         })
-      ).map(present),
+      ).map(presentDelivery),
     })),
   redeliver: keyProcedure
     .meta({
@@ -103,7 +104,7 @@ export const webhookRouter = router({
       const r = await redeliver(ctx.svc, webhookHttpDeps(ctx.svc.config), ctx.account.id, input.id);
       if (!r) throw new AppError('not_found', `webhook delivery ${input.id} not found`);
       if (!r.delivery) throw new AppError('conflict', `Cannot redeliver: ${r.reason}`);
-      return present(r.delivery);
+      return presentDelivery(r.delivery);
     }),
 });
 
