@@ -475,7 +475,7 @@ function machineTicks(): { busy: number; total: number } | null {
 }
 
 /** Jiffies used so far by a whole process (all its threads) and its live descendants, or NaN once it is gone. */
-function processTicks(pid: number, depth = 0): number {
+export function processTicks(pid: number, depth = 0): number {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

@@ -17,10 +17,16 @@
  * CPU time (this process, while mbsync runs) per Boxes sync is printed too: on a shared machine it varies less
  * than wall time.
  *
- * Memory: the RSS of this process (the server and the MX with IMAP; it also holds the generated messages) and of
- * Dovecot (its master and children), idle after start and the peak over the syncs.
+ * The mail app (the MX with IMAP and submission) runs as its own process (`boxes start mx`, as production runs
+ * it), so its CPU and memory are the IMAP server's alone: the messages are made and stored through the receive
+ * path in this process. BENCH_PROCESSES=0 runs it in this process instead (its CPU is then this process's, and
+ * the garbage collections of its heap are counted).
  *
- *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900
+ * Memory: the RSS of the mail process (or of this process with BENCH_PROCESSES=0, which also holds the generated
+ * messages and the receive path's work) and of Dovecot (its master and children), idle after start and the peak
+ * over the syncs.
+ *
+ *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900 BENCH_PROCESSES=1
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -32,12 +38,27 @@ import tls from 'node:tls';
 import { constants as perfConstants, performance, PerformanceObserver } from 'node:perf_hooks';
 import { promisify } from 'node:util';
 import { receiveMessage } from '@boxes/core';
-import { createBenchDatabase, envInt, freePort, loadNote, main, request, RssMeter, runtimeRss, signupAccounts, startBenchRuntime, waitForPort } from './common';
+import {
+  createBenchDatabase,
+  envInt,
+  freePort,
+  loadNote,
+  main,
+  processTicks,
+  request,
+  RssMeter,
+  runtimeRss,
+  signupAccounts,
+  startBenchRuntime,
+  waitForPort,
+} from './common';
 import { exec, k, rows, sql, table } from '@boxes/db';
 
 const N = envInt('BENCH_IMAP', 10_000);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 900) * 1000;
 const RUNS = envInt('BENCH_IMAP_RUNS', 3, 1, 20);
+/** The mail app as its own process (the default), or in this one (BENCH_PROCESSES=0). */
+const SEPARATE = process.env.BENCH_PROCESSES !== '0';
 const run = promisify(execFile);
 
 /** A small deterministic generator, so runs compare. */
@@ -118,8 +139,12 @@ function makeMessages(n: number, to: string): Buffer[] {
   return out;
 }
 
-/** BENCH_IMAP_PROFILE=<file>: a CPU profile of this process (the server) during the warm Boxes sync. */
-async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
+/**
+ * BENCH_IMAP_PROFILE=<file>: a CPU profile of the server during the warm Boxes sync: of this process, or of the
+ * mail process through its inspector (started with --inspect on inspectPort, spoken to over its WebSocket).
+ */
+async function startProfile(inspectPort: number | null): Promise<{ stop(file: string): Promise<void> }> {
+  if (inspectPort !== null) return startRemoteProfile(inspectPort);
   const inspector = await import('node:inspector/promises');
   const session = new inspector.Session();
   session.connect();
@@ -131,6 +156,38 @@ async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
       fs.writeFileSync(file, JSON.stringify(profile));
       session.disconnect();
       console.log(`  CPU profile of a Boxes sync: ${file}`);
+    },
+  };
+}
+
+async function startRemoteProfile(port: number): Promise<{ stop(file: string): Promise<void> }> {
+  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { webSocketDebuggerUrl: string }[];
+  const ws = new WebSocket(targets[0]!.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => {
+    ws.onopen = resolve;
+    ws.onerror = reject;
+  });
+  let next = 0;
+  const waiting = new Map<number, (result: unknown) => void>();
+  ws.onmessage = (ev) => {
+    const m = JSON.parse(String(ev.data)) as { id?: number; result?: unknown };
+    if (m.id !== undefined) waiting.get(m.id)?.(m.result);
+    if (m.id !== undefined) waiting.delete(m.id);
+  };
+  const post = (method: string) =>
+    new Promise<unknown>((resolve) => {
+      const id = ++next;
+      waiting.set(id, resolve);
+      ws.send(JSON.stringify({ id, method }));
+    });
+  await post('Profiler.enable');
+  await post('Profiler.start');
+  return {
+    async stop(file) {
+      const { profile } = (await post('Profiler.stop')) as { profile: unknown };
+      fs.writeFileSync(file, JSON.stringify(profile));
+      ws.close();
+      console.log(`  CPU profile of a Boxes sync (the mail process): ${file}`);
     },
   };
 }
@@ -197,6 +254,7 @@ async function mbsync(
   root: string,
   name: string,
   server: { port: number; user: string; pass: string; cert: string },
+  serverCpuMs: () => number,
 ): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
@@ -232,20 +290,22 @@ SyncState *
 `,
   );
   const trace = process.env.BENCH_IMAP_TRACE;
-  const cpuStart = process.cpuUsage();
+  const cpuStart = serverCpuMs();
   const clientStart = childrenCpuMs('self');
   const gcStart = { ...gcSeen };
   const started = performance.now();
   const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
-  const cpu = process.cpuUsage(cpuStart);
+  const cpuMs = serverCpuMs() - cpuStart;
   const clientEnd = childrenCpuMs('self');
   // GC entries arrive after the collection, on a later turn of the event loop.
   await new Promise((r) => setTimeout(r, 20));
-  const gc = `${gcSeen.full - gcStart.full} full + ${gcSeen.young - gcStart.young} young, ${(gcSeen.ms - gcStart.ms).toFixed(0)} ms`;
+  const gc = SEPARATE
+    ? 'not seen (its own process)'
+    : `${gcSeen.full - gcStart.full} full + ${gcSeen.young - gcStart.young} young, ${(gcSeen.ms - gcStart.ms).toFixed(0)} ms`;
   if (trace) fs.writeFileSync(path.join(trace, `${name}.log`), out.stdout + out.stderr);
   const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
-  return { ms, files, cpuMs: (cpu.user + cpu.system) / 1000, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart, gc };
+  return { ms, files, cpuMs, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart, gc };
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
@@ -351,9 +411,25 @@ await main('bench:imap', async (onCleanup) => {
   });
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
-  const rt = await startBenchRuntime(db, { worker: false, mail: true });
+  const profiling = !!(process.env.BENCH_IMAP_PROFILE || process.env.BENCH_IMAP_PROFILE_COLD);
+  const inspectPort = SEPARATE && profiling ? await freePort() : null;
+  const rt = await startBenchRuntime(db, {
+    worker: false,
+    mail: true,
+    ...(SEPARATE
+      ? { processes: inspectPort ? { env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --inspect=127.0.0.1:${inspectPort}`.trim() } } : {} }
+      : {}),
+  });
   onCleanup(() => rt.stop());
-  const rss = runtimeRss(rt, 'the generated messages');
+  const rss = runtimeRss(rt, SEPARATE ? 'the generated messages and the receive path' : 'the generated messages');
+  const mailProc = rt.procs.find((p) => p.name === 'mx');
+  // The server's CPU time so far (user + system, all threads): the mail process's, or this process's.
+  const serverCpuMs = mailProc
+    ? () => processTicks(mailProc.pid) * 10
+    : () => {
+        const u = process.cpuUsage();
+        return (u.user + u.system) / 1000;
+      };
   const svc = rt.runtime.svc;
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
@@ -407,9 +483,9 @@ await main('bench:imap', async (onCleanup) => {
   // What autovacuum does soon after such a load, done now so it does not run during the first syncs.
   await exec(svc.db, sql`VACUUM ANALYZE`);
 
-  const mail = rt.runtime.mail!;
-  const boxesCert = await peerCertificate(mail.imapPort);
-  const boxesServer = { port: mail.imapPort, user: box.address, pass: pw.body.password as string, cert: boxesCert };
+  const imapPort = rt.runtime.mail?.imapPort ?? mailProc!.ports.imap!;
+  const boxesCert = await peerCertificate(imapPort);
+  const boxesServer = { port: imapPort, user: box.address, pass: pw.body.password as string, cert: boxesCert };
 
   const pems = await import('selfsigned').then((m) => m.generate([{ name: 'commonName', value: '127.0.0.1' }], { keySize: 2048, algorithm: 'sha256' }));
   const dovecot = await startDovecot(root, messages, { key: pems.private, cert: pems.cert });
@@ -426,9 +502,9 @@ await main('bench:imap', async (onCleanup) => {
   rss.start();
   dovecotRss.start();
   // The first sync of the box as the receive path left it (its first login: the password is checked by scrypt).
-  const first = await mbsync(clientRoot, 'boxes-first', boxesServer);
+  const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs);
   if (first.files !== N) throw new Error(`boxes: mbsync stored ${first.files} of ${N} messages`);
-  // CPU of this process (the Boxes server; the bench itself only waits during a sync), per Boxes sync.
+  // CPU of the Boxes server (the mail process, or this one: the bench itself only waits during a sync), per sync.
   const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
   const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
@@ -468,15 +544,15 @@ await main('bench:imap', async (onCleanup) => {
       ['boxes', boxesServer],
       ['dovecot', dovecotServer],
     ] as const) {
-      const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile() : null;
+      const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile(inspectPort) : null;
       const d0 = name === 'dovecot' ? await dovecotChildren() : null;
       const p0 = name === 'boxes' ? await pgBackends() : null;
-      const cold = await mbsync(clientRoot, `${name}-cold`, server);
+      const cold = await mbsync(clientRoot, `${name}-cold`, server, serverCpuMs);
       const p1 = name === 'boxes' ? await pgBackends() : null;
       const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
-      const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile() : null;
-      const warm = await mbsync(clientRoot, `${name}-warm`, server);
+      const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile(inspectPort) : null;
+      const warm = await mbsync(clientRoot, `${name}-warm`, server, serverCpuMs);
       const p2 = name === 'boxes' ? await pgBackends() : null;
       const d2 = name === 'dovecot' ? await dovecotChildren() : null;
       if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
