@@ -21,7 +21,14 @@ const BATCH = 200;
 
 const range = (from: number, to: number): number[] => Array.from({ length: Math.max(0, to - from) }, (_, k) => from + k);
 
+/**
+ * The FLAGS list of every combination of the four flag bits and \Deleted, made once: a client's first look at a
+ * folder (FETCH 1:* (UID FLAGS)) answers one per message, and most carry no keyword.
+ */
+const PLAIN_FLAG_LISTS = Array.from({ length: 32 }, (_, i) => `(${flagNames(i & 15, (i & 16) !== 0, []).join(' ')})`);
+
 export function flagList(e: FolderEntry): Chunk[] {
+  if (!e.keywords.length && e.flags >= 0 && e.flags < 16) return [PLAIN_FLAG_LISTS[e.flags | (e.deleted ? 16 : 0)]!];
   return paren(flagNames(e.flags, e.deleted, e.keywords).map((f) => [f]));
 }
 

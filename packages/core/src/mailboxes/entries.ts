@@ -511,9 +511,11 @@ export async function messageFlags(svc: Pick<Services, 'db'>, messageIds: string
   return out;
 }
 
+const FLAG_ENTRIES = Object.entries(FLAG_BITS) as [SystemFlag, number][];
+
 /** IMAP flag names of a message's bits, \Deleted and keywords, in a stable order. */
 export function flagNames(bits: number, deleted: boolean, keywords: string[]): string[] {
-  const names = (Object.entries(FLAG_BITS) as [SystemFlag, number][]).filter(([, b]) => bits & b).map(([n]) => n);
+  const names = FLAG_ENTRIES.filter(([, b]) => bits & b).map(([n]) => n);
   if (deleted) names.push('\\Deleted' as SystemFlag);
   return [...names, ...keywords];
 }
