@@ -66,8 +66,13 @@ const MAX_FAILED_LOGINS = 3;
 /** Output gathered before it is sent, and how much may wait in the socket before a large FETCH pauses. */
 const OUTPUT_FLUSH = 64 * 1024;
 const OUTPUT_BACKLOG = 1024 * 1024;
-/** Output buffers kept for reuse while commands run (OUTPUT_FLUSH bytes each). */
+/**
+ * Output buffers kept for reuse (OUTPUT_FLUSH bytes each), and for how long after the last command: a client
+ * pipelining a download sends its commands in bursts, and buffers dropped between two bursts were allocated again
+ * for the next (tens of MB of short-lived memory per large download, reclaimed only by full collections).
+ */
 const OUTPUT_SPARES = 4;
+const SPARES_KEPT_MS = 2000;
 /** How often an IDLE client hears that the server is still there. */
 const IDLE_KEEPALIVE_MS = 4 * 60_000;
 
@@ -89,8 +94,9 @@ export class Session {
   private closeAfterCommand = false;
   private out: Buffer | null = null;
   private outLen = 0;
-  /** Output buffers the socket is done with (kept only while commands run; an idle session holds none). */
+  /** Output buffers the socket is done with (kept SPARES_KEPT_MS after the last command; then none). */
   private spare: Buffer[] = [];
+  private spareTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly socket: Socket,
@@ -169,7 +175,7 @@ export class Session {
     this.outLen = 0;
     // The socket holds on to the bytes until they are written; then the buffer may carry the next ones.
     this.socket.write(buf.subarray(0, len), () => {
-      if (this.running && this.spare.length < OUTPUT_SPARES) this.spare.push(buf);
+      if (!this.closed && this.spare.length < OUTPUT_SPARES) this.spare.push(buf);
     });
   }
 
@@ -204,6 +210,7 @@ export class Session {
     this.socket.end();
     this.closed = true;
     if (this.idle) clearInterval(this.idle.timer);
+    this.releaseSpares();
     this.hub.unregister(this);
   }
 
@@ -211,6 +218,7 @@ export class Session {
     if (this.closed) return;
     this.closed = true;
     if (this.idle) clearInterval(this.idle.timer);
+    this.releaseSpares();
     this.lineWaiter?.(null);
     this.hub.unregister(this);
     if (!this.socket.destroyed) this.socket.destroy();
@@ -312,6 +320,8 @@ export class Session {
   private async drive(): Promise<void> {
     if (this.running || this.closed) return;
     this.running = true;
+    if (this.spareTimer) clearTimeout(this.spareTimer);
+    this.spareTimer = null;
     try {
       for (;;) {
         if (this.closed) return;
@@ -351,8 +361,23 @@ export class Session {
     } finally {
       this.running = false;
       this.flush();
-      this.spare = [];
+      this.releaseSpares();
     }
+  }
+
+  /** Lets go of the output buffers once no command has come for SPARES_KEPT_MS (at once when closed). */
+  private releaseSpares(): void {
+    if (this.spareTimer) clearTimeout(this.spareTimer);
+    this.spareTimer = null;
+    if (this.closed) {
+      this.spare = [];
+      return;
+    }
+    this.spareTimer = setTimeout(() => {
+      this.spareTimer = null;
+      if (!this.running) this.spare = [];
+    }, SPARES_KEPT_MS);
+    this.spareTimer.unref();
   }
 
   private async run(cmd: Command): Promise<void> {
