@@ -92,12 +92,13 @@ function baseEnv(): Record<string, string> {
 }
 
 /**
- * Starts apps as their own OS process (`node --import tsx apps/server/src/cli.ts start <apps...>`) with the given
+ * Starts apps as their own OS process (`node --import tsx apps/server/src/cli.ts start <apps...>`, or compiled:
+ * `NODE_ENV=production node apps/server/dist/cli.mjs start <apps...>`, built beforehand) with the given
  * environment (the same DATABASE_URL, REDIS_URL, REDIS_PREFIX, BOXES_SECRET_KEY and settings as the rest of the
  * bench), each listener of those apps on a free port of 127.0.0.1 (the DNS server on an ephemeral one). Resolves
  * once the process says it is running and its TCP listeners accept connections.
  */
-export async function startAppProcess(apps: AppName[], env: Record<string, string>, timeoutMs = 120_000): Promise<AppProcess> {
+export async function startAppProcess(apps: AppName[], env: Record<string, string>, timeoutMs = 120_000, compiled = false): Promise<AppProcess> {
   const ports: AppProcess['ports'] = {};
   if (apps.includes('server')) ports.http = await freePort();
   if (apps.includes('mx')) {
@@ -113,9 +114,11 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
     ...(apps.includes('dns') ? { DNS_PORT: '0' } : {}),
   };
   const name = apps.join('+');
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts'), 'start', ...apps], {
+  // Compiled: the bundle `pnpm build` makes (apps/server/dist/cli.mjs), as `pnpm start:prod` runs it.
+  const entry = compiled ? [path.join(repoRoot, 'apps/server/dist/cli.mjs')] : ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts')];
+  const child = spawn(process.execPath, [...entry, 'start', ...apps], {
     cwd: repoRoot,
-    env: { ...baseEnv(), ...env, ...listeners },
+    env: { ...baseEnv(), ...(compiled ? { NODE_ENV: 'production' } : {}), ...env, ...listeners },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -179,7 +182,7 @@ export async function startBenchRuntime(
      * cross a process: SMTP_RELAY_URL or SMTP_STATIC_ROUTES route their mail). The worker publishes MQTT through
      * the push process when there is one.
      */
-    processes?: { env?: Record<string, string> };
+    processes?: { env?: Record<string, string>; compiled?: boolean };
   },
 ): Promise<BenchRuntime> {
   const redisUrl = localUrl('REDIS_URL', 'redis://127.0.0.1:6379');
@@ -233,7 +236,7 @@ export async function startBenchRuntime(
       const childEnv = { ...env, BOXES_SECRET_KEY: secretKey.toString('hex'), DELIVERY_CONCURRENCY: String(config.deliveryConcurrency), ...separate.env };
       if (opts.push) procs.push(await startAppProcess(['push'], childEnv));
       const broker = procs.find((p) => p.name === 'push');
-      if (opts.mail) procs.push(await startAppProcess(['mx'], childEnv));
+      if (opts.mail) procs.push(await startAppProcess(['mx'], childEnv, undefined, separate.compiled));
       if (opts.worker)
         procs.push(await startAppProcess(['worker'], { ...childEnv, ...(broker ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${broker.ports.mqtt}` } : {}) }));
     } catch (err) {

@@ -19,8 +19,10 @@
  *
  * The mail app (the MX with IMAP and submission) runs as its own process (`boxes start mx`, as production runs
  * it), so its CPU and memory are the IMAP server's alone: the messages are made and stored through the receive
- * path in this process. BENCH_PROCESSES=0 runs it in this process instead (its CPU is then this process's, and
- * the garbage collections of its heap are counted).
+ * path in this process. It runs compiled (`pnpm build`'s bundle, built first, NODE_ENV=production: what
+ * `pnpm start:prod` runs), or from source with BENCH_IMAP_COMPILED=0 (tsx's loader and transpiled sources add
+ * about 150 MB to an idle process). BENCH_PROCESSES=0 runs it in this process instead (its CPU is then this
+ * process's, and the garbage collections of its heap are counted).
  *
  * Memory: the RSS of the mail process (or of this process with BENCH_PROCESSES=0, which also holds the generated
  * messages and the receive path's work) and of Dovecot (its master and children), idle after start and the peak
@@ -28,7 +30,7 @@
  *
  *   BENCH_IMAP=10000 BENCH_IMAP_RUNS=3 BENCH_IMAP_SEED=1 BENCH_TIMEOUT_S=900 BENCH_PROCESSES=1
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -413,11 +415,24 @@ await main('bench:imap', async (onCleanup) => {
   onCleanup(() => db.drop());
   const profiling = !!(process.env.BENCH_IMAP_PROFILE || process.env.BENCH_IMAP_PROFILE_COLD);
   const inspectPort = SEPARATE && profiling ? await freePort() : null;
+  let compiled = SEPARATE && process.env.BENCH_IMAP_COMPILED !== '0';
+  if (compiled) {
+    const built = spawnSync(process.execPath, [path.join(import.meta.dirname, '../apps/server/build.mjs')], { encoding: 'utf8' });
+    if (built.status !== 0) {
+      console.log(`bench:imap: the mail process runs from source (apps/server/build.mjs failed: ${(built.stderr || '').trim().split('\n')[0]})`);
+      compiled = false;
+    }
+  }
   const rt = await startBenchRuntime(db, {
     worker: false,
     mail: true,
     ...(SEPARATE
-      ? { processes: inspectPort ? { env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --inspect=127.0.0.1:${inspectPort}`.trim() } } : {} }
+      ? {
+          processes: {
+            compiled,
+            ...(inspectPort ? { env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --inspect=127.0.0.1:${inspectPort}`.trim() } } : {}),
+          },
+        }
       : {}),
   });
   onCleanup(() => rt.stop());
@@ -440,7 +455,9 @@ await main('bench:imap', async (onCleanup) => {
   await exec(svc.db, k.updateTable('accounts').set({ free_messages_left: N + 1000 }));
   const box = await svc.db.box.findFirstOrThrow({ where: { accountId: account!.accountId, isPrimary: true } });
 
-  console.log(`bench:imap: ${N} messages to ${box.address} (${loadNote()})`);
+  console.log(
+    `bench:imap: ${N} messages to ${box.address}; the mail app ${SEPARATE ? `as its own process, ${compiled ? 'compiled' : 'from source'}` : 'in this process'} (${loadNote()})`,
+  );
   let messages: Buffer[] | null = makeMessages(N, box.address);
   const bytes = messages.reduce((n, m) => n + m.length, 0);
   let stored = 0;
