@@ -400,33 +400,57 @@ export async function main(name: string, body: (cleanup: (fn: () => Promise<void
  * checkpointer, ...) and the backends of `database`, not those of other databases (tests of other jobs may share
  * the server). By pid, so a meter can keep what a backend used after it exits (see CpuMeter).
  */
-function serviceTicks(database: string): Map<number, { which: 'postgres' | 'redis'; ticks: number }> {
+/**
+ * What each pid is (PostgreSQL of this database, Redis, or neither: null), learnt once per pid: the sampler runs
+ * on the main thread under test, and reading every process's stat and cmdline each time cost it milliseconds a
+ * sample on a busy machine, charged to the server's figure.
+ */
+type Which = 'postgres' | 'redis' | null;
+
+function serviceTicks(database: string, known = new Map<number, Which>()): Map<number, { which: 'postgres' | 'redis'; ticks: number }> {
   const out = new Map<number, { which: 'postgres' | 'redis'; ticks: number }>();
-  let pids: string[] = [];
+  let pids: number[] = [];
   try {
-    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+    pids = readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number);
   } catch {
     return out;
   }
   for (const pid of pids) {
+    const seen = known.get(pid);
+    if (seen === null) continue;
     let stat: string;
-    let title: string;
     try {
       stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
     } catch {
       continue; // exited meanwhile
     }
     const close = stat.lastIndexOf(')');
-    const comm = stat.slice(stat.indexOf('(') + 1, close);
-    const which = comm === 'postgres' ? 'postgres' : comm === 'redis-server' ? 'redis' : null;
+    let which: Which | undefined = seen;
+    if (which === undefined) {
+      const comm = stat.slice(stat.indexOf('(') + 1, close);
+      which = comm === 'postgres' ? 'postgres' : comm === 'redis-server' ? 'redis' : null;
+      if (which === 'postgres') {
+        let title: string;
+        try {
+          title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        } catch {
+          continue;
+        }
+        // A backend's title is "postgres: <cluster>: <user> <database> <client> <state>".
+        const backend = /^postgres: [^:]+: \S+ (\S+) /.exec(title);
+        if (backend && backend[1] !== database) which = null;
+        // A backend's database never changes; anything else (a backend not yet titled) is looked at again.
+        if (backend) known.set(pid, which);
+      } else {
+        known.set(pid, which);
+      }
+    }
     if (!which) continue;
-    // A backend's title is "postgres: <cluster>: <user> <database> <client> <state>".
-    const backend = /^postgres: [^:]+: \S+ (\S+) /.exec(title);
-    if (which === 'postgres' && backend && backend[1] !== database) continue;
     const f = stat.slice(close + 2).split(' ');
     // utime and stime (fields 14 and 15 of stat) are 11 and 12 after the state field.
-    out.set(Number(pid), { which, ticks: Number(f[11]) + Number(f[12]) });
+    out.set(pid, { which, ticks: Number(f[11]) + Number(f[12]) });
   }
   return out;
 }
@@ -439,17 +463,18 @@ function serviceTicks(database: string): Map<number, { which: 'postgres' | 'redi
 class ServiceMeter {
   private readonly start: Map<number, number>;
   private readonly last = new Map<number, { which: 'postgres' | 'redis'; ticks: number }>();
+  private readonly known = new Map<number, Which>();
   private readonly timer: NodeJS.Timeout;
 
   constructor(private readonly database: string) {
-    const now = serviceTicks(database);
+    const now = serviceTicks(database, this.known);
     this.start = new Map([...now].map(([pid, v]) => [pid, v.ticks]));
     this.sample(now);
     this.timer = setInterval(() => this.sample(), 250);
     this.timer.unref();
   }
 
-  private sample(now = serviceTicks(this.database)): void {
+  private sample(now = serviceTicks(this.database, this.known)): void {
     for (const [pid, v] of now) this.last.set(pid, v);
   }
 

@@ -13,6 +13,7 @@
  *
  *   BENCH_MX=5000 BENCH_MX_CONNECTIONS=8 BENCH_MX_ACCOUNTS=4 BENCH_MX_BOXES=3 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
  *   BENCH_DB_POOL (default: the runtime's) BENCH_PROCESSES=1 (the MX as its own process; its CPU is measured apart)
+ *   BENCH_MX_PROFILE=<file> (a CPU profile of this process's main thread during the measured Boxes messages)
  *
  * Memory: the RSS of this process (the apps in it and the load client thread) and of the MX process, idle (after
  * start, before any load) and the peak during the measured messages; Haraka's beside it.
@@ -102,7 +103,9 @@ await main('bench:mx', async (onCleanup) => {
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const elu0 = performance.eventLoopUtilization();
+  const profile = process.env.BENCH_MX_PROFILE ? await startProfile() : null;
   const run = await load.call({ op: 'smtpSends', ...smtp, count: M, startSeq: WARMUP });
+  if (profile) await profile.stop(process.env.BENCH_MX_PROFILE!);
   rss.stop();
   const acceptedMs = run.t1 - run.t0;
   const elu = performance.eventLoopUtilization(elu0).utilization;
@@ -159,6 +162,23 @@ await main('bench:mx', async (onCleanup) => {
     `mx anchor: Haraka ${harakaRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, harakaRate)).toFixed(0)}% of it`,
   );
 });
+
+/** BENCH_MX_PROFILE=<file>: a CPU profile of this process's main thread (the MX when all-in-one) during the measured messages. */
+async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
+  const inspector = await import('node:inspector/promises');
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return {
+    async stop(file) {
+      const { profile } = await session.post('Profiler.stop');
+      fs.writeFileSync(file, JSON.stringify(profile));
+      session.disconnect();
+      console.log(`  CPU profile of the measured messages: ${file}`);
+    },
+  };
+}
 
 /**
  * Haraka as the MTA operators run, in its own process on a free port: installed from npm into a cache folder the

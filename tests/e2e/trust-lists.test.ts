@@ -99,6 +99,29 @@ describe('lists', () => {
     expect(await t.db.ledgerEntry.count({ where: { accountId: a.accountId, type: 'message_received' } })).toBe(1);
   });
 
+  it('at RCPT the entries read with the box apply by scope: its own and the account-wide ones, receive or both, an allowed address over a blocked domain', async () => {
+    const a = await signupAccount(t);
+    const box = await boxOf(a);
+    const other = await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address: 'other' } });
+    expect(other.status, JSON.stringify(other.body)).toBe(200);
+    await addEntry(a, { list: 'block', value: 'boxonly.example', direction: 'receive', box: other.body.address });
+    await addEntry(a, { list: 'block', value: 'sendonly.example', direction: 'send' });
+    await addEntry(a, { list: 'block', value: 'both.example', direction: 'both' });
+    await addEntry(a, { list: 'allow', value: 'friend@both.example', direction: 'receive', box: box.address });
+    const refusedAtRcpt = async (from: string, to: string) => {
+      const r = await swaks(t.smtpPort!, ['--from', from, '--to', to, '--header', `Subject: scope ${from} ${to}`]);
+      return /<\*\* +550 5\.7\.1 .*block list/.test(r.out);
+    };
+    // Another box's entry does not apply to this one, and a send-only entry never refuses inbound mail.
+    expect(await refusedAtRcpt('x@boxonly.example', box.address)).toBe(false);
+    expect(await refusedAtRcpt('x@boxonly.example', other.body.address)).toBe(true);
+    expect(await refusedAtRcpt('x@sendonly.example', box.address)).toBe(false);
+    // An account-wide entry for both directions applies to every box; the box's allowed address gets through.
+    expect(await refusedAtRcpt('x@both.example', box.address)).toBe(true);
+    expect(await refusedAtRcpt('friend@both.example', box.address)).toBe(false);
+    expect(await refusedAtRcpt('friend@both.example', other.body.address)).toBe(true);
+  });
+
   it('a blocked From header behind an innocent envelope is refused after DATA with 550', async () => {
     const a = await signupAccount(t);
     const box = await boxOf(a);

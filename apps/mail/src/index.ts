@@ -9,7 +9,7 @@ import { SMTPServer, type SMTPServerAddress, type SMTPServerDataStream, type SMT
 import { startImap } from './imap/server';
 import { startSubmission } from './submission/server';
 import type { Config } from '@boxes/config';
-import { mailTlsMaterial, receiveMessage, resolveRecipient, type RecipientResolution, type Services } from '@boxes/core';
+import { mailTlsMaterial, receiveMessage, resolveMxRecipient, type RecipientResolution, type Services } from '@boxes/core';
 import type { Logger } from 'pino';
 import { envelopeAddressProblem, headerHasNul } from './mx-input';
 import { decideAtData, rcptRefusal, type RcptRows } from './mx-trust';
@@ -88,13 +88,13 @@ export async function start(config: Config, deps: { svc: Services; log: Logger }
         return;
       }
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address || null : null;
-      resolveRecipient(svc, address.address)
-        .then(async (r) => {
+      resolveMxRecipient(svc, address.address, mailFrom)
+        .then(async ({ resolution: r, rows: known }) => {
           if (r.kind === 'not_hosted')
             return cb(new SmtpReply(550, `5.7.1 <${address.address}>: relay access denied, this server only accepts mail for its own domains`));
           if (r.kind === 'unknown_box') return cb(new SmtpReply(550, `5.1.1 <${address.address}>: no such mailbox`));
           // The box's block lists against the envelope sender (core/trust).
-          const refused = r.kind === 'box' ? await rcptRefusal(svc, listRows.get(session.id) ?? new Map(), r.box, mailFrom) : null;
+          const refused = r.kind === 'box' ? await rcptRefusal(svc, listRows.get(session.id) ?? new Map(), r.box, mailFrom, known) : null;
           if (refused) return cb(new SmtpReply(refused.code, refused.message));
           list.push(r);
           resolved.set(session.id, list);

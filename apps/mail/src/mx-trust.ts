@@ -21,8 +21,8 @@ import type { Box } from '@boxes/db';
 /** Per SMTP session: the list rows read at RCPT time, by box id (reused after DATA when the From header is the envelope sender). */
 export type RcptRows = Map<string, ListedRow[]>;
 
-export async function rcptRefusal(svc: Services, rows: RcptRows, box: Box, mailFrom: string | null): Promise<Refusal | null> {
-  const checked = await checkEnvelopeSender(svc.db, box, mailFrom);
+export async function rcptRefusal(svc: Services, rows: RcptRows, box: Box, mailFrom: string | null, known?: ListedRow[] | null): Promise<Refusal | null> {
+  const checked = await checkEnvelopeSender(svc.db, box, mailFrom, known);
   rows.set(box.id, checked.rows);
   if (checked.refusal) await countRefused(svc.db, [box.id]);
   return checked.refusal;

@@ -4,6 +4,7 @@
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
 import type { Box, Tx } from '@boxes/db';
+import { k, rows, sql } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -20,6 +21,7 @@ import { applyReport } from './reports';
 import { parentIds, pickThread } from '../threads/parents';
 import { enqueueForwardRuns, queueForwardRuns } from '../forwarding/run';
 import { storedTrust, type InboundTrust } from '../trust/inbound';
+import { candidatesOf, type ListedRow } from '../trust/lists';
 
 export type RecipientResolution =
   | { kind: 'box'; box: Box }
@@ -51,6 +53,62 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
     if (d && d.accountId === domain.accountId) return { kind: 'bounce', deliveryId: m[1]!, accountId: d.accountId };
   }
   return { kind: 'unknown_box' };
+}
+
+/**
+ * The MX's RCPT lookup: a box reached by its live address (its domain live) comes back with its account's list
+ * entries for the envelope sender (what matchingEntries would read for it, 'receive' direction) in the same
+ * statement, so the common recipient costs one round trip instead of three (the domain, the box, the lists).
+ * Anything else (no such box, a retiring domain, a bounce address, not hosted) is answered by resolveRecipient,
+ * and rows is then null (the caller reads them itself if it needs them).
+ */
+export async function resolveMxRecipient(
+  svc: Services,
+  rcpt: string,
+  mailFrom: string | null,
+): Promise<{ resolution: RecipientResolution; rows: ListedRow[] | null }> {
+  const address = rcpt.trim().toLowerCase();
+  const candidates = mailFrom ? [...new Set(candidatesOf(mailFrom))] : [];
+  const [row] = await rows(
+    svc.db,
+    k
+      .selectFrom('boxes as b')
+      .selectAll('b')
+      .select(
+        sql<
+          ListedRow[] | null
+        >`(SELECT json_agg(json_build_object('box_id', t.box_id, 'list', t.list, 'direction', t.direction, 'value', t.value, 'kind', t.kind))
+          FROM trust_list_entries t
+          WHERE t.account_id = b.account_id AND t.value = ANY(${candidates}::text[]) AND t.direction IN ('receive', 'both')
+            AND (t.box_id IS NULL OR t.box_id = b.id))`.as('trust_rows'),
+      )
+      .where('b.live_address', '=', address)
+      // Only live domains are hosted (a live address implies it; checked anyway, in the same statement).
+      .where(({ exists, selectFrom }) => exists(selectFrom('domains as d').select(sql.lit(1).as('one')).where('d.live_name', '=', domainOf(address)))),
+  );
+  if (!row) return { resolution: await resolveRecipient(svc, address), rows: null };
+  const box: Box = {
+    id: row.id,
+    accountId: row.account_id,
+    domainId: row.domain_id,
+    localPart: row.local_part,
+    address: row.address,
+    liveAddress: row.live_address,
+    signature: row.signature,
+    isPrimary: row.is_primary,
+    createdAt: row.created_at,
+    forwarding: row.forwarding,
+    receiveMode: row.receive_mode,
+    requireVerifiedSender: row.require_verified_sender,
+    spamAction: row.spam_action,
+    refusedCount: row.refused_count,
+    refusedAt: row.refused_at,
+    pausedAt: row.paused_at,
+    pausedBy: row.paused_by,
+    sendCaps: row.send_caps as Box['sendCaps'],
+    review: row.review,
+  };
+  return { resolution: { kind: 'box', box }, rows: row.trust_rows ?? [] };
 }
 
 /**

@@ -46,9 +46,15 @@ export async function inspectInbound(
 }
 
 /** RCPT time: the envelope sender against the box's and the account's block lists (one indexed query). */
-export async function checkEnvelopeSender(db: DbClient, box: Box, mailFrom: string | null): Promise<{ refusal: Refusal | null; rows: ListedRow[] }> {
+export async function checkEnvelopeSender(
+  db: DbClient,
+  box: Box,
+  mailFrom: string | null,
+  /** The entries already read for this box and sender (resolveMxRecipient): no query then. */
+  known?: ListedRow[] | null,
+): Promise<{ refusal: Refusal | null; rows: ListedRow[] }> {
   if (!mailFrom) return { refusal: null, rows: [] };
-  const rows = await matchingEntries(db, box.accountId, [box.id], 'receive', [mailFrom]);
+  const rows = known ?? (await matchingEntries(db, box.accountId, [box.id], 'receive', [mailFrom]));
   if (isBlocked(rows, box.id, mailFrom)) {
     return {
       refusal: { code: 550, message: `5.7.1 <${box.address}>: mail from <${mailFrom}> is refused by the recipient's block list`, reason: 'blocked' },
