@@ -13,6 +13,9 @@
  *   BENCH_DELIVER=0 runs the API alone (no worker; the deliveries stay queued)
  *   BENCH_PROCESSES=1 runs the worker as its own process (`boxes start worker`, relaying to the sink), as
  *   `pnpm start` and production do, the HTTP server alone in this process; its CPU is measured apart
+ *   BENCH_SEND_PROFILE=<file> writes a CPU profile of this process while the measured sends are accepted
+ *   BENCH_SEND_COUNT=1 counts, while they are accepted, this process's PostgreSQL statements (by kind) and Redis
+ *   commands (by name), per accepted send
  *
  * Memory: the RSS of this process (the apps in it and the load client thread) and of the worker process, idle
  * (after start, before any load) and the peak from the measured sends until they are delivered.
@@ -38,6 +41,77 @@ const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const DELIVER = process.env.BENCH_DELIVER !== '0';
 const PROCESSES = process.env.BENCH_PROCESSES === '1';
 const SINK_DOMAIN = 'sink.test';
+const PROFILE = process.env.BENCH_SEND_PROFILE;
+const COUNT = process.env.BENCH_SEND_COUNT === '1';
+
+/** BENCH_SEND_PROFILE: a CPU profile of this process (the server, and the worker in all-in-one). */
+async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
+  const inspector = await import('node:inspector/promises');
+  const fs = await import('node:fs');
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return {
+    async stop(file) {
+      const { profile } = await session.post('Profiler.stop');
+      fs.writeFileSync(file, JSON.stringify(profile));
+      session.disconnect();
+      console.log(`  CPU profile while accepting: ${file}`);
+    },
+  };
+}
+
+/**
+ * BENCH_SEND_COUNT: this process's PostgreSQL statements (pg's Client.query, which Prisma's adapter and the typed
+ * SQL both go through) by their first words, and its Redis commands (ioredis sendCommand, BullMQ's included) by
+ * name; a MULTI ... EXEC or a pipeline is one round trip however many commands it holds.
+ */
+function startCounting(redis: object): { stop(): void; report(items: number): string[] } {
+  const pgCounts = new Map<string, number>();
+  const redisCounts = new Map<string, number>();
+  let on = true;
+  const kind = (text: string) => {
+    const t = text.replace(/\s+/g, ' ').trim();
+    const m = /^(WITH \w+ AS (?:MATERIALIZED )?\(\s*\w+|\w+)/i.exec(t);
+    return `${(m?.[1] ?? t).slice(0, 40)} ${t.length > 40 ? `[${t.slice(0, 90).replace(/"/g, '')}]` : ''}`.trim();
+  };
+  const pgQuery = pg.Client.prototype.query;
+  pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+    if (on) {
+      const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '?');
+      const key = kind(text);
+      pgCounts.set(key, (pgCounts.get(key) ?? 0) + 1);
+    }
+    return (pgQuery as (...a: unknown[]) => unknown).call(this, config, ...rest);
+  } as typeof pg.Client.prototype.query;
+  // The class of the runtime's Redis client (ioredis), which BullMQ's connections share.
+  const proto = Object.getPrototypeOf(redis) as { sendCommand(c: { name: string }, ...rest: unknown[]): unknown };
+  const send = proto.sendCommand;
+  proto.sendCommand = function (this: unknown, command: { name: string }, ...rest: unknown[]) {
+    if (on) redisCounts.set(command.name, (redisCounts.get(command.name) ?? 0) + 1);
+    return send.call(this, command, ...rest);
+  };
+  const lines = (counts: Map<string, number>, n: number) =>
+    [...counts].sort((a, b) => b[1] - a[1]).map(([name, c]) => `      ${(c / n).toFixed(2).padStart(6)}  ${name}`);
+  return {
+    stop() {
+      on = false;
+      pg.Client.prototype.query = pgQuery;
+      proto.sendCommand = send;
+    },
+    report(items) {
+      const n = Math.max(1, items);
+      const total = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0) / n;
+      return [
+        `  PostgreSQL statements per accepted send: ${total(pgCounts).toFixed(2)}`,
+        ...lines(pgCounts, n),
+        `  Redis commands per accepted send: ${total(redisCounts).toFixed(2)}`,
+        ...lines(redisCounts, n),
+      ];
+    },
+  };
+}
 
 /**
  * The anchor's hashing: the canonical bytes of an event body around its seq (JCS orders the members
@@ -90,7 +164,11 @@ await main('bench:send', async (onCleanup) => {
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const elu0 = performance.eventLoopUtilization();
+  const profile = PROFILE ? await startProfile() : null;
+  const counting = COUNT ? startCounting(rt.runtime.svc.redis) : null;
   const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
+  counting?.stop();
+  if (profile) await profile.stop(PROFILE!);
   const acceptedMs = run.t1 - run.t0;
   const eluAccept = performance.eventLoopUtilization(elu0).utilization;
   const cpuAccept = cpu.report(run.ok);
@@ -142,6 +220,7 @@ await main('bench:send', async (onCleanup) => {
         `recipients the sink saw more than once: ${sink.duplicates}`,
     );
   }
+  for (const line of counting?.report(run.ok) ?? []) console.log(line);
   console.log(`  while accepting${DELIVER ? ' (deliveries run meanwhile)' : ''}: server event loop ${(eluAccept * 100).toFixed(0)}% busy; ${cpuAccept}`);
   if (DELIVER) console.log(`  until delivered: server event loop ${(eluAll * 100).toFixed(0)}% busy; ${cpuAll}`);
   for (const line of rss.lines(DELIVER ? 'until delivered' : 'while accepting')) console.log(line);

@@ -5,7 +5,6 @@
  * {"error": {"code", "message", "request_id", ...details}} without a stack trace.
  */
 import { createOpenApiNodeHttpHandler } from 'trpc-to-openapi';
-import { TRPCError } from '@trpc/server';
 import { appRouter, gettingStarted, stringProblem, toAppError, type Context } from '@boxes/api';
 import { AppError, authenticateKey } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
@@ -36,6 +35,24 @@ export function routeTable(paths: Record<string, Record<string, unknown>>): Rout
  * the send route for every method, never GET /messages/{id} with id "send". Undefined for an unknown path.
  */
 export function templateFor(routes: Route[], path: string): Route['path'] | undefined {
+  // Every request asks twice (the REST face, the request counter's label) and most paths repeat: the answer for
+  // a path is kept, a bounded number of them per table.
+  let known = templatesFound.get(routes);
+  if (!known) {
+    known = new Map();
+    templatesFound.set(routes, known);
+  }
+  if (known.has(path)) return known.get(path);
+  const found = findTemplate(routes, path);
+  if (known.size >= TEMPLATES_KEPT) known.clear();
+  known.set(path, found);
+  return found;
+}
+
+const TEMPLATES_KEPT = 2000;
+const templatesFound = new WeakMap<Route[], Map<string, Route['path'] | undefined>>();
+
+function findTemplate(routes: Route[], path: string): Route['path'] | undefined {
   const score = (template: string) => template.split('/').map((seg) => (seg.startsWith('{') ? 1 : 0));
   let best: { path: string; score: number[] } | undefined;
   for (const r of routes) {
@@ -123,34 +140,26 @@ async function deleteBodyToQuery(req: Request, url: URL): Promise<AppError | nul
   return null;
 }
 
-/** Reads the body as trpc-to-openapi's fetch adapter does: JSON and form bodies parsed, anything else as is. */
-async function readAdapterBody(req: Request): Promise<{ isValid: true; data: unknown } | { isValid: false; cause: unknown }> {
-  try {
-    if (req.headers.get('content-type')?.includes('application/json')) {
-      return { isValid: true, data: JSON.parse(await req.text()) };
-    }
-    if (req.headers.get('content-type')?.includes('application/x-www-form-urlencoded')) {
-      const params = new URLSearchParams(await req.text());
-      const data: Record<string, string[]> = {};
-      for (const key of params.keys()) data[key] = params.getAll(key);
-      return { isValid: true, data };
-    }
-    return { isValid: true, data: req.body };
-  } catch (cause) {
-    return { isValid: false, cause };
-  }
-}
-
 interface PendingCall {
   context: () => Context;
   onError: (error: unknown) => void;
 }
 
+/** What the procedure answered: the generator's status, headers and JSON text. */
+interface AdapterResult {
+  status: number;
+  headers: Headers;
+  body: string | undefined;
+}
+
 /**
  * trpc-to-openapi's createOpenApiFetchHandler builds a new Node handler on every request, and building one
  * indexes every procedure and, unless NODE_ENV=production, generates the whole OpenAPI document to validate
- * the router: most of the CPU time of a small request. This is the same adapter (request proxy, response
- * shim) around one handler built once; each request finds its context and error sink through its proxy.
+ * the router: most of the CPU time of a small request. This is the same adapter around one handler built once;
+ * each request finds its context and error sink through its proxy. The proxy is of the request as it arrived,
+ * with the URL below the prefix, the method, and the body the REST face has already read and parsed (no copy
+ * of the request, no second read or parse of its body); the answer comes back as text, so the REST face makes
+ * the one Response that is sent.
  */
 function createOpenApiFetchAdapter(endpoint: string) {
   const calls = new WeakMap<object, PendingCall>();
@@ -159,23 +168,21 @@ function createOpenApiFetchAdapter(endpoint: string) {
     createContext: ({ req }: { req: object }) => calls.get(req)!.context(),
     onError: ({ error, req }: { error: unknown; req: object }) => calls.get(req)?.onError(error),
   } as unknown as Parameters<typeof createOpenApiNodeHttpHandler>[0]);
-  return async (request: Request, call: PendingCall): Promise<Response> => {
-    const url = new URL(request.url.replace(endpoint, '')).toString();
-    const body = await readAdapterBody(request);
+  return async (request: Request, forward: { url: URL; method: string; headers: Headers; body: unknown }, call: PendingCall): Promise<AdapterResult> => {
+    const url = forward.url.toString().replace(endpoint, '');
     const proxied = new Proxy(request, {
       get: (target, prop) => {
         if (prop === 'url') return url;
-        if (prop === 'body') {
-          if (!body.isValid) throw new TRPCError({ code: 'PARSE_ERROR', message: 'Failed to parse request body', cause: body.cause });
-          return body.data;
-        }
+        if (prop === 'method') return forward.method;
+        if (prop === 'headers') return forward.headers;
+        if (prop === 'body') return forward.body;
         return target[prop as keyof Request];
       },
     });
     calls.set(proxied, call);
     const resHeaders = new Headers();
-    return new Promise<Response>((resolve) => {
-      let statusCode: number | undefined;
+    return new Promise<AdapterResult>((resolve) => {
+      let statusCode = 200;
       const res = {
         setHeader: (key: string, value: string | string[]) => {
           if (typeof value === 'string') resHeaders.set(key, value);
@@ -184,10 +191,10 @@ function createOpenApiFetchAdapter(endpoint: string) {
         get statusCode() {
           return statusCode;
         },
-        set statusCode(code: number | undefined) {
+        set statusCode(code: number) {
           statusCode = code;
         },
-        end: (out?: string) => resolve(new Response(out, { headers: resHeaders, status: statusCode })),
+        end: (out?: string) => resolve({ status: statusCode, headers: resHeaders, body: out }),
       };
       void (handler as unknown as (req: unknown, res: unknown) => Promise<void>)(proxied, res);
     });
@@ -241,7 +248,7 @@ export function createRestHandler(opts: {
       return errorResponse(new AppError('validation_error', badParams.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: badParams }), requestId);
     }
 
-    let body: string | undefined;
+    let body: unknown = null;
     if (WITH_BODY.has(method)) {
       const declared = Number(req.headers.get('content-length') ?? 0);
       if (declared > MAX_BODY_BYTES) {
@@ -253,7 +260,7 @@ export function createRestHandler(opts: {
       }
       const type = req.headers.get('content-type');
       if (text.trim() === '') {
-        body = '{}';
+        body = {};
       } else if (type && !/^application\/([\w.+-]+\+)?json\b/i.test(type)) {
         return errorResponse(new AppError('unsupported_media_type', `The body must be JSON (Content-Type: application/json), not ${type}`), requestId);
       } else {
@@ -269,7 +276,7 @@ export function createRestHandler(opts: {
             requestId,
           );
         }
-        body = text;
+        body = parsed;
       }
     }
 
@@ -277,27 +284,32 @@ export function createRestHandler(opts: {
       const bad = await deleteBodyToQuery(req, url);
       if (bad) return errorResponse(bad, requestId);
     }
-    const headers = new Headers(req.headers);
-    if (body !== undefined) headers.set('content-type', 'application/json');
-    headers.delete('content-length');
-    const forwarded = new Request(url, { method, headers, body });
+    // A body goes on as JSON whatever its declared type (+json suffixes, none for an empty body): copy the
+    // header fields only when that changes what they say.
+    let headers = req.headers;
+    if (WITH_BODY.has(method) && !req.headers.get('content-type')?.startsWith('application/json')) {
+      headers = new Headers(req.headers);
+      headers.set('content-type', 'application/json');
+    }
     let failure: unknown;
     let ctx: Context | undefined;
     const response: { status?: number } = {};
-    const res = await openApi(forwarded, {
-      context: () => (ctx ??= { ...opts.context(req, requestId), pathInput: pathParams.values, response }),
-      onError: (error) => {
-        failure = error;
+    const res = await openApi(
+      req,
+      { url, method, headers, body },
+      {
+        context: () => (ctx ??= { ...opts.context(req, requestId), pathInput: pathParams.values, response }),
+        onError: (error) => {
+          failure = error;
+        },
       },
-    });
+    );
     // What the procedure set for the response (the rate-limit fields), on success and error alike.
     const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
-      const status = response.status ?? res.status;
-      const out = new Response(req.method === 'HEAD' ? null : res.body, status === res.status ? res : { status, headers: res.headers });
-      for (const [name, value] of Object.entries(fields)) out.headers.set(name, value);
-      out.headers.set('x-request-id', requestId);
-      return out;
+      for (const [name, value] of Object.entries(fields)) res.headers.set(name, value);
+      res.headers.set('x-request-id', requestId);
+      return new Response(req.method === 'HEAD' ? null : res.body, { status: response.status ?? res.status, headers: res.headers });
     }
     const app = toAppError(failure);
     logFailure(opts.log, app, failure, { requestId, path, method });

@@ -215,32 +215,47 @@ export interface GuardedSend {
   recipients: string[];
 }
 
+/** What the guard reads: the account's pause, and each sending box's pause and caps (one row per box). */
+export interface GuardRow {
+  account_paused_at: Date | null;
+  account_paused_by: string | null;
+  box_id: string | null;
+  address: string | null;
+  paused_at: Date | null;
+  paused_by: string | null;
+  send_caps: unknown;
+}
+
 /**
  * The start of every send path: 403 account_paused or box_paused when the account or a sending box is paused,
  * then the caps of each box and of the key (429 cap_exceeded). Returns what was taken, to give back when the
  * send is refused after all. key: the API key that sends (none for the service's own sends, auto-forwards).
+ * read: the guard's rows when the caller read them already, in its read before the send (messages/plan.ts
+ * loadSendState reads them for a single send), so the guard costs no statement of its own.
  */
 export async function guardSend(
   svc: Services,
-  input: { accountId: string; key?: Pick<ApiKey, 'id' | 'sendCaps'> | undefined; sends: GuardedSend[] },
+  input: { accountId: string; key?: Pick<ApiKey, 'id' | 'sendCaps'> | undefined; sends: GuardedSend[]; read?: GuardRow[] },
 ): Promise<CapTaken> {
   const boxIds = [...new Set(input.sends.map((s) => s.boxId))];
-  const found = await rows(
-    svc.db,
-    k
-      .selectFrom('accounts as a')
-      .leftJoin('boxes as b', (j) => j.onRef('b.account_id', '=', 'a.id').on('b.id', 'in', boxIds.length ? boxIds : ['']))
-      .select([
-        'a.paused_at as account_paused_at',
-        'a.paused_by as account_paused_by',
-        'b.id as box_id',
-        'b.address',
-        'b.paused_at',
-        'b.paused_by',
-        'b.send_caps',
-      ])
-      .where('a.id', '=', input.accountId),
-  );
+  const found: GuardRow[] =
+    input.read ??
+    (await rows(
+      svc.db,
+      k
+        .selectFrom('accounts as a')
+        .leftJoin('boxes as b', (j) => j.onRef('b.account_id', '=', 'a.id').on('b.id', 'in', boxIds.length ? boxIds : ['']))
+        .select([
+          'a.paused_at as account_paused_at',
+          'a.paused_by as account_paused_by',
+          'b.id as box_id',
+          'b.address',
+          'b.paused_at',
+          'b.paused_by',
+          'b.send_caps',
+        ])
+        .where('a.id', '=', input.accountId),
+    ));
   const first = found[0];
   if (first?.account_paused_at) throw pausedError('account', { paused_at: first.account_paused_at, paused_by: first.account_paused_by });
   for (const b of found) {

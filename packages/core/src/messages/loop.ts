@@ -17,8 +17,10 @@ export async function checkSendLoop(svc: Services, accountId: string, singleReci
   const previous = `${svc.config.redisPrefix}:loop:${accountId}:${window - 1}`;
   let distinct: number;
   try {
+    // A pipeline, not MULTI/EXEC: one round trip either way, and the count needs no isolation (a send counted
+    // by another request in between only makes the figure more current).
     const [[, ,], [, count]] = (await svc.redis
-      .multi()
+      .pipeline()
       .pfadd(key, singleRecipient)
       .pfcount(key, previous)
       .expire(key, LOOP_WINDOW_SECONDS * 3)

@@ -136,6 +136,10 @@ export interface SenderBox {
   signature: string | null;
   /** Its owner review policy (reviews/reviews.ts). */
   review: string;
+  /** Its pause and send caps, as the guard reads them (guard/pause.ts). */
+  pausedAt: Date | null;
+  pausedBy: string | null;
+  sendCaps: unknown;
 }
 
 type StateDomain = {
@@ -164,6 +168,8 @@ export interface SendState {
   dedicated: boolean;
   /** Send-side list entries naming a recipient or one of its domains, by value. */
   listed: Map<string, ListedRow[]>;
+  /** The account's pause, as the guard reads it (guard/pause.ts). */
+  accountPause: { pausedAt: Date | null; pausedBy: string | null };
 }
 
 /** Everything the messages' plans read, in one round trip however many messages there are. */
@@ -173,7 +179,15 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
   const domains = [...new Set(recipients.map(domainOf))];
   const candidates = [...new Set(recipients.flatMap(candidatesOf))];
   const parents = [...new Set(messages.flatMap((m) => m.parents))];
-  const [dom, box, sup, ip, tl, msg] = [tbl('domains'), tbl('boxes'), tbl('suppressions'), tbl('sending_ips'), tbl('trust_list_entries'), tbl('messages')];
+  const [dom, box, sup, ip, tl, msg, acc] = [
+    tbl('domains'),
+    tbl('boxes'),
+    tbl('suppressions'),
+    tbl('sending_ips'),
+    tbl('trust_list_entries'),
+    tbl('messages'),
+    tbl('accounts'),
+  ];
   const rows = await run(
     svc.db,
     sql<{
@@ -184,12 +198,17 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
       dedicated: boolean;
       listed: ListedRow[] | null;
       parents: SendState['parents'] | null;
+      account_paused_at: Date | null;
+      account_paused_by: string | null;
     }>`
     SELECT
+      (SELECT ${acc.paused_at} FROM ${acc.$} WHERE ${acc.id} = ${accountId}) AS account_paused_at,
+      (SELECT ${acc.paused_by} FROM ${acc.$} WHERE ${acc.id} = ${accountId}) AS account_paused_by,
       (SELECT json_agg(json_build_object('id', ${dom.id}, 'name', ${dom.name}, 'status', ${dom.status}, 'mode', ${dom.mode}, 'checks', ${dom.checks},
           'claimExpiresAt', ${dom.claim_expires_at}, 'dkimSelector', ${dom.dkim_selector}, 'dkimPublicKey', ${dom.dkim_public_key}))
         FROM ${dom.$} WHERE ${dom.account_id} = ${accountId}) AS domains,
-      (SELECT json_agg(json_build_object('id', ${box.id}, 'address', ${box.address}, 'signature', ${box.signature}, 'review', ${box.review}))
+      (SELECT json_agg(json_build_object('id', ${box.id}, 'address', ${box.address}, 'signature', ${box.signature}, 'review', ${box.review},
+          'pausedAt', ${box.paused_at}, 'pausedBy', ${box.paused_by}, 'sendCaps', ${box.send_caps}))
         FROM ${box.$} WHERE ${box.account_id} = ${accountId} AND ${box.address} = ANY(${froms}::text[])) AS boxes,
       (SELECT array_agg(${sup.address}) FROM ${sup.$} WHERE ${sup.account_id} = ${accountId} AND ${sup.address} = ANY(${recipients}::text[])) AS suppressed,
       (SELECT array_agg(${dom.live_name}) FROM ${dom.$} WHERE ${dom.live_name} = ANY(${domains}::text[])) AS hosted,
@@ -204,12 +223,14 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
   for (const row of r.listed ?? []) listed.set(row.value, [...(listed.get(row.value) ?? []), row]);
   return {
     domains: (r.domains ?? []).map((d) => ({ ...d, claimExpiresAt: d.claimExpiresAt ? new Date(d.claimExpiresAt) : null })),
-    boxes: new Map((r.boxes ?? []).map((b) => [b.address, b])),
+    // JSON carries the pause time as text.
+    boxes: new Map((r.boxes ?? []).map((b) => [b.address, { ...b, pausedAt: b.pausedAt ? new Date(b.pausedAt) : null }])),
     suppressed: new Set(r.suppressed ?? []),
     hosted: new Set(r.hosted ?? []),
     dedicated: r.dedicated,
     listed,
     parents: r.parents ?? [],
+    accountPause: { pausedAt: r.account_paused_at, pausedBy: r.account_paused_by },
   };
 }
 

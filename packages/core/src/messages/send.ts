@@ -106,6 +106,18 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     accountId,
     key: caller.key,
     sends: [{ boxId: box.id, messages: approved ? 0 : 1, recipients: approved ? [] : recipients }],
+    // Read with the send's state (loadSendState): no statement of the guard's own.
+    read: [
+      {
+        account_paused_at: state.accountPause.pausedAt,
+        account_paused_by: state.accountPause.pausedBy,
+        box_id: box.id,
+        address: box.address,
+        paused_at: box.pausedAt,
+        paused_by: box.pausedBy,
+        send_caps: box.sendCaps,
+      },
+    ],
   });
   // Owner review (reviews/reviews.ts): a send the box's or the key's policy holds is stored for the owner, not
   // as a message; nothing is reserved until an approval sends it through here again.
