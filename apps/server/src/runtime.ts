@@ -15,16 +15,17 @@ import {
   type PaymentProvider,
   type Services,
 } from '@boxes/core';
-import { API_VERSION } from '@boxes/api';
 import { closeDb, createDb } from '@boxes/db';
 import { createCommandRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
-import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
-import { start as startWorker, type WorkerHandle } from '@boxes/worker';
-import { connectPublisher, start as startPushBroker, type EventPublisher, type PushHandle } from '@boxes/push';
-import { start as startDns, type DnsHandle } from '@boxes/dns';
-import { start as startServer, type ServerHandle } from './index';
-import { startMetricsEndpoint, type MetricsEndpoint } from './metrics-endpoint';
+// Each app is imported when it starts: a process that runs the worker alone does not hold the HTTP server's
+// router, OpenAPI document and pages, nor the MX's parsers, in memory (and the other way round).
+import type { MailServerHandle } from '@boxes/mail-server';
+import type { WorkerHandle } from '@boxes/worker';
+import type { EventPublisher, PushHandle } from '@boxes/push';
+import type { DnsHandle } from '@boxes/dns';
+import type { ServerHandle } from './index';
+import type { MetricsEndpoint } from './metrics-endpoint';
 import { createLogger, type Logger } from './logger';
 
 export interface Runtime {
@@ -113,8 +114,9 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     payments: opts.payments ?? new LocalPaymentProvider(),
     registrar: new LocalRegistrar(),
   };
-  const server = opts.server === false ? null : await startServer(config, { svc, log });
+  const server = opts.server === false ? null : await (await import('./index')).start(config, { svc, log });
   if (server) {
+    const { API_VERSION } = await import('@boxes/api');
     opts.onListening?.(server.port);
     // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
     await ensureBaseZone(db, config);
@@ -122,25 +124,25 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     const announced = await announcePlatformVersion(svc, API_VERSION);
     if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
   }
-  const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });
+  const push = opts.push === false || config.mqtt.brokerUrl ? null : await (await import('@boxes/push')).start(config, { svc, log });
   let publisher: EventPublisher | null = push?.publisher ?? null;
-  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await connectPublisher(config, svc);
+  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await (await import('@boxes/push')).connectPublisher(config, svc);
   const worker =
     opts.worker === false
       ? null
-      : await startWorker(config, {
+      : await (await import('@boxes/worker')).start(config, {
           svc,
           log,
           publish: publisher ? (topic, payload) => publisher!.publish(topic, payload) : null,
           ...(opts.resolver ? { resolver: opts.resolver } : {}),
         });
-  const mail = opts.mail === false ? null : await startMail(config, { svc, log });
-  const dns = opts.dns === false ? null : await startDns(config, { svc, log });
+  const mail = opts.mail === false ? null : await (await import('@boxes/mail-server')).start(config, { svc, log });
+  const dns = opts.dns === false ? null : await (await import('@boxes/dns')).start(config, { svc, log });
   // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
   if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
   if (push && config.mqtt.port === 0) config.mqtt.publicUrl = config.mqtt.publicUrl.replace(/:0$/, `:${push.port}`);
-  const metrics = !server && config.metrics.port !== null ? await startMetricsEndpoint(config, svc) : null;
+  const metrics = !server && config.metrics.port !== null ? await (await import('./metrics-endpoint')).startMetricsEndpoint(config, svc) : null;
   return {
     svc,
     log,
