@@ -95,6 +95,18 @@ export function tuneGarbageCollection(): void {
 
 export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {
   tuneGarbageCollection();
+  // The apps this process runs, loaded before any connection is opened: loading and compiling them holds the
+  // event loop for a while, which must not eat into a pool's or a transaction's wait for a connection.
+  const wantPush = opts.push !== false && !config.mqtt.brokerUrl;
+  const wantPublisher = !wantPush && Boolean(config.mqtt.brokerUrl) && opts.worker !== false;
+  const [serverApp, apiPkg, pushApp, workerApp, mailApp, dnsApp] = await Promise.all([
+    opts.server === false ? null : import('./index'),
+    opts.server === false ? null : import('@boxes/api'),
+    wantPush || wantPublisher ? import('@boxes/push') : null,
+    opts.worker === false ? null : import('@boxes/worker'),
+    opts.mail === false ? null : import('@boxes/mail-server'),
+    opts.dns === false ? null : import('@boxes/dns'),
+  ]);
   const log = opts.log ?? createLogger(config.logLevel);
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
   // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
@@ -114,9 +126,9 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     payments: opts.payments ?? new LocalPaymentProvider(),
     registrar: new LocalRegistrar(),
   };
-  const server = opts.server === false ? null : await (await import('./index')).start(config, { svc, log });
+  const server = opts.server === false ? null : await serverApp!.start(config, { svc, log });
   if (server) {
-    const { API_VERSION } = await import('@boxes/api');
+    const { API_VERSION } = apiPkg!;
     opts.onListening?.(server.port);
     // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
     await ensureBaseZone(db, config);
@@ -124,20 +136,20 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     const announced = await announcePlatformVersion(svc, API_VERSION);
     if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
   }
-  const push = opts.push === false || config.mqtt.brokerUrl ? null : await (await import('@boxes/push')).start(config, { svc, log });
+  const push = opts.push === false || config.mqtt.brokerUrl ? null : await pushApp!.start(config, { svc, log });
   let publisher: EventPublisher | null = push?.publisher ?? null;
-  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await (await import('@boxes/push')).connectPublisher(config, svc);
+  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await pushApp!.connectPublisher(config, svc);
   const worker =
     opts.worker === false
       ? null
-      : await (await import('@boxes/worker')).start(config, {
+      : await workerApp!.start(config, {
           svc,
           log,
           publish: publisher ? (topic, payload) => publisher!.publish(topic, payload) : null,
           ...(opts.resolver ? { resolver: opts.resolver } : {}),
         });
-  const mail = opts.mail === false ? null : await (await import('@boxes/mail-server')).start(config, { svc, log });
-  const dns = opts.dns === false ? null : await (await import('@boxes/dns')).start(config, { svc, log });
+  const mail = opts.mail === false ? null : await mailApp!.start(config, { svc, log });
+  const dns = opts.dns === false ? null : await dnsApp!.start(config, { svc, log });
   // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
   if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
