@@ -16,6 +16,7 @@ const SYSTEM = [
   'tests/e2e/openapi-fuzz.test.ts',
   'tests/e2e/sdk-package.test.ts',
   'tests/e2e/production-build.test.ts',
+  'tests/e2e/supervisor.test.ts',
   'tests/e2e/container-image.test.ts',
   'tests/e2e/readme.test.ts',
   'tests/e2e/bulk-volume.test.ts',

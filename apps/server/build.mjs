@@ -3,10 +3,19 @@
 // hold), with every third-party package left as an import of the exact file this install resolved (pnpm keeps
 // each workspace package's dependencies beside it, so a bare name would not resolve from dist/).
 import { build } from 'esbuild';
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { fingerprint, STAMP } from './build-inputs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+const dist = path.join(here, 'dist');
+// Into a directory of its own at the depth of dist/, then swapped in whole: a process starting from dist/
+// meanwhile (a restart, a `pnpm start` beside this build) finds the old build or the new one, never half of one,
+// and chunks of an earlier build (their names change with their content) do not pile up.
+const outdir = path.join(here, `.dist-${process.pid}`);
+fs.rmSync(outdir, { recursive: true, force: true });
+const inputs = fingerprint();
 
 /** Bare imports outside the workspace: resolved from their importer, kept external by absolute path. */
 const linkDependencies = {
@@ -32,9 +41,12 @@ await build({
     cli: path.join(here, 'src/cli.ts'),
     'extract-thread': path.join(here, '../worker/src/extract-thread.mjs'),
   },
-  outdir: path.join(here, 'dist'),
+  outdir,
   outExtension: { '.js': '.mjs' },
   bundle: true,
+  // Dynamic imports become chunks of their own (beside the entries, at the same depth), loaded when first used:
+  // without it every app's code, and every package it imports, is loaded by every process, the supervisor too.
+  splitting: true,
   platform: 'node',
   format: 'esm',
   target: 'node24',
@@ -43,4 +55,18 @@ await build({
   plugins: [linkDependencies],
   logLevel: 'warning',
 });
+fs.writeFileSync(path.join(outdir, STAMP), inputs);
+const old = path.join(here, `.dist-old-${process.pid}`);
+try {
+  fs.renameSync(dist, old);
+} catch {
+  /* no earlier build */
+}
+try {
+  fs.renameSync(outdir, dist);
+} catch {
+  // Another build swapped its own in first (from the same sources): that one stays.
+  fs.rmSync(outdir, { recursive: true, force: true });
+}
+fs.rmSync(old, { recursive: true, force: true });
 console.log('built apps/server/dist/main.mjs, dist/cli.mjs and dist/extract-thread.mjs');

@@ -84,7 +84,7 @@ it('the install block is the two commands, and `pnpm start` on a fresh database 
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));
   try {
     const url = await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(out)?.[1], 60_000);
-    expect(out).toContain('Boxes is running (two processes');
+    expect(out).toContain('Boxes is running (one process, supervised');
     // Where an agent learns the service and where MCP clients connect, printed with the real address.
     expect(out).toContain(`Agent skill:  ${url}/skill.md\n`);
     expect(out).toContain(`MCP:          ${url}/mcp (Streamable HTTP; Authorization: Bearer <api_key>)\n`);

@@ -2,13 +2,19 @@
  * The `boxes` entry: `pnpm start` and `pnpm boxes start [app...]`. It reads the configuration, starts the local
  * PostgreSQL and Redis when they are the defaults and nothing answers there, creates the database if missing,
  * applies migrations and checks Redis; then:
- *  - `pnpm start` on a machine with two or more cores: two processes, supervised here (restarted if they die):
- *    the front (HTTP server, MX, MQTT broker, DNS) and the worker (deliveries, push, billing, verification),
- *    which publishes MQTT through the front's broker. With BOXES_SINGLE_PROCESS=1 (or one core) everything
- *    runs in this process;
+ *  - `pnpm start` on a machine with two or more cores: a supervisor and one process running every app, started
+ *    again if it dies. The supervisor loads nothing but Node itself (the process it starts does the checks
+ *    above), so the pair costs little more memory than the apps alone;
+ *  - with BOXES_SPLIT_PROCESSES=1: two supervised processes, the front (HTTP server, MX, MQTT broker, DNS) and
+ *    the worker (deliveries, push, billing, verification), which publishes MQTT through the front's broker; each
+ *    is started again on its own, at the cost of a second copy of the service's code in memory;
+ *  - with BOXES_SINGLE_PROCESS=1 (or one core): everything in this process, unsupervised;
  *  - `pnpm boxes start <app...>` (apps: server, worker, mx, push, dns): only those apps, in this process, as
  *    production runs them: any number of each against one PostgreSQL and one Redis.
  * SIGINT and SIGTERM stop every app gracefully (in-flight requests, jobs and SMTP transactions finish).
+ *
+ * Everything beyond Node's own modules is imported where it is used, so the supervisor stays small (about the
+ * memory of an empty Node process) and each process loads only what it runs.
  */
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -16,16 +22,21 @@ import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connectRedis, describeRedisTarget, REDIS_CONNECT_TIMEOUT_MS, type RedisTarget } from '@boxes/jobs';
-import { ConfigError, loadConfig, type Config } from '@boxes/config';
-import { ensureDatabase, migrate, ServiceUnavailableError } from '@boxes/db';
-import { parseSecretKey } from '@boxes/core';
-import { createLogger } from './logger';
-import { resolveSecretKey } from './secret-key';
+import type { RedisTarget } from '@boxes/jobs';
+import type { Config } from '@boxes/config';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
+/** A wrong command line: one line, as the configuration's own errors are. */
+class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+const flag = (v: string | undefined) => v === '1' || v === 'true';
+
 async function checkRedis(target: Exclude<RedisTarget, string>): Promise<void> {
+  const { connectRedis, describeRedisTarget, REDIS_CONNECT_TIMEOUT_MS } = await import('@boxes/jobs');
+  const { ServiceUnavailableError } = await import('@boxes/db/bootstrap');
   // The connect attempt may take as long as the service's own (a busy machine starting many processes).
   const redis = connectRedis(target, {
     lazyConnect: true,
@@ -79,6 +90,7 @@ function localDefault(url: string, port: number): { host: string; port: number }
  * else is left to the one-line error of the checks that follow.
  */
 async function startLocalServices(config: Config): Promise<void> {
+  const { ServiceUnavailableError } = await import('@boxes/db/bootstrap');
   const missing: string[] = [];
   const pgAt = localDefault(config.directDatabaseUrl, 5432);
   if (pgAt && !(await answers(pgAt.host, pgAt.port))) missing.push('PostgreSQL');
@@ -119,7 +131,7 @@ function parseApps(argv: string[]): AppName[] | null {
   const list = named.length ? named : env;
   if (!list.length) return null;
   for (const a of list) {
-    if (!(APPS as readonly string[]).includes(a)) throw new ConfigError(`unknown app "${a}": the apps are ${APPS.join(', ')}`);
+    if (!(APPS as readonly string[]).includes(a)) throw new UsageError(`unknown app "${a}": the apps are ${APPS.join(', ')}`);
   }
   return [...new Set(list)] as AppName[];
 }
@@ -150,6 +162,7 @@ ${
 
 /** Runs the given apps in this process until SIGINT/SIGTERM (or the supervisor goes away). */
 async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Promise<Ready> {
+  const { createLogger } = await import('./logger');
   const log = createLogger(config.logLevel);
   const on = (a: AppName) => apps.includes(a);
   // Loaded here, not at the top: the supervisor of `pnpm start` runs no app and stays small.
@@ -178,10 +191,23 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   };
 }
 
-/** A supervised child process running some apps; restarted when it dies, up to 5 times a minute. */
+/** A supervised child that stopped before it was running (it has said why on stderr). */
+class ChildFailed extends Error {
+  constructor(
+    name: string,
+    readonly code: number,
+  ) {
+    super(`the ${name} process could not start (exit ${code})`);
+  }
+}
+
+/**
+ * A supervised child process running some apps (null: every app, preparing the database and Redis itself);
+ * restarted when it dies, up to 5 times a minute.
+ */
 function supervise(
   name: string,
-  apps: AppName[],
+  apps: AppName[] | null,
   env: Record<string, string>,
   onExitForGood: (code: number) => void,
 ): Promise<{ ready: Ready; stop(): Promise<void> }> {
@@ -193,7 +219,7 @@ function supervise(
     const launch = () => {
       // 'start': the compiled CLI bundles this module, and runs the apps only when told to start them.
       child = fork(fileURLToPath(import.meta.url), ['start'], {
-        env: { ...process.env, ...env, BOXES_CHILD: '1', BOXES_APPS: apps.join(',') },
+        env: { ...process.env, ...env, ...(apps ? { BOXES_CHILD: '1', BOXES_APPS: apps.join(',') } : { BOXES_SUPERVISED: '1' }) },
         execArgv: process.execArgv,
       });
       child.on('message', (m: { ready?: Ready }) => {
@@ -213,7 +239,7 @@ function supervise(
       });
       child.on('exit', (code, signal) => {
         if (stopping) return;
-        if (first) return rejectFirst(new Error(`the ${name} process could not start (exit ${code ?? signal})`));
+        if (first) return rejectFirst(new ChildFailed(name, code ?? 1));
         const now = Date.now();
         restarts.push(now);
         while (restarts.length && restarts[0]! < now - 60_000) restarts.shift();
@@ -226,62 +252,85 @@ function supervise(
   });
 }
 
+/** Stops the supervised children on SIGINT and SIGTERM, and when one keeps dying. */
+function superviseAll(): { add(c: { stop(): Promise<void> }): void; giveUp(code: number): void } {
+  let children: { stop(): Promise<void> }[] = [];
+  const stopAll = (code: number) => {
+    const stopping = children;
+    children = [];
+    void Promise.all(stopping.map((c) => c.stop())).then(() => process.exit(code));
+  };
+  process.once('SIGINT', () => stopAll(0));
+  process.once('SIGTERM', () => stopAll(0));
+  return {
+    add: (c) => void children.push(c),
+    giveUp: (code) => {
+      console.error('boxes: a process keeps stopping; giving up');
+      stopAll(code);
+    },
+  };
+}
+
 async function main(): Promise<void> {
-  const config = loadConfig();
   const apps = parseApps(process.argv.slice(2));
+  const single = flag(process.env.BOXES_SINGLE_PROCESS) || os.availableParallelism() < 2;
+  const supervised = process.env.BOXES_SUPERVISED === '1';
+  if (!apps && !single && !supervised && !flag(process.env.BOXES_SPLIT_PROCESSES)) {
+    // The default supervisor: one child runs every app and does the checks itself (and prints the banner); this
+    // process only starts it again when it dies, so it imports nothing beyond Node.
+    const all = superviseAll();
+    all.add(await supervise('apps', null, {}, all.giveUp));
+    return;
+  }
+  const { loadConfig } = await import('@boxes/config');
+  const config = loadConfig();
   if (process.env.BOXES_CHILD === '1' && apps) {
-    // A child of `pnpm start`: the supervisor prepared the database and passed the secret key.
+    // A child of the split layout: the supervisor prepared the database and passed the secret key.
+    const { parseSecretKey } = await import('@boxes/core/crypto');
     const ready = await runApps(config, apps, parseSecretKey(process.env.BOXES_SECRET_KEY ?? ''));
     process.send?.({ ready });
     return;
   }
+  const { createLogger } = await import('./logger');
+  const { resolveSecretKey } = await import('./secret-key');
   const log = createLogger(config.logLevel);
   const secretKey = resolveSecretKey(config);
   await startLocalServices(config);
   // Straight to PostgreSQL (DIRECT_DATABASE_URL): creating a database and the migrations' session lock need a
   // session of their own, which a pooler in transaction mode does not keep.
+  const { ensureDatabase } = await import('@boxes/db/bootstrap');
+  const { migrate } = await import('@boxes/db/migrate');
   await ensureDatabase(config.directDatabaseUrl);
   const { applied } = await migrate(config.directDatabaseUrl);
   if (applied.length) log.info({ applied }, 'migrations applied');
   await checkRedis(config);
-  const single = process.env.BOXES_SINGLE_PROCESS === '1' || process.env.BOXES_SINGLE_PROCESS === 'true' || os.availableParallelism() < 2;
-  if (apps || single) {
+  if (apps || single || supervised) {
     const list = apps ?? [...APPS];
     const ready = await runApps(config, list, secretKey);
     if (ready.url) publicUrl(config, ready.url);
     console.log(
       apps
         ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}${ready.metricsUrl ? `; metrics on ${ready.metricsUrl}` : ''}${ready.mailTls ? `; mail TLS SHA-256 ${ready.mailTls.sha256}` : ''}`
-        : banner(config, ready, 'one process'),
+        : banner(config, ready, supervised ? 'one process, supervised: started again if it stops' : 'one process'),
     );
+    if (supervised) process.send?.({ ready });
     return;
   }
-  // Two processes: the front first (the worker publishes MQTT through its broker), then the worker.
+  // BOXES_SPLIT_PROCESSES: the front first (the worker publishes MQTT through its broker), then the worker.
   // The key itself, whether it came from BOXES_SECRET_KEY, BOXES_SECRET_KEY_FILE or .data/ (the file is not read again).
   const env = { BOXES_SECRET_KEY: secretKey.toString('hex'), BOXES_SECRET_KEY_FILE: '' };
-  let children: { stop(): Promise<void> }[] = [];
-  const giveUp = (code: number) => {
-    console.error('boxes: a process keeps stopping; giving up');
-    void Promise.all(children.map((c) => c.stop())).then(() => process.exit(code));
-  };
-  const front = await supervise('front', FRONT, env, giveUp);
-  children.push(front);
+  const all = superviseAll();
+  const front = await supervise('front', FRONT, env, all.giveUp);
+  all.add(front);
   const worker = await supervise(
     'worker',
     ['worker'],
     { ...env, ...(front.ready.mqttPort && !config.mqtt.brokerUrl ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${front.ready.mqttPort}` } : {}) },
-    giveUp,
+    all.giveUp,
   );
-  children.push(worker);
+  all.add(worker);
   if (front.ready.url) publicUrl(config, front.ready.url);
   console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`, worker.ready.metricsUrl));
-  const shutdown = async () => {
-    await Promise.all(children.map((c) => c.stop()));
-    children = [];
-    process.exit(0);
-  };
-  process.once('SIGINT', shutdown);
-  process.once('SIGTERM', shutdown);
 }
 
 /** With PORT=0 the server's real address is known only now: the banner shows it. */
@@ -293,7 +342,10 @@ function publicUrl(config: Config, url: string): void {
 }
 
 main().catch((err) => {
-  if (err instanceof ConfigError || err instanceof ServiceUnavailableError) {
+  // The child said why it could not start; the supervisor ends with its code.
+  if (err instanceof ChildFailed) process.exit(err.code || 1);
+  const name = (err as Error | undefined)?.name;
+  if (name === 'ConfigError' || name === 'ServiceUnavailableError' || name === 'UsageError') {
     console.error(`boxes: ${err.message}`);
   } else {
     console.error('boxes: failed to start:', err);

@@ -15,16 +15,17 @@ import {
   type PaymentProvider,
   type Services,
 } from '@boxes/core';
-import { API_VERSION } from '@boxes/api';
 import { closeDb, createDb } from '@boxes/db';
 import { createCommandRedis, Jobs } from '@boxes/jobs';
 import type { MxResolver } from '@boxes/mail';
-import { start as startMail, type MailServerHandle } from '@boxes/mail-server';
-import { start as startWorker, type WorkerHandle } from '@boxes/worker';
-import { connectPublisher, start as startPushBroker, type EventPublisher, type PushHandle } from '@boxes/push';
-import { start as startDns, type DnsHandle } from '@boxes/dns';
-import { start as startServer, type ServerHandle } from './index';
-import { startMetricsEndpoint, type MetricsEndpoint } from './metrics-endpoint';
+// Each app is imported when it starts: a process that runs the worker alone does not hold the HTTP server's
+// router, OpenAPI document and pages, nor the MX's parsers, in memory (and the other way round).
+import type { MailServerHandle } from '@boxes/mail-server';
+import type { WorkerHandle } from '@boxes/worker';
+import type { EventPublisher, PushHandle } from '@boxes/push';
+import type { DnsHandle } from '@boxes/dns';
+import type { ServerHandle } from './index';
+import type { MetricsEndpoint } from './metrics-endpoint';
 import { createLogger, type Logger } from './logger';
 
 export interface Runtime {
@@ -94,6 +95,18 @@ export function tuneGarbageCollection(): void {
 
 export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {
   tuneGarbageCollection();
+  // The apps this process runs, loaded before any connection is opened: loading and compiling them holds the
+  // event loop for a while, which must not eat into a pool's or a transaction's wait for a connection.
+  const wantPush = opts.push !== false && !config.mqtt.brokerUrl;
+  const wantPublisher = !wantPush && Boolean(config.mqtt.brokerUrl) && opts.worker !== false;
+  const [serverApp, apiPkg, pushApp, workerApp, mailApp, dnsApp] = await Promise.all([
+    opts.server === false ? null : import('./index'),
+    opts.server === false ? null : import('@boxes/api'),
+    wantPush || wantPublisher ? import('@boxes/push') : null,
+    opts.worker === false ? null : import('@boxes/worker'),
+    opts.mail === false ? null : import('@boxes/mail-server'),
+    opts.dns === false ? null : import('@boxes/dns'),
+  ]);
   const log = opts.log ?? createLogger(config.logLevel);
   const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
   // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
@@ -113,8 +126,9 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     payments: opts.payments ?? new LocalPaymentProvider(),
     registrar: new LocalRegistrar(),
   };
-  const server = opts.server === false ? null : await startServer(config, { svc, log });
+  const server = opts.server === false ? null : await serverApp!.start(config, { svc, log });
   if (server) {
+    const { API_VERSION } = apiPkg!;
     opts.onListening?.(server.port);
     // The base zone (NS, the instance's hosts, free subdomains' mail records) that apps/dns and PowerDNS serve.
     await ensureBaseZone(db, config);
@@ -122,25 +136,25 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     const announced = await announcePlatformVersion(svc, API_VERSION);
     if (announced.announced && announced.accounts) log.info({ version: API_VERSION, accounts: announced.accounts }, 'platform.updated announced');
   }
-  const push = opts.push === false || config.mqtt.brokerUrl ? null : await startPushBroker(config, { svc, log });
+  const push = opts.push === false || config.mqtt.brokerUrl ? null : await pushApp!.start(config, { svc, log });
   let publisher: EventPublisher | null = push?.publisher ?? null;
-  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await connectPublisher(config, svc);
+  if (!publisher && config.mqtt.brokerUrl && opts.worker !== false) publisher = await pushApp!.connectPublisher(config, svc);
   const worker =
     opts.worker === false
       ? null
-      : await startWorker(config, {
+      : await workerApp!.start(config, {
           svc,
           log,
           publish: publisher ? (topic, payload) => publisher!.publish(topic, payload) : null,
           ...(opts.resolver ? { resolver: opts.resolver } : {}),
         });
-  const mail = opts.mail === false ? null : await startMail(config, { svc, log });
-  const dns = opts.dns === false ? null : await startDns(config, { svc, log });
+  const mail = opts.mail === false ? null : await mailApp!.start(config, { svc, log });
+  const dns = opts.dns === false ? null : await dnsApp!.start(config, { svc, log });
   // Ephemeral ports (tests): what the API tells mail clients follows the ports actually bound.
   if (mail && config.mailClients.submissionPort === 0) config.mailClients.submissionPort = mail.submissionPort;
   if (mail && config.mailClients.imapPort === 0) config.mailClients.imapPort = mail.imapPort;
   if (push && config.mqtt.port === 0) config.mqtt.publicUrl = config.mqtt.publicUrl.replace(/:0$/, `:${push.port}`);
-  const metrics = !server && config.metrics.port !== null ? await startMetricsEndpoint(config, svc) : null;
+  const metrics = !server && config.metrics.port !== null ? await (await import('./metrics-endpoint')).startMetricsEndpoint(config, svc) : null;
   return {
     svc,
     log,

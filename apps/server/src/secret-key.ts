@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, type Config } from '@boxes/config';
-import { parseSecretKey } from '@boxes/core';
+import { parseSecretKey } from '@boxes/core/crypto';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 

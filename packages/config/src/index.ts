@@ -294,7 +294,7 @@ export const envSchema = z.object({
   EXPORT_LINK_TTL_DAYS: z.coerce.number().positive().max(365).default(7),
   /**
    * /metrics and /healthz of a process that runs no HTTP server (`boxes start worker|mx|push|dns`, and the worker
-   * of the two-process `pnpm start`), so Prometheus can scrape each process. Unset: none. 0: a free port.
+   * of `BOXES_SPLIT_PROCESSES=1 pnpm start`), so Prometheus can scrape each process. Unset: none. 0: a free port.
    */
   METRICS_HOST: z.string().default('127.0.0.1'),
   /** The port of that endpoint; unset: none, 0: a free port (printed). */
