@@ -113,7 +113,9 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
     ...(apps.includes('dns') ? { DNS_PORT: '0' } : {}),
   };
   const name = apps.join('+');
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts'), 'start', ...apps], {
+  // BENCH_APP_PROF=<dir>: each app process writes a CPU profile there when it stops (node --cpu-prof).
+  const prof = process.env.BENCH_APP_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(process.env.BENCH_APP_PROF)}`] : [];
+  const child = spawn(process.execPath, [...prof, '--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts'), 'start', ...apps], {
     cwd: repoRoot,
     env: { ...baseEnv(), ...env, ...listeners },
     stdio: ['ignore', 'pipe', 'pipe'],
