@@ -1,8 +1,7 @@
 /** Building outgoing MIME with nodemailer's MailComposer, and DKIM-signing it with nodemailer's signer. */
 import MailComposer from 'nodemailer/lib/mail-composer';
 import { createHash, sign as cryptoSign, type KeyObject } from 'node:crypto';
-import { foldLines } from 'nodemailer/lib/mime-funcs';
-import { normalizeDomain } from 'nodemailer/lib/shared';
+import { domainToASCII } from 'node:url';
 
 export interface OutgoingAttachment {
   filename: string;
@@ -197,13 +196,38 @@ function dkimHeaderPrefix(domainName: string, keySelector: string, fieldNames: s
     'v=1',
     'a=rsa-sha256',
     'c=relaxed/relaxed',
-    `d=${normalizeDomain(clean(domainName), false)}`,
+    `d=${domainToASCII(clean(domainName)) || clean(domainName).toLowerCase()}`,
     'q=dns/txt',
     `s=${clean(keySelector)}`,
     `bh=${bodyHash}`,
     `h=${clean(fieldNames)}`,
   ];
-  return `${foldLines(`DKIM-Signature: ${tags.join('; ')}`, 76)};\r\n b=`;
+  return `${foldLines(`DKIM-Signature: ${tags.join('; ')}`)};\r\n b=`;
+}
+
+/** nodemailer's mime-funcs foldLines at 76 characters (not after spaces): the DKIM header as its signer folds it. */
+function foldLines(str: string, lineLength = 76): string {
+  let pos = 0;
+  let result = '';
+  while (pos < str.length) {
+    let line = str.substr(pos, lineLength);
+    if (line.length < lineLength) {
+      result += line;
+      break;
+    }
+    let match = line.match(/^[^\n\r]*(\r?\n|\r)/);
+    if (match) {
+      result += match[0];
+      pos += match[0].length;
+      continue;
+    }
+    if ((match = line.match(/(\s+)[^\s]*$/)) && match[0].length < line.length) line = line.substr(0, line.length - match[0].length);
+    else if ((match = str.substr(pos + line.length).match(/^[^\s]+(\s*)/))) line += match[0].substr(0, match[0].length - (match[1] || '').length);
+    result += line;
+    pos += line.length;
+    if (pos < str.length) result += '\r\n';
+  }
+  return result;
 }
 
 /**
