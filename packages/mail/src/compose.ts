@@ -215,14 +215,19 @@ function foldLines(str: string, lineLength = 76): string {
       result += line;
       break;
     }
-    let match = line.match(/^[^\n\r]*(\r?\n|\r)/);
-    if (match) {
-      result += match[0];
-      pos += match[0].length;
+    const br = line.match(/^[^\n\r]*(\r?\n|\r)/);
+    if (br) {
+      result += br[0];
+      pos += br[0].length;
       continue;
     }
-    if ((match = line.match(/(\s+)[^\s]*$/)) && match[0].length < line.length) line = line.substr(0, line.length - match[0].length);
-    else if ((match = str.substr(pos + line.length).match(/^[^\s]+(\s*)/))) line += match[0].substr(0, match[0].length - (match[1] || '').length);
+    // Broken at the last whitespace of the line, or else after the word that runs past it.
+    const tail = line.match(/(\s+)[^\s]*$/);
+    if (tail && tail[0].length < line.length) line = line.substr(0, line.length - tail[0].length);
+    else {
+      const word = str.substr(pos + line.length).match(/^[^\s]+(\s*)/);
+      if (word) line += word[0].substr(0, word[0].length - (word[1] || '').length);
+    }
     result += line;
     pos += line.length;
     if (pos < str.length) result += '\r\n';
