@@ -190,6 +190,45 @@ interface LoadedDelivery {
 }
 
 /**
+ * A delivery's row as the senders read it (single deliveries here, bulk batches in bulk/run.ts): the recipient,
+ * the message's columns composing needs, and the sending domain's sealed DKIM key (null: the domain is not live).
+ */
+export interface DeliveryMessageRow {
+  id: string;
+  recipient: string;
+  message_id: string;
+  raw_enc: Uint8Array | null;
+  body_enc: string | null;
+  from_address: string | null;
+  to_addresses: string[];
+  cc_addresses: string[];
+  subject: string | null;
+  rfc_message_id: string;
+  recorded_at: Date;
+  dkim_selector: string | null;
+  dkim_private_key_enc: string | null;
+}
+
+/** The message to compose and the key to sign it with, from a delivery's row. */
+export function composableOf(r: DeliveryMessageRow): { message: ComposableMessage; key: SealedKey | null } {
+  return {
+    message: {
+      id: r.message_id,
+      // pg answers a bytea as a Buffer of its own memory, never a shared one.
+      rawEnc: r.raw_enc as Uint8Array<ArrayBuffer> | null,
+      bodyEnc: r.body_enc,
+      fromAddress: r.from_address,
+      toAddresses: r.to_addresses,
+      ccAddresses: r.cc_addresses,
+      subject: r.subject,
+      rfcMessageId: r.rfc_message_id,
+      recordedAt: r.recorded_at,
+    },
+    key: r.dkim_selector && r.dkim_private_key_enc ? { dkimSelector: r.dkim_selector, dkimPrivateKeyEnc: r.dkim_private_key_enc } : null,
+  };
+}
+
+/**
  * A delivery with what sending it needs (its message, the sending domain's DKIM key): the reads of the attempts
  * that start together share one statement (group commit).
  */
@@ -205,27 +244,16 @@ async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<Loa
   const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
   const rows = await run(
     svc.db,
-    sql<{
-      id: string;
-      status: string;
-      route: string;
-      recipient: string;
-      message_id: string;
-      raw_enc: Uint8Array<ArrayBuffer> | null;
-      body_enc: string | null;
-      from_address: string | null;
-      to_addresses: string[];
-      cc_addresses: string[];
-      subject: string | null;
-      rfc_message_id: string;
-      recorded_at: Date;
-      dkim_selector: string | null;
-      dkim_private_key_enc: string | null;
-      accepted_at: Date | null;
-      accepted_response: string | null;
-      remote_mta: string | null;
-      sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
-    }>`
+    sql<
+      DeliveryMessageRow & {
+        status: string;
+        route: string;
+        accepted_at: Date | null;
+        accepted_response: string | null;
+        remote_mta: string | null;
+        sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
+      }
+    >`
     SELECT ${sql.join([d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta])}, ${m.id} AS message_id,
       ${sql.join([m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc])},
       CASE WHEN ${s.id} IS NULL THEN NULL ELSE json_build_object('id', ${s.id}, 'mode', ${s.mode}, 'ip', ${s.ip}, 'heloName', ${s.helo_name}, 'warmupStartedAt', ${s.warmup_started_at}) END AS sending_ip
@@ -239,18 +267,7 @@ async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<Loa
     status: r.status,
     route: r.route,
     recipient: r.recipient,
-    message: {
-      id: r.message_id,
-      rawEnc: r.raw_enc,
-      bodyEnc: r.body_enc,
-      fromAddress: r.from_address,
-      toAddresses: r.to_addresses,
-      ccAddresses: r.cc_addresses,
-      subject: r.subject,
-      rfcMessageId: r.rfc_message_id,
-      recordedAt: r.recorded_at,
-    },
-    key: r.dkim_selector && r.dkim_private_key_enc ? { dkimSelector: r.dkim_selector, dkimPrivateKeyEnc: r.dkim_private_key_enc } : null,
+    ...composableOf(r),
     accepted: r.accepted_at ? { mta: r.remote_mta, response: r.accepted_response ?? '250 accepted' } : null,
     sendingIp: r.sending_ip ? { ...r.sending_ip, warmupStartedAt: r.sending_ip.warmupStartedAt ? new Date(r.sending_ip.warmupStartedAt) : null } : null,
   }));
