@@ -116,7 +116,9 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
   const name = apps.join('+');
   // Compiled: the bundle `pnpm build` makes (apps/server/dist/cli.mjs), as `pnpm start:prod` runs it.
   const entry = compiled ? [path.join(repoRoot, 'apps/server/dist/cli.mjs')] : ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts')];
-  const child = spawn(process.execPath, [...entry, 'start', ...apps], {
+  // BENCH_APP_PROF=<dir>: each app process writes a CPU profile there when it stops (node --cpu-prof).
+  const prof = process.env.BENCH_APP_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(process.env.BENCH_APP_PROF)}`] : [];
+  const child = spawn(process.execPath, [...prof, ...entry, 'start', ...apps], {
     cwd: repoRoot,
     env: { ...baseEnv(), ...(compiled ? { NODE_ENV: 'production' } : {}), ...env, ...listeners },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -30,7 +30,7 @@ import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
 import { describeStored, enqueueAttachmentText } from '../messages/attachments';
 import { openBody } from '../messages/body';
-import { composeSigned, type DeliveryDeps, type ComposableMessage } from '../messages/deliver';
+import { composableOf, composeSigned, type DeliveryDeps, type DeliveryMessageRow } from '../messages/deliver';
 import { searchBodyText } from '../search/vector';
 import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
@@ -383,21 +383,9 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
   }, TX);
 }
 
-interface Pending {
-  id: string;
-  recipient: string;
+/** A recipient of the batch still to send: the delivery's row as single deliveries read it, and its attempts. */
+interface Pending extends DeliveryMessageRow {
   attempts: number;
-  message_id: string;
-  raw_enc: Uint8Array | null;
-  body_enc: string | null;
-  from_address: string | null;
-  to_addresses: string[];
-  cc_addresses: string[];
-  subject: string | null;
-  rfc_message_id: string;
-  recorded_at: Date;
-  dkim_selector: string | null;
-  dkim_private_key_enc: string | null;
 }
 
 type Outcome =
@@ -558,18 +546,7 @@ class BatchSender {
     if (!p) {
       if (d.raw_enc) p = Promise.resolve(open(this.svc.secretKey, d.raw_enc));
       else {
-        const message: ComposableMessage = {
-          id: d.message_id,
-          rawEnc: null,
-          bodyEnc: d.body_enc,
-          fromAddress: d.from_address,
-          toAddresses: d.to_addresses,
-          ccAddresses: d.cc_addresses,
-          subject: d.subject,
-          rfcMessageId: d.rfc_message_id,
-          recordedAt: d.recorded_at,
-        };
-        const key = d.dkim_selector && d.dkim_private_key_enc ? { dkimSelector: d.dkim_selector, dkimPrivateKeyEnc: d.dkim_private_key_enc } : null;
+        const { message, key } = composableOf(d);
         p = composeSigned(this.svc, message, key).then((raw) => {
           this.newRaw.set(d.message_id, raw);
           return raw;

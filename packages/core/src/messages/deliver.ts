@@ -61,15 +61,45 @@ export type ComposableMessage = Pick<
 export async function ensureComposed(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
   if (message.rawEnc) return open(svc.secretKey, message.rawEnc);
   const signed = await composeSigned(svc, message, key);
-  const stored = await svc.db.message.updateMany({
-    where: { id: message.id, rawEnc: null },
-    data: { rawEnc: sealBytes(svc.secretKey, signed), sizeBytes: signed.length },
-  });
-  if (stored.count === 1) return signed;
-  // Another attempt stored it first: deliver the same bytes to every recipient.
-  const again = await svc.db.message.findUniqueOrThrow({ where: { id: message.id }, select: { rawEnc: true } });
-  return open(svc.secretKey, again.rawEnc!);
+  return rawStoreOf(svc).add({ messageId: message.id, signed });
 }
+
+/**
+ * The composed bytes of many messages stored in one statement (group commit): each only if no other attempt stored
+ * its own first, since every recipient must get the same bytes (the MIME boundaries differ from one composition to
+ * the next). Two attempts for the same message in one batch store the first one's bytes and both deliver them; an
+ * attempt that lost the race reads the stored bytes back.
+ */
+const rawStoreOf = (svc: Services) =>
+  groupCommitOf<{ messageId: string; signed: Buffer }, Buffer>(svc, 'raw_stores', async (items) => {
+    const first = new Map<string, Buffer>();
+    for (const i of items) if (!first.has(i.messageId)) first.set(i.messageId, i.signed);
+    const ids = [...first.keys()];
+    const [set, m] = [tbl('messages'), tbl('messages', 'm')];
+    // The sealed bytes travel as base64 text: one array parameter of plain strings whatever the driver.
+    const sealed = ids.map((id) => sealBytes(svc.secretKey, first.get(id)!).toString('base64'));
+    const stored = await run(
+      svc.db,
+      sql<{ id: string }>`UPDATE ${m.$} SET ${set.raw_enc} = decode(x.raw, 'base64'), ${set.size_bytes} = x.size
+        FROM unnest(${ids}::text[], ${sealed}::text[], ${ids.map((id) => first.get(id)!.length)}::int[]) AS x(id, raw, size)
+        WHERE ${m.id} = x.id AND ${m.raw_enc} IS NULL RETURNING ${m.id}`,
+    );
+    const mine = new Set(stored.map((r) => r.id));
+    const lost = ids.filter((id) => !mine.has(id));
+    const theirs = new Map<string, Buffer>();
+    if (lost.length) {
+      const again = await run(
+        svc.db,
+        sql<{ id: string; raw_enc: Uint8Array<ArrayBuffer> }>`SELECT ${m.id}, ${m.raw_enc} FROM ${m.$} WHERE ${m.id} = ANY(${lost}::text[])`,
+      );
+      for (const r of again) theirs.set(r.id, open(svc.secretKey, r.raw_enc));
+    }
+    return items.map((i) => {
+      const raw = mine.has(i.messageId) ? first.get(i.messageId) : theirs.get(i.messageId);
+      if (!raw) throw new Error(`message ${i.messageId} has no stored bytes`);
+      return raw;
+    });
+  });
 
 /** The signed RFC 5322 bytes of a sent message, composed in memory (the caller stores them: bulk batches do it in bulk). */
 export async function composeSigned(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
@@ -159,50 +189,33 @@ interface LoadedDelivery {
   sendingIp: DeliverySendingIp | null;
 }
 
-/** A delivery with what sending it needs (its message, the sending domain's DKIM key) in one round trip. */
-async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
-  const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
-  const rows = await run(
-    svc.db,
-    sql<{
-      id: string;
-      status: string;
-      route: string;
-      recipient: string;
-      message_id: string;
-      raw_enc: Uint8Array<ArrayBuffer> | null;
-      body_enc: string | null;
-      from_address: string | null;
-      to_addresses: string[];
-      cc_addresses: string[];
-      subject: string | null;
-      rfc_message_id: string;
-      recorded_at: Date;
-      dkim_selector: string | null;
-      dkim_private_key_enc: string | null;
-      accepted_at: Date | null;
-      accepted_response: string | null;
-      remote_mta: string | null;
-      sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
-    }>`
-    SELECT ${sql.join([d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta])}, ${m.id} AS message_id,
-      ${sql.join([m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc])},
-      CASE WHEN ${s.id} IS NULL THEN NULL ELSE json_build_object('id', ${s.id}, 'mode', ${s.mode}, 'ip', ${s.ip}, 'heloName', ${s.helo_name}, 'warmupStartedAt', ${s.warmup_started_at}) END AS sending_ip
-    FROM ${d.$} JOIN ${m.$} ON ${m.id} = ${d.message_id}
-      LEFT JOIN ${k.$} ON ${k.live_name} = split_part(${m.from_address}, '@', 2)
-      LEFT JOIN ${s.$} ON ${s.account_id} = ${d.account_id}
-    WHERE ${d.id} = ${deliveryId}`,
-  );
-  const r = rows[0];
-  if (!r) return null;
+/**
+ * A delivery's row as the senders read it (single deliveries here, bulk batches in bulk/run.ts): the recipient,
+ * the message's columns composing needs, and the sending domain's sealed DKIM key (null: the domain is not live).
+ */
+export interface DeliveryMessageRow {
+  id: string;
+  recipient: string;
+  message_id: string;
+  raw_enc: Uint8Array | null;
+  body_enc: string | null;
+  from_address: string | null;
+  to_addresses: string[];
+  cc_addresses: string[];
+  subject: string | null;
+  rfc_message_id: string;
+  recorded_at: Date;
+  dkim_selector: string | null;
+  dkim_private_key_enc: string | null;
+}
+
+/** The message to compose and the key to sign it with, from a delivery's row. */
+export function composableOf(r: DeliveryMessageRow): { message: ComposableMessage; key: SealedKey | null } {
   return {
-    id: r.id,
-    status: r.status,
-    route: r.route,
-    recipient: r.recipient,
     message: {
       id: r.message_id,
-      rawEnc: r.raw_enc,
+      // pg answers a bytea as a Buffer of its own memory, never a shared one.
+      rawEnc: r.raw_enc as Uint8Array<ArrayBuffer> | null,
       bodyEnc: r.body_enc,
       fromAddress: r.from_address,
       toAddresses: r.to_addresses,
@@ -212,9 +225,52 @@ async function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDe
       recordedAt: r.recorded_at,
     },
     key: r.dkim_selector && r.dkim_private_key_enc ? { dkimSelector: r.dkim_selector, dkimPrivateKeyEnc: r.dkim_private_key_enc } : null,
+  };
+}
+
+/**
+ * A delivery with what sending it needs (its message, the sending domain's DKIM key): the reads of the attempts
+ * that start together share one statement (group commit).
+ */
+function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery | null> {
+  return groupCommitOf<string, LoadedDelivery | null>(svc, 'delivery_reads', async (ids) => {
+    const found = new Map((await loadDeliveries(svc, [...new Set(ids)])).map((d) => [d.id, d]));
+    return ids.map((id) => found.get(id) ?? null);
+  }).add(deliveryId);
+}
+
+/** Deliveries with what sending them needs, in one round trip. */
+async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<LoadedDelivery[]> {
+  const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
+  const rows = await run(
+    svc.db,
+    sql<
+      DeliveryMessageRow & {
+        status: string;
+        route: string;
+        accepted_at: Date | null;
+        accepted_response: string | null;
+        remote_mta: string | null;
+        sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
+      }
+    >`
+    SELECT ${sql.join([d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta])}, ${m.id} AS message_id,
+      ${sql.join([m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc])},
+      CASE WHEN ${s.id} IS NULL THEN NULL ELSE json_build_object('id', ${s.id}, 'mode', ${s.mode}, 'ip', ${s.ip}, 'heloName', ${s.helo_name}, 'warmupStartedAt', ${s.warmup_started_at}) END AS sending_ip
+    FROM ${d.$} JOIN ${m.$} ON ${m.id} = ${d.message_id}
+      LEFT JOIN ${k.$} ON ${k.live_name} = split_part(${m.from_address}, '@', 2)
+      LEFT JOIN ${s.$} ON ${s.account_id} = ${d.account_id}
+    WHERE ${d.id} = ANY(${deliveryIds}::text[])`,
+  );
+  return rows.map((r) => ({
+    id: r.id,
+    status: r.status,
+    route: r.route,
+    recipient: r.recipient,
+    ...composableOf(r),
     accepted: r.accepted_at ? { mta: r.remote_mta, response: r.accepted_response ?? '250 accepted' } : null,
     sendingIp: r.sending_ip ? { ...r.sending_ip, warmupStartedAt: r.sending_ip.warmupStartedAt ? new Date(r.sending_ip.warmupStartedAt) : null } : null,
-  };
+  }));
 }
 
 export async function attemptDelivery(
