@@ -54,6 +54,25 @@ const PROCESSES = process.env.BENCH_PROCESSES === '1';
 const ENDPOINTS = envInt('BENCH_PUSH_ENDPOINTS', 0, 0, 10);
 const STATEMENTS = process.env.BENCH_PUSH_STATEMENTS === '1';
 
+/**
+ * CPU ticks of this database's own backends (by their process title), sampled so that a backend that exits
+ * still counts: the PostgreSQL figure of CpuMeter also holds the server's shared processes (the WAL writer, the
+ * checkpointer), which other databases on the same server keep busy.
+ */
+function backendTicks(database: string, seen: Map<number, number>): void {
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const title = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!title.startsWith('postgres: ') || title.split(' ')[3] !== database) continue;
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      seen.set(Number(pid), Number(f[11]) + Number(f[12]));
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
 /** Statements sent by this process while counting, by their first words. */
 const statements = new Map<string, number>();
 let countStatements = false;
@@ -149,6 +168,10 @@ await main('bench:push', async (onCleanup) => {
   const endpointsNote = ENDPOINTS ? `, ${ENDPOINTS} webhook endpoints per account (${ENDPOINTS - 1} live, 1 dead) beside the callback` : '';
   console.log(`bench:push: ${total} events at ${RATE}/s over ${SECONDS} s across ${ACCOUNTS} accounts${endpointsNote}, ${layout}; ${loadNote()}`);
   const cpu = new CpuMeter(db.name, rt.pids);
+  const backendsAtStart = new Map<number, number>();
+  backendTicks(db.name, backendsAtStart);
+  const backendsNow = new Map(backendsAtStart);
+  const backendSampler = setInterval(() => backendTicks(db.name, backendsNow), 250);
   rss.start();
   countStatements = true;
   const started = Date.now();
@@ -199,6 +222,9 @@ await main('bench:push', async (onCleanup) => {
   rss.stop();
   countStatements = false;
   const cpuReport = cpu.report(total, 'event');
+  clearInterval(backendSampler);
+  backendTicks(db.name, backendsNow);
+  const backendMs = [...backendsNow].reduce((sum, [pid, t]) => sum + (t - (backendsAtStart.get(pid) ?? 0)) * 10, 0);
   const seenWebhook = { size: webhookLatency.length };
   const seenMqtt = { size: mqttLatency.length };
 
@@ -242,6 +268,7 @@ await main('bench:push', async (onCleanup) => {
   const w = attempts[0]!;
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
   console.log(`  until every event arrived: ${cpuReport}`);
+  console.log(`    PostgreSQL backends of this database alone: ${(backendMs / total).toFixed(2)} ms per event`);
   for (const line of rss.lines('until every event arrived')) console.log(line);
   if (STATEMENTS) {
     const all = [...statements.values()].reduce((x, y) => x + y, 0);
