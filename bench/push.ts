@@ -28,7 +28,12 @@
  * each app process, idle (after start, before any load) and the peak from the first append until every event
  * arrived.
  *
+ * Statements (BENCH_PUSH_STATEMENTS=1, all-in-one only): every statement this process sends to PostgreSQL from the
+ * first append until every event arrived, counted by its first words and printed per event, the appends' own
+ * included (BEGIN, the head's lock, the insert, COMMIT).
+ *
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
+ *   BENCH_PUSH_STATEMENTS=1
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -39,6 +44,7 @@ import { generate } from 'selfsigned';
 import { appendEvent } from '@boxes/core';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, request, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
 import { rows, sql, tbl } from '@boxes/db';
+import pg from 'pg';
 
 const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
 const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
@@ -46,6 +52,44 @@ const ACCOUNTS = envInt('BENCH_PUSH_ACCOUNTS', 10, 1, 200);
 const PROCESSES = process.env.BENCH_PROCESSES === '1';
 /** Webhook endpoints per account (0: none, the callback only); the last one is dead. */
 const ENDPOINTS = envInt('BENCH_PUSH_ENDPOINTS', 0, 0, 10);
+const STATEMENTS = process.env.BENCH_PUSH_STATEMENTS === '1';
+
+/**
+ * CPU ticks of this database's own backends (by their process title), sampled so that a backend that exits
+ * still counts: the PostgreSQL figure of CpuMeter also holds the server's shared processes (the WAL writer, the
+ * checkpointer), which other databases on the same server keep busy.
+ */
+function backendTicks(database: string, seen: Map<number, number>): void {
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const title = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!title.startsWith('postgres: ') || title.split(' ')[3] !== database) continue;
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      seen.set(Number(pid), Number(f[11]) + Number(f[12]));
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
+/** Statements sent by this process while counting, by their first words. */
+const statements = new Map<string, number>();
+let countStatements = false;
+if (STATEMENTS) {
+  const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+    if (countStatements) {
+      const q = args[0];
+      const text = typeof q === 'string' ? q : ((q as { text?: string } | null)?.text ?? '');
+      const words = text.replace(/\s+/g, ' ').trim().split(' ');
+      // A CTE by what it writes first, a SELECT by its first column.
+      const key = (words[0] === 'WITH' ? words.slice(0, 6) : words.slice(0, 3)).join(' ').slice(0, 60);
+      statements.set(key, (statements.get(key) ?? 0) + 1);
+    }
+    return query.apply(this, args);
+  } as never;
+}
 
 const summary = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -124,7 +168,12 @@ await main('bench:push', async (onCleanup) => {
   const endpointsNote = ENDPOINTS ? `, ${ENDPOINTS} webhook endpoints per account (${ENDPOINTS - 1} live, 1 dead) beside the callback` : '';
   console.log(`bench:push: ${total} events at ${RATE}/s over ${SECONDS} s across ${ACCOUNTS} accounts${endpointsNote}, ${layout}; ${loadNote()}`);
   const cpu = new CpuMeter(db.name, rt.pids);
+  const backendsAtStart = new Map<number, number>();
+  backendTicks(db.name, backendsAtStart);
+  const backendsNow = new Map(backendsAtStart);
+  const backendSampler = setInterval(() => backendTicks(db.name, backendsNow), 250);
   rss.start();
+  countStatements = true;
   const started = Date.now();
   let appended = 0;
   const inflight = new Set<Promise<unknown>>();
@@ -171,7 +220,11 @@ await main('bench:push', async (onCleanup) => {
     await sleep(100);
   }
   rss.stop();
+  countStatements = false;
   const cpuReport = cpu.report(total, 'event');
+  clearInterval(backendSampler);
+  backendTicks(db.name, backendsNow);
+  const backendMs = [...backendsNow].reduce((sum, [pid, t]) => sum + (t - (backendsAtStart.get(pid) ?? 0)) * 10, 0);
   const seenWebhook = { size: webhookLatency.length };
   const seenMqtt = { size: mqttLatency.length };
 
@@ -215,7 +268,13 @@ await main('bench:push', async (onCleanup) => {
   const w = attempts[0]!;
   console.log(`  webhook POSTs: ${w.n} attempts (${w.failed} not 2xx), POST latency avg ${w.avg?.toFixed(1)} ms, p99 ${w.p99?.toFixed(1)} ms`);
   console.log(`  until every event arrived: ${cpuReport}`);
+  console.log(`    PostgreSQL backends of this database alone: ${(backendMs / total).toFixed(2)} ms per event`);
   for (const line of rss.lines('until every event arrived')) console.log(line);
+  if (STATEMENTS) {
+    const all = [...statements.values()].reduce((x, y) => x + y, 0);
+    console.log(`  statements to PostgreSQL from this process: ${(all / total).toFixed(2)} per event`);
+    for (const [key, n] of [...statements].sort((x, y) => y[1] - x[1])) console.log(`    ${(n / total).toFixed(3)}  ${key}`);
+  }
   console.log(
     `push: webhook p99 ${percentile(
       [...webhookLatency].sort((x, y) => x - y),

@@ -8,6 +8,7 @@ import canonicalize from 'canonicalize';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
 import { exec, k as kysely, sql } from '@boxes/db';
+import { appendEvent, chainHash } from '@boxes/core';
 
 interface Page {
   events: ApiEvent[];
@@ -160,6 +161,39 @@ describe('concurrent appends', () => {
     expect(new Set(seqs).size).toBeGreaterThan(5);
     expect([...seqs].sort((x, y) => x - y)).toEqual(seqs);
   }, 60_000);
+});
+
+describe('one-statement appends', () => {
+  it('parallel appendEvent calls outside a transaction chain gaplessly, hashed by PostgreSQL over the same bytes', async () => {
+    const a = await signupAccount(t);
+    const initial = (await drain(a.apiKey)).events.length;
+    // Data with a member named seq, non-ASCII text, escapes and nesting: the canonical body is built around the seq.
+    const rows = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        appendEvent({
+          db: t.db,
+          accountId: a.accountId,
+          type: 'webhook.delivery_failed',
+          data: {
+            event_id: `evt_${i}`,
+            seq: i,
+            event_type: 'mail.received',
+            attempts: 3,
+            last_status: null,
+            last_error: `Zürich "quoted" \\ ✉ \u2028 ${i}`,
+            url: 'https://example.com/hook?a=1&b=ü',
+          },
+        }),
+      ),
+    );
+    for (const r of rows) {
+      expect(r.hash).toBe(chainHash(r.prev_hash, { id: r.id, seq: r.seq, type: r.type, account_id: r.account_id, created_at: r.created_at, data: r.data }));
+    }
+    const all = (await drain(a.apiKey, { limit: 500 })).events;
+    expect(all.map((e) => e.seq)).toEqual(Array.from({ length: initial + 40 }, (_, i) => i + 1));
+    expect(new Set(rows.map((r) => r.seq)).size).toBe(40);
+    expect(await verify(a.apiKey)).toMatchObject({ ok: true, events_verified: initial + 40, anomalies: [] });
+  });
 });
 
 describe('tamper evidence', () => {

@@ -18,6 +18,7 @@ import {
   sendMailToMx,
   setCallback,
   signingSecret,
+  sleep,
   startReceiver,
   verifyStandard,
   verifyStripe,
@@ -226,6 +227,33 @@ describe('retries and ordering', () => {
       .filter((r) => r.answered === 200)
       .map((r) => r.event.seq);
     expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
+  });
+
+  it('a new URL while the drainer still holds the account: the new URL gets only what follows the change, the old one its own, logged', async () => {
+    const a = await signupAccount(t);
+    const addBox = async (address: string) => expect((await rest(t, 'POST', '/boxes', { key: a.apiKey, body: { address } })).status).toBe(200);
+    const boxesAt = (path: string) =>
+      deliveredEvents(receiver.at(path))
+        .filter((e) => e.type === 'box.created')
+        .map((e) => e.data.box.local_part);
+    await setCallback(t, a.apiKey, receiver.url('/move-a'));
+    for (let i = 0; i < 3; i++) await addBox(`move-a-${i}`);
+    await waitFor('the first URL caught up', () => boxesAt('/move-a').length >= 3);
+    // The drainer lingers with the lock and its cursor in memory; the change moves the stored cursor to the head.
+    await setCallback(t, a.apiKey, receiver.url('/move-b'));
+    await addBox('move-b-0');
+    await waitFor('the event after the change at the new URL', () => boxesAt('/move-b').length >= 1);
+    await sleep(500);
+    expect(boxesAt('/move-b')).toEqual(['move-b-0']);
+    expect(boxesAt('/move-a')).toEqual(['move-a-0', 'move-a-1', 'move-a-2']);
+    await waitFor(
+      'both URLs logged',
+      async () => {
+        const log = (await deliveries(t, a.apiKey)).filter((d) => d.event_type === 'box.created' && d.status === 'delivered');
+        return log.filter((d) => d.url.endsWith('/move-a')).length === 3 && log.filter((d) => d.url.endsWith('/move-b')).length === 1;
+      },
+      10_000,
+    );
   });
 
   it('redirects are not followed: a 302 is logged as a retrying attempt with status 302 and the target sees nothing', async () => {

@@ -9,7 +9,17 @@
 import { randomUUID } from 'node:crypto';
 import { Queue, Worker, type ConnectionOptions } from 'bullmq';
 import type { Config } from '@boxes/config';
-import { drainEndpoint, drainMqtt, drainWebhook, EVENTS_CHANNEL, webhookHttpDeps, type PublishFn, type Services, type WebhookDeps } from '@boxes/core';
+import {
+  drainEndpoint,
+  EVENTS_CHANNEL,
+  mqttStream,
+  webhookHttpDeps,
+  webhookStream,
+  type PublishFn,
+  type PushStream,
+  type Services,
+  type WebhookDeps,
+} from '@boxes/core';
 import { rows as sqlRows, sql, tbl } from '@boxes/db';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
@@ -23,6 +33,13 @@ const LOCK_TTL_MS = 10_000;
 const LOCK_RENEW_MS = 3_000;
 const RENEW_IF_OURS = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 const SWEEP_MS = 5_000;
+/**
+ * A drainer keeps its lock (and its cursor, in memory) this long after its last delivery, so an account with a
+ * steady stream of events costs no lock round trips and no cursor read per event; what it delivered is recorded
+ * once the stream has been idle FLUSH_IDLE_MS, and when it lets go.
+ */
+const LINGER_MS = 2_000;
+const FLUSH_IDLE_MS = 200;
 
 const a = tbl('accounts', 'a');
 const cred = tbl('iot_credentials', 'c');
@@ -77,32 +94,58 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
    */
   type Channel = {
     name: 'webhook' | 'mqtt' | 'endpoint';
-    drain: (accountId: string) => Promise<void>;
+    open: (accountId: string) => PushStream;
     running: Set<string>;
     dirty: Set<string>;
+    /** Lingering drainers waiting for a wake-up. */
+    waiting: Map<string, () => void>;
   };
   const channels: (Channel & { name: 'webhook' | 'mqtt' })[] = [
     {
       name: 'webhook',
-      drain: (id) => drainWebhook(svc, webhookDeps, id),
+      open: (id) => webhookStream(svc, webhookDeps, id),
       running: new Set(),
       dirty: new Set(),
+      waiting: new Map(),
     },
     ...(deps.publish
       ? [
           {
             name: 'mqtt' as const,
-            drain: (id: string) => drainMqtt(svc, deps.publish!, id),
+            open: (id: string) => mqttStream(svc, deps.publish!, id),
             running: new Set<string>(),
             dirty: new Set<string>(),
+            waiting: new Map<string, () => void>(),
           },
         ]
       : []),
   ];
   /** Webhook endpoints: keyed by endpoint id (not account id), so each endpoint drains on its own. */
-  const endpointChannel: Channel = { name: 'endpoint', drain: (id) => drainEndpoint(svc, webhookDeps, id), running: new Set(), dirty: new Set() };
+  const endpointChannel: Channel = {
+    name: 'endpoint',
+    open: (id) => ({ drain: () => drainEndpoint(svc, webhookDeps, id), flush: async () => undefined }),
+    running: new Set(),
+    dirty: new Set(),
+    waiting: new Map(),
+  };
   const allChannels = [...channels, endpointChannel];
   const lockKey = (ch: Channel, id: string) => `${config.redisPrefix}:push-lock:${ch.name}:${id}`;
+
+  /** Resolves true when the account's channel is woken within ms, false when it is not. */
+  function wokenWithin(ch: Channel, accountId: string, ms: number): Promise<boolean> {
+    if (ch.dirty.has(accountId) || stopped) return Promise.resolve(ch.dirty.has(accountId));
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        ch.waiting.delete(accountId);
+        resolve(false);
+      }, ms);
+      ch.waiting.set(accountId, () => {
+        clearTimeout(timer);
+        ch.waiting.delete(accountId);
+        resolve(true);
+      });
+    });
+  }
 
   async function drainOnce(ch: Channel, accountId: string): Promise<boolean> {
     const token = randomUUID();
@@ -111,15 +154,32 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     const renew = setInterval(() => {
       redis.eval(RENEW_IF_OURS, 1, lockKey(ch, accountId), token, LOCK_TTL_MS).catch(() => undefined);
     }, LOCK_RENEW_MS);
+    const stream = ch.open(accountId);
     try {
-      do {
-        ch.dirty.delete(accountId);
-        await ch.drain(accountId);
-      } while (ch.dirty.has(accountId) && !stopped);
+      for (;;) {
+        do {
+          ch.dirty.delete(accountId);
+          await stream.drain();
+        } while (ch.dirty.has(accountId) && !stopped);
+        // Linger with the lock: every process hears every NOTIFY, so the events of this account wake this
+        // drainer (wake() below) while others find the lock taken.
+        const idleSince = Date.now();
+        let woken = false;
+        while (!stopped && !woken) {
+          woken = await wokenWithin(ch, accountId, FLUSH_IDLE_MS);
+          if (!woken) await stream.flush();
+          if (Date.now() - idleSince >= LINGER_MS) break;
+        }
+        if (!woken || stopped) break;
+      }
     } finally {
       clearInterval(renew);
-      // Release only our own lock.
-      await redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", 1, lockKey(ch, accountId), token);
+      try {
+        await stream.flush();
+      } finally {
+        // Release only our own lock.
+        await redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", 1, lockKey(ch, accountId), token);
+      }
     }
     return true;
   }
@@ -155,9 +215,30 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       setImmediate(() => void flushKicks());
     }
   }
+  const wake = (ch: Channel, id: string) => {
+    if (ch.running.has(id)) {
+      ch.dirty.add(id);
+      ch.waiting.get(id)?.();
+    } else void run(ch, id);
+  };
+  /**
+   * The last check of each account woken lately. While every channel it found due is drained here (its drainer
+   * lingers with the lock) and no webhook endpoint was due, a wake-up within RECHECK_MS goes straight to those
+   * drainers, which read the account's state anyway: a busy account costs one check a second, not one per event.
+   * A channel or endpoint configured meanwhile is found by the next check (or the sweep).
+   */
+  const checked = new Map<string, { at: number; due: Set<Channel['name']> }>();
+  const RECHECK_MS = 1_000;
   async function flushKicks(): Promise<void> {
     kickScheduled = false;
-    const ids = [...kicked];
+    const ids: string[] = [];
+    const now = Date.now();
+    for (const id of kicked) {
+      const last = checked.get(id);
+      if (last && now - last.at < RECHECK_MS && last.due.size && channels.every((ch) => !last.due.has(ch.name) || ch.running.has(id))) {
+        for (const ch of channels) if (last.due.has(ch.name)) wake(ch, id);
+      } else ids.push(id);
+    }
     kicked.clear();
     if (!ids.length || stopped) return;
     try {
@@ -167,14 +248,19 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
         SELECT ${a.id}, ${webhookDue} AS webhook, ${mqttDue} AS mqtt, ${endpointsDue} AS endpoints
         FROM ${a.$} WHERE ${a.id} = ANY(${ids}::text[])`,
       );
-      const wake = (ch: Channel, id: string) => {
-        if (ch.running.has(id)) ch.dirty.add(id);
-        else void run(ch, id);
-      };
+      const at = Date.now();
       for (const r of rows) {
-        for (const ch of channels) if (r[ch.name]) wake(ch, r.id);
+        const due = new Set<Channel['name']>();
+        for (const ch of channels)
+          if (r[ch.name]) {
+            due.add(ch.name);
+            wake(ch, r.id);
+          }
         for (const endpointId of r.endpoints) wake(endpointChannel, endpointId);
+        if (r.endpoints.length) checked.delete(r.id);
+        else checked.set(r.id, { at, due });
       }
+      if (checked.size > 10_000) for (const [id, c] of checked) if (at - c.at >= RECHECK_MS) checked.delete(id);
     } catch (err) {
       // The sweeper re-drives whatever this missed.
       logQueueError(log, 'push wake-up check failed')(err);
@@ -218,6 +304,8 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     async stop() {
       stopped = true;
       clearInterval(timer);
+      // Lingering drainers let go now (recording what they delivered).
+      for (const ch of allChannels) for (const release of [...ch.waiting.values()]) release();
       await retryWorker.close();
       await listener.close();
       // A drain in flight finishes the delivery in hand (bounded by the webhook timeout), records it, schedules

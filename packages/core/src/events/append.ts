@@ -13,7 +13,7 @@ import { rows as run, sql, tbl, type Column, type DbClient, type DB, type Insert
 import type { NewEvent } from '@boxes/schemas';
 import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
-import { chainHash, type ChainBody } from './chain';
+import { canonicalBody, canonicalString, chainHash, type ChainBody } from './chain';
 
 /** The LISTEN/NOTIFY channel on which each committed append names its account. */
 export const EVENTS_CHANNEL = 'boxes_events';
@@ -84,13 +84,41 @@ export function eventsInsert(rows: EventRow[]): RawBuilder<unknown> {
 }
 
 /**
- * Appends one event: locks the chain head, chains the event, then inserts it, moves the head and notifies the
- * push workers (at commit) in one statement. Two round trips, in the caller's transaction or in one of its own.
+ * Appends one event in one statement, in the caller's transaction or as one of its own: it locks the chain head,
+ * chains the event onto it (the hash taken by PostgreSQL over the same bytes chainHash hashes: the body's
+ * canonical JSON is built here around its seq, which only the locked head gives), inserts it, moves the head and
+ * notifies the push workers (at commit). One round trip where a transaction of its own took four (BEGIN, the
+ * head, the insert, COMMIT): appends are the most frequent write there is.
  */
 export async function appendEvent(input: AppendInput): Promise<EventRow> {
-  const { db, accountId, ...event } = input;
-  const [row] = await appendEvents(db, accountId, [event as NewEvent]);
-  return row!;
+  const { db, accountId, ...event } = input as AppendInput & NewEvent;
+  // A JSON round trip drops undefined members so the hashed body equals what the database returns.
+  const data = JSON.parse(JSON.stringify(event.data)) as Record<string, unknown>;
+  const id = newId('evt');
+  const created_at = new Date().toISOString();
+  // RFC 8785 sorts members by name, so seq and type come last: the canonical body is `before`, the seq, `after`.
+  const after = `,"type":${canonicalString(event.type)}}`;
+  const whole = canonicalBody({ id, seq: 0, type: event.type, account_id: accountId, created_at, data });
+  const tail = `,"seq":0${after}`;
+  if (!whole.endsWith(tail)) throw new Error('appendEvent: unexpected canonical body');
+  const before = `${whole.slice(0, -tail.length)},"seq":`;
+  const row = { id, account_id: accountId, type: event.type, box_id: event.boxId ?? null, data, created_at };
+  const a = tbl('accounts');
+  const ev = tbl('events');
+  const cols = sql.join(EVENT_COLUMNS.map((c) => sql.ref(c)));
+  const [head] = await run(
+    db,
+    sql<{ seq: number; prev_hash: string; hash: string; notified: string }>`
+    WITH head AS (SELECT ${a.chain_seq} + 1 AS seq, ${a.chain_hash} AS prev_hash FROM ${a.$} WHERE ${a.id} = ${accountId} FOR NO KEY UPDATE),
+    ch AS (SELECT seq, prev_hash, encode(sha256(convert_to(prev_hash || chr(10) || ${before} || seq::text || ${after}, 'UTF8')), 'hex') AS hash FROM head),
+    ins AS (INSERT INTO ${ev.$} (${cols})
+      SELECT ${sql.join(EVENT_COLUMNS.map((c) => sql.ref(`r.${c}`)))} FROM ch, jsonb_populate_record(NULL::${ev.$}, ${JSON.stringify(row)}::jsonb
+        || jsonb_build_object('seq', ch.seq, 'prev_hash', ch.prev_hash, 'hash', ch.hash)) AS r),
+    upd AS (UPDATE ${a.$} SET ${a.chain_seq} = ch.seq, ${a.chain_hash} = ch.hash FROM ch WHERE ${a.id} = ${accountId})
+    SELECT seq, prev_hash, hash, pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified FROM ch`,
+  );
+  if (!head) throw new Error(`appendEvent: account ${accountId} does not exist`);
+  return { ...row, seq: head.seq, prev_hash: head.prev_hash, hash: head.hash };
 }
 
 /**

@@ -131,49 +131,106 @@ const DRAIN_BATCH = 100;
 /** Successful deliveries recorded together. */
 const FLUSH_EVERY = 20;
 
+type PushDueRow = {
+  i: number;
+  callback_webhook: string | null;
+  cursor: number;
+  webhook_attempts: number;
+  webhook_next_attempt_at: Date | null;
+  chain_seq: number;
+  webhook_secret_enc: string | null;
+  webhook_secret_prev_enc: string | null;
+  webhook_secret_prev_until: Date | null;
+  mqtt_live: boolean;
+  events: {
+    id: string;
+    account_id: string;
+    seq: number;
+    type: string;
+    box_id: string | null;
+    data: Prisma.JsonValue;
+    created_at: string;
+    prev_hash: string;
+    hash: string;
+  }[];
+};
+export type PushDue = Omit<PushDueRow, 'events' | 'i'> & { events: Event[] };
+
+type DueRequest = { accountId: string; channel: 'webhook' | 'mqtt'; after: number | null; limit: number };
+type DueBatch = Map<string, { req: DueRequest; done: Promise<PushDue | null>; resolve: (r: PushDue | null) => void; reject: (e: unknown) => void }>;
+const dueBatches = new WeakMap<Services, DueBatch>();
+
 /**
- * What a drain needs of an account, in one query (the push hot path, docs/ARCHITECTURE.md, "Hot paths"): its push state and
- * chain head, the sealed webhook secrets, and the first `limit` events after the channel's cursor.
+ * What a drain needs of an account (the push hot path, docs/ARCHITECTURE.md, "Hot paths"): its push state and
+ * chain head, the sealed webhook secrets, and the first `limit` events after `after` (the drainer's own cursor)
+ * or, when it has none yet, after the channel's stored cursor; `cursor` is always the stored one. Reads asked
+ * for in the same turn of the event loop (an account's webhook and MQTT drains woken by the same NOTIFY, and
+ * other accounts' woken with them) go out as one statement.
  */
-export async function readPushDue(svc: Services, accountId: string, channel: 'webhook' | 'mqtt', limit: number) {
+export function readPushDue(
+  svc: Services,
+  accountId: string,
+  channel: 'webhook' | 'mqtt',
+  limit: number,
+  after: number | null = null,
+): Promise<PushDue | null> {
+  let batch = dueBatches.get(svc);
+  if (!batch) {
+    const fresh: DueBatch = new Map();
+    batch = fresh;
+    dueBatches.set(svc, fresh);
+    setImmediate(() => {
+      dueBatches.delete(svc);
+      readDueBatch(svc, fresh);
+    });
+  }
+  const key = `${accountId}\n${channel}\n${after}\n${limit}`;
+  const known = batch.get(key);
+  if (known) return known.done;
+  let resolve!: (r: PushDue | null) => void;
+  let reject!: (e: unknown) => void;
+  const done = new Promise<PushDue | null>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  batch.set(key, { req: { accountId, channel, after, limit }, done, resolve, reject });
+  return done;
+}
+
+function readDueBatch(svc: Services, batch: DueBatch): void {
+  const reqs = [...batch.values()];
   const a = tbl('accounts', 'a');
   const c = tbl('iot_credentials', 'c');
   const ev = tbl('events');
-  const cursorColumn = channel === 'webhook' ? a.webhook_cursor : a.mqtt_cursor;
-  const found = await rows(
+  const cursorColumn = sql<number>`CASE WHEN r.ch = 'webhook' THEN ${a.webhook_cursor} ELSE ${a.mqtt_cursor} END`;
+  rows(
     svc.db,
-    sql<{
-      callback_webhook: string | null;
-      cursor: number;
-      webhook_attempts: number;
-      webhook_next_attempt_at: Date | null;
-      chain_seq: number;
-      webhook_secret_enc: string | null;
-      webhook_secret_prev_enc: string | null;
-      webhook_secret_prev_until: Date | null;
-      mqtt_live: boolean;
-      events: {
-        id: string;
-        account_id: string;
-        seq: number;
-        type: string;
-        box_id: string | null;
-        data: Prisma.JsonValue;
-        created_at: string;
-        prev_hash: string;
-        hash: string;
-      }[];
-    }>`
-    SELECT ${a.callback_webhook}, ${cursorColumn} AS cursor, ${a.webhook_attempts}, ${a.webhook_next_attempt_at}, ${a.chain_seq},
+    sql<PushDueRow>`
+    SELECT r.i::int AS i, ${a.callback_webhook}, ${cursorColumn} AS cursor, ${a.webhook_attempts}, ${a.webhook_next_attempt_at}, ${a.chain_seq},
       ${a.webhook_secret_enc}, ${a.webhook_secret_prev_enc}, ${a.webhook_secret_prev_until},
       EXISTS (SELECT 1 FROM ${c.$} WHERE ${c.account_id} = ${a.id} AND ${c.revoked_at} IS NULL) AS mqtt_live,
       COALESCE((SELECT json_agg(e ORDER BY e.seq) FROM (
         SELECT ${ev.id}, ${ev.account_id}, ${ev.seq}, ${ev.type}, ${ev.box_id}, ${ev.data}, ${ev.created_at}, ${ev.prev_hash}, ${ev.hash} FROM ${ev.$}
-        WHERE ${ev.account_id} = ${a.id} AND ${ev.seq} > ${cursorColumn} ORDER BY ${ev.seq} LIMIT ${limit}) e), '[]'::json) AS events
-    FROM ${a.$} WHERE ${a.id} = ${accountId}`,
+        WHERE ${ev.account_id} = ${a.id} AND ${ev.seq} > COALESCE(r.after, ${cursorColumn}) ORDER BY ${ev.seq} LIMIT r.lim) e), '[]'::json) AS events
+    FROM unnest(${reqs.map((x) => x.req.accountId)}::text[], ${reqs.map((x) => x.req.channel)}::text[], ${reqs.map((x) => x.req.after)}::int[],
+      ${reqs.map((x) => x.req.limit)}::int[]) WITH ORDINALITY AS r(id, ch, after, lim, i)
+    JOIN ${a.$} ON ${a.id} = r.id`,
+  ).then(
+    (found) => {
+      const byIndex = new Map(found.map((r) => [r.i, r]));
+      reqs.forEach((x, n) => {
+        const r = byIndex.get(n + 1);
+        x.resolve(r ? toDue(r) : null);
+      });
+    },
+    (err) => {
+      for (const x of reqs) x.reject(err);
+    },
   );
-  const r = found[0];
-  if (!r) return null;
+}
+
+function toDue(r: PushDueRow): PushDue {
+  const { i: _i, ...rest } = r;
   const events: Event[] = r.events.map(
     (e) =>
       ({
@@ -188,143 +245,178 @@ export async function readPushDue(svc: Services, accountId: string, channel: 'we
         hash: e.hash,
       }) as Event,
   );
-  return { ...r, events };
+  return { ...rest, events };
 }
 
-/** Delivers what is due for one account, in order, until caught up or a failure asks for a retry. */
+/**
+ * A drainer's view of one account's stream to a channel, kept while it holds the account's lock: the cursor in
+ * memory (ahead of the stored one by the deliveries not yet recorded), so each round reads only what is new.
+ */
+export interface PushStream {
+  /** Delivers what is due, in order, until caught up or a failure asks for a retry. */
+  drain(): Promise<void>;
+  /** Records what was delivered since the last flush (the cursor, and for webhooks the delivery log). */
+  flush(): Promise<void>;
+}
+
+/** Delivers what is due for one account, in order, until caught up or a failure asks for a retry, and records it. */
 export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: string): Promise<void> {
-  for (let guard = 0; guard < 1_000; guard++) {
-    if (deps.stopping?.()) return;
-    const a = await readPushDue(svc, accountId, 'webhook', DRAIN_BATCH);
-    if (!a?.callback_webhook || a.cursor >= a.chain_seq) return;
-    if (a.webhook_next_attempt_at && a.webhook_next_attempt_at.getTime() > Date.now()) return; // a retry is scheduled
-    const url = a.callback_webhook;
-    // A batch of what is due, with the account state and the secrets read once for all of it.
-    const events = a.events;
-    if (!events.length || events[0]!.seq !== a.cursor + 1) return;
-    const secrets = a.webhook_secret_enc
-      ? secretsOf(svc, {
-          webhookSecretEnc: a.webhook_secret_enc,
-          webhookSecretPrevEnc: a.webhook_secret_prev_enc,
-          webhookSecretPrevUntil: a.webhook_secret_prev_until,
-        })
-      : await signingSecrets(svc, accountId);
-    let cursor = a.cursor;
-    let failedBefore = a.webhook_attempts;
-    // Successes are recorded (cursor and delivery log) once per run of them, not per event: a crash re-sends at
-    // most that run, which at-least-once delivery allows; every failure path records first. One statement.
-    let stored = a.cursor;
-    let pending: (Omit<Prisma.WebhookDeliveryCreateManyInput, 'accountId' | 'status'> & { status: WebhookDeliveryStatus })[] = [];
-    let clearKey = false;
-    const flush = async () => {
-      if (cursor === stored) return;
-      const logged = pending.map((d) => ({
-        id: d.id,
-        event_id: d.eventId,
-        seq: d.seq,
-        event_type: d.eventType,
-        url: d.url,
-        attempt: d.attempt,
-        status: d.status,
-        status_code: d.statusCode ?? null,
-        error: d.error ?? null,
-        latency_ms: d.latencyMs ?? null,
-      }));
-      const acc = tbl('accounts');
-      const wd = tbl('webhook_deliveries');
-      const si = tbl('signup_intents');
-      await rows(
-        svc.db,
-        sql<{ done: number }>`
-        WITH acc AS (
-          UPDATE ${acc.$} SET ${acc.webhook_cursor} = ${cursor}, ${acc.webhook_attempts} = 0, ${acc.webhook_next_attempt_at} = NULL
-          WHERE ${acc.id} = ${accountId} AND ${acc.webhook_cursor} = ${stored}
-        ), log AS (
-          INSERT INTO ${wd.$} (${wd.id}, ${wd.account_id}, ${wd.event_id}, ${wd.seq}, ${wd.event_type}, ${wd.url}, ${wd.attempt}, ${wd.status}, ${wd.status_code}, ${wd.error}, ${wd.latency_ms}, ${wd.created_at})
-          SELECT d.id, ${accountId}, d.event_id, d.seq, d.event_type, d.url, d.attempt, d.status, d.status_code, d.error, d.latency_ms, now()
-          FROM jsonb_to_recordset(${JSON.stringify(logged)}::jsonb)
-            AS d(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
-        ), intent AS (
-          UPDATE ${si.$} SET ${si.api_key_enc} = NULL, ${si.api_key_sending_at} = NULL WHERE ${si.account_id} = ${accountId} AND ${clearKey}
-        )
-        SELECT 1 AS done`,
-      );
-      stored = cursor;
-      pending = [];
-      clearKey = false;
-    };
-    for (const event of events) {
+  const stream = webhookStream(svc, deps, accountId);
+  await stream.drain();
+  await stream.flush();
+}
+
+/**
+ * The account's callback webhook as a stream. Successes are recorded (cursor and delivery log) once per run of
+ * them, not per event: every FLUSH_EVERY deliveries, when the caller flushes (it does so when the stream has been
+ * idle a moment and before it lets the lock go), and before any failure is recorded. A crash re-sends at most
+ * what was not recorded, which at-least-once delivery allows. One statement per flush.
+ */
+export function webhookStream(svc: Services, deps: WebhookDeps, accountId: string): PushStream {
+  /** Delivered up to here (memory) and recorded up to here (the stored cursor); null until the first read. */
+  let cursor: number | null = null;
+  let stored = 0;
+  let pending: (Omit<Prisma.WebhookDeliveryCreateManyInput, 'accountId' | 'status'> & { status: WebhookDeliveryStatus })[] = [];
+  let clearKey = false;
+  const flush = async () => {
+    if (cursor === null || (cursor === stored && !pending.length && !clearKey)) return;
+    const logged = pending.map((d) => ({
+      id: d.id,
+      event_id: d.eventId,
+      seq: d.seq,
+      event_type: d.eventType,
+      url: d.url,
+      attempt: d.attempt,
+      status: d.status,
+      status_code: d.statusCode ?? null,
+      error: d.error ?? null,
+      latency_ms: d.latencyMs ?? null,
+    }));
+    const acc = tbl('accounts');
+    const wd = tbl('webhook_deliveries');
+    const si = tbl('signup_intents');
+    await rows(
+      svc.db,
+      sql<{ done: number }>`
+      WITH acc AS (
+        UPDATE ${acc.$} SET ${acc.webhook_cursor} = ${cursor}, ${acc.webhook_attempts} = 0, ${acc.webhook_next_attempt_at} = NULL
+        WHERE ${acc.id} = ${accountId} AND ${acc.webhook_cursor} = ${stored}
+      ), log AS (
+        INSERT INTO ${wd.$} (${wd.id}, ${wd.account_id}, ${wd.event_id}, ${wd.seq}, ${wd.event_type}, ${wd.url}, ${wd.attempt}, ${wd.status}, ${wd.status_code}, ${wd.error}, ${wd.latency_ms}, ${wd.created_at})
+        SELECT d.id, ${accountId}, d.event_id, d.seq, d.event_type, d.url, d.attempt, d.status, d.status_code, d.error, d.latency_ms, now()
+        FROM jsonb_to_recordset(${JSON.stringify(logged)}::jsonb)
+          AS d(id text, event_id text, seq int, event_type text, url text, attempt int, status text, status_code int, error text, latency_ms int)
+      ), intent AS (
+        UPDATE ${si.$} SET ${si.api_key_enc} = NULL, ${si.api_key_sending_at} = NULL WHERE ${si.account_id} = ${accountId} AND ${clearKey}
+      )
+      SELECT 1 AS done`,
+    );
+    stored = cursor;
+    pending = [];
+    clearKey = false;
+  };
+  const drain = async () => {
+    for (let guard = 0; guard < 1_000; guard++) {
       if (deps.stopping?.()) return flush();
-      const body = await eventPayload(svc, event, true);
-      const result = await postWebhook(url, signatureHeaders(secrets, event.id, body), body, deps);
-      const attempt = failedBefore + 1;
-      const base = {
-        id: newId('whd'),
-        accountId,
-        eventId: event.id,
-        seq: event.seq,
-        eventType: event.type,
-        url,
-        attempt,
-        statusCode: result.status,
-        error: result.error,
-        latencyMs: result.latencyMs,
-      };
-      if (result.ok) {
-        pending.push({ ...base, status: 'delivered' });
-        if (event.type === 'signup.completed') clearKey = true;
-        cursor = event.seq;
-        failedBefore = 0;
-        if (pending.length >= FLUSH_EVERY) await flush();
+      const a = await readPushDue(svc, accountId, 'webhook', DRAIN_BATCH, cursor);
+      if (!a) return;
+      if (cursor !== null && a.cursor !== stored) {
+        // The stored cursor moved under this drainer (a new URL starts from the head): record what was delivered
+        // (the cursor stays where it was moved to) and go on from there.
+        await flush();
+        cursor = null;
         continue;
       }
-      await flush();
-      // The POST that carried the owner key failed: the key is no longer on its way (the claim may take it).
-      if (event.type === 'signup.completed') await svc.db.signupIntent.updateMany({ where: { accountId }, data: { apiKeySendingAt: null } });
-      // Only the drainer holding the lock moves the cursor; the where clause makes a stale drainer a no-op.
-      const at = { id: accountId, webhookCursor: cursor };
-      const old = Date.now() - event.createdAt.getTime() > deps.giveUpAfterMs;
-      if (attempt >= WEBHOOK_MAX_ATTEMPTS || old) {
-        await svc.db.$transaction(async (tx) => {
-          await tx.account.updateMany({ where: at, data: { webhookCursor: event.seq, webhookAttempts: 0, webhookNextAttemptAt: null } });
-          await tx.webhookDelivery.create({ data: { ...base, status: 'failed' satisfies WebhookDeliveryStatus } });
-          // A signup with a claim keeps the key for it: the callback gave up, the claim is the way left.
-          if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId, claimSecretHash: null }, data: { apiKeyEnc: null } });
-          // No failure event for a failure event: a dead endpoint must not grow the log without end.
-          if (event.type !== 'webhook.delivery_failed') {
-            await appendEvent({
-              db: tx,
-              accountId,
-              type: 'webhook.delivery_failed',
-              data: {
-                event_id: event.id,
-                seq: event.seq,
-                event_type: event.type,
-                attempts: attempt,
-                last_status: result.status,
-                last_error: result.error,
-                url,
-              },
-            });
-          }
-        });
-        cursor = event.seq;
-        stored = cursor;
-        failedBefore = 0;
-        continue;
+      if (cursor === null) cursor = stored = a.cursor;
+      if (!a.callback_webhook || cursor >= a.chain_seq) return;
+      if (a.webhook_next_attempt_at && a.webhook_next_attempt_at.getTime() > Date.now()) return; // a retry is scheduled
+      const url = a.callback_webhook;
+      // A batch of what is due, with the account state and the secrets read once for all of it.
+      const events = a.events;
+      if (!events.length || events[0]!.seq !== cursor + 1) return;
+      const secrets = a.webhook_secret_enc
+        ? secretsOf(svc, {
+            webhookSecretEnc: a.webhook_secret_enc,
+            webhookSecretPrevEnc: a.webhook_secret_prev_enc,
+            webhookSecretPrevUntil: a.webhook_secret_prev_until,
+          })
+        : await signingSecrets(svc, accountId);
+      let failedBefore = a.webhook_attempts;
+      for (const event of events) {
+        if (deps.stopping?.()) return flush();
+        const body = await eventPayload(svc, event, true);
+        const result = await postWebhook(url, signatureHeaders(secrets, event.id, body), body, deps);
+        const attempt = failedBefore + 1;
+        const base = {
+          id: newId('whd'),
+          accountId,
+          eventId: event.id,
+          seq: event.seq,
+          eventType: event.type,
+          url,
+          attempt,
+          statusCode: result.status,
+          error: result.error,
+          latencyMs: result.latencyMs,
+        };
+        if (result.ok) {
+          pending.push({ ...base, status: 'delivered' });
+          if (event.type === 'signup.completed') clearKey = true;
+          cursor = event.seq;
+          failedBefore = 0;
+          if (pending.length >= FLUSH_EVERY) await flush();
+          continue;
+        }
+        await flush();
+        // The POST that carried the owner key failed: the key is no longer on its way (the claim may take it).
+        if (event.type === 'signup.completed') await svc.db.signupIntent.updateMany({ where: { accountId }, data: { apiKeySendingAt: null } });
+        // Only the drainer holding the lock moves the cursor; the where clause makes a stale drainer a no-op.
+        const at = { id: accountId, webhookCursor: cursor };
+        const old = Date.now() - event.createdAt.getTime() > deps.giveUpAfterMs;
+        if (attempt >= WEBHOOK_MAX_ATTEMPTS || old) {
+          await svc.db.$transaction(async (tx) => {
+            await tx.account.updateMany({ where: at, data: { webhookCursor: event.seq, webhookAttempts: 0, webhookNextAttemptAt: null } });
+            await tx.webhookDelivery.create({ data: { ...base, status: 'failed' satisfies WebhookDeliveryStatus } });
+            // A signup with a claim keeps the key for it: the callback gave up, the claim is the way left.
+            if (event.type === 'signup.completed') await tx.signupIntent.updateMany({ where: { accountId, claimSecretHash: null }, data: { apiKeyEnc: null } });
+            // No failure event for a failure event: a dead endpoint must not grow the log without end.
+            if (event.type !== 'webhook.delivery_failed') {
+              await appendEvent({
+                db: tx,
+                accountId,
+                type: 'webhook.delivery_failed',
+                data: {
+                  event_id: event.id,
+                  seq: event.seq,
+                  event_type: event.type,
+                  attempts: attempt,
+                  last_status: result.status,
+                  last_error: result.error,
+                  url,
+                },
+              });
+            }
+          });
+          cursor = event.seq;
+          stored = cursor;
+          failedBefore = 0;
+          continue;
+        }
+        const next = new Date(Date.now() + deps.retryDelayMs(attempt));
+        await svc.db.$transaction([
+          svc.db.account.updateMany({ where: at, data: { webhookAttempts: attempt, webhookNextAttemptAt: next } }),
+          svc.db.webhookDelivery.create({ data: { ...base, status: 'retrying' satisfies WebhookDeliveryStatus, nextRetryAt: next } }),
+        ]);
+        await deps.scheduleRetry(accountId, next);
+        // Read the state again on the next round: the attempts and the retry time are the stored ones now.
+        cursor = null;
+        return;
       }
-      const next = new Date(Date.now() + deps.retryDelayMs(attempt));
-      await svc.db.$transaction([
-        svc.db.account.updateMany({ where: at, data: { webhookAttempts: attempt, webhookNextAttemptAt: next } }),
-        svc.db.webhookDelivery.create({ data: { ...base, status: 'retrying' satisfies WebhookDeliveryStatus, nextRetryAt: next } }),
-      ]);
-      await deps.scheduleRetry(accountId, next);
-      return;
+      // Caught up with the head read in the same query: nothing to read again (a later event wakes the drainer).
+      if (cursor >= a.chain_seq) return;
     }
-    await flush();
-    // Caught up with the head read in the same query: nothing to read again (a later event wakes the drainer).
-    if (cursor >= a.chain_seq) return;
-  }
+  };
+  return { drain, flush };
 }
 
 /** A manual redelivery of one event (outside the ordered stream), recorded like any attempt. */
