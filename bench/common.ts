@@ -87,8 +87,13 @@ const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..'
  * so its configuration is exactly the env given (no relay, static route or listener from the caller's shell).
  */
 function baseEnv(): Record<string, string> {
-  const keep = ['PATH', 'HOME', 'TMPDIR', 'LANG', 'TZ', 'NODE_OPTIONS', 'NODE_PATH'];
-  return Object.fromEntries(keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : [])));
+  const keep = ['PATH', 'HOME', 'TMPDIR', 'LANG', 'TZ', 'NODE_OPTIONS', 'NODE_PATH', 'BOXES_GC_EXTERNAL_IN_LIMIT'];
+  // glibc's allocator settings (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_, ...) reach the app processes as an operator's would.
+  return Object.fromEntries(
+    Object.keys(process.env)
+      .filter((k) => keep.includes(k) || k.startsWith('MALLOC_'))
+      .map((k) => [k, process.env[k]!]),
+  );
 }
 
 /**
