@@ -171,7 +171,7 @@ await main('bench:rss', async (onCleanup) => {
   }
   if (buildsWanted.includes('source'))
     builds.push({ name: 'from source (tsx)', cmd: ['--import', 'tsx', path.join(root, 'apps/server/src/main.ts')], env: {} });
-  const layouts = [
+  const layouts: { key: string; name: string; env: Record<string, string> }[] = [
     { key: 'one', name: 'one process (BOXES_SINGLE_PROCESS=1)', env: { BOXES_SINGLE_PROCESS: '1' } },
     { key: 'default', name: 'default layout (supervisor and one process)', env: {} },
     { key: 'split', name: 'split layout (BOXES_SPLIT_PROCESSES=1)', env: { BOXES_SPLIT_PROCESSES: '1' } },
