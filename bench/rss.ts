@@ -171,11 +171,13 @@ await main('bench:rss', async (onCleanup) => {
   }
   if (buildsWanted.includes('source'))
     builds.push({ name: 'from source (tsx)', cmd: ['--import', 'tsx', path.join(root, 'apps/server/src/main.ts')], env: {} });
-  const layouts: { key: string; name: string; env: Record<string, string> }[] = [
+  type Layout = { key: string; name: string; env: Record<string, string> };
+  const allLayouts: Layout[] = [
     { key: 'one', name: 'one process (BOXES_SINGLE_PROCESS=1)', env: { BOXES_SINGLE_PROCESS: '1' } },
     { key: 'default', name: 'default layout (supervisor and one process)', env: {} },
     { key: 'split', name: 'split layout (BOXES_SPLIT_PROCESSES=1)', env: { BOXES_SPLIT_PROCESSES: '1' } },
-  ].filter((l) => layoutsWanted.includes(l.key));
+  ];
+  const layouts = allLayouts.filter((l) => layoutsWanted.includes(l.key));
 
   const single: { name: string; rss: number }[] = [];
   for (const b of builds) {
