@@ -5,21 +5,18 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Hono, type Context as HonoContext } from 'hono';
+import { Hono, type Context as HonoContext, type MiddlewareHandler } from 'hono';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
-import { stringify } from 'yaml';
 import { appRouter, buildOpenApiDocument, gettingStarted, toAppError, type Context, type Transport } from '@boxes/api';
 import { AppError, newId, publicKeys, type Services } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
 import { mountDocs } from './docs';
-import { mountGuide } from './guide';
 import { discoveryManifest, renderSkill } from './discovery';
 import { mountOwnerPages } from './owner';
 import { mountExports } from './exports';
 import { mountAttachmentContent } from './attachments';
 import { mountForwardConfirmation } from './forwards';
-import { createMcpHandler } from './mcp';
 import { createEventStreamHandler } from './event-stream';
 import { mountOps } from './ops';
 import { createRestHandler, errorResponse, matchRoute, REST_PREFIX, retryAfterOf, routeTable } from './rest';
@@ -28,13 +25,12 @@ export function createApp(svc: Services, log: Logger): Hono {
   const app = new Hono();
   // Built on first use, from the configuration as it is then (a server on an ephemeral port learns its URL
   // only after it listens).
-  let docs: { json: string; yaml: string; routes: ReturnType<typeof routeTable> } | null = null;
+  let docs: { json: string; routes: ReturnType<typeof routeTable> } | null = null;
   const getDocs = () => {
     if (!docs) {
       const openapi = buildOpenApiDocument({ apiBaseUrl: svc.config.apiBaseUrl, siteUrl: svc.config.siteUrl });
       docs = {
         json: JSON.stringify(openapi, null, 2),
-        yaml: stringify(openapi),
         routes: routeTable(openapi.paths as Record<string, Record<string, unknown>>),
       };
     }
@@ -142,10 +138,28 @@ export function createApp(svc: Services, log: Logger): Hono {
     });
   });
 
-  const mcp = createMcpHandler(svc, log);
-  app.all('/mcp', (c) => mcp(c.req.raw));
+  // MCP (its SDK, schemas and the tool list) is loaded with the first /mcp request, once: an idle service keeps
+  // none of it in memory. A failed load is retried by the next request.
+  let mcp: Promise<(req: Request) => Promise<Response>> | null = null;
+  const loadMcp = () => {
+    if (!mcp)
+      mcp = import('./mcp').then(
+        (m) => m.createMcpHandler(svc, log),
+        (err) => {
+          mcp = null;
+          throw err;
+        },
+      );
+    return mcp;
+  };
+  app.all('/mcp', async (c) => (await loadMcp())(c.req.raw));
   app.get('/openapi.json', (c) => c.body(getDocs().json, 200, { 'content-type': 'application/json' }));
-  app.get('/openapi.yaml', (c) => c.body(getDocs().yaml, 200, { 'content-type': 'application/yaml' }));
+  // YAML only for the clients that ask for it: the library and the text are made on the first request.
+  let yaml: string | null = null;
+  app.get('/openapi.yaml', async (c) => {
+    yaml ??= (await import('yaml')).stringify(JSON.parse(getDocs().json));
+    return c.body(yaml, 200, { 'content-type': 'application/yaml' });
+  });
 
   // Built on first use, as the OpenAPI document is (the URLs and ports are known once everything listens).
   const skillTemplate = readFileSync(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../SKILL.md'), 'utf8');
@@ -167,7 +181,20 @@ export function createApp(svc: Services, log: Logger): Hono {
     }),
   );
   mountDocs(app);
-  mountGuide(app);
+  // The guide's pages need marked: loaded with the first page asked for.
+  let guide: Promise<MiddlewareHandler> | null = null;
+  app.get('/docs/*', async (c, next) => {
+    if (!guide)
+      guide = import('./guide').then(
+        (m) => m.guideHandler(),
+        (err) => {
+          guide = null;
+          throw err;
+        },
+      );
+    const handler = await guide;
+    return handler(c, next);
+  });
   mountOwnerPages(app, svc, log);
   mountExports(app, svc, log);
   mountForwardConfirmation(app, svc, log);

@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Hono } from 'hono';
+import type { MiddlewareHandler } from 'hono';
 import { Marked, type Tokens } from 'marked';
 
 /** The checkout's root: src/ and the bundle's dist/ are at the same depth. */
@@ -149,8 +149,8 @@ ${body}</main>
 </html>`;
 }
 
-/** Serves every page of docFiles() under /docs/...; rendered on first request and kept. */
-export function mountGuide(app: Hono, root = REPO_ROOT): void {
+/** Serves every page of docFiles() under /docs/... (the app mounts it on GET /docs/*). */
+export function guideHandler(root = REPO_ROOT): MiddlewareHandler {
   let pages: Map<string, { doc: DocFile; html: string | null }> | null = null;
   const load = () => {
     if (!pages) {
@@ -161,12 +161,12 @@ export function mountGuide(app: Hono, root = REPO_ROOT): void {
     }
     return { pages, served: new Map([...pages.values()].map((p) => [p.doc.file, p.doc.url])) };
   };
-  app.get('/docs/*', async (c, next) => {
+  return async (c, next) => {
     const url = c.req.path.replace(/\/+$/, '');
     const { pages: all, served } = load();
     const page = all.get(url);
     if (!page) return next();
     page.html ??= renderPage(page.doc, fs.readFileSync(path.join(root, page.doc.file), 'utf8'), served);
     return c.html(page.html, 200, { 'cache-control': 'public, max-age=300', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'" });
-  });
+  };
 }
