@@ -779,3 +779,21 @@ export function runtimeRss(rt: BenchRuntime, load = 'the load client thread'): R
   const here = [r.server && 'server', r.worker && 'worker', r.mail && 'MX', r.push && 'MQTT broker', r.dns && 'DNS'].filter(Boolean).join(', ');
   return new RssMeter({ [`bench process (${here}; ${load})`]: process.pid, ...Object.fromEntries(rt.procs.map((p) => [`${p.name} process`, p.pid])) });
 }
+
+/** A CPU profile of this process's main thread from now until stop(file) writes it; `what` names it in the line printed. */
+export async function startProfile(what: string): Promise<{ stop(file: string): Promise<void> }> {
+  const inspector = await import('node:inspector/promises');
+  const { writeFileSync } = await import('node:fs');
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return {
+    async stop(file) {
+      const { profile } = await session.post('Profiler.stop');
+      writeFileSync(file, JSON.stringify(profile));
+      session.disconnect();
+      console.log(`  CPU profile ${what}: ${file}`);
+    },
+  };
+}

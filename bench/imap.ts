@@ -53,6 +53,7 @@ import {
   signupAccounts,
   startBenchRuntime,
   waitForPort,
+  startProfile,
 } from './common';
 import { exec, k, rows, sql, table } from '@boxes/db';
 
@@ -145,21 +146,8 @@ function makeMessages(n: number, to: string): Buffer[] {
  * BENCH_IMAP_PROFILE=<file>: a CPU profile of the server during the warm Boxes sync: of this process, or of the
  * mail process through its inspector (started with --inspect on inspectPort, spoken to over its WebSocket).
  */
-async function startProfile(inspectPort: number | null): Promise<{ stop(file: string): Promise<void> }> {
-  if (inspectPort !== null) return startRemoteProfile(inspectPort);
-  const inspector = await import('node:inspector/promises');
-  const session = new inspector.Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  return {
-    async stop(file) {
-      const { profile } = await session.post('Profiler.stop');
-      fs.writeFileSync(file, JSON.stringify(profile));
-      session.disconnect();
-      console.log(`  CPU profile of a Boxes sync: ${file}`);
-    },
-  };
+async function startSyncProfile(inspectPort: number | null): Promise<{ stop(file: string): Promise<void> }> {
+  return inspectPort !== null ? startRemoteProfile(inspectPort) : startProfile('of a Boxes sync');
 }
 
 async function startRemoteProfile(port: number): Promise<{ stop(file: string): Promise<void> }> {
@@ -561,14 +549,14 @@ await main('bench:imap', async (onCleanup) => {
       ['boxes', boxesServer],
       ['dovecot', dovecotServer],
     ] as const) {
-      const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startProfile(inspectPort) : null;
+      const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startSyncProfile(inspectPort) : null;
       const d0 = name === 'dovecot' ? await dovecotChildren() : null;
       const p0 = name === 'boxes' ? await pgBackends() : null;
       const cold = await mbsync(clientRoot, `${name}-cold`, server, serverCpuMs);
       const p1 = name === 'boxes' ? await pgBackends() : null;
       const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
-      const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startProfile(inspectPort) : null;
+      const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startSyncProfile(inspectPort) : null;
       const warm = await mbsync(clientRoot, `${name}-warm`, server, serverCpuMs);
       const p2 = name === 'boxes' ? await pgBackends() : null;
       const d2 = name === 'dovecot' ? await dovecotChildren() : null;

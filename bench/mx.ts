@@ -49,6 +49,7 @@ import {
   sleep,
   startBenchRuntime,
   waitForPort,
+  startProfile,
 } from './common';
 import { LoadClient, now } from './load';
 import { exec, k, rows, sql } from '@boxes/db';
@@ -103,7 +104,7 @@ await main('bench:mx', async (onCleanup) => {
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const elu0 = performance.eventLoopUtilization();
-  const profile = process.env.BENCH_MX_PROFILE ? await startProfile() : null;
+  const profile = process.env.BENCH_MX_PROFILE ? await startProfile('of the measured messages') : null;
   const run = await load.call({ op: 'smtpSends', ...smtp, count: M, startSeq: WARMUP });
   if (profile) await profile.stop(process.env.BENCH_MX_PROFILE!);
   rss.stop();
@@ -162,23 +163,6 @@ await main('bench:mx', async (onCleanup) => {
     `mx anchor: Haraka ${harakaRate}/s; Boxes stored ${rate(stored, storedMs)}/s = ${((100 * rate(stored, storedMs)) / Math.max(1, harakaRate)).toFixed(0)}% of it`,
   );
 });
-
-/** BENCH_MX_PROFILE=<file>: a CPU profile of this process's main thread (the MX when all-in-one) during the measured messages. */
-async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
-  const inspector = await import('node:inspector/promises');
-  const session = new inspector.Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  return {
-    async stop(file) {
-      const { profile } = await session.post('Profiler.stop');
-      fs.writeFileSync(file, JSON.stringify(profile));
-      session.disconnect();
-      console.log(`  CPU profile of the measured messages: ${file}`);
-    },
-  };
-}
 
 /**
  * Haraka as the MTA operators run, in its own process on a free port: installed from npm into a cache folder the

@@ -29,7 +29,20 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { canonicalData, canonicalString, EVENTS_CHANNEL, newId } from '@boxes/core';
 import { staticResolver } from '@boxes/mail';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, rate, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
+import {
+  CpuMeter,
+  createBenchDatabase,
+  envInt,
+  loadNote,
+  main,
+  percentile,
+  rate,
+  runtimeRss,
+  signupAccounts,
+  sleep,
+  startBenchRuntime,
+  startProfile,
+} from './common';
 import { LoadClient, now } from './load';
 import { exec, k, rows, sql } from '@boxes/db';
 
@@ -43,24 +56,6 @@ const PROCESSES = process.env.BENCH_PROCESSES === '1';
 const SINK_DOMAIN = 'sink.test';
 const PROFILE = process.env.BENCH_SEND_PROFILE;
 const COUNT = process.env.BENCH_SEND_COUNT === '1';
-
-/** BENCH_SEND_PROFILE: a CPU profile of this process (the server, and the worker in all-in-one). */
-async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
-  const inspector = await import('node:inspector/promises');
-  const fs = await import('node:fs');
-  const session = new inspector.Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  return {
-    async stop(file) {
-      const { profile } = await session.post('Profiler.stop');
-      fs.writeFileSync(file, JSON.stringify(profile));
-      session.disconnect();
-      console.log(`  CPU profile while accepting: ${file}`);
-    },
-  };
-}
 
 /**
  * BENCH_SEND_COUNT: this process's PostgreSQL statements (pg's Client.query, which Prisma's adapter and the typed
@@ -164,7 +159,7 @@ await main('bench:send', async (onCleanup) => {
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const elu0 = performance.eventLoopUtilization();
-  const profile = PROFILE ? await startProfile() : null;
+  const profile = PROFILE ? await startProfile('while accepting') : null;
   const counting = COUNT ? startCounting(rt.runtime.svc.redis) : null;
   const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
   counting?.stop();
