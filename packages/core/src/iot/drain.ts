@@ -10,16 +10,6 @@ const BATCH = 200;
 /** Publishes recorded together at most; the caller also flushes when the stream idles and before it lets go. */
 const FLUSH_EVERY = 200;
 
-/** Publishes what is due for one account and records it; only accounts with a live credential have subscribers. */
-export async function drainMqtt(svc: Services, publish: PublishFn, accountId: string): Promise<void> {
-  const stream = mqttStream(svc, publish, accountId);
-  try {
-    await stream.drain();
-  } finally {
-    await stream.flush();
-  }
-}
-
 /**
  * The account's MQTT topic as a stream. The cursor is recorded per run of publishes, not per event (see
  * FLUSH_EVERY and the caller's flushes): a crash re-publishes at most what was not recorded, which

@@ -259,13 +259,6 @@ export interface PushStream {
   flush(): Promise<void>;
 }
 
-/** Delivers what is due for one account, in order, until caught up or a failure asks for a retry, and records it. */
-export async function drainWebhook(svc: Services, deps: WebhookDeps, accountId: string): Promise<void> {
-  const stream = webhookStream(svc, deps, accountId);
-  await stream.drain();
-  await stream.flush();
-}
-
 /**
  * The account's callback webhook as a stream. Successes are recorded (cursor and delivery log) once per run of
  * them, not per event: every FLUSH_EVERY deliveries, when the caller flushes (it does so when the stream has been
