@@ -1082,8 +1082,10 @@ await main('bench:floor', async (onCleanup) => {
   // What changes of design would lift the ceilings: the group commits measured above, the rest from the parts.
   const K = SEND_GROUP;
   const c = (key: string) => allIn(medCost(key));
+  const mxAnchor = median(mxAnchorRates);
   const est = (f: { all: number }, saved: number) =>
-    `saves ${f2(saved)} ms: ${f2(f.all - saved)} ms in all, a ceiling of ${Math.round(2000 / (f.all - saved))}/s`;
+    `saves ${f2(saved)} ms: ${f2(f.all - saved)} ms in all, a ceiling of ${Math.round(2000 / (f.all - saved))}/s ` +
+    `(${Math.round((100 * 2000) / (f.all - saved) / (f === mx ? mxAnchor : anchorRate))}% of the anchor's wall rate in this run)`;
   const groupSaved = c('accept') - c('accept-group') + c('record') - c('record-group');
   const mxGroupSaved = c('store') - c('store-group');
   console.log(`\nwhat would lift the ceiling (K = ${K} messages a batch; the group commits measured above, the rest estimated from the parts):`);
