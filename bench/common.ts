@@ -10,7 +10,10 @@ import http from 'node:http';
 import net from 'node:net';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { createCipheriv, randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
 import pg from 'pg';
+import { generate } from 'selfsigned';
+import { SMTPServer } from 'smtp-server';
 import { loadConfig, type Config } from '@boxes/config';
 import { ensureDatabase, migrate } from '@boxes/db';
 import type { MxResolver } from '@boxes/mail';
@@ -568,6 +571,29 @@ export class CpuMeter {
     };
   }
 
+  /**
+   * CPU milliseconds used so far, by part, as numbers (report() prints them): this process's main thread, its
+   * other threads, each app process named at construction, PostgreSQL (this database) and Redis. The meter keeps
+   * running; stop() ends its sampling.
+   */
+  totals(): { mainMs: number; otherMs: number; postgresMs: number; redisMs: number; children: Record<string, number> } {
+    const p = process.cpuUsage(this.proc);
+    const mainMs = (mainThreadTicks() - this.main) * 10;
+    const svc = this.services.read();
+    return {
+      mainMs,
+      otherMs: Math.max(0, (p.user + p.system) / 1000 - mainMs),
+      postgresMs: svc.postgres,
+      redisMs: svc.redis,
+      children: Object.fromEntries([...this.children].map(([name, c]) => [name, (processTicks(c.pid) - c.ticks) * 10])),
+    };
+  }
+
+  /** Ends the sampling of PostgreSQL and Redis (report() does it too). */
+  stop(): void {
+    this.services.stop();
+  }
+
   report(items: number, unit = 'message'): string {
     const wallMs = performance.now() - this.started;
     const p = process.cpuUsage(this.proc);
@@ -796,4 +822,24 @@ export async function startProfile(what: string): Promise<{ stop(file: string): 
       console.log(`  CPU profile ${what}: ${file}`);
     },
   };
+}
+
+/** An smtp-server that accepts every message and discards it, with STARTTLS like the MX. */
+export async function startBareSmtp(): Promise<{ port: number; close(): Promise<void> }> {
+  const pems = await generate([{ name: 'commonName', value: 'bare.bench.test' }], { keySize: 2048, algorithm: 'sha256' });
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['AUTH'],
+    key: pems.private,
+    cert: pems.cert,
+    logger: false,
+    size: 25 * 1024 * 1024,
+    onData(stream, _session, cb) {
+      stream.on('data', () => undefined);
+      stream.on('end', () => cb());
+    },
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.server.address() as AddressInfo).port;
+  return { port, close: () => new Promise<void>((r) => server.close(() => r())) };
 }

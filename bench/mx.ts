@@ -29,10 +29,8 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { generate } from 'selfsigned';
-import { SMTPServer } from 'smtp-server';
 import {
   CpuMeter,
   createBenchDatabase,
@@ -50,6 +48,7 @@ import {
   startBenchRuntime,
   waitForPort,
   startProfile,
+  startBareSmtp,
 } from './common';
 import { LoadClient, now } from './load';
 import { exec, k, rows, sql } from '@boxes/db';
@@ -216,24 +215,4 @@ async function startHaraka(): Promise<{ port: number; pid: number; version: stri
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
-}
-
-/** An smtp-server that accepts every message and discards it, with STARTTLS like the MX. */
-async function startBareSmtp(): Promise<{ port: number; close(): Promise<void> }> {
-  const pems = await generate([{ name: 'commonName', value: 'bare.bench.test' }], { keySize: 2048, algorithm: 'sha256' });
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['AUTH'],
-    key: pems.private,
-    cert: pems.cert,
-    logger: false,
-    size: 25 * 1024 * 1024,
-    onData(stream, _session, cb) {
-      stream.on('data', () => undefined);
-      stream.on('end', () => cb());
-    },
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const port = (server.server.address() as AddressInfo).port;
-  return { port, close: () => new Promise<void>((r) => server.close(() => r())) };
 }
