@@ -62,7 +62,7 @@ afterAll(async () => {
 });
 
 /** The operator CLI with the given environment (no BOXES_SECRET_KEY: the data dir holds the key); never throws. */
-async function cli(runner: 'tsx' | 'bundle', args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
+async function cli(runner: 'tsx' | 'bundle', args: string[], env: Record<string, string>, limitMs = 240_000): Promise<{ code: number; out: string }> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'BOXES_SECRET_KEY' && k !== 'BOXES_DATA_DIR'));
   const argv =
     runner === 'tsx'
@@ -72,14 +72,17 @@ async function cli(runner: 'tsx' | 'bundle', args: string[], env: Record<string,
     const { stdout, stderr } = await run(argv[0] as string, [...(argv[1] as string[]), ...args], {
       cwd: root,
       env: { ...base, LOG_LEVEL: 'warn', ...env },
-      timeout: 240_000,
+      timeout: limitMs,
       maxBuffer: 16 * 1024 * 1024,
     });
     return { code: 0, out: stdout + stderr };
   } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
+    const e = err as { code?: number | null; killed?: boolean; stdout?: string; stderr?: string };
+    const out = (e.stdout ?? '') + (e.stderr ?? '');
+    // Killed at the limit: a command that has answered must exit, so say so rather than report the signal's code.
+    if (e.killed) return { code: -1, out: `${out}\n[the command did not exit within ${limitMs / 1000} s and was killed]` };
     if (typeof e.code !== 'number') throw err;
-    return { code: e.code, out: (e.stdout ?? '') + (e.stderr ?? '') };
+    return { code: e.code, out };
   }
 }
 
@@ -528,7 +531,13 @@ it('a backup of an older schema is migrated when restored (--force over a databa
   fs.writeFileSync(path.join(unpacked, 'manifest.json'), JSON.stringify({ ...manifest, schema: { ...manifest.schema, migrations: all.slice(0, -1) } }));
   const damaged = path.join(work, 'damaged.tar');
   await run('tar', ['cf', damaged, '-C', unpacked, 'manifest.json', 'keys.json', 'database.dump']);
-  const bad = await cli('tsx', ['restore', damaged, '--check'], { DATABASE_URL: databaseUrlFor(fresh), BOXES_DATA_DIR: path.join(work, 'future-data') });
+  // It must also exit once it has said so (a bounded wait: reading a few MB and refusing takes seconds, even on a busy machine).
+  const bad = await cli(
+    'tsx',
+    ['restore', damaged, '--check'],
+    { DATABASE_URL: databaseUrlFor(fresh), BOXES_DATA_DIR: path.join(work, 'future-data') },
+    90_000,
+  );
   expect(bad.code, bad.out).toBe(1);
   expect(bad.out).toContain("database.dump is damaged: its SHA-256 is not the manifest's");
 }, 300_000);

@@ -1,7 +1,8 @@
 /**
- * The production start runs compiled JavaScript: `pnpm build` bundles the service, and the bundle runs apps on
- * their own with plain node (no tsx): here the HTTP server alone on a fresh database, then the worker alone,
- * then every app as `pnpm start` runs them, each stopped gracefully by SIGTERM.
+ * The production start runs compiled JavaScript: `pnpm build` bundles the service (its @boxes/server task, which
+ * buildBundle runs), and the bundle runs apps on their own with plain node (no tsx): here the HTTP server alone on
+ * a fresh database, then the worker alone, then every app as `pnpm start` runs them, each stopped gracefully by
+ * SIGTERM.
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import {
   BackupError,
   Digest,
@@ -86,6 +86,19 @@ async function archiveOf(seal: boolean) {
   return { file, key, keys, dump, encryption, names: [a.member.name, b.member.name] };
 }
 
+/** How many of this process's file descriptors are open on `file` (Linux: /proc/self/fd). */
+function openOn(file: string): number {
+  let n = 0;
+  for (const fd of fs.readdirSync('/proc/self/fd')) {
+    try {
+      if (fs.readlinkSync(`/proc/self/fd/${fd}`) === file) n++;
+    } catch {
+      /* closed while listed */
+    }
+  }
+  return n;
+}
+
 describe('the backup archive', () => {
   it('is a tar that tar lists, mode 0600, the manifest first; its members read back as written', async () => {
     const x = await archiveOf(false);
@@ -147,5 +160,24 @@ describe('the backup archive', () => {
     const foreign = tmp('foreign.tar');
     execFileSync('tar', ['cf', foreign, '-C', dir, path.basename(cut)]);
     await expect(readBack(foreign, null)).rejects.toThrow(BackupError);
+  });
+
+  it.runIf(fs.existsSync('/proc/self/fd'))('a refused read lets go of the archive file, at the end of it or part way through', async () => {
+    // At the end: the last member's checksum. Part way: the first sealed member does not open, the second is unread.
+    const damaged = await archiveOf(false);
+    const bytes = fs.readFileSync(damaged.file);
+    const at = bytes.length - 1024 - 512 - 100;
+    bytes[at] = bytes[at]! ^ 0xff;
+    fs.writeFileSync(damaged.file, bytes);
+    const sealed = await archiveOf(true);
+    const cases: [string, Buffer | null, RegExp][] = [
+      [damaged.file, null, /damaged/],
+      [sealed.file, await deriveKey('wrong horse battery staple', sealed.encryption!), /does not open/],
+    ];
+    for (const [file, key, reason] of cases) {
+      await expect(readBack(file, key)).rejects.toThrow(reason);
+      // The file stream is destroyed, not left paused with its descriptor open; closing it takes a tick or two.
+      await vi.waitFor(() => expect(openOn(file), `${file} is still open after the read was refused`).toBe(0), { timeout: 5000, interval: 10 });
+    }
   });
 });

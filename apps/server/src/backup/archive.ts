@@ -233,33 +233,50 @@ export async function readArchive(
   const source = fs.createReadStream(file);
   source.on('error', (err) => tar.destroy(err));
   source.pipe(tar);
-  let manifest: Manifest | null = null;
-  const seen = new Set<string>();
-  for await (const entry of tar) {
-    const name = entry.header.name;
-    if (!manifest) {
-      if (name !== MANIFEST) throw new BackupError(`${file} is not a Boxes backup (its first member is ${name}, not ${MANIFEST})`);
-      const chunks: Buffer[] = [];
-      for await (const c of entry) chunks.push(c as Buffer);
-      manifest = parseManifest(Buffer.concat(chunks).toString('utf8'));
-      await onManifest(manifest);
-      continue;
+  // Iterated by hand, not with for-await: leaving a for-await early calls the extractor's return(), which waits
+  // for the extractor to close, and a refusal must not depend on that. On any error the file, the member being
+  // read and the extractor are all torn down here, so nothing is left holding the process open.
+  const entries = tar[Symbol.asyncIterator]();
+  let current: { destroy(err?: Error): unknown } | null = null;
+  try {
+    let manifest: Manifest | null = null;
+    const seen = new Set<string>();
+    for (;;) {
+      const next = await entries.next();
+      if (next.done) break;
+      const entry = next.value;
+      current = entry;
+      const name = entry.header.name;
+      if (!manifest) {
+        if (name !== MANIFEST) throw new BackupError(`${file} is not a Boxes backup (its first member is ${name}, not ${MANIFEST})`);
+        const chunks: Buffer[] = [];
+        for await (const c of entry) chunks.push(c as Buffer);
+        manifest = parseManifest(Buffer.concat(chunks).toString('utf8'));
+        await onManifest(manifest);
+        continue;
+      }
+      const member = manifest.members.find((m) => m.name === name);
+      if (!member || seen.has(name)) throw new BackupError(`unexpected member ${name} in the archive`);
+      seen.add(name);
+      if (entry.header.size !== member.bytes) throw new BackupError(`${name} holds ${entry.header.size} bytes, the manifest says ${member.bytes}`);
+      const digest = new Digest();
+      entry.pipe(digest);
+      await onMember(member, digest);
+      if (digest.bytes !== member.bytes || digest.hex() !== member.sha256) {
+        throw new BackupError(`${name} is damaged: its SHA-256 is not the manifest's`);
+      }
     }
-    const member = manifest.members.find((m) => m.name === name);
-    if (!member || seen.has(name)) throw new BackupError(`unexpected member ${name} in the archive`);
-    seen.add(name);
-    if (entry.header.size !== member.bytes) throw new BackupError(`${name} holds ${entry.header.size} bytes, the manifest says ${member.bytes}`);
-    const digest = new Digest();
-    entry.pipe(digest);
-    await onMember(member, digest);
-    if (digest.bytes !== member.bytes || digest.hex() !== member.sha256) {
-      throw new BackupError(`${name} is damaged: its SHA-256 is not the manifest's`);
-    }
+    if (!manifest) throw new BackupError(`${file} is empty or not a tar archive`);
+    const missing = manifest.members.filter((m) => !seen.has(m.name)).map((m) => m.name);
+    if (missing.length) throw new BackupError(`the archive is cut short: ${missing.join(', ')} missing`);
+    return manifest;
+  } catch (err) {
+    source.unpipe(tar);
+    source.destroy();
+    current?.destroy();
+    tar.destroy();
+    throw err;
   }
-  if (!manifest) throw new BackupError(`${file} is empty or not a tar archive`);
-  const missing = manifest.members.filter((m) => !seen.has(m.name)).map((m) => m.name);
-  if (missing.length) throw new BackupError(`the archive is cut short: ${missing.join(', ')} missing`);
-  return manifest;
 }
 
 function parseManifest(text: string): Manifest {

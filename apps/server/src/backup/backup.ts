@@ -171,7 +171,15 @@ export async function createBackup(config: Config, opts: BackupOptions): Promise
         pipeStdout: true,
       },
     );
-    const [dbMember] = await Promise.all([writeMember(dir, DATABASE_MEMBER, dump.stdout!, seal), dump.done]);
+    let dbMember: Awaited<ReturnType<typeof writeMember>>;
+    try {
+      [dbMember] = await Promise.all([writeMember(dir, DATABASE_MEMBER, dump.stdout!, seal), dump.done]);
+    } catch (err) {
+      // Writing the member failed (or pg_dump did): pg_dump must not go on dumping into a pipe nobody reads.
+      dump.stop();
+      dump.done.catch(() => undefined);
+      throw err;
+    }
     // The snapshot had to live until pg_dump had taken it; now the transaction can end.
     await client.query('COMMIT');
 

@@ -92,13 +92,16 @@ export function libpqEnv(databaseUrl: string): Record<string, string> {
   return env;
 }
 
-/** Runs a PostgreSQL tool; its stderr goes into the error when it fails; with pipeStdout its output is a stream. */
+/**
+ * Runs a PostgreSQL tool; its stderr goes into the error when it fails; with pipeStdout its output is a stream.
+ * stop() ends it if it still runs (a caller that fails part way must not leave it working, or waiting on a pipe).
+ */
 export function runPgTool(
   tool: PgTool,
   args: string[],
   databaseUrl: string,
   opts: { pipeStdout?: boolean } = {},
-): { done: Promise<void>; stdout: NodeJS.ReadableStream | null } {
+): { done: Promise<void>; stdout: NodeJS.ReadableStream | null; stop: () => void } {
   // The tool's own environment, not the caller's PG* variables (they would name another server).
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PG'))) as Record<string, string>;
   const child = spawn(tool.path, args, { env: { ...base, ...libpqEnv(databaseUrl) }, stdio: ['ignore', opts.pipeStdout ? 'pipe' : 'ignore', 'pipe'] });
@@ -112,5 +115,8 @@ export function runPgTool(
       code === 0 ? resolve() : reject(new BackupError(`${path.basename(tool.path)} failed (${code ?? signal}): ${err.trim() || 'no message'}`)),
     );
   });
-  return { done, stdout: child.stdout };
+  const stop = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  };
+  return { done, stdout: child.stdout, stop };
 }
