@@ -1,0 +1,144 @@
+/**
+ * pnpm bench:append — the PostgreSQL CPU of one event append, apart from everything else: a fresh database, one
+ * connection, a loop of appendEvent over BENCH_APPEND_ACCOUNTS accounts, and the CPU of that connection's backend
+ * (utime + stime of /proc/<pid>/stat, pg_backend_pid()) per append. Then the same loop with one part of the
+ * statement taken out at a time (variants by name in BENCH_APPEND_VARIANTS), to show which part costs.
+ *
+ *   BENCH_APPEND_EVENTS=2000 BENCH_APPEND_ACCOUNTS=10 BENCH_APPEND_ROUNDS=3 BENCH_APPEND_VARIANTS=as-is,no-notify,...
+ */
+import fs from 'node:fs';
+import pg from 'pg';
+import { appendEvent } from '@boxes/core';
+import { closeDb, createDb, exec, rows, sql } from '@boxes/db';
+import { createBenchDatabase, envInt, loadNote, main } from './common';
+
+const EVENTS = envInt('BENCH_APPEND_EVENTS', 2000, 10, 1_000_000);
+const ACCOUNTS = envInt('BENCH_APPEND_ACCOUNTS', 10, 1, 1000);
+const ROUNDS = envInt('BENCH_APPEND_ROUNDS', 3, 1, 20);
+
+/** Each variant: a rewrite of the append's statement text, and SQL run before it (on the same connection or DDL). */
+interface Variant {
+  rewrite?: (text: string) => string;
+  setup?: string[];
+  undo?: string[];
+}
+const variants: Record<string, Variant> = {
+  'as-is': {},
+  'no-notify': { rewrite: (t) => t.replace(/pg_notify\((\$\d+), (\$\d+)\)::text/, '($1::text || $2::text)') },
+  // The update kept in the text (its parameter is typed there) but matching no row.
+  // The update kept in the text (its parameter is typed there) but matching no row; seq from a sequence instead.
+  'no-head-update': {
+    setup: ['CREATE SEQUENCE IF NOT EXISTS append_seq START 100000000'],
+    rewrite: (t) =>
+      t.replace(/(upd AS \(UPDATE .*?WHERE .*?= \$\d+)\)/s, '$1 AND false)').replace(/\S*chain_seq"? \+ 1 AS seq/, "nextval('append_seq')::int AS seq"),
+  },
+  'no-insert': { rewrite: (t) => t.replace(/(ins AS \(INSERT INTO .*?AS r)\)/s, '$1 WHERE false)') },
+  // The same text built and encoded, only not hashed (its first 64 hex digits stand for the hash).
+  'no-sha256': {
+    rewrite: (t) => t.replace('encode(sha256(convert_to(', 'left(encode(convert_to(').replace(", 'UTF8')), 'hex') AS hash", ", 'UTF8'), 'hex'), 64) AS hash"),
+  },
+  'no-type-index': {
+    setup: ['DROP INDEX events_account_id_type_seq_idx'],
+    undo: ['CREATE INDEX events_account_id_type_seq_idx ON events (account_id, type, seq)'],
+  },
+  'no-fk': {
+    setup: ['ALTER TABLE events DROP CONSTRAINT events_account_id_fkey'],
+    undo: ['ALTER TABLE events ADD CONSTRAINT events_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts(id) ON DELETE CASCADE ON UPDATE CASCADE'],
+  },
+  'async-commit': { setup: ['SET synchronous_commit = off'], undo: ['SET synchronous_commit = on'] },
+  'select-1': {},
+  // A named statement: parsed and planned once per connection (a generic plan after five runs), not each time.
+  prepared: {},
+};
+const chosen = (process.env.BENCH_APPEND_VARIANTS ?? Object.keys(variants).join(',')).split(',');
+
+let rewrite: ((t: string) => string) | undefined;
+let named = false;
+const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  const q = args[0] as { text?: string } | string;
+  if (typeof q === 'object' && q?.text?.startsWith('\n    WITH head AS')) {
+    if (rewrite) q.text = rewrite(q.text);
+    if (named) (q as { name?: string }).name = 'append_event';
+  }
+  return query.apply(this, args);
+} as never;
+
+function ticks(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return Number(f[11]) + Number(f[12]);
+}
+
+await main('bench:append', async (onCleanup) => {
+  const bench = await createBenchDatabase();
+  onCleanup(() => bench.drop());
+  const db = createDb(bench.url, { max: 1 });
+  onCleanup(() => closeDb(db));
+  const ids: string[] = [];
+  for (let i = 0; i < ACCOUNTS; i++) {
+    const id = `acc_append${i}`;
+    await exec(
+      db,
+      sql`INSERT INTO accounts (id, human_email, primary_address, updated_at) VALUES (${id}, ${`h${i}@example.com`}, ${`agent@a${i}.example.com`}, now())`,
+    );
+    ids.push(id);
+  }
+  const [{ pid }] = (await rows(db, sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`)) as [{ pid: number }];
+  // Two listeners, as a worker has: one on the appends' channel, one on another. PostgreSQL wakes every listening
+  // backend of the database on each NOTIFY, whatever its channel; their CPU is printed apart.
+  const listeners: { channel: string; pid: number; client: pg.Client; got: number }[] = [];
+  for (const channel of ['boxes_events', 'boxes_other']) {
+    const client = new pg.Client({ connectionString: bench.url });
+    await client.connect();
+    onCleanup(() => client.end());
+    const l = { channel, pid: (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid, client, got: 0 };
+    client.on('notification', () => (l.got += 1));
+    await client.query(`LISTEN ${channel}`);
+    listeners.push(l);
+  }
+  console.log(`bench:append: ${EVENTS} appends over ${ACCOUNTS} accounts, one connection, ${ROUNDS} rounds; ${loadNote()}`);
+  let n = 0;
+  const run = async (name: string) => {
+    const v = variants[name]!;
+    for (const s of v.setup ?? []) await exec(db, sql.raw(s));
+    rewrite = v.rewrite;
+    named = name === 'prepared';
+    const t0 = ticks(pid);
+    const l0 = listeners.map((l) => ticks(l.pid));
+    const w0 = performance.now();
+    for (let i = 0; i < EVENTS; i++) {
+      if (name === 'select-1') {
+        await rows(db, sql<{ x: string }>`SELECT ${ids[i % ACCOUNTS]!}::text AS x`);
+        continue;
+      }
+      await appendEvent({
+        db,
+        accountId: ids[i % ACCOUNTS]!,
+        type: 'mail.delivered',
+        data: { message_id: `msg_append${n++}`, recipient: 'someone@example.com', route: 'mx', remote_mta: 'mx.example.com', response: '250 2.0.0 Ok: queued' },
+      });
+    }
+    const ms = (ticks(pid) - t0) * 10;
+    const wall = performance.now() - w0;
+    await new Promise((r) => setTimeout(r, 200));
+    const listenMs = listeners.map((l, i) => ((ticks(l.pid) - l0[i]!) * 10) / EVENTS);
+    rewrite = undefined;
+    named = false;
+    for (const s of v.undo ?? []) await exec(db, sql.raw(s));
+    return { cpu: ms / EVENTS, wall: wall / EVENTS, listen: listenMs };
+  };
+  await run('as-is'); // warm the backend's caches
+  const results = new Map<string, { cpu: number; wall: number; listen: number[] }[]>();
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const name of chosen) {
+      const x = await run(name);
+      results.set(name, [...(results.get(name) ?? []), x]);
+    }
+  }
+  for (const [name, xs] of results) {
+    console.log(
+      `  ${name.padEnd(16)} backend CPU ms per append ${xs.map((x) => x.cpu.toFixed(3)).join(' ')}   wall ${xs.map((x) => x.wall.toFixed(2)).join(' ')}   listeners (${listeners.map((l) => l.channel).join(', ')}) ${xs.map((x) => x.listen.map((y) => y.toFixed(3)).join('/')).join(' ')}`,
+    );
+  }
+});
