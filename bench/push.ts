@@ -248,8 +248,8 @@ await main('bench:push', async (onCleanup) => {
       const by = new Map<number, number[]>();
       for (let i = 0; i < latency.length; i++) {
         const k = Math.floor((created[i]! - started) / TIMELINE);
-        let xs = by.get(k);
-        if (!xs) by.set(k, (xs = []));
+        const xs = by.get(k) ?? [];
+        if (!xs.length) by.set(k, xs);
         xs.push(latency[i]!);
       }
       return by;
