@@ -1,10 +1,14 @@
 /**
  * pnpm bench:append — the PostgreSQL CPU of one event append, apart from everything else: a fresh database, one
  * connection, a loop of appendEvent over BENCH_APPEND_ACCOUNTS accounts, and the CPU of that connection's backend
- * (utime + stime of /proc/<pid>/stat, pg_backend_pid()) per append. Then the same loop with one part of the
- * statement taken out at a time (variants by name in BENCH_APPEND_VARIANTS), to show which part costs.
+ * (utime + stime of /proc/<pid>/stat, pg_backend_pid()) per append, and of two listening connections (one on
+ * the appends' channel, one on another: PostgreSQL wakes every listener of the database on each NOTIFY). Then
+ * the same loop with one part taken away at a time (variants by name in BENCH_APPEND_VARIANTS, interleaved over
+ * the rounds): an index, the foreign key, the commit's wait for its WAL flush; select-1 is the floor of any
+ * statement. (Before append_event became a function, variants that rewrote its statement's text took out the
+ * NOTIFY, the head's update, the insert and the sha256: see docs/benchmarks.md, "push".)
  *
- *   BENCH_APPEND_EVENTS=2000 BENCH_APPEND_ACCOUNTS=10 BENCH_APPEND_ROUNDS=3 BENCH_APPEND_VARIANTS=as-is,no-notify,...
+ *   BENCH_APPEND_EVENTS=2000 BENCH_APPEND_ACCOUNTS=10 BENCH_APPEND_ROUNDS=3 BENCH_APPEND_VARIANTS=as-is,async-commit
  */
 import fs from 'node:fs';
 import pg from 'pg';
@@ -16,27 +20,13 @@ const EVENTS = envInt('BENCH_APPEND_EVENTS', 2000, 10, 1_000_000);
 const ACCOUNTS = envInt('BENCH_APPEND_ACCOUNTS', 10, 1, 1000);
 const ROUNDS = envInt('BENCH_APPEND_ROUNDS', 3, 1, 20);
 
-/** Each variant: a rewrite of the append's statement text, and SQL run before it (on the same connection or DDL). */
+/** Each variant: SQL run before it (a setting of the measured connection, or DDL) and after it. */
 interface Variant {
-  rewrite?: (text: string) => string;
   setup?: string[];
   undo?: string[];
 }
 const variants: Record<string, Variant> = {
   'as-is': {},
-  'no-notify': { rewrite: (t) => t.replace(/pg_notify\((\$\d+), (\$\d+)\)::text/, '($1::text || $2::text)') },
-  // The update kept in the text (its parameter is typed there) but matching no row.
-  // The update kept in the text (its parameter is typed there) but matching no row; seq from a sequence instead.
-  'no-head-update': {
-    setup: ['CREATE SEQUENCE IF NOT EXISTS append_seq START 100000000'],
-    rewrite: (t) =>
-      t.replace(/(upd AS \(UPDATE .*?WHERE .*?= \$\d+)\)/s, '$1 AND false)').replace(/\S*chain_seq"? \+ 1 AS seq/, "nextval('append_seq')::int AS seq"),
-  },
-  'no-insert': { rewrite: (t) => t.replace(/(ins AS \(INSERT INTO .*?AS r)\)/s, '$1 WHERE false)') },
-  // The same text built and encoded, only not hashed (its first 64 hex digits stand for the hash).
-  'no-sha256': {
-    rewrite: (t) => t.replace('encode(sha256(convert_to(', 'left(encode(convert_to(').replace(", 'UTF8')), 'hex') AS hash", ", 'UTF8'), 'hex'), 64) AS hash"),
-  },
   'no-type-index': {
     setup: ['DROP INDEX events_account_id_type_seq_idx'],
     undo: ['CREATE INDEX events_account_id_type_seq_idx ON events (account_id, type, seq)'],
@@ -47,22 +37,8 @@ const variants: Record<string, Variant> = {
   },
   'async-commit': { setup: ['SET synchronous_commit = off'], undo: ['SET synchronous_commit = on'] },
   'select-1': {},
-  // A named statement: parsed and planned once per connection (a generic plan after five runs), not each time.
-  prepared: {},
 };
 const chosen = (process.env.BENCH_APPEND_VARIANTS ?? Object.keys(variants).join(',')).split(',');
-
-let rewrite: ((t: string) => string) | undefined;
-let named = false;
-const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
-pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-  const q = args[0] as { text?: string } | string;
-  if (typeof q === 'object' && q?.text?.startsWith('\n    WITH head AS')) {
-    if (rewrite) q.text = rewrite(q.text);
-    if (named) (q as { name?: string }).name = 'append_event';
-  }
-  return query.apply(this, args);
-} as never;
 
 function ticks(pid: number): number {
   const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -102,8 +78,6 @@ await main('bench:append', async (onCleanup) => {
   const run = async (name: string) => {
     const v = variants[name]!;
     for (const s of v.setup ?? []) await exec(db, sql.raw(s));
-    rewrite = v.rewrite;
-    named = name === 'prepared';
     const t0 = ticks(pid);
     const l0 = listeners.map((l) => ticks(l.pid));
     const w0 = performance.now();
@@ -123,8 +97,6 @@ await main('bench:append', async (onCleanup) => {
     const wall = performance.now() - w0;
     await new Promise((r) => setTimeout(r, 200));
     const listenMs = listeners.map((l, i) => ((ticks(l.pid) - l0[i]!) * 10) / EVENTS);
-    rewrite = undefined;
-    named = false;
     for (const s of v.undo ?? []) await exec(db, sql.raw(s));
     return { cpu: ms / EVENTS, wall: wall / EVENTS, listen: listenMs };
   };
