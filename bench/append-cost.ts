@@ -8,12 +8,12 @@
  * statement. (Before append_event became a function, variants that rewrote its statement's text took out the
  * NOTIFY, the head's update, the insert and the sha256: see docs/benchmarks.md, "push".)
  *
- *   BENCH_APPEND_EVENTS=2000 BENCH_APPEND_ACCOUNTS=10 BENCH_APPEND_ROUNDS=3 BENCH_APPEND_VARIANTS=as-is,async-commit
+ *   BENCH_APPEND_EVENTS=2000 BENCH_APPEND_ACCOUNTS=10 BENCH_APPEND_ROUNDS=3 BENCH_APPEND_VARIANTS=as-is,statement
  */
 import fs from 'node:fs';
 import pg from 'pg';
-import { appendEvent } from '@boxes/core';
-import { closeDb, createDb, exec, rows, sql } from '@boxes/db';
+import { appendEvent, canonicalBody, canonicalString, EVENTS_CHANNEL, newId } from '@boxes/core';
+import { closeDb, createDb, exec, rows, sql, tbl, type DbClient } from '@boxes/db';
 import { createBenchDatabase, envInt, loadNote, main } from './common';
 
 const EVENTS = envInt('BENCH_APPEND_EVENTS', 2000, 10, 1_000_000);
@@ -37,7 +37,35 @@ const variants: Record<string, Variant> = {
   },
   'async-commit': { setup: ['SET synchronous_commit = off'], undo: ['SET synchronous_commit = on'] },
   'select-1': {},
+  // The same append sent as one CTE statement, parsed and planned by PostgreSQL every time (as before append_event).
+  statement: {},
 };
+
+/** The append as one statement (appendEvent's body before append_event): the A of the function's A/B. */
+async function appendByStatement(db: DbClient, accountId: string, data: Record<string, unknown>): Promise<void> {
+  const type = 'mail.delivered';
+  const id = newId('evt');
+  const created_at = new Date().toISOString();
+  const after = `,"type":${canonicalString(type)}}`;
+  const whole = canonicalBody({ id, seq: 0, type, account_id: accountId, created_at, data });
+  const before = `${whole.slice(0, -`,"seq":0${after}`.length)},"seq":`;
+  const row = { id, account_id: accountId, type, box_id: null, data, created_at };
+  const a = tbl('accounts');
+  const ev = tbl('events');
+  const names = ['id', 'account_id', 'seq', 'type', 'box_id', 'data', 'created_at', 'prev_hash', 'hash'];
+  const cols = sql.join(names.map((c) => sql.ref(c)));
+  await rows(
+    db,
+    sql<{ seq: number }>`
+    WITH head AS (SELECT ${a.chain_seq} + 1 AS seq, ${a.chain_hash} AS prev_hash FROM ${a.$} WHERE ${a.id} = ${accountId} FOR NO KEY UPDATE),
+    ch AS (SELECT seq, prev_hash, encode(sha256(convert_to(prev_hash || chr(10) || ${before} || seq::text || ${after}, 'UTF8')), 'hex') AS hash FROM head),
+    ins AS (INSERT INTO ${ev.$} (${cols})
+      SELECT ${sql.join(names.map((c) => sql.ref(`r.${c}`)))} FROM ch, jsonb_populate_record(NULL::${ev.$}, ${JSON.stringify(row)}::jsonb
+        || jsonb_build_object('seq', ch.seq, 'prev_hash', ch.prev_hash, 'hash', ch.hash)) AS r),
+    upd AS (UPDATE ${a.$} SET ${a.chain_seq} = ch.seq, ${a.chain_hash} = ch.hash FROM ch WHERE ${a.id} = ${accountId})
+    SELECT seq, prev_hash, hash, pg_notify(${EVENTS_CHANNEL}, ${accountId})::text AS notified FROM ch`,
+  );
+}
 const chosen = (process.env.BENCH_APPEND_VARIANTS ?? Object.keys(variants).join(',')).split(',');
 
 function ticks(pid: number): number {
@@ -86,12 +114,16 @@ await main('bench:append', async (onCleanup) => {
         await rows(db, sql<{ x: string }>`SELECT ${ids[i % ACCOUNTS]!}::text AS x`);
         continue;
       }
-      await appendEvent({
-        db,
-        accountId: ids[i % ACCOUNTS]!,
-        type: 'mail.delivered',
-        data: { message_id: `msg_append${n++}`, recipient: 'someone@example.com', route: 'mx', remote_mta: 'mx.example.com', response: '250 2.0.0 Ok: queued' },
-      });
+      const accountId = ids[i % ACCOUNTS]!;
+      const data = {
+        message_id: `msg_append${n++}`,
+        recipient: 'someone@example.com',
+        route: 'mx',
+        remote_mta: 'mx.example.com',
+        response: '250 2.0.0 Ok: queued',
+      };
+      if (name === 'statement') await appendByStatement(db, accountId, data);
+      else await appendEvent({ db, accountId, type: 'mail.delivered', data });
     }
     const ms = (ticks(pid) - t0) * 10;
     const wall = performance.now() - w0;
