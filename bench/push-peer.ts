@@ -20,8 +20,10 @@ interface Subscriber {
 
 const port = parentPort!;
 const { keyPem, certPem } = workerData as { keyPem: string; certPem: string };
-const byPath = new Map<string, { latency: number[]; seen: Set<string>; twice: number }>();
+const byPath = new Map<string, { latency: number[]; created: number[]; seen: Set<string>; twice: number }>();
 const mqttLatency: number[] = [];
+/** Each MQTT latency's event created_at (ms), beside it: the bench's timeline puts the latencies in their second. */
+const mqttCreated: number[] = [];
 const seenMqtt = new Set<string>();
 const clients: mqtt.MqttClient[] = [];
 
@@ -35,13 +37,15 @@ const receiver = https.createServer({ key: keyPem, cert: certPem, keepAliveTimeo
       const pathname = req.url ?? '/';
       let p = byPath.get(pathname);
       if (!p) {
-        p = { latency: [], seen: new Set(), twice: 0 };
+        p = { latency: [], created: [], seen: new Set(), twice: 0 };
         byPath.set(pathname, p);
       }
       if (p.seen.has(e.id)) p.twice += 1;
       else {
         p.seen.add(e.id);
-        p.latency.push(at - Date.parse(e.created_at));
+        const created = Date.parse(e.created_at);
+        p.latency.push(at - created);
+        p.created.push(created);
       }
     }
     res.writeHead(200).end();
@@ -64,7 +68,9 @@ port.on('message', async (msg: { op: 'subscribe'; mqttPort: number; subscribers:
         const e = JSON.parse(payload.toString('utf8')) as { id: string; type: string; created_at: string };
         if (e.type === 'mail.delivered' && !seenMqtt.has(e.id)) {
           seenMqtt.add(e.id);
-          mqttLatency.push(at - Date.parse(e.created_at));
+          const created = Date.parse(e.created_at);
+          mqttLatency.push(at - created);
+          mqttCreated.push(created);
         }
       });
       await client.subscribeAsync(s.topic, { qos: 1 });
@@ -73,7 +79,16 @@ port.on('message', async (msg: { op: 'subscribe'; mqttPort: number; subscribers:
     port.postMessage({ op: 'subscribed' });
   } else if (msg.op === 'results') {
     const paths = Object.fromEntries([...byPath].map(([k, v]) => [k, { latency: v.latency, twice: v.twice }]));
-    port.postMessage({ op: 'results', webhook: byPath.get('/hook')?.latency ?? [], mqtt: mqttLatency, paths, deadConnections });
+    const hook = byPath.get('/hook');
+    port.postMessage({
+      op: 'results',
+      webhook: hook?.latency ?? [],
+      webhookCreated: hook?.created ?? [],
+      mqtt: mqttLatency,
+      mqttCreated,
+      paths,
+      deadConnections,
+    });
   } else {
     for (const sock of deadSockets) sock.destroy();
     await new Promise<void>((r) => dead.close(() => r()));

@@ -33,7 +33,12 @@
  * included (BEGIN, the head's lock, the insert, COMMIT).
  *
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
- *   BENCH_PUSH_STATEMENTS=1
+ * Timeline (BENCH_PUSH_TIMELINE=<ms>, e.g. 1000 or 100): the latencies by the slice of the run their event was
+ * appended in (n, p50, p99 and max of each slice, webhook and MQTT), to tell a tail at the start from a
+ * periodic one.
+ *
+ *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
+ *   BENCH_PUSH_STATEMENTS=1 BENCH_PUSH_TIMELINE=1000
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -53,6 +58,8 @@ const PROCESSES = process.env.BENCH_PROCESSES === '1';
 /** Webhook endpoints per account (0: none, the callback only); the last one is dead. */
 const ENDPOINTS = envInt('BENCH_PUSH_ENDPOINTS', 0, 0, 10);
 const STATEMENTS = process.env.BENCH_PUSH_STATEMENTS === '1';
+/** Slice of the timeline in ms (0: no timeline). */
+const TIMELINE = envInt('BENCH_PUSH_TIMELINE', 0, 0, 60_000);
 
 /**
  * CPU ticks of this database's own backends (by their process title), sampled so that a backend that exits
@@ -205,6 +212,8 @@ await main('bench:push', async (onCleanup) => {
   const deadline = Date.now() + 60_000;
   let webhookLatency: number[] = [];
   let mqttLatency: number[] = [];
+  let webhookCreated: number[] = [];
+  let mqttCreated: number[] = [];
   let paths: Record<string, { latency: number[]; twice: number }> = {};
   let deadConnections = 0;
   const livePaths = Array.from({ length: Math.max(0, ENDPOINTS - 1) }, (_, i) => `/ep/${i + 1}`);
@@ -213,6 +222,8 @@ await main('bench:push', async (onCleanup) => {
     const r = await nextReply();
     webhookLatency = r.webhook as number[];
     mqttLatency = r.mqtt as number[];
+    webhookCreated = r.webhookCreated as number[];
+    mqttCreated = r.mqttCreated as number[];
     paths = r.paths as typeof paths;
     deadConnections = r.deadConnections as number;
     const endpointsDone = livePaths.every((p) => (paths[p]?.latency.length ?? 0) >= total);
@@ -231,6 +242,29 @@ await main('bench:push', async (onCleanup) => {
   console.log(`  appended: ${total} events over ${appendSeconds.toFixed(1)} s (${Math.round(total / appendSeconds)}/s)`);
   console.log(`  webhook: ${summary(webhookLatency)}${seenWebhook.size < total ? `  MISSING ${total - seenWebhook.size}` : ''}`);
   console.log(`  mqtt:    ${summary(mqttLatency)}${seenMqtt.size < total ? `  MISSING ${total - seenMqtt.size}` : ''}`);
+  if (TIMELINE) {
+    // Latencies by the slice their event was appended in, from the first append.
+    const slices = (latency: number[], created: number[]) => {
+      const by = new Map<number, number[]>();
+      for (let i = 0; i < latency.length; i++) {
+        const k = Math.floor((created[i]! - started) / TIMELINE);
+        const xs = by.get(k) ?? [];
+        if (!xs.length) by.set(k, xs);
+        xs.push(latency[i]!);
+      }
+      return by;
+    };
+    const hook = slices(webhookLatency, webhookCreated);
+    const mq = slices(mqttLatency, mqttCreated);
+    const cell = (xs: number[] | undefined) => {
+      if (!xs?.length) return '-'.padEnd(30);
+      const s = [...xs].sort((a, b) => a - b);
+      return `n ${s.length} p50 ${percentile(s, 50).toFixed(0)} p99 ${percentile(s, 99).toFixed(0)} max ${s[s.length - 1]!.toFixed(0)}`.padEnd(30);
+    };
+    console.log(`  timeline (slices of ${TIMELINE} ms from the first append; ms): webhook | mqtt`);
+    const keys = [...new Set([...hook.keys(), ...mq.keys()])].sort((a, b) => a - b);
+    for (const k of keys) console.log(`    ${String(k * TIMELINE).padStart(6)}  ${cell(hook.get(k))} | ${cell(mq.get(k))}`);
+  }
   const endpointFaults: string[] = [];
   if (ENDPOINTS) {
     const p99 = (xs: number[]) =>
