@@ -167,8 +167,10 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   const log = createLogger(config.logLevel);
   const on = (a: AppName) => apps.includes(a);
   // Loaded here, not at the top: the supervisor of `pnpm start` runs no app and stays small.
-  const { startRuntime } = await import('./runtime');
+  const { startRuntime, releaseStartupMemory } = await import('./runtime');
   const runtime = await startRuntime(config, { secretKey, log, server: on('server'), worker: on('worker'), mail: on('mx'), push: on('push'), dns: on('dns') });
+  // Once the caller has said the apps are running (the banner first, then this).
+  setImmediate(releaseStartupMemory);
   let stopping = false;
   const shutdown = async () => {
     if (stopping) return;
