@@ -1,7 +1,8 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { externalMemoryInLimit, releaseStartupMemory } from './runtime';
+import { externalMemoryInLimit } from './runtime';
+import { releaseStartupMemory } from './startup-memory';
 
 describe('externalMemoryInLimit', () => {
   const all = { server: true, worker: true, mail: true };

@@ -24,6 +24,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { RedisTarget } from '@boxes/jobs';
+import { releaseStartupMemory } from './startup-memory';
 import type { Config } from '@boxes/config';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -167,7 +168,7 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   const log = createLogger(config.logLevel);
   const on = (a: AppName) => apps.includes(a);
   // Loaded here, not at the top: the supervisor of `pnpm start` runs no app and stays small.
-  const { startRuntime, releaseStartupMemory } = await import('./runtime');
+  const { startRuntime } = await import('./runtime');
   const runtime = await startRuntime(config, { secretKey, log, server: on('server'), worker: on('worker'), mail: on('mx'), push: on('push'), dns: on('dns') });
   // Once the caller has said the apps are running (the banner first, then this).
   setImmediate(releaseStartupMemory);
@@ -390,6 +391,8 @@ async function main(): Promise<void> {
   all.add(worker);
   if (front.ready.url) publicUrl(config, front.ready.url);
   console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`, worker.ready.metricsUrl));
+  // The checks and migrations above are done: what they left behind goes back to the system.
+  setImmediate(releaseStartupMemory);
 }
 
 /** Tells the supervisor that the apps are running: over IPC to a Node supervisor, with SIGUSR1 to the shell one. */
