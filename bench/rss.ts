@@ -9,7 +9,9 @@
  * more cores (a supervisor and one process running every app), and the split one (BOXES_SPLIT_PROCESSES=1: a
  * supervisor, the front with server, MX, MQTT broker and DNS, and the worker); each compiled, as `pnpm start` runs
  * it (node apps/server/start.mjs: dist/ built first when the work tree changed, then dist/main.mjs in the same
- * process, the supervisor) and from source (node --import tsx apps/server/src/main.ts). pnpm in front of
+ * process, the supervisor) and from source (node --import tsx apps/server/src/main.ts). The default layout's
+ * supervisor is the started process itself after it replaced itself with a shell script (same pid): the tree
+ * counted is that pid's, so the shell and the apps' process under it are both in it. pnpm in front of
  * `pnpm start` is not counted.
  *
  * Beside each process's RSS it prints the heap V8 actually uses and the memory outside it (process.memoryUsage(),

@@ -22,7 +22,8 @@ for (const file of fs.readdirSync(dist).filter((f) => f.endsWith('.mjs'))) {
     if (!fs.existsSync(path.join(out, target.slice(app.length)))) missing.push(`${file}: ${target}`);
   }
 }
-for (const name of ['cli.mjs', 'main.mjs', 'extract-thread.mjs']) if (!fs.existsSync(path.join(dist, name))) missing.push(`apps/server/dist/${name}`);
+for (const name of ['cli.mjs', 'main.mjs', 'extract-thread.mjs', 'query_compiler_fast_bg.postgresql.wasm'])
+  if (!fs.existsSync(path.join(dist, name))) missing.push(`apps/server/dist/${name}`);
 for (const name of ['SKILL.md', 'prisma/migrations', 'deploy/healthcheck.mjs']) if (!fs.existsSync(path.join(out, name))) missing.push(name);
 try {
   createRequire(path.join(dist, 'cli.mjs')).resolve('swagger-ui-dist/package.json');

@@ -33,6 +33,35 @@ const linkDependencies = {
   },
 };
 
+/**
+ * The Prisma client's query compiler, read from a .wasm file beside the bundle. The generated client imports it
+ * as a JavaScript module exporting the WebAssembly as base64 text (4.5 MB), which V8 keeps for the life of the
+ * process twice (the module's source and the exported string) after decoding it once. Here the build decodes it
+ * into dist/ and the client compiles the file's bytes, which are garbage once compiled. A generated client that
+ * no longer loads it this way fails the build rather than being bundled unchanged.
+ */
+const queryCompilerFile = {
+  name: 'query-compiler-file',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]generated[\\/]internal[\\/]class\.ts$/ }, async (args) => {
+      const source = fs.readFileSync(args.path, 'utf8');
+      const load = /const \{ wasm \} = await import\("([^"]+\.wasm-base64\.mjs)"\)\s*return await decodeBase64AsWasm\(wasm\)/;
+      const m = load.exec(source);
+      if (!m) return { errors: [{ text: `${args.path}: the query compiler is not loaded as a base64 module any more; see query-compiler-file in build.mjs` }] };
+      const r = await b.resolve(m[1], { kind: 'dynamic-import', resolveDir: path.dirname(args.path), pluginData: 'linking' });
+      if (r.errors.length) return { errors: r.errors };
+      const { wasm } = await import(r.path);
+      const file = path.basename(m[1]).replace(/\.wasm-base64\.mjs$/, '.wasm');
+      fs.mkdirSync(outdir, { recursive: true });
+      fs.writeFileSync(path.join(outdir, file), Buffer.from(wasm, 'base64'));
+      // Every chunk sits in dist/ itself, so the file is beside whichever chunk this code lands in.
+      const read = `const { readFile } = await import('node:fs/promises')
+    return new WebAssembly.Module(await readFile(new URL(${JSON.stringify(`./${file}`)}, import.meta.url)))`;
+      return { contents: source.replace(load, read), loader: 'ts' };
+    });
+  },
+};
+
 await build({
   // extract-thread: the worker's attachment-text thread script (attachment-text.ts looks for it beside the bundle),
   // so the bundle needs no source file of the worker at run time.
@@ -52,7 +81,7 @@ await build({
   target: 'node24',
   sourcemap: true,
   // Conditions as the workspace resolves them (packages export ./src/index.ts).
-  plugins: [linkDependencies],
+  plugins: [linkDependencies, queryCompilerFile],
   logLevel: 'warning',
 });
 fs.writeFileSync(path.join(outdir, STAMP), inputs);

@@ -143,10 +143,12 @@ it('the image builds with podman, holds only the bundle, and runs it as its own 
   expect(fs.readdirSync(app).sort()).toEqual(['SKILL.md', 'apps', 'deploy', 'node_modules', 'prisma']);
   expect(fs.readdirSync(path.join(app, 'apps'))).toEqual(['server']);
   expect(fs.readdirSync(path.join(app, 'apps/server')).sort()).toEqual(['dist', 'node_modules']);
-  // The entries, and the chunks they share or import on demand (esbuild names them <name>-<hash>.mjs).
+  // The entries, the chunks they share or import on demand (esbuild names them <name>-<hash>.mjs) and the Prisma
+  // query compiler's WebAssembly, which the client reads from beside them.
   const dist = fs.readdirSync(path.join(app, 'apps/server/dist')).sort();
-  expect(dist).toEqual(expect.arrayContaining(['cli.mjs', 'extract-thread.mjs', 'main.mjs']));
-  expect(dist.filter((f) => !['cli.mjs', 'extract-thread.mjs', 'main.mjs'].includes(f) && !/^[a-z-]+-[A-Z0-9]{8}\.mjs$/.test(f))).toEqual([]);
+  const entries = ['cli.mjs', 'extract-thread.mjs', 'main.mjs', 'query_compiler_fast_bg.postgresql.wasm'];
+  expect(dist).toEqual(expect.arrayContaining(entries));
+  expect(dist.filter((f) => !entries.includes(f) && !/^[a-z-]+-[A-Z0-9]{8}\.mjs$/.test(f))).toEqual([]);
   expect(fs.existsSync(path.join(app, 'packages'))).toBe(false);
   const ours = (await run('find', [app, '-path', `${app}/node_modules`, '-prune', '-o', '-type', 'f', '-print'])).trim().split('\n');
   expect(ours.filter((f) => /\.(ts|tsx|map)$/.test(f))).toEqual([]);

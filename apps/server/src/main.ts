@@ -3,8 +3,9 @@
  * PostgreSQL and Redis when they are the defaults and nothing answers there, creates the database if missing,
  * applies migrations and checks Redis; then:
  *  - `pnpm start` on a machine with two or more cores: a supervisor and one process running every app, started
- *    again if it dies. The supervisor loads nothing but Node itself (the process it starts does the checks
- *    above), so the pair costs little more memory than the apps alone;
+ *    again if it dies. This process replaces itself (process.execve, same pid) with a small POSIX shell script
+ *    (SUPERVISOR_SH) that runs `node main.mjs start` and starts it again; the shell takes a few MB where a Node
+ *    supervisor took an empty Node process (about 50 MB). The process it starts does the checks above;
  *  - with BOXES_SPLIT_PROCESSES=1: two supervised processes, the front (HTTP server, MX, MQTT broker, DNS) and
  *    the worker (deliveries, push, billing, verification), which publishes MQTT through the front's broker; each
  *    is started again on its own, at the cost of a second copy of the service's code in memory;
@@ -13,8 +14,8 @@
  *    production runs them: any number of each against one PostgreSQL and one Redis.
  * SIGINT and SIGTERM stop every app gracefully (in-flight requests, jobs and SMTP transactions finish).
  *
- * Everything beyond Node's own modules is imported where it is used, so the supervisor stays small (about the
- * memory of an empty Node process) and each process loads only what it runs.
+ * Everything beyond Node's own modules is imported where it is used, so a Node supervisor (the split layout's, or
+ * the default one where process.execve or /bin/sh is missing) stays small and each process loads only what it runs.
  */
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,6 +24,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { RedisTarget } from '@boxes/jobs';
+import { releaseStartupMemory } from './startup-memory';
 import type { Config } from '@boxes/config';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -168,6 +170,8 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   // Loaded here, not at the top: the supervisor of `pnpm start` runs no app and stays small.
   const { startRuntime } = await import('./runtime');
   const runtime = await startRuntime(config, { secretKey, log, server: on('server'), worker: on('worker'), mail: on('mx'), push: on('push'), dns: on('dns') });
+  // Once the caller has said the apps are running (the banner first, then this).
+  setImmediate(releaseStartupMemory);
   let stopping = false;
   const shutdown = async () => {
     if (stopping) return;
@@ -177,8 +181,15 @@ async function runApps(config: Config, apps: AppName[], secretKey: Buffer): Prom
   };
   process.once('SIGINT', shutdown);
   process.once('SIGTERM', shutdown);
-  // A child whose supervisor is gone stops too.
+  // A child whose supervisor is gone stops too: a Node supervisor closes the IPC channel when it ends; the shell
+  // supervisor has none, so its child notices that it was handed to another parent (checked once a second).
   process.once('disconnect', shutdown);
+  if (process.env.BOXES_SUPERVISOR_PID && !process.connected) {
+    const parent = process.ppid;
+    setInterval(() => {
+      if (process.ppid !== parent) void shutdown();
+    }, 1000).unref();
+  }
   return {
     url: runtime.server?.url ?? null,
     smtpPort: runtime.mail?.port ?? null,
@@ -252,6 +263,53 @@ function supervise(
   });
 }
 
+/**
+ * The default layout's supervisor, run by /bin/sh in place of this process (see superviseWithShell); its
+ * arguments are the command that runs every app. It restarts that command when it stops, up to 5 times a minute
+ * and 1 s apart, then gives up (exit 1). SIGINT and SIGTERM are passed on as SIGTERM and the shell ends (0) once
+ * the apps stopped gracefully. A command that stops before it said it is running (SIGUSR1 from the child, once
+ * the banner is out) is not restarted: the shell ends with its code, as the error it printed explains.
+ * `wait` returns early (above 128) when a trapped signal comes in: then, while the child is still there, it is
+ * waited for again, so its own status is the one reported.
+ */
+const SUPERVISOR_SH = `child= ready= stopping= restarts=
+stop() { stopping=1; [ -z "$child" ] || kill -TERM "$child" 2>/dev/null; }
+trap stop INT TERM
+trap ready=1 USR1
+while :; do
+  "$@" &
+  child=$!
+  wait "$child"; code=$?
+  while [ "$code" -gt 128 ] && kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done
+  child=
+  [ -z "$stopping" ] || exit 0
+  [ -n "$ready" ] || exit $(( code ? code : 1 ))
+  why=$code
+  [ "$code" -le 128 ] || why=SIG$(kill -l $((code - 128)))
+  now=$(date +%s) kept= n=1
+  for t in $restarts; do [ $((now - t)) -ge 60 ] || { kept="$kept $t"; n=$((n + 1)); }; done
+  restarts="$kept $now"
+  if [ "$n" -gt 5 ]; then echo 'boxes: a process keeps stopping; giving up' >&2; exit 1; fi
+  echo "boxes: the apps process stopped ($why); starting it again" >&2
+  sleep 1 & wait $!
+  [ -z "$stopping" ] || exit 0
+done`;
+
+/**
+ * Replaces this process (same pid, so whatever started `pnpm start` keeps its handle) with SUPERVISOR_SH running
+ * `node <this module> start` as the one process of every app. Returns only where that cannot be done (no
+ * process.execve, no /bin/sh): the caller supervises with Node instead.
+ */
+function superviseWithShell(): void {
+  if (typeof process.execve !== 'function' || !fs.existsSync('/bin/sh')) return;
+  const apps = [process.execPath, ...process.execArgv, fileURLToPath(import.meta.url), 'start'];
+  process.execve('/bin/sh', ['sh', '-c', SUPERVISOR_SH, 'boxes-supervisor', ...apps], {
+    ...process.env,
+    BOXES_SUPERVISED: '1',
+    BOXES_SUPERVISOR_PID: String(process.pid),
+  });
+}
+
 /** Stops the supervised children on SIGINT and SIGTERM, and when one keeps dying. */
 function superviseAll(): { add(c: { stop(): Promise<void> }): void; giveUp(code: number): void } {
   let children: { stop(): Promise<void> }[] = [];
@@ -276,8 +334,10 @@ async function main(): Promise<void> {
   const single = flag(process.env.BOXES_SINGLE_PROCESS) || os.availableParallelism() < 2;
   const supervised = process.env.BOXES_SUPERVISED === '1';
   if (!apps && !single && !supervised && !flag(process.env.BOXES_SPLIT_PROCESSES)) {
-    // The default supervisor: one child runs every app and does the checks itself (and prints the banner); this
-    // process only starts it again when it dies, so it imports nothing beyond Node.
+    // The default supervisor: one child runs every app and does the checks itself (and prints the banner); the
+    // supervisor only starts it again when it dies. A shell where it can (it does not return then), else this
+    // process, which imports nothing beyond Node.
+    superviseWithShell();
     const all = superviseAll();
     all.add(await supervise('apps', null, {}, all.giveUp));
     return;
@@ -313,7 +373,7 @@ async function main(): Promise<void> {
         ? `boxes: running ${list.join(', ')} (pid ${process.pid})${ready.url ? `; HTTP on ${ready.url}` : ''}${ready.metricsUrl ? `; metrics on ${ready.metricsUrl}` : ''}${ready.mailTls ? `; mail TLS SHA-256 ${ready.mailTls.sha256}` : ''}`
         : banner(config, ready, supervised ? 'one process, supervised: started again if it stops' : 'one process'),
     );
-    if (supervised) process.send?.({ ready });
+    if (supervised) tellSupervisor(ready);
     return;
   }
   // BOXES_SPLIT_PROCESSES: the front first (the worker publishes MQTT through its broker), then the worker.
@@ -331,6 +391,14 @@ async function main(): Promise<void> {
   all.add(worker);
   if (front.ready.url) publicUrl(config, front.ready.url);
   console.log(banner(config, front.ready, `two processes: ${FRONT.join(', ')}; and the worker`, worker.ready.metricsUrl));
+  // The checks and migrations above are done: what they left behind goes back to the system.
+  setImmediate(releaseStartupMemory);
+}
+
+/** Tells the supervisor that the apps are running: over IPC to a Node supervisor, with SIGUSR1 to the shell one. */
+function tellSupervisor(ready: Ready): void {
+  if (process.send) process.send({ ready });
+  else if (process.env.BOXES_SUPERVISOR_PID === String(process.ppid)) process.kill(process.ppid, 'SIGUSR1');
 }
 
 /** With PORT=0 the server's real address is known only now: the banner shows it. */

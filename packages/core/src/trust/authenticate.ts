@@ -8,7 +8,7 @@
  * domain that proved itself (a passing DKIM signature or SPF).
  */
 import { Resolver } from 'node:dns/promises';
-import { authenticate, type AuthenticateResult } from 'mailauth';
+import type { AuthenticateResult } from 'mailauth';
 import type { Config } from '@boxes/config';
 import type { Db } from '@boxes/db';
 import { resolveOwnZones, type ResolvedRecords } from '../dns/resolve';
@@ -127,12 +127,20 @@ export interface AuthenticateInput {
   mailFrom: string | null;
 }
 
+/**
+ * mailauth, loaded by the first message verified: it brings undici and joi along (about 1.7 MB of sources, and
+ * what they build when loaded), which a process that receives no mail (the worker alone, an idle server) never
+ * uses. Once loaded, every later message reuses the same module.
+ */
+let mailauth: Promise<typeof import('mailauth')> | undefined;
+
 /** Verifies one message. Never throws for what the message or DNS contains; mailauth reports that as results. */
 export async function verifyMessage(
   config: Config,
   db: Db,
   input: AuthenticateInput,
 ): Promise<{ authentication: Authentication; headers: string; fromAddresses: string[] }> {
+  const { authenticate } = await (mailauth ??= import('mailauth'));
   const r = await authenticate(input.raw, {
     resolver: ownZonesFirst(config, db),
     mta: config.mailHost,
