@@ -424,13 +424,12 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
   if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
   await enqueueAttachmentText(svc, started.attachmentIds ?? []);
 
-  const pending: Pending[] = await run(
+  const rows: Omit<Pending, 'dkim_selector' | 'dkim_private_key_enc'>[] = await run(
     svc.db,
     k
       .selectFrom('bulk_job_items as i')
       .innerJoin('deliveries as d', 'd.message_id', 'i.message_id')
       .innerJoin('messages as m', 'm.id', 'i.message_id')
-      .leftJoin('domains as k', (j) => j.on('k.live_name', '=', sql<string>`split_part(${sql.ref('m.from_address')}, '@', 2)`))
       .select([
         'd.id',
         'd.recipient',
@@ -444,8 +443,6 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
         'm.subject',
         'm.rfc_message_id',
         'm.recorded_at',
-        'k.dkim_selector',
-        'k.dkim_private_key_enc',
       ])
       .where('i.job_id', '=', jobId)
       .where('i.batch', '=', batch)
@@ -453,6 +450,19 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
       .orderBy('i.index')
       .orderBy('d.id'),
   );
+  // The sending domains' DKIM keys, read once for the batch rather than with each of its rows (a sealed key is a
+  // few KB, and a batch's messages nearly always share one sender): each row then holds the same key string.
+  const senderDomain = (from: string | null) => (from === null ? null : (from.split('@')[1] ?? ''));
+  const senders = [...new Set(rows.map((r) => senderDomain(r.from_address)).filter((x): x is string => x !== null))];
+  const keys = new Map<string, { dkim_selector: string; dkim_private_key_enc: string }>();
+  if (senders.length) {
+    const found = await run(svc.db, k.selectFrom('domains').select(['live_name', 'dkim_selector', 'dkim_private_key_enc']).where('live_name', 'in', senders));
+    for (const f of found) if (f.live_name !== null) keys.set(f.live_name, f);
+  }
+  const pending: Pending[] = rows.map((r) => {
+    const key = keys.get(senderDomain(r.from_address) ?? '');
+    return { ...r, dkim_selector: key?.dkim_selector ?? null, dkim_private_key_enc: key?.dkim_private_key_enc ?? null };
+  });
 
   const sender = new BatchSender(svc, deps, job, signal);
   const stop = await sender.run(pending);
