@@ -20,7 +20,7 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { exec, k, rows as run, sql, tbl, type Tx } from '@boxes/db';
+import { exec, k, rows as run, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -634,24 +634,26 @@ class BatchSender {
     const accountId = this.job.account_id;
     const deferred: { id: string; delayMs: number }[] = [];
     const status = await svc.db.$transaction(async (tx) => {
+      // The stored bytes go with the claim of the delivered recipients, as a part of the same statement (they touch
+      // different tables), or alone when nothing was delivered.
+      let storeRaws: RawBuilder<unknown> | null = null;
       if (raws.size) {
         // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
         const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
         const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-        await exec(
-          tx,
-          sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
+        storeRaws = sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`,
-        );
+          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
       }
       const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
       const touched = new Set<string>();
+      if (!delivered.length && storeRaws) await exec(tx, storeRaws);
       if (delivered.length) {
         const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
         const claimed = await run(
           tx,
           sql<{ id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }>`
+          ${storeRaws ? sql`WITH raws AS (${storeRaws})` : sql``}
           UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
             ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
           FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
