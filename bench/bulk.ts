@@ -18,10 +18,11 @@
  *
  *   BENCH_SENDS=2000 BENCH_BULK=5000 BENCH_BATCH=1000 BENCH_CONCURRENCY=64 BENCH_ACCOUNTS=20 BENCH_TIMEOUT_S=300
  *   BULK_CONCURRENCY, BULK_SMTP_CONNECTIONS (SMTP transactions in flight per batch, connections; default: the config's)
+ *   BENCH_BULK_PROFILE=<file> writes a CPU profile of this process from the bulk request to the last recipient
  */
 import http from 'node:http';
 import { staticResolver } from '@boxes/mail';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, rate, request, runtimeRss, signupAccounts, startBenchRuntime } from './common';
+import { CpuMeter, createBenchDatabase, envInt, loadNote, main, rate, request, runtimeRss, signupAccounts, startBenchRuntime, startProfile } from './common';
 import { LoadClient, now } from './load';
 import { exec, k, rows, sql } from '@boxes/db';
 
@@ -32,6 +33,7 @@ const CONCURRENCY = envInt('BENCH_CONCURRENCY', 64, 1, 1000);
 const ACCOUNTS = envInt('BENCH_ACCOUNTS', 20, 1, 500);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const SINK_DOMAIN = 'sink.test';
+const PROFILE = process.env.BENCH_BULK_PROFILE;
 
 await main('bench:bulk', async (onCleanup) => {
   const deadline = Date.now() + TIMEOUT_MS;
@@ -97,6 +99,7 @@ await main('bench:bulk', async (onCleanup) => {
     text: `Hello,\n\nthis is bulk benchmark message ${n}, sent by ${a.primaryAddress}.\n\nRegards,\nthe benchmark\n`,
   }));
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const profile = PROFILE ? await startProfile('of the bulk phase') : null;
   const cpuBulk = new CpuMeter(db.name);
   const t0 = now();
   const created = await request(agent, `${rt.apiBase}/messages/send/bulk`, 'POST', { messages, batch_size: BATCH, cool_off_seconds: 0 }, a.apiKey, 120_000);
@@ -108,6 +111,7 @@ await main('bench:bulk', async (onCleanup) => {
   const bulkRate = rate(BULK, bulkMs);
   const bulkCpu = cpuBulk.perItem(BULK);
   const bulkReport = cpuBulk.report(BULK);
+  if (profile) await profile.stop(PROFILE!);
   let job: any = null;
   for (;;) {
     job = (await request(agent, `${rt.apiBase}/messages/send/bulk/${created.body.id}`, 'GET', undefined, a.apiKey)).body;

@@ -210,6 +210,10 @@ describe('a job in batches with cool-offs', () => {
     const sent = await rest(t, 'GET', '/messages?direction=sent&limit=50', { key: a.apiKey });
     expect(sent.body.messages).toHaveLength(25);
     expect(new Set(sent.body.messages.map((m: any) => m.status))).toEqual(new Set(['delivered']));
+    // Each message's signed bytes are stored, as the flush that recorded its delivery wrote them.
+    const stored = await t.db.message.findMany({ where: { accountId: a.accountId, direction: 'sent' }, select: { rawEnc: true } });
+    expect(stored.filter((m) => m.rawEnc === null)).toHaveLength(0);
+    expect(stored).toHaveLength(25);
     const acct = await t.db.account.findUniqueOrThrow({ where: { id: a.accountId } });
     expect({ free: acct.freeMessagesLeft, held: acct.heldMicros, heldFree: acct.heldFreeMessages }).toEqual({ free: 250 - 26, held: 0n, heldFree: 0 });
     const list = await rest(t, 'GET', '/messages/send/bulk', { key: a.apiKey });

@@ -3,6 +3,7 @@
  * where to deliver it: a configured relay, static routes (local testing), or the recipient domain's MX hosts.
  */
 import { promises as dns } from 'node:dns';
+import { Readable } from 'node:stream';
 import nodemailer, { type Transporter } from 'nodemailer';
 
 export interface SmtpDestination {
@@ -124,8 +125,11 @@ export class SmtpSender {
   /** source: bind the connection to that address and announce its HELO name (default: the shared address). */
   async send(dest: SmtpDestination, envelope: { from: string; to: string }, raw: Buffer, source?: SmtpSource): Promise<DeliveryOutcome> {
     const mta = `${dest.host}:${dest.port}`;
+    const transport = this.transport(dest, source);
     try {
-      const info = await this.transport(dest, source).sendMail({ envelope: { from: envelope.from, to: [envelope.to] }, raw });
+      const info = plainEnvelope(envelope)
+        ? await sendPrepared(transport, envelope, raw)
+        : await transport.sendMail({ envelope: { from: envelope.from, to: [envelope.to] }, raw });
       if (info.rejected?.length) {
         return { ok: false, kind: 'permanent', code: 550, response: String(info.response ?? 'rejected'), mta };
       }
@@ -142,4 +146,46 @@ export class SmtpSender {
     for (const t of this.transports.values()) t.close();
     this.transports.clear();
   }
+}
+
+/** A dot-atom local part and a lower-case ASCII domain: addresses nodemailer's envelope normalization leaves as they are. */
+const PLAIN_ADDRESS = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[a-z0-9-]+(?:\.[a-z0-9-]+)*$/;
+
+function plainEnvelope(envelope: { from: string; to: string }): boolean {
+  return PLAIN_ADDRESS.test(envelope.from) && PLAIN_ADDRESS.test(envelope.to);
+}
+
+interface SendInfo {
+  rejected?: unknown[];
+  response?: unknown;
+}
+
+/**
+ * The signed bytes handed straight to the transport's connection pool. transporter.sendMail would wrap them in a
+ * MailMessage and a MIME node (address parsing, a generated Message-ID, header normalization, a pipeline of
+ * transforms) only to stream the same bytes out again; the pool needs no more than the envelope and a stream of
+ * the message. Only for envelopes whose addresses need no normalization (punycode, quoting): the others go
+ * through sendMail. The message ends with a line break, as nodemailer makes sure for a raw message.
+ */
+function sendPrepared(transport: Transporter, envelope: { from: string; to: string }, raw: Buffer): Promise<SendInfo> {
+  const bytes = raw.length && raw[raw.length - 1] === 0x0a ? raw : Buffer.concat([raw, Buffer.from(raw[raw.length - 1] === 0x0d ? '\n' : '\r\n')]);
+  const mail = {
+    data: {},
+    message: {
+      getEnvelope: () => ({ from: envelope.from, to: [envelope.to] }),
+      messageId: () => '',
+      getHeader: () => '',
+      // A new stream for each attempt: the pool sends an entry again over another connection when the first one
+      // closed before reading any of it.
+      createReadStream: () =>
+        new Readable({
+          read() {
+            this.push(bytes);
+            this.push(null);
+          },
+        }),
+    },
+  };
+  const pool = (transport as unknown as { transporter: { send(mail: unknown, cb: (err: Error | null, info: SendInfo) => void): void } }).transporter;
+  return new Promise((resolve, reject) => pool.send(mail, (err, info) => (err ? reject(err) : resolve(info))));
 }

@@ -20,7 +20,7 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { exec, k, rows as run, sql, tbl, type Tx } from '@boxes/db';
+import { exec, k, rows as run, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -424,13 +424,12 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
   if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
   await enqueueAttachmentText(svc, started.attachmentIds ?? []);
 
-  const pending: Pending[] = await run(
+  const rows: Omit<Pending, 'dkim_selector' | 'dkim_private_key_enc'>[] = await run(
     svc.db,
     k
       .selectFrom('bulk_job_items as i')
       .innerJoin('deliveries as d', 'd.message_id', 'i.message_id')
       .innerJoin('messages as m', 'm.id', 'i.message_id')
-      .leftJoin('domains as k', (j) => j.on('k.live_name', '=', sql<string>`split_part(${sql.ref('m.from_address')}, '@', 2)`))
       .select([
         'd.id',
         'd.recipient',
@@ -444,8 +443,6 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
         'm.subject',
         'm.rfc_message_id',
         'm.recorded_at',
-        'k.dkim_selector',
-        'k.dkim_private_key_enc',
       ])
       .where('i.job_id', '=', jobId)
       .where('i.batch', '=', batch)
@@ -453,6 +450,19 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
       .orderBy('i.index')
       .orderBy('d.id'),
   );
+  // The sending domains' DKIM keys, read once for the batch rather than with each of its rows (a sealed key is a
+  // few KB, and a batch's messages nearly always share one sender): each row then holds the same key string.
+  const senderDomain = (from: string | null) => (from === null ? null : (from.split('@')[1] ?? ''));
+  const senders = [...new Set(rows.map((r) => senderDomain(r.from_address)).filter((x): x is string => x !== null))];
+  const keys = new Map<string, { dkim_selector: string; dkim_private_key_enc: string }>();
+  if (senders.length) {
+    const found = await run(svc.db, k.selectFrom('domains').select(['live_name', 'dkim_selector', 'dkim_private_key_enc']).where('live_name', 'in', senders));
+    for (const f of found) if (f.live_name !== null) keys.set(f.live_name, f);
+  }
+  const pending: Pending[] = rows.map((r) => {
+    const key = keys.get(senderDomain(r.from_address) ?? '');
+    return { ...r, dkim_selector: key?.dkim_selector ?? null, dkim_private_key_enc: key?.dkim_private_key_enc ?? null };
+  });
 
   const sender = new BatchSender(svc, deps, job, signal);
   const stop = await sender.run(pending);
@@ -624,24 +634,26 @@ class BatchSender {
     const accountId = this.job.account_id;
     const deferred: { id: string; delayMs: number }[] = [];
     const status = await svc.db.$transaction(async (tx) => {
+      // The stored bytes go with the claim of the delivered recipients, as a part of the same statement (they touch
+      // different tables), or alone when nothing was delivered.
+      let storeRaws: RawBuilder<unknown> | null = null;
       if (raws.size) {
         // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
         const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
         const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-        await exec(
-          tx,
-          sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
+        storeRaws = sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`,
-        );
+          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
       }
       const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
       const touched = new Set<string>();
+      if (!delivered.length && storeRaws) await exec(tx, storeRaws);
       if (delivered.length) {
         const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
         const claimed = await run(
           tx,
           sql<{ id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }>`
+          ${storeRaws ? sql`WITH raws AS (${storeRaws})` : sql``}
           UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
             ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
           FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
