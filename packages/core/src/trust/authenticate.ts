@@ -140,7 +140,8 @@ export async function verifyMessage(
   db: Db,
   input: AuthenticateInput,
 ): Promise<{ authentication: Authentication; headers: string; fromAddresses: string[] }> {
-  const { authenticate } = await (mailauth ??= import('mailauth'));
+  mailauth ??= import('mailauth');
+  const { authenticate } = await mailauth;
   const r = await authenticate(input.raw, {
     resolver: ownZonesFirst(config, db),
     mta: config.mailHost,
