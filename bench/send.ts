@@ -167,7 +167,9 @@ await main('bench:send', async (onCleanup) => {
   const profile = PROFILE ? await startProfile('while accepting') : null;
   const counting = COUNT ? startCounting(rt.runtime.svc.redis) : null;
   const countingAll = COUNT && DELIVER && !PROCESSES ? startCounting(rt.runtime.svc.redis) : null;
-  const commits0 = new Map(groupCommitStats(rt.runtime.svc).map((g) => [g.name, g]));
+  // The key lookups' group commit belongs to the database client, the others to the services.
+  const commitStats = () => [...groupCommitStats(rt.runtime.svc), ...groupCommitStats(rt.runtime.svc.db)];
+  const commits0 = new Map(commitStats().map((g) => [g.name, g]));
   const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
   counting?.stop();
   if (profile) await profile.stop(PROFILE!);
@@ -227,7 +229,7 @@ await main('bench:send', async (onCleanup) => {
   if (countingAll) {
     console.log('  from the first measured send until all are recorded delivered (accepting and delivering):');
     for (const line of countingAll.report(run.ok)) console.log(line.replace('per accepted send', 'per delivered send'));
-    for (const g of groupCommitStats(rt.runtime.svc)) {
+    for (const g of commitStats()) {
       const b = g.batches - (commits0.get(g.name)?.batches ?? 0);
       const n = g.items - (commits0.get(g.name)?.items ?? 0);
       if (b) console.log(`      group commit ${g.name}: ${n} items in ${b} batches (${(n / b).toFixed(1)} a batch)`);
