@@ -15,7 +15,9 @@
  *   `pnpm start` and production do, the HTTP server alone in this process; its CPU is measured apart
  *   BENCH_SEND_PROFILE=<file> writes a CPU profile of this process while the measured sends are accepted
  *   BENCH_SEND_COUNT=1 counts, while they are accepted, this process's PostgreSQL statements (by kind) and Redis
- *   commands (by name), per accepted send
+ *   commands (by name), per accepted send; with the worker in this process, counts them again from the start
+ *   until every send is recorded delivered (the accepting and the delivering sides together), with the mean
+ *   batch of each group commit
  *
  * Memory: the RSS of this process (the apps in it and the load client thread) and of the worker process, idle
  * (after start, before any load) and the peak from the measured sends until they are delivered.
@@ -27,7 +29,7 @@
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { canonicalData, canonicalString, EVENTS_CHANNEL, newId } from '@boxes/core';
+import { canonicalData, canonicalString, EVENTS_CHANNEL, groupCommitStats, newId } from '@boxes/core';
 import { staticResolver } from '@boxes/mail';
 import {
   CpuMeter,
@@ -72,7 +74,7 @@ function startCounting(redis: object): { stop(): void; report(items: number): st
     return `${(m?.[1] ?? t).slice(0, 40)} ${t.length > 40 ? `[${t.slice(0, 90).replace(/"/g, '')}]` : ''}`.trim();
   };
   const pgQuery = pg.Client.prototype.query;
-  pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+  const wrapped = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
     if (on) {
       const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '?');
       const key = kind(text);
@@ -80,20 +82,23 @@ function startCounting(redis: object): { stop(): void; report(items: number): st
     }
     return (pgQuery as (...a: unknown[]) => unknown).call(this, config, ...rest);
   } as typeof pg.Client.prototype.query;
+  pg.Client.prototype.query = wrapped;
   // The class of the runtime's Redis client (ioredis), which BullMQ's connections share.
   const proto = Object.getPrototypeOf(redis) as { sendCommand(c: { name: string }, ...rest: unknown[]): unknown };
   const send = proto.sendCommand;
-  proto.sendCommand = function (this: unknown, command: { name: string }, ...rest: unknown[]) {
+  const wrappedSend = function (this: unknown, command: { name: string }, ...rest: unknown[]) {
     if (on) redisCounts.set(command.name, (redisCounts.get(command.name) ?? 0) + 1);
     return send.call(this, command, ...rest);
   };
+  proto.sendCommand = wrappedSend;
   const lines = (counts: Map<string, number>, n: number) =>
     [...counts].sort((a, b) => b[1] - a[1]).map(([name, c]) => `      ${(c / n).toFixed(2).padStart(6)}  ${name}`);
   return {
     stop() {
       on = false;
-      pg.Client.prototype.query = pgQuery;
-      proto.sendCommand = send;
+      // Two counters can be on at once: the later one wraps the earlier, which then only stops counting.
+      if (pg.Client.prototype.query === wrapped) pg.Client.prototype.query = pgQuery;
+      if (proto.sendCommand === wrappedSend) proto.sendCommand = send;
     },
     report(items) {
       const n = Math.max(1, items);
@@ -161,6 +166,10 @@ await main('bench:send', async (onCleanup) => {
   const elu0 = performance.eventLoopUtilization();
   const profile = PROFILE ? await startProfile('while accepting') : null;
   const counting = COUNT ? startCounting(rt.runtime.svc.redis) : null;
+  const countingAll = COUNT && DELIVER && !PROCESSES ? startCounting(rt.runtime.svc.redis) : null;
+  // The key lookups' group commit belongs to the database client, the others to the services.
+  const commitStats = () => [...groupCommitStats(rt.runtime.svc), ...groupCommitStats(rt.runtime.svc.db)];
+  const commits0 = new Map(commitStats().map((g) => [g.name, g]));
   const run = await load.call({ op: 'httpSends', ...sends, count: N, startSeq: WARMUP });
   counting?.stop();
   if (profile) await profile.stop(PROFILE!);
@@ -186,6 +195,7 @@ await main('bench:send', async (onCleanup) => {
       const [row] = await rows(rt.runtime.svc.db, k.selectFrom('deliveries').select(sql<bigint>`count(*)`.as('n')).where('status', '=', sql.lit('delivered')));
       if (Number(row!.n) >= WARMUP + run.ok) {
         settledMs = now() - run.t0;
+        countingAll?.stop();
         break;
       }
       await sleep(20);
@@ -216,6 +226,15 @@ await main('bench:send', async (onCleanup) => {
     );
   }
   for (const line of counting?.report(run.ok) ?? []) console.log(line);
+  if (countingAll) {
+    console.log('  from the first measured send until all are recorded delivered (accepting and delivering):');
+    for (const line of countingAll.report(run.ok)) console.log(line.replace('per accepted send', 'per delivered send'));
+    for (const g of commitStats()) {
+      const b = g.batches - (commits0.get(g.name)?.batches ?? 0);
+      const n = g.items - (commits0.get(g.name)?.items ?? 0);
+      if (b) console.log(`      group commit ${g.name}: ${n} items in ${b} batches (${(n / b).toFixed(1)} a batch)`);
+    }
+  }
   console.log(`  while accepting${DELIVER ? ' (deliveries run meanwhile)' : ''}: server event loop ${(eluAccept * 100).toFixed(0)}% busy; ${cpuAccept}`);
   if (DELIVER) console.log(`  until delivered: server event loop ${(eluAll * 100).toFixed(0)}% busy; ${cpuAll}`);
   for (const line of rss.lines(DELIVER ? 'until delivered' : 'while accepting')) console.log(line);

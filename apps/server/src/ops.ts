@@ -84,7 +84,8 @@ export function processMetrics(registry: Registry, svc: Services): () => void {
   });
   const pool = new Gauge({ name: 'boxes_db_pool_clients', help: 'Database pool clients by state', labelNames: ['state'], registers: [registry] });
   return () => {
-    for (const g of groupCommitStats(svc)) {
+    // The key lookups' group commit belongs to the database client, the others to the services.
+    for (const g of [...groupCommitStats(svc), ...groupCommitStats(svc.db)]) {
       groupBatches.set({ kind: g.name }, g.batches);
       groupItems.set({ kind: g.name }, g.items);
       groupLargest.set({ kind: g.name }, g.largest);

@@ -231,7 +231,7 @@ export interface GuardRow {
  * then the caps of each box and of the key (429 cap_exceeded). Returns what was taken, to give back when the
  * send is refused after all. key: the API key that sends (none for the service's own sends, auto-forwards).
  * read: the guard's rows when the caller read them already, in its read before the send (messages/plan.ts
- * loadSendState reads them for a single send), so the guard costs no statement of its own.
+ * readSendState reads them for a single send), so the guard costs no statement of its own.
  */
 export async function guardSend(
   svc: Services,

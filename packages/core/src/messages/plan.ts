@@ -21,6 +21,7 @@ import type { BoxScope } from '../boxes/boxes';
 import { assertSendable } from '../domains/verify';
 import { CONFIGURATION_SET_HEADER, configurationSetName } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
+import { groupCommitOf } from '../shared/group-commit';
 import { AppError, invalidField } from '../shared/errors';
 import { escapeHtml } from '../shared/html';
 import { searchBodyText } from '../search/vector';
@@ -174,11 +175,50 @@ export interface SendState {
 
 /** Everything the messages' plans read, in one round trip however many messages there are. */
 export async function loadSendState(svc: Services, accountId: string, messages: readonly CheckedMessage[]): Promise<SendState> {
-  const froms = [...new Set(messages.map((m) => m.from.address))];
-  const recipients = [...new Set(messages.flatMap((m) => m.recipients))];
-  const domains = [...new Set(recipients.map(domainOf))];
-  const candidates = [...new Set(recipients.flatMap(candidatesOf))];
-  const parents = [...new Set(messages.flatMap((m) => m.parents))];
+  return (await loadSendStates(svc, [{ accountId, messages }]))[0]!;
+}
+
+export interface SendStateRequest {
+  accountId: string;
+  messages: readonly CheckedMessage[];
+}
+
+/**
+ * The state of a single send, read with those of the sends that arrive meanwhile in one statement (group commit):
+ * under load each send's read was a statement of its own, and a statement's fixed cost in PostgreSQL (its round
+ * trip, parse, plan and snapshot) was most of what the read cost.
+ */
+export function readSendState(svc: Services, accountId: string, messages: readonly CheckedMessage[]): Promise<SendState> {
+  return groupCommitOf<SendStateRequest, SendState>(svc, 'send_states', (requests) => loadSendStates(svc, requests)).add({ accountId, messages });
+}
+
+type SendStateRow = {
+  i: number;
+  domains: StateDomain[] | null;
+  boxes: SenderBox[] | null;
+  suppressed: string[] | null;
+  hosted: string[] | null;
+  dedicated: boolean;
+  listed: ListedRow[] | null;
+  parents: SendState['parents'] | null;
+  account_paused_at: Date | null;
+  account_paused_by: string | null;
+};
+
+/** The states of many requests (each one account and its messages), in one statement: a row per request, in order. */
+export async function loadSendStates(svc: Services, requests: readonly SendStateRequest[]): Promise<SendState[]> {
+  const args = requests.map(({ accountId, messages }, i) => {
+    const recipients = [...new Set(messages.flatMap((m) => m.recipients))];
+    return {
+      i,
+      account_id: accountId,
+      froms: [...new Set(messages.map((m) => m.from.address))],
+      recipients,
+      domains: [...new Set(recipients.map(domainOf))],
+      candidates: [...new Set(recipients.flatMap(candidatesOf))],
+      parents: [...new Set(messages.flatMap((m) => m.parents))],
+    };
+  });
   const [dom, box, sup, ip, tl, msg, acc] = [
     tbl('domains'),
     tbl('boxes'),
@@ -188,20 +228,11 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
     tbl('messages'),
     tbl('accounts'),
   ];
+  const accountId = sql.ref('x.account_id');
   const rows = await run(
     svc.db,
-    sql<{
-      domains: StateDomain[] | null;
-      boxes: SenderBox[] | null;
-      suppressed: string[] | null;
-      hosted: string[] | null;
-      dedicated: boolean;
-      listed: ListedRow[] | null;
-      parents: SendState['parents'] | null;
-      account_paused_at: Date | null;
-      account_paused_by: string | null;
-    }>`
-    SELECT
+    sql<SendStateRow>`
+    SELECT x.i,
       (SELECT ${acc.paused_at} FROM ${acc.$} WHERE ${acc.id} = ${accountId}) AS account_paused_at,
       (SELECT ${acc.paused_by} FROM ${acc.$} WHERE ${acc.id} = ${accountId}) AS account_paused_by,
       (SELECT json_agg(json_build_object('id', ${dom.id}, 'name', ${dom.name}, 'status', ${dom.status}, 'mode', ${dom.mode}, 'checks', ${dom.checks},
@@ -209,16 +240,22 @@ export async function loadSendState(svc: Services, accountId: string, messages: 
         FROM ${dom.$} WHERE ${dom.account_id} = ${accountId}) AS domains,
       (SELECT json_agg(json_build_object('id', ${box.id}, 'address', ${box.address}, 'signature', ${box.signature}, 'review', ${box.review},
           'pausedAt', ${box.paused_at}, 'pausedBy', ${box.paused_by}, 'sendCaps', ${box.send_caps}))
-        FROM ${box.$} WHERE ${box.account_id} = ${accountId} AND ${box.address} = ANY(${froms}::text[])) AS boxes,
-      (SELECT array_agg(${sup.address}) FROM ${sup.$} WHERE ${sup.account_id} = ${accountId} AND ${sup.address} = ANY(${recipients}::text[])) AS suppressed,
-      (SELECT array_agg(${dom.live_name}) FROM ${dom.$} WHERE ${dom.live_name} = ANY(${domains}::text[])) AS hosted,
+        FROM ${box.$} WHERE ${box.account_id} = ${accountId} AND ${box.address} = ANY(x.froms)) AS boxes,
+      (SELECT array_agg(${sup.address}) FROM ${sup.$} WHERE ${sup.account_id} = ${accountId} AND ${sup.address} = ANY(x.recipients)) AS suppressed,
+      (SELECT array_agg(${dom.live_name}) FROM ${dom.$} WHERE ${dom.live_name} = ANY(x.domains)) AS hosted,
       EXISTS (SELECT 1 FROM ${ip.$} WHERE ${ip.account_id} = ${accountId}) AS dedicated,
       (SELECT json_agg(json_build_object('box_id', ${tl.box_id}, 'list', ${tl.list}, 'direction', ${tl.direction}, 'value', ${tl.value}, 'kind', ${tl.kind}))
-        FROM ${tl.$} WHERE ${tl.account_id} = ${accountId} AND ${tl.direction} IN ('send', 'both') AND ${tl.value} = ANY(${candidates}::text[])) AS listed,
+        FROM ${tl.$} WHERE ${tl.account_id} = ${accountId} AND ${tl.direction} IN ('send', 'both') AND ${tl.value} = ANY(x.candidates)) AS listed,
       (SELECT json_agg(json_build_object('rfcMessageId', ${msg.rfc_message_id}, 'threadId', ${msg.thread_id}) ORDER BY ${msg.recorded_at})
-        FROM ${msg.$} WHERE ${msg.account_id} = ${accountId} AND ${msg.rfc_message_id} = ANY(${parents}::text[])) AS parents`,
+        FROM ${msg.$} WHERE ${msg.account_id} = ${accountId} AND ${msg.rfc_message_id} = ANY(x.parents)) AS parents
+    FROM jsonb_to_recordset(${JSON.stringify(args)}::jsonb)
+      AS x(i int, account_id text, froms text[], recipients text[], domains text[], candidates text[], parents text[])`,
   );
-  const r = rows[0]!;
+  const byIndex = new Map(rows.map((r) => [r.i, r]));
+  return requests.map((_, i) => sendStateOf(byIndex.get(i)!));
+}
+
+function sendStateOf(r: SendStateRow): SendState {
   const listed = new Map<string, ListedRow[]>();
   for (const row of r.listed ?? []) listed.set(row.value, [...(listed.get(row.value) ?? []), row]);
   return {

@@ -20,7 +20,7 @@ import { AppError, isUniqueViolation } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
 import { checkSendLoop } from './loop';
-import { checkMessage, loadSendState, planMessage, type MessagePlan } from './plan';
+import { checkMessage, planMessage, readSendState, type MessagePlan } from './plan';
 import { passed, type PolicyCheck } from '../audit/evidence';
 import { scheduledTime } from './schedule';
 import { describeStored, enqueueAttachmentText, type AttachmentMeta } from './attachments';
@@ -82,7 +82,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     if (input.headers) checks.push(passed('header_rules', `${Object.keys(checked.headers).length} custom header(s): none reserved, no line breaks`));
     if (input.context !== undefined) checks.push(passed('context_size', `context within ${MAX_CONTEXT_BYTES} bytes`));
   }
-  const state = await loadSendState(svc, accountId, [checked]);
+  const state = await readSendState(svc, accountId, [checked]);
   const date = new Date();
   const planned = planMessage(svc, caller, checked, state, date);
   const { box, deliverTo: recipients } = planned;
@@ -106,7 +106,7 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     accountId,
     key: caller.key,
     sends: [{ boxId: box.id, messages: approved ? 0 : 1, recipients: approved ? [] : recipients }],
-    // Read with the send's state (loadSendState): no statement of the guard's own.
+    // Read with the send's state (readSendState): no statement of the guard's own.
     read: [
       {
         account_paused_at: state.accountPause.pausedAt,
