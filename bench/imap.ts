@@ -13,7 +13,7 @@
  * and their dead entries vacuumed away, so the login folds the whole event stream again; Dovecot's index
  * removed, so it builds a new one) and warm. Printed: the best time of each kind per server (other jobs on the
  * machine only ever make a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
- * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync. The server's
+ * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync, BENCH_IMAP_PROFILE_FIRST=<file> one of the first sync. The server's
  * CPU time (this process, while mbsync runs) per Boxes sync is printed too: on a shared machine it varies less
  * than wall time.
  *
@@ -404,7 +404,7 @@ await main('bench:imap', async (onCleanup) => {
   });
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
-  const profiling = !!(process.env.BENCH_IMAP_PROFILE || process.env.BENCH_IMAP_PROFILE_COLD);
+  const profiling = !!(process.env.BENCH_IMAP_PROFILE || process.env.BENCH_IMAP_PROFILE_COLD || process.env.BENCH_IMAP_PROFILE_FIRST);
   const inspectPort = SEPARATE && profiling ? await freePort() : null;
   let compiled = SEPARATE && process.env.BENCH_IMAP_COMPILED !== '0';
   if (compiled) {
@@ -515,7 +515,9 @@ await main('bench:imap', async (onCleanup) => {
   const serverRss = () => (serverPid === process.pid ? rssBytes(serverPid) : treeRssBytes(serverPid));
   const phases: [string, number][] = [['idle', serverRss()]];
   // The first sync of the box as the receive path left it (its first login: the password is checked by scrypt).
+  const firstProfile = process.env.BENCH_IMAP_PROFILE_FIRST ? await startSyncProfile(inspectPort) : null;
   const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs);
+  if (firstProfile) await firstProfile.stop(process.env.BENCH_IMAP_PROFILE_FIRST!);
   if (first.files !== N) throw new Error(`boxes: mbsync stored ${first.files} of ${N} messages`);
   phases.push(['after the first sync', serverRss()]);
   // CPU of the Boxes server (the mail process, or this one: the bench itself only waits during a sync), per sync.
