@@ -18,8 +18,8 @@ import v8 from 'node:v8';
  * The mail app on its own also keeps its young generation at V8's initial size (1 MB semi-spaces) instead of
  * letting it grow to 64 MB ones: it grew during start-up (the migrations, loading the apps) and again at the first
  * IMAP download, and stayed resident (45 to 60 MB of the process's RSS, idle or not). Smaller, it is scavenged
- * more often, each time over as little live data: over syncs of 10,000 messages the process idled at 191 to 200 MB
- * instead of 254 to 264 MB and peaked at 293 to 296 MB instead of 346 to 412 MB, and its CPU per sync stayed
+ * more often, each time over as little live data: over syncs of 10,000 messages the process idled at 183 to 200 MB
+ * instead of 254 to 264 MB and peaked at 284 to 296 MB instead of 346 to 412 MB, and its CPU per sync stayed
  * within the spread of runs. Growth is the one young-generation limit V8 takes after start (--max-semi-space-size only on the command
  * line, where an operator may still give it). BOXES_GC_SMALL_YOUNG=1 or 0 sets it either way.
  * Called before the apps start (twice does no harm); a flag given on the command line or in NODE_OPTIONS is left as it is.
