@@ -90,7 +90,7 @@ const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..'
  * so its configuration is exactly the env given (no relay, static route or listener from the caller's shell).
  */
 function baseEnv(): Record<string, string> {
-  const keep = ['PATH', 'HOME', 'TMPDIR', 'LANG', 'TZ', 'NODE_OPTIONS', 'NODE_PATH', 'BOXES_GC_EXTERNAL_IN_LIMIT'];
+  const keep = ['PATH', 'HOME', 'TMPDIR', 'LANG', 'TZ', 'NODE_OPTIONS', 'NODE_PATH', 'BOXES_GC_EXTERNAL_IN_LIMIT', 'BOXES_GC_SMALL_YOUNG'];
   // glibc's allocator settings (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_, ...) reach the app processes as an operator's would.
   return Object.fromEntries(
     Object.keys(process.env)

@@ -13,7 +13,7 @@
  * and their dead entries vacuumed away, so the login folds the whole event stream again; Dovecot's index
  * removed, so it builds a new one) and warm. Printed: the best time of each kind per server (other jobs on the
  * machine only ever make a run slower), every run, and the ratio Boxes / Dovecot. BENCH_IMAP_PROFILE=<file> writes a CPU profile of the
- * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync. The server's
+ * server during the last warm Boxes sync, BENCH_IMAP_PROFILE_COLD=<file> one of the last cold sync, BENCH_IMAP_PROFILE_FIRST=<file> one of the first sync. The server's
  * CPU time (this process, while mbsync runs) per Boxes sync is printed too: on a shared machine it varies less
  * than wall time.
  *
@@ -46,14 +46,17 @@ import {
   freePort,
   loadNote,
   main,
+  mb,
   processTicks,
   request,
+  rssBytes,
   RssMeter,
   runtimeRss,
   signupAccounts,
   startBenchRuntime,
   waitForPort,
   startProfile,
+  treeRssBytes,
 } from './common';
 import { exec, k, rows, sql, table } from '@boxes/db';
 
@@ -401,7 +404,7 @@ await main('bench:imap', async (onCleanup) => {
   });
   const db = await createBenchDatabase();
   onCleanup(() => db.drop());
-  const profiling = !!(process.env.BENCH_IMAP_PROFILE || process.env.BENCH_IMAP_PROFILE_COLD);
+  const profiling = !!(process.env.BENCH_IMAP_PROFILE || process.env.BENCH_IMAP_PROFILE_COLD || process.env.BENCH_IMAP_PROFILE_FIRST);
   const inspectPort = SEPARATE && profiling ? await freePort() : null;
   let compiled = SEPARATE && process.env.BENCH_IMAP_COMPILED !== '0';
   if (compiled) {
@@ -506,9 +509,17 @@ await main('bench:imap', async (onCleanup) => {
   const times: Record<'boxes' | 'dovecot', { cold: number[]; warm: number[] }> = { boxes: { cold: [], warm: [] }, dovecot: { cold: [], warm: [] } };
   rss.start();
   dovecotRss.start();
+  // The server's RSS between syncs (idle before the first, then after each): what a sync leaves held, beside the
+  // peak the meter samples during them.
+  const serverPid = mailProc?.pid ?? process.pid;
+  const serverRss = () => (serverPid === process.pid ? rssBytes(serverPid) : treeRssBytes(serverPid));
+  const phases: [string, number][] = [['idle', serverRss()]];
   // The first sync of the box as the receive path left it (its first login: the password is checked by scrypt).
+  const firstProfile = process.env.BENCH_IMAP_PROFILE_FIRST ? await startSyncProfile(inspectPort) : null;
   const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs);
+  if (firstProfile) await firstProfile.stop(process.env.BENCH_IMAP_PROFILE_FIRST!);
   if (first.files !== N) throw new Error(`boxes: mbsync stored ${first.files} of ${N} messages`);
+  phases.push(['after the first sync', serverRss()]);
   // CPU of the Boxes server (the mail process, or this one: the bench itself only waits during a sync), per sync.
   const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
@@ -553,11 +564,13 @@ await main('bench:imap', async (onCleanup) => {
       const d0 = name === 'dovecot' ? await dovecotChildren() : null;
       const p0 = name === 'boxes' ? await pgBackends() : null;
       const cold = await mbsync(clientRoot, `${name}-cold`, server, serverCpuMs);
+      if (name === 'boxes') phases.push([`after cold ${round}`, serverRss()]);
       const p1 = name === 'boxes' ? await pgBackends() : null;
       const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
       const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startSyncProfile(inspectPort) : null;
       const warm = await mbsync(clientRoot, `${name}-warm`, server, serverCpuMs);
+      if (name === 'boxes') phases.push([`after warm ${round}`, serverRss()]);
       const p2 = name === 'boxes' ? await pgBackends() : null;
       const d2 = name === 'dovecot' ? await dovecotChildren() : null;
       if (profile) await profile.stop(process.env.BENCH_IMAP_PROFILE!);
@@ -613,4 +626,5 @@ await main('bench:imap', async (onCleanup) => {
     `    ratio boxes / dovecot: first sync / cold ${(first.ms / best(d.cold)).toFixed(2)}, cold ${(best(b.cold) / best(d.cold)).toFixed(2)}, warm ${(best(b.warm) / best(d.warm)).toFixed(2)}  (${loadNote()})`,
   );
   for (const line of [...rss.lines('over the syncs'), ...dovecotRss.lines('over the syncs')]) console.log(line);
+  console.log(`  RSS ${mailProc ? 'mx process' : 'bench process'} between syncs: ${phases.map(([at, b]) => `${at} ${mb(b)}`).join(', ')}`);
 });

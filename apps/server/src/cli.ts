@@ -14,13 +14,13 @@
  * and `pnpm boxes backup <file>` / `pnpm boxes restore <file>` write and restore an archive of the database and
  * the keys outside it (src/backup; docs/operator/backup.md).
  */
-import { loadConfig } from '@boxes/config';
-import { answerQuestion, disableCloseProtection, openFeatures, openQuestions, rotateSigningKey, shipFeature } from '@boxes/core';
-import { closeDb, createDb, ensureDatabase, migrate } from '@boxes/db';
-import { backupCommand, BACKUP_USAGE } from './backup/command';
-import { resolveSecretKey } from './secret-key';
+// Everything beyond Node is imported where a command uses it: `start` runs main.ts, which loads only the apps
+// asked for, so a process of the mail app alone does not hold the admin commands' and the backup's code (the
+// backup names the API version, which would load the HTTP API's whole router and OpenAPI generator).
+export {};
 
-const USAGE = `usage:
+/** The usage text, with the backup's lines (from the backup's module, loaded only for a command other than start). */
+const usageWith = (backupUsage: string) => `usage:
   pnpm boxes start [server] [worker] [mx] [push] [dns]
   pnpm boxes migrate
   pnpm boxes admin questions
@@ -29,16 +29,22 @@ const USAGE = `usage:
   pnpm boxes admin ship <feature request id> [note]
   pnpm boxes admin close-protection-off <account id>
   pnpm boxes admin rotate-audit-key
-${BACKUP_USAGE}`;
+${backupUsage}`;
 
 async function main(argv: string[]): Promise<number> {
   const [area, command, id, ...rest] = argv;
-  if (area === 'backup' || area === 'restore') return backupCommand(area, argv.slice(1), USAGE);
+  const { backupCommand, BACKUP_USAGE } = await import('./backup/command');
+  const usage = usageWith(BACKUP_USAGE);
+  if (area === 'backup' || area === 'restore') return backupCommand(area, argv.slice(1), usage);
   if (area === 'migrate' && !command) return migrateDatabase();
   if (area !== 'admin' || !command) {
-    console.error(USAGE);
+    console.error(usage);
     return 2;
   }
+  const { loadConfig } = await import('@boxes/config');
+  const { answerQuestion, disableCloseProtection, openFeatures, openQuestions, rotateSigningKey, shipFeature } = await import('@boxes/core');
+  const { closeDb, createDb } = await import('@boxes/db');
+  const { resolveSecretKey } = await import('./secret-key');
   const config = loadConfig();
   const db = createDb(config.databaseUrl, { max: 2 });
   try {
@@ -83,7 +89,7 @@ async function main(argv: string[]): Promise<number> {
         return 0;
       }
       default:
-        console.error(USAGE);
+        console.error(usage);
         return 2;
     }
   } finally {
@@ -96,6 +102,8 @@ async function main(argv: string[]): Promise<number> {
  * one-shot compose service). Concurrent runs are safe (the migrations take an advisory lock).
  */
 async function migrateDatabase(): Promise<number> {
+  const { loadConfig } = await import('@boxes/config');
+  const { ensureDatabase, migrate } = await import('@boxes/db');
   const config = loadConfig();
   await ensureDatabase(config.directDatabaseUrl);
   const { applied } = await migrate(config.directDatabaseUrl);

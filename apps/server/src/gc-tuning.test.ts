@@ -1,7 +1,7 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { externalMemoryInLimit } from './runtime';
+import { externalMemoryInLimit, smallYoungGeneration } from './gc-tuning';
 import { releaseStartupMemory } from './startup-memory';
 
 describe('externalMemoryInLimit', () => {
@@ -37,5 +37,19 @@ describe('releaseStartupMemory', () => {
     expect(newSpace().space_size).toBeLessThan(grown / 4);
     expect(vm.runInNewContext('typeof gc')).toBe('undefined');
     expect(typeof (globalThis as { gc?: unknown }).gc).toBe('undefined');
+  });
+});
+
+describe('smallYoungGeneration', () => {
+  const all = { server: true, worker: true, mail: true };
+  const mailAlone = { server: false, worker: false, mail: true };
+  it('keeps the young generation small in the mail app on its own only', () => {
+    expect(smallYoungGeneration(mailAlone, undefined)).toBe(true);
+    expect(smallYoungGeneration(all, undefined)).toBe(false);
+    expect(smallYoungGeneration({ server: false, worker: true, mail: false }, undefined)).toBe(false);
+  });
+  it('follows BOXES_GC_SMALL_YOUNG either way', () => {
+    expect(smallYoungGeneration(mailAlone, '0')).toBe(false);
+    expect(smallYoungGeneration(all, '1')).toBe(true);
   });
 });

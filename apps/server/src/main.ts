@@ -342,6 +342,13 @@ async function main(): Promise<void> {
     all.add(await supervise('apps', null, {}, all.giveUp));
     return;
   }
+  // This process runs apps (the supervisor of the split layout runs none): its collector is set before anything
+  // else is loaded (see gc-tuning.ts).
+  const mine = apps ?? (single || supervised ? [...APPS] : null);
+  if (mine) {
+    const { tuneGarbageCollection } = await import('./gc-tuning');
+    tuneGarbageCollection({ server: mine.includes('server'), worker: mine.includes('worker'), mail: mine.includes('mx') });
+  }
   const { loadConfig } = await import('@boxes/config');
   const config = loadConfig();
   if (process.env.BOXES_CHILD === '1' && apps) {

@@ -3,7 +3,6 @@
  * worker and the MX. `pnpm start` and the test harness use it; in production each app can run on its own
  * with the same services.
  */
-import v8 from 'node:v8';
 import type { Config } from '@boxes/config';
 import {
   announcePlatformVersion,
@@ -27,6 +26,7 @@ import type { DnsHandle } from '@boxes/dns';
 import type { ServerHandle } from './index';
 import type { MetricsEndpoint } from './metrics-endpoint';
 import { createLogger, type Logger } from './logger';
+import { tuneGarbageCollection } from './gc-tuning';
 
 export interface Runtime {
   svc: Services;
@@ -78,29 +78,6 @@ export function publicUrlFollowsPort(config: Config): (port: number) => void {
     config.siteUrl = `http://127.0.0.1:${port}`;
     config.apiBaseUrl = `${config.siteUrl}/api/v1`;
   };
-}
-
-/**
- * The V8 of Node 24 (13.6) reclaims short-lived Buffers with full mark-compact collections instead of scavenges:
- * its young-generation ArrayBuffer trigger moved above the fixed 64 MB external-memory limit that starts marking
- * (nodejs/node issues 61967 and 63863). Counting external memory in V8's global heap limit, as later V8 does by
- * default, takes that back for the apps that stream message bytes through Buffers (SMTP, HTTP bodies, sends): a
- * warm 10,000-message IMAP download went from 6 to 8 full collections (350 to 650 ms) to one.
- * The mail app on its own (`boxes start mx`) goes without it: there the pace it sets lets the bodies an IMAP
- * download opens pile up (its peak RSS over three syncs of 10,000 messages: 342 MB without it, 353 to 522 MB with it)
- * and its server CPU per sync did not grow. BOXES_GC_EXTERNAL_IN_LIMIT=1 or 0 sets it either way.
- * Set once per process, before the apps start; a flag given on the command line is left as it is.
- */
-export function tuneGarbageCollection(apps: { server: boolean; worker: boolean; mail: boolean }): void {
-  if (!externalMemoryInLimit(apps, process.env.BOXES_GC_EXTERNAL_IN_LIMIT)) return;
-  if (process.execArgv.some((a) => a.includes('external-memory-accounted-in-global-limit'))) return;
-  v8.setFlagsFromString('--external-memory-accounted-in-global-limit');
-}
-
-/** Whether a process running these apps counts external memory in V8's heap limit (see tuneGarbageCollection). */
-export function externalMemoryInLimit(apps: { server: boolean; worker: boolean; mail: boolean }, asked: string | undefined): boolean {
-  if (asked === '0' || asked === '1') return asked === '1';
-  return !(apps.mail && !apps.server && !apps.worker);
 }
 
 export async function startRuntime(config: Config, opts: RuntimeOptions): Promise<Runtime> {

@@ -1,7 +1,7 @@
-import { flagNames, type FolderEntry } from '@boxes/core';
+import { flagNames, sealBytes, type FolderEntry, type RawCopy, type Services } from '@boxes/core';
 import { describe, expect, it } from 'vitest';
 import { paren } from './encode';
-import { flagList } from './mailbox';
+import { flagList, SelectedMailbox } from './mailbox';
 
 const entry = (flags: number, deleted: boolean, keywords: string[]): FolderEntry => ({
   uid: 1,
@@ -28,5 +28,45 @@ describe('flagList', () => {
     }
     expect(text(flagList(entry(1 | 4, true, [])))).toBe('(\\Seen \\Flagged \\Deleted)');
     expect(text(flagList(entry(0, false, [])))).toBe('()');
+  });
+});
+
+describe('SelectedMailbox read-ahead', () => {
+  const key = Buffer.alloc(32, 7);
+  const n = 300;
+  const entries: FolderEntry[] = Array.from({ length: n }, (_, i) => ({ ...entry(0, false, []), uid: i + 1, messageId: `msg_${i}` }));
+  const raw = (id: string) => Buffer.from(`Subject: ${id}\r\n\r\nbody of ${id}\r\n`);
+
+  /** A mailbox over these entries whose bytes come from a COPY stand-in that counts its queries. */
+  function mailbox() {
+    const queries: string[] = [];
+    const rawCopy: RawCopy = async (query, onRow) => {
+      queries.push(query);
+      for (const id of query.match(/msg_\d+/g) ?? []) onRow([Buffer.from(id, 'latin1'), sealBytes(key, raw(id))]);
+    };
+    const Ctor = SelectedMailbox as unknown as new (...args: unknown[]) => SelectedMailbox;
+    const folder = { name: 'INBOX', folderId: 'fld_x', boxId: null, role: 'inbox', attributes: [] };
+    return { box: new Ctor(folder, true, rawCopy, entries, 1, n + 1, 1n), queries };
+  }
+  const svc = { secretKey: key } as unknown as Services;
+
+  it('reads a client going through a folder message by message in blocks, and nothing it was served twice', async () => {
+    const { box, queries } = mailbox();
+    for (let i = 0; i < n; i++) {
+      await box.messages(svc, [i]);
+      expect(box.message(i)?.raw.toString()).toBe(raw(`msg_${i}`).toString());
+    }
+    // 300 messages: the first alone (not yet known to be one of a run), the rest of its block of 128, and the two
+    // blocks after it read ahead; not one read per message, and nothing served read twice.
+    expect(queries.length).toBe(4);
+    expect(queries.join(' ').match(/msg_\d+/g)?.length).toBe(n);
+  });
+
+  it('serves a message fetched again from what it read', async () => {
+    const { box, queries } = mailbox();
+    await box.messages(svc, [5]);
+    await box.messages(svc, [5]);
+    expect(box.message(5)?.raw.toString()).toBe(raw('msg_5').toString());
+    expect(queries.length).toBe(1);
   });
 });

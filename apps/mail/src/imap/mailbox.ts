@@ -184,9 +184,10 @@ export class SelectedMailbox {
         return;
       }
       if (sequential) {
-        // Aligned blocks: the one holding i now, the next ones in the background (each read in one query).
+        // Aligned blocks: the rest of the one holding i now (those before i were served), the next ones in the
+        // background (each read in one query).
         const block = Math.floor(i / READ_AHEAD);
-        wanted = range(block * READ_AHEAD, Math.min(this.entries.length, (block + 1) * READ_AHEAD));
+        wanted = range(i, Math.min(this.entries.length, (block + 1) * READ_AHEAD));
         // A miss means what was read ahead is gone (a second pass, or the cache pushed it out): start afresh.
         this.aheadBlocks = block + 1;
         this.readAhead(svc, block + 1);

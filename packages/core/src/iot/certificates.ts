@@ -5,7 +5,6 @@
  * returned once and never stored.
  */
 import { createHash, X509Certificate } from 'node:crypto';
-import { generate } from 'selfsigned';
 import type { Services } from '../shared/context';
 import { open, seal } from '../shared/crypto';
 import { appendEvent } from '../events/append';
@@ -33,6 +32,7 @@ export function certFingerprint(certPemOrDer: string | Buffer): string {
 export async function getOrCreateCa(svc: Pick<Services, 'db' | 'secretKey'>): Promise<CertificateAuthority> {
   const existing = await svc.db.platformSetting.findUnique({ where: { key: CA_SETTING } });
   if (!existing) {
+    const { generate } = await import('selfsigned');
     const pems = await generate([{ name: 'commonName', value: 'Boxes MQTT CA' }], {
       keyType: 'ec',
       algorithm: 'sha256',
@@ -54,6 +54,7 @@ export async function getOrCreateCa(svc: Pick<Services, 'db' | 'secretKey'>): Pr
 type AltName = { type: 2; value: string } | { type: 7; ip: string };
 
 async function issue(ca: CertificateAuthority, cn: string, usage: 'server' | 'client', altNames: AltName[], days: number) {
+  const { generate } = await import('selfsigned');
   const pems = await generate([{ name: 'commonName', value: cn }], {
     keyType: 'ec',
     algorithm: 'sha256',

@@ -10,7 +10,6 @@
 import fs from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
-import { generate } from 'selfsigned';
 import type { Config } from '@boxes/config';
 import { exec, sql } from '@boxes/db';
 import type { Services } from '../shared/context';
@@ -76,6 +75,9 @@ function certificateOf(cert: string, selfSigned: boolean): MailCertificate {
 const materialOf = (cert: string, key: string, selfSigned: boolean): MailTls => ({ ...certificateOf(cert, selfSigned), key });
 
 async function makeSelfSigned(names: string[]): Promise<{ cert: string; key: string }> {
+  // selfsigned (and the X.509 and ASN.1 libraries under it) is loaded only when a certificate is made: most
+  // starts find one stored, and the mail process need not hold that code.
+  const { generate } = await import('selfsigned');
   const pems = await generate([{ name: 'commonName', value: names[0] ?? 'localhost' }], {
     keySize: 2048,
     algorithm: 'sha256',
