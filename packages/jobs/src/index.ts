@@ -279,8 +279,15 @@ export class Jobs {
 
   /** Enqueues delivery jobs; the job id is the delivery id, so enqueueing twice is harmless. */
   async enqueueDeliveries(deliveryIds: string[], delayMs = 0): Promise<void> {
-    if (!deliveryIds.length) return;
-    await this.deliveries.addBulk(
+    await this.enqueueDeliveryGroups([{ deliveryIds, delayMs }]);
+  }
+
+  /**
+   * Enqueues the delivery jobs of several callers, each group with its own delay, in one addBulk: one round trip
+   * to Redis for all of them.
+   */
+  async enqueueDeliveryGroups(groups: readonly { deliveryIds: readonly string[]; delayMs: number }[]): Promise<void> {
+    const jobs = groups.flatMap(({ deliveryIds, delayMs }) =>
       deliveryIds.map((deliveryId) => ({
         name: 'deliver',
         data: { deliveryId },
@@ -294,6 +301,8 @@ export class Jobs {
         },
       })),
     );
+    if (!jobs.length) return;
+    await this.deliveries.addBulk(jobs);
   }
 
   /** Enqueues text extraction of stored attachments; the job id is the attachment id, so enqueueing twice is harmless. */

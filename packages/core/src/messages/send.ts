@@ -186,11 +186,22 @@ export async function sendMessage(svc: Services, caller: SendCaller, input: Inpu
     );
   }
   try {
-    await svc.jobs.enqueueDeliveries(deliveryIds, sendAt ? Math.max(0, sendAt.getTime() - Date.now()) : 0);
+    if (deliveryIds.length) await enqueueDeliveries(svc, deliveryIds, sendAt ? Math.max(0, sendAt.getTime() - Date.now()) : 0);
   } catch {
     // Committed but not enqueued (Redis down): the worker's sweeper enqueues queued deliveries it finds.
   }
   return response;
+}
+
+/**
+ * The delivery jobs of the sends that commit together are enqueued together (group commit): one addBulk, one
+ * round trip to Redis, instead of one per send. Each send still answers only once its own jobs are queued.
+ */
+function enqueueDeliveries(svc: Services, deliveryIds: string[], delayMs: number): Promise<void> {
+  return groupCommitOf<{ deliveryIds: string[]; delayMs: number }, void>(svc, 'delivery_enqueues', async (groups) => {
+    await svc.jobs.enqueueDeliveryGroups(groups);
+    return groups.map(() => undefined);
+  }).add({ deliveryIds, delayMs });
 }
 
 function replay(prior: Message, requestHash: string): Output {
