@@ -104,11 +104,13 @@ interface TreeNode {
 function writeTree(node: TreeNode, out: Buffer[]): boolean {
   if (node._raw) return false;
   const content = node.content;
-  if (content && typeof content !== 'string' && !Buffer.isBuffer(content)) return false;
+  let bytes: Buffer | null = null;
+  if (typeof content === 'string') bytes = content ? Buffer.from(content) : null;
+  else if (Buffer.isBuffer(content)) bytes = content.length ? content : null;
+  else if (content) return false;
   const transferEncoding = node.getTransferEncoding();
   out.push(Buffer.from(`${node.buildHeaders()}\r\n\r\n`));
-  if (content) {
-    const bytes = typeof content === 'string' ? Buffer.from(content) : content;
+  if (bytes) {
     if (transferEncoding === 'base64') out.push(...encodeAll(new Base64Encoder({}), bytes));
     else if (transferEncoding === 'quoted-printable') out.push(...encodeAll(new QpEncoder({ binary: !/^text\//i.test(node.contentType || '') }), bytes));
     else out.push(bytes);
