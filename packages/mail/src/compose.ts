@@ -1,5 +1,7 @@
 /** Building outgoing MIME with nodemailer's MailComposer, and DKIM-signing it with nodemailer's signer. */
 import MailComposer from 'nodemailer/lib/mail-composer';
+import { Encoder as Base64Encoder } from 'nodemailer/lib/base64';
+import { Encoder as QpEncoder } from 'nodemailer/lib/qp';
 import { createHash, sign as cryptoSign, type KeyObject } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { domainToASCII } from 'node:url';
@@ -71,7 +73,87 @@ export async function composeMessage(m: OutgoingMail): Promise<Buffer> {
   });
   const node = composer.compile();
   if (m.bcc?.length) node.keepBcc = true;
-  return buildNode(node);
+  return treeBytes(node) ?? buildNode(node);
+}
+
+/** A compiled tree's bytes written at once (see writeTree), or null for a tree that must be streamed. */
+export function treeBytes(node: ReturnType<MailComposer['compile']>): Buffer | null {
+  const chunks: Buffer[] = [];
+  return writeTree(node as unknown as TreeNode, chunks) ? finishBytes(chunks) : null;
+}
+
+/** The parts of nodemailer's MimeNode that its stream() reads. */
+interface TreeNode {
+  _raw?: unknown;
+  content?: unknown;
+  contentType?: string;
+  multipart?: unknown;
+  boundary?: string;
+  childNodes: TreeNode[];
+  getTransferEncoding(): string | false;
+  buildHeaders(): string;
+}
+
+/**
+ * The tree's bytes written as MimeNode.stream() writes them (the headers and a blank line, the content encoded,
+ * then each child between boundary lines), but at once: stream() reads every part through a stream of its content
+ * joined to an encoder stream by stream.pipeline, with a turn of the event loop between the steps. The encoders
+ * are nodemailer's own, fed the content as the one chunk stream() feeds them. False, with nothing of use written,
+ * for a tree whose content is not all in memory (a stream, a file, a URL, raw MIME): that goes through stream().
+ */
+function writeTree(node: TreeNode, out: Buffer[]): boolean {
+  if (node._raw) return false;
+  const content = node.content;
+  let bytes: Buffer | null = null;
+  if (typeof content === 'string') bytes = content ? Buffer.from(content) : null;
+  else if (Buffer.isBuffer(content)) bytes = content.length ? content : null;
+  else if (content) return false;
+  const transferEncoding = node.getTransferEncoding();
+  out.push(Buffer.from(`${node.buildHeaders()}\r\n\r\n`));
+  if (bytes) {
+    if (transferEncoding === 'base64') out.push(...encodeAll(new Base64Encoder({}), bytes));
+    else if (transferEncoding === 'quoted-printable') out.push(...encodeAll(new QpEncoder({ binary: !/^text\//i.test(node.contentType || '') }), bytes));
+    else out.push(bytes);
+  }
+  if (node.multipart) {
+    for (let i = 0; i < node.childNodes.length; i++) {
+      out.push(Buffer.from(`${i ? '\r\n' : ''}--${node.boundary}\r\n`));
+      if (!writeTree(node.childNodes[i]!, out)) return false;
+    }
+    out.push(Buffer.from(`\r\n--${node.boundary}--\r\n`));
+  }
+  return true;
+}
+
+/** What an encoder stream writes for the input as one chunk, run through its transform and flush steps directly. */
+function encodeAll(encoder: Base64Encoder | QpEncoder, input: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  const steps = encoder as unknown as {
+    push(chunk: Buffer | string | null, encoding?: BufferEncoding): boolean;
+    _transform(chunk: Buffer, encoding: string, done: (err?: Error | null) => void): void;
+    _flush(done: (err?: Error | null) => void): void;
+  };
+  let failed: Error | null = null;
+  const done = (err?: Error | null) => {
+    if (err) failed = err;
+  };
+  steps.push = (chunk, encoding) => {
+    if (chunk !== null) out.push(typeof chunk === 'string' ? Buffer.from(chunk, encoding ?? 'utf8') : chunk);
+    return true;
+  };
+  steps._transform(input, 'buffer', done);
+  steps._flush(done);
+  if (failed) throw failed;
+  return out;
+}
+
+/** The bytes joined, ending with a line break as build() makes sure (a transform after the tree's stream). */
+function finishBytes(chunks: Buffer[]): Buffer {
+  let i = chunks.length - 1;
+  while (i >= 0 && !chunks[i]!.length) i--;
+  const last = i >= 0 ? chunks[i]![chunks[i]!.length - 1] : undefined;
+  if (last !== 0x0a) chunks.push(Buffer.from(last === 0x0d ? '\n' : '\r\n'));
+  return Buffer.concat(chunks);
 }
 
 /**
@@ -128,9 +210,7 @@ export interface DkimKey {
 export async function dkimSign(raw: Buffer, key: DkimKey): Promise<Buffer> {
   const split = headerEnd(raw);
   const rawHeaders = raw.subarray(0, split);
-  const bodyHash = createHash('sha256')
-    .update(relaxedBody(raw.subarray(split)))
-    .digest('base64');
+  const bodyHash = bodyHashOf(raw.subarray(split));
   const { headers, fieldNames } = relaxedHeaders(parseHeaderLines(rawHeaders));
   const dkimHeader = dkimHeaderPrefix(key.domainName, key.keySelector, fieldNames, bodyHash);
   const signed = `${headers}dkim-signature:${relaxedHeaderValue(dkimHeader)}`;
@@ -142,6 +222,21 @@ export async function dkimSign(raw: Buffer, key: DkimKey): Promise<Buffer> {
       .replace(/(^.{73}|.{75}(?!\r?\n|\r))/g, '$&\r\n ')
       .trim();
   return Buffer.concat([Buffer.from(`${field}\r\n`, 'latin1'), raw]);
+}
+
+/**
+ * The last body hashed and its hash (bh=). The messages of a bulk batch without personal content share their body
+ * byte for byte, and are signed one after another: the relaxed canonical form and its SHA-256 are then made once.
+ * A body that differs costs one comparison, which stops at the first differing byte.
+ */
+let lastBody: { bytes: Buffer; hash: string } | null = null;
+
+function bodyHashOf(body: Buffer): string {
+  if (lastBody?.bytes.equals(body)) return lastBody.hash;
+  const hash = createHash('sha256').update(relaxedBody(body)).digest('base64');
+  // A copy: the caller's buffer may be reused for something else once it has its signed message.
+  lastBody = { bytes: Buffer.from(body), hash };
+  return hash;
 }
 
 /** Where the body starts: after the first empty line (LF LF or LF CR LF); the whole message if there is none. */

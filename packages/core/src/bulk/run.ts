@@ -32,7 +32,7 @@ import { describeStored, enqueueAttachmentText } from '../messages/attachments';
 import { openBody } from '../messages/body';
 import { composableOf, composeSigned, type DeliveryDeps, type DeliveryMessageRow } from '../messages/deliver';
 import { searchBodyText } from '../search/vector';
-import { markBounced, markDeferred, markFailed, refreshMessageStatuses } from '../messages/outcomes';
+import { markBounced, markDeferred, markFailed, messageStatusUpdate, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
@@ -42,7 +42,7 @@ import { newId } from '../shared/ids';
 import { isServiceUnavailable } from '../shared/unavailable';
 import { BULK_PAUSE_POLL_MS, bulkHeldByPause } from '../guard/pause';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
-import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, type BulkStatus, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
+import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
 import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
 
 /** A delivery status as a checked literal. */
@@ -634,46 +634,64 @@ class BatchSender {
     const accountId = this.job.account_id;
     const deferred: { id: string; delayMs: number }[] = [];
     const status = await svc.db.$transaction(async (tx) => {
-      // The stored bytes go with the claim of the delivered recipients, as a part of the same statement (they touch
-      // different tables), or alone when nothing was delivered.
-      let storeRaws: RawBuilder<unknown> | null = null;
+      // One statement stores the bytes, claims the delivered recipients (they touch different tables) and reads the
+      // job's status (a cancel or a halt stops the batch after this flush).
+      const ctes: RawBuilder<unknown>[] = [];
       if (raws.size) {
         // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
         const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
         const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-        storeRaws = sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
+        ctes.push(sql`raws AS (UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
           FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
+          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL)`);
       }
       const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
-      const touched = new Set<string>();
-      if (!delivered.length && storeRaws) await exec(tx, storeRaws);
+      const j = tbl('bulk_jobs', 'j');
+      const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
+      let jobStatusRow: { job_status: string | null } | undefined;
+      let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
       if (delivered.length) {
         const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-        const claimed = await run(
-          tx,
-          sql<{ id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }>`
-          ${storeRaws ? sql`WITH raws AS (${storeRaws})` : sql``}
+        ctes.push(sql`claimed AS (
           UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
             ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
           FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
           WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
-          RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])}`,
+          RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})`);
+        // The claimed rows, then one row with the job's status (its other columns null).
+        const all = await run(
+          tx,
+          sql<{
+            id: string | null;
+            message_id: string;
+            held_micros: bigint;
+            used_free: boolean;
+            attachment_micros: bigint;
+            surcharge_micros: bigint;
+            job_status: string | null;
+          }>`WITH ${sql.join(ctes)}
+          SELECT id, message_id, held_micros, used_free, attachment_micros, surcharge_micros, NULL::text AS job_status FROM claimed
+          UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, s.job_status FROM (${jobStatus}) s`,
         );
-        if (claimed.length) {
-          const a = await lockAccountCredit(tx, accountId);
-          let paid = a.trailer_paid_micros;
-          const changes: AccountChange[] = claimed.map((d) => {
-            const c = deliveryCharge({ trailer_paid_micros: paid }, d);
-            paid += c.surcharge;
-            touched.add(d.message_id);
-            return {
-              accountId,
-              charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
-            };
-          });
-          await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes });
-        }
+        claimed = all.filter((r) => r.id !== null) as typeof claimed;
+        jobStatusRow = all.find((r) => r.id === null);
+      } else {
+        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${ctes.length ? sql`WITH ${sql.join(ctes)} ` : sql``}${jobStatus}`);
+      }
+      if (claimed.length) {
+        const a = await lockAccountCredit(tx, accountId);
+        let paid = a.trailer_paid_micros;
+        const changes: AccountChange[] = claimed.map((d) => {
+          const c = deliveryCharge({ trailer_paid_micros: paid }, d);
+          paid += c.surcharge;
+          return {
+            accountId,
+            charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
+          };
+        });
+        // The messages' statuses follow their claimed deliveries in the same statement as the charges.
+        const messageIds = [...new Set(claimed.map((d) => d.message_id))];
+        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusUpdate(messageIds)})`] });
       }
       for (const o of outcomes) {
         const attempts = o.d.attempts + 1;
@@ -685,9 +703,7 @@ class BatchSender {
           deferred.push({ id: o.d.id, delayMs });
         }
       }
-      await refreshMessageStatuses(tx, [...touched]);
-      const [j] = await run(tx, k.selectFrom('bulk_jobs').select('status').where('id', '=', this.job.id));
-      return j ? narrowStatus(BULK_STATUSES, j.status) : 'cancelled';
+      return jobStatusRow?.job_status ? narrowStatus(BULK_STATUSES, jobStatusRow.job_status) : 'cancelled';
     }, TX);
     // 4xx: the ordinary delivery jobs retry them on the delivery schedule (the sweeper re-drives a lost enqueue).
     for (const d of deferred) await svc.jobs.enqueueDeliveries([d.id], d.delayMs).catch(() => undefined);

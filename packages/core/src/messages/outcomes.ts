@@ -29,7 +29,7 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
  * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
  * Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
-function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
+export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
   const [set, m, d] = [tbl('messages'), tbl('messages', 'm'), tbl('deliveries')];
   const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
   const final = statusIn(DELIVERY_STATUSES, FINAL);
