@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { closeDb, createDb, type Db } from './client';
-import { col, compile, exec, k, rows, sql, table, tbl } from './sql';
+import { col, compile, exec, k, poolRows, rows, sql, table, tbl } from './sql';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -122,6 +122,24 @@ describe('typed SQL through the Prisma client', () => {
     const [b] = await rows(db, sql<{ b: Uint8Array; n: number }>`SELECT ${bytes}::bytea AS b, octet_length(${bytes}::bytea) AS n`);
     expect(Buffer.from(b!.b).equals(bytes)).toBe(true);
     expect(b!.n).toBe(300);
+  });
+
+  it('poolRows reads the same values as rows: bigint, Date, json, text[] parameters; a statement compiled once with its own placeholders', async () => {
+    const statement = k
+      .selectFrom('accounts as a')
+      .select(['a.id', 'a.balance_micros', 'a.created_at', 'a.free_messages_left'])
+      .select(sql<{ n: number }[] | null>`(SELECT json_agg(json_build_object('n', e.seq)) FROM events e WHERE e.account_id = a.id)`.as('events'))
+      .where('a.id', '=', sql<string>`ANY(${['acct_sql_1', 'acct_sql_2']}::text[])`)
+      .orderBy('a.id');
+    const viaPool = await poolRows(db, statement);
+    expect(viaPool).toEqual(await rows(db, statement));
+    expect(viaPool.map((r) => typeof r.balance_micros)).toEqual(['bigint', 'bigint']);
+    expect(viaPool[0]!.balance_micros).toBe(9_007_199_254_740_993n);
+    expect(viaPool[0]!.created_at).toEqual(at);
+    expect(viaPool[1]!.events).toEqual([{ n: 1 }, { n: 2 }]);
+    const once = k.selectFrom('accounts').select('id').where('id', '=', sql.raw<string>('$1')).compile();
+    expect(once.parameters).toEqual([]);
+    expect((await poolRows<{ id: string }>(db, { ...once, parameters: ['acct_sql_2'] })).map((r) => r.id)).toEqual(['acct_sql_2']);
   });
 
   it('col() and table() name checked columns in sql templates; compile() shows the text and parameters', async () => {

@@ -33,7 +33,8 @@ import {
   type SelectType,
   sql,
 } from 'kysely';
-import type { DbClient } from './client';
+import pg from 'pg';
+import { type Db, type DbClient, poolOf } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';
@@ -62,6 +63,29 @@ export function compile<R>(statement: Statement<R>): CompiledQuery<R> {
 export async function rows<R>(db: DbClient, statement: Statement<R>): Promise<R[]> {
   const c = compile(statement);
   return db.$queryRawUnsafe<R[]>(c.sql, ...c.parameters);
+}
+
+/** pg's parsers, with BIGINT read as bigint (as Prisma's raw queries read it) rather than as a string. */
+const POOL_TYPES = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === pg.types.builtins.INT8 ? (v: string) => BigInt(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
+
+/**
+ * Runs a statement that answers rows straight on the pg pool under db, outside Prisma's client and outside any
+ * transaction: for a hot statement run on its own many times a second (the MX's recipient lookup, one per RCPT),
+ * where Prisma's client spends about three times the CPU of the statement's own client side (0.13 to 0.20 ms a
+ * statement against 0.03 to 0.05 ms on the 2-core bench machine). Rows come back as pg reads them, BIGINT as
+ * bigint: the same values as rows() for text, integers, booleans, timestamptz and json columns (not for numeric
+ * or timestamp without time zone, which the two read differently). Without a pool of ours (a client made
+ * elsewhere), it is rows().
+ */
+export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]> {
+  const pool = poolOf(db);
+  if (!pool) return rows(db, statement);
+  const c = compile(statement);
+  const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES });
+  return result.rows as R[];
 }
 
 /** Runs a write without RETURNING on db; answers the number of rows it affected. */
