@@ -87,7 +87,7 @@ function threadCpuMs(pid: number): ThreadCpu | null {
       }
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const ms = ((Number(f[11]) + Number(f[12])) * 1000) / 100;
-      const group = Number(tid) === pid ? 'main' : comm.startsWith('V8 ') ? 'v8' : comm.startsWith('libuv-worker') ? 'pool' : 'other';
+      const group = Number(tid) === pid ? 'main' : comm.startsWith('V8') ? 'v8' : comm.startsWith('libuv-worker') ? 'pool' : 'other';
       out[group] += ms;
     }
   } catch {
