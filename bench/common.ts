@@ -126,7 +126,9 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
   const entry = compiled ? [path.join(repoRoot, 'apps/server/dist/cli.mjs')] : ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts')];
   // BENCH_APP_PROF=<dir>: each app process writes a CPU profile there when it stops (node --cpu-prof).
   const prof = process.env.BENCH_APP_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(process.env.BENCH_APP_PROF)}`] : [];
-  const child = spawn(process.execPath, [...prof, ...entry, 'start', ...apps], {
+  // BENCH_APP_NODE_ARGS: more node options for the app processes, ones NODE_OPTIONS does not take (--trace-gc).
+  const nodeArgs = process.env.BENCH_APP_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
+  const child = spawn(process.execPath, [...nodeArgs, ...prof, ...entry, 'start', ...apps], {
     cwd: repoRoot,
     env: { ...baseEnv(), ...(compiled ? { NODE_ENV: 'production' } : {}), ...env, ...listeners },
     stdio: ['ignore', 'pipe', 'pipe'],
