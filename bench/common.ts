@@ -3,7 +3,7 @@
  * 127.0.0.1 with its own Redis key prefix (deleted at the end), keep-alive HTTP, signup, and a few numbers.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { appendFileSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import http from 'node:http';
@@ -126,7 +126,9 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
   const entry = compiled ? [path.join(repoRoot, 'apps/server/dist/cli.mjs')] : ['--import', 'tsx', path.join(repoRoot, 'apps/server/src/cli.ts')];
   // BENCH_APP_PROF=<dir>: each app process writes a CPU profile there when it stops (node --cpu-prof).
   const prof = process.env.BENCH_APP_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(process.env.BENCH_APP_PROF)}`] : [];
-  const child = spawn(process.execPath, [...prof, ...entry, 'start', ...apps], {
+  // BENCH_APP_NODE_ARGS: more node options for the app processes, ones NODE_OPTIONS does not take (--trace-gc).
+  const nodeArgs = process.env.BENCH_APP_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
+  const child = spawn(process.execPath, [...nodeArgs, ...prof, ...entry, 'start', ...apps], {
     cwd: repoRoot,
     env: { ...baseEnv(), ...(compiled ? { NODE_ENV: 'production' } : {}), ...env, ...listeners },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -134,6 +136,14 @@ export async function startAppProcess(apps: AppName[], env: Record<string, strin
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  // BENCH_APP_OUT=<file>: each app process's output is also appended there (with NODE_OPTIONS=--trace-gc, its
+  // garbage collections).
+  if (process.env.BENCH_APP_OUT) {
+    const file = path.resolve(process.env.BENCH_APP_OUT);
+    const tee = (d: Buffer) => appendFileSync(file, d);
+    child.stdout!.on('data', tee);
+    child.stderr!.on('data', tee);
+  }
   const stop = async () => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));

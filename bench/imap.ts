@@ -67,6 +67,39 @@ const RUNS = envInt('BENCH_IMAP_RUNS', 3, 1, 20);
 const SEPARATE = process.env.BENCH_PROCESSES !== '0';
 const run = promisify(execFile);
 
+/**
+ * A process's CPU time (user + system, ms) by thread group, from /proc: its main thread (JavaScript), V8's
+ * worker threads (concurrent and parallel garbage collection, optimising compilers), libuv's thread pool (scrypt,
+ * async crypto and file work) and the rest. Shows where a sync's CPU goes beyond the event loop.
+ */
+type ThreadCpu = { main: number; v8: number; pool: number; other: number };
+function threadCpuMs(pid: number): ThreadCpu | null {
+  const out: ThreadCpu = { main: 0, v8: 0, pool: 0, other: 0 };
+  try {
+    for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+      let stat: string;
+      let comm: string;
+      try {
+        stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'latin1');
+        comm = fs.readFileSync(`/proc/${pid}/task/${tid}/comm`, 'latin1').trim();
+      } catch {
+        continue; // the thread ended meanwhile
+      }
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const ms = ((Number(f[11]) + Number(f[12])) * 1000) / 100;
+      const group = Number(tid) === pid ? 'main' : comm.startsWith('V8') ? 'v8' : comm.startsWith('libuv-worker') ? 'pool' : 'other';
+      out[group] += ms;
+    }
+  } catch {
+    return null;
+  }
+  return out;
+}
+const threadDelta = (a: ThreadCpu | null, b: ThreadCpu | null) =>
+  a && b
+    ? `main thread ${((b.main - a.main) / 1000).toFixed(2)} s, V8 workers ${((b.v8 - a.v8) / 1000).toFixed(2)} s, libuv pool ${((b.pool - a.pool) / 1000).toFixed(2)} s, other ${((b.other - a.other) / 1000).toFixed(2)} s`
+    : 'not measured';
+
 /** A small deterministic generator, so runs compare. */
 function rng(seed: number) {
   let s = seed >>> 0 || 1;
@@ -248,7 +281,8 @@ async function mbsync(
   name: string,
   server: { port: number; user: string; pass: string; cert: string },
   serverCpuMs: () => number,
-): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string }> {
+  serverThreads: () => ThreadCpu | null = () => null,
+): Promise<{ ms: number; files: number; cpuMs: number; clientCpuMs: number | null; gc: string; threads: string }> {
   const dir = path.join(root, name);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.join(dir, 'mail'), { recursive: true });
@@ -284,12 +318,14 @@ SyncState *
   );
   const trace = process.env.BENCH_IMAP_TRACE;
   const cpuStart = serverCpuMs();
+  const threadsStart = serverThreads();
   const clientStart = childrenCpuMs('self');
   const gcStart = { ...gcSeen };
   const started = performance.now();
   const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
   const cpuMs = serverCpuMs() - cpuStart;
+  const threads = threadDelta(threadsStart, serverThreads());
   const clientEnd = childrenCpuMs('self');
   // GC entries arrive after the collection, on a later turn of the event loop.
   await new Promise((r) => setTimeout(r, 20));
@@ -298,7 +334,7 @@ SyncState *
     : `${gcSeen.full - gcStart.full} full + ${gcSeen.young - gcStart.young} young, ${(gcSeen.ms - gcStart.ms).toFixed(0)} ms`;
   if (trace) fs.writeFileSync(path.join(trace, `${name}.log`), out.stdout + out.stderr);
   const files = ['cur', 'new'].reduce((n, d) => n + fs.readdirSync(path.join(dir, 'mail', 'INBOX', d)).length, 0);
-  return { ms, files, cpuMs, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart, gc };
+  return { ms, files, cpuMs, clientCpuMs: clientStart === null || clientEnd === null ? null : clientEnd - clientStart, gc, threads };
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 5 seconds. */
@@ -436,6 +472,7 @@ await main('bench:imap', async (onCleanup) => {
         const u = process.cpuUsage();
         return (u.user + u.system) / 1000;
       };
+  const serverThreads = () => threadCpuMs(mailProc?.pid ?? process.pid);
   const svc = rt.runtime.svc;
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
@@ -516,7 +553,7 @@ await main('bench:imap', async (onCleanup) => {
   const phases: [string, number][] = [['idle', serverRss()]];
   // The first sync of the box as the receive path left it (its first login: the password is checked by scrypt).
   const firstProfile = process.env.BENCH_IMAP_PROFILE_FIRST ? await startSyncProfile(inspectPort) : null;
-  const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs);
+  const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs, serverThreads);
   if (firstProfile) await firstProfile.stop(process.env.BENCH_IMAP_PROFILE_FIRST!);
   if (first.files !== N) throw new Error(`boxes: mbsync stored ${first.files} of ${N} messages`);
   phases.push(['after the first sync', serverRss()]);
@@ -526,6 +563,7 @@ await main('bench:imap', async (onCleanup) => {
   const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
   const gcLast = { cold: '', warm: '' };
+  const threadsLast = { cold: '', warm: '' };
   // PostgreSQL's part of a Boxes sync: CPU of the backends serving this bench's database (its pools, the fold,
   // autovacuum), from /proc, as a map of pid to ms; a backend that appears during a sync counts from zero.
   const pgBackends = async (): Promise<Map<number, number>> => {
@@ -563,13 +601,13 @@ await main('bench:imap', async (onCleanup) => {
       const coldProfile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE_COLD ? await startSyncProfile(inspectPort) : null;
       const d0 = name === 'dovecot' ? await dovecotChildren() : null;
       const p0 = name === 'boxes' ? await pgBackends() : null;
-      const cold = await mbsync(clientRoot, `${name}-cold`, server, serverCpuMs);
+      const cold = await mbsync(clientRoot, `${name}-cold`, server, serverCpuMs, name === 'boxes' ? serverThreads : undefined);
       if (name === 'boxes') phases.push([`after cold ${round}`, serverRss()]);
       const p1 = name === 'boxes' ? await pgBackends() : null;
       const d1 = name === 'dovecot' ? await dovecotChildren() : null;
       if (coldProfile) await coldProfile.stop(process.env.BENCH_IMAP_PROFILE_COLD!);
       const profile = name === 'boxes' && round === RUNS && process.env.BENCH_IMAP_PROFILE ? await startSyncProfile(inspectPort) : null;
-      const warm = await mbsync(clientRoot, `${name}-warm`, server, serverCpuMs);
+      const warm = await mbsync(clientRoot, `${name}-warm`, server, serverCpuMs, name === 'boxes' ? serverThreads : undefined);
       if (name === 'boxes') phases.push([`after warm ${round}`, serverRss()]);
       const p2 = name === 'boxes' ? await pgBackends() : null;
       const d2 = name === 'dovecot' ? await dovecotChildren() : null;
@@ -582,6 +620,8 @@ await main('bench:imap', async (onCleanup) => {
         cpu.warm.push(warm.cpuMs);
         gcLast.cold = cold.gc;
         gcLast.warm = warm.gc;
+        threadsLast.cold = cold.threads;
+        threadsLast.warm = warm.threads;
         if (p0 && p1 && p2 && p2.size) {
           pgCpu.cold.push(pgDelta(p0, p1));
           pgCpu.warm.push(pgDelta(p1, p2));
@@ -620,6 +660,9 @@ await main('bench:imap', async (onCleanup) => {
       `    PostgreSQL CPU per Boxes sync (its backends for this database), best: cold ${s(best(pgCpu.cold))} (${all(pgCpu.cold)}), warm ${s(best(pgCpu.warm))} (${all(pgCpu.warm)})`,
     );
   console.log(`    boxes server garbage collections in the last round: cold ${gcLast.cold}; warm ${gcLast.warm}`);
+  console.log(`    boxes server CPU by thread: first sync ${first.threads}`);
+  console.log(`                                last cold ${threadsLast.cold}`);
+  console.log(`                                last warm ${threadsLast.warm}`);
   if (clientCpu.boxes.length && clientCpu.dovecot.length)
     console.log(`    mbsync CPU per sync, best: from boxes ${s(best(clientCpu.boxes))}, from dovecot ${s(best(clientCpu.dovecot))}`);
   console.log(

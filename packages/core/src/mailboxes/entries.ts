@@ -6,7 +6,7 @@
  * DELETE /messages/{id} does.
  */
 import type { Services } from '../shared/context';
-import { compile, exec, k, rows, sql, tbl, type CopyRow, type RawBuilder } from '@boxes/db';
+import { exec, k, rows, sql, tbl, type CopyRow, type RawBuilder } from '@boxes/db';
 import { open } from '../shared/crypto';
 import { ensureComposed } from '../messages/deliver';
 import { deleteMessage } from '../messages/read';
@@ -178,22 +178,16 @@ export async function loadRawMessages(svc: Services, ids: string[], copy?: RawCo
   const out = drafts.length ? await loadDraftRaws(svc, drafts) : new Map<string, Buffer | null>();
   const messageIds = drafts.length ? ids.filter((id) => !id.startsWith('drf_')) : ids;
   if (!messageIds.length) return out;
-  const raws = k.selectFrom('messages').select(['id', 'raw_enc']);
   if (copy && messageIds.every((id) => MESSAGE_ID.test(id))) {
-    // COPY takes no parameters: the ids (checked above) are inlined as literals into the compiled select.
-    const text = compile(
-      raws.where(
-        'id',
-        'in',
-        messageIds.map((id) => sql.lit(id)),
-      ),
-    );
-    if (text.parameters.length) throw new Error('loadRawMessages: a COPY statement cannot take parameters');
-    await copy(text.sql, (row) => {
+    // COPY takes no parameters: the ids (checked above: letters and digits only) are inlined as literals. The
+    // statement is written out rather than compiled from a query builder with one literal node per id: that took
+    // about 0.05 ms of CPU per statement of 128 ids once optimised (the text takes 0.002) and much more before,
+    // on the first syncs after a start.
+    await copy(`SELECT "id", "raw_enc" FROM "messages" WHERE "id" IN ('${messageIds.join("', '")}')`, (row) => {
       out.set(row[0]!.toString('latin1'), row[1] ? open(svc.secretKey, row[1]) : null);
     });
   } else {
-    const found = await rows(svc.db, raws.where('id', '=', anyText(messageIds)));
+    const found = await rows(svc.db, k.selectFrom('messages').select(['id', 'raw_enc']).where('id', '=', anyText(messageIds)));
     for (const r of found) out.set(r.id, r.raw_enc ? open(svc.secretKey, r.raw_enc) : null);
   }
   for (const id of messageIds) if (!out.has(id)) out.set(id, null);

@@ -55,10 +55,28 @@ export function parseSection(att: string): Item {
   return { kind: 'section', name: `BODY[${sectionName}]`, section: { path, specifier, fields }, peek: m[1]!.toUpperCase() === 'BODY.PEEK', partial };
 }
 
+/**
+ * Data items parsed before, by their text: a client downloading message after message sends the same items with
+ * each FETCH, and parsing them (section syntax by regular expressions) made new strings and objects every time.
+ * Items are never changed once parsed; callers get a copy of the list, which they may extend.
+ */
+const parsedItems = new Map<string, Item[]>();
+const PARSED_ITEMS_KEPT = 64;
+
 export function parseItems(t: Token | undefined): Item[] {
   if (!t) throw new BadArgs('FETCH needs data items');
   const atoms = t.type === 'list' ? t.items.map((x, i) => atom(x, `data item ${i + 1}`)) : [atom(t, 'data item')];
-  const names = t.type === 'atom' && MACROS[t.value.toUpperCase()] ? MACROS[t.value.toUpperCase()]! : atoms;
+  const key = t.type === 'list' ? `(${atoms.join(' ')})` : atoms[0]!;
+  let items = parsedItems.get(key);
+  if (!items) {
+    items = parseItemNames(t.type === 'atom' && MACROS[t.value.toUpperCase()] ? MACROS[t.value.toUpperCase()]! : atoms);
+    if (parsedItems.size >= PARSED_ITEMS_KEPT) parsedItems.clear();
+    parsedItems.set(key, items);
+  }
+  return items.slice();
+}
+
+function parseItemNames(names: string[]): Item[] {
   return names.map((name): Item => {
     const k = name.toUpperCase();
     switch (k) {
@@ -184,13 +202,13 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
     for (const i of round) {
       const e = mailbox.entries[i]!;
       const msg = withMessage ? (mailbox.message(i) ?? EMPTY) : EMPTY;
-      const parts: Chunk[][] = items.map((item) => render(item, e, msg));
-      if (seenNow.has(e.uid) && !flagsAsked) parts.push(['FLAGS ', ...flagList(e)]);
+      // One list of chunks per response, without a list per item in between.
       const line: Chunk[] = [`* ${i + 1} FETCH (`];
-      parts.forEach((p, j) => {
+      for (let j = 0; j < items.length; j++) {
         if (j) line.push(' ');
-        line.push(...p);
-      });
+        for (const c of render(items[j]!, e, msg)) line.push(c);
+      }
+      if (seenNow.has(e.uid) && !flagsAsked) line.push(' FLAGS ', ...flagList(e));
       line.push(')\r\n');
       s.write(line);
     }
