@@ -160,26 +160,20 @@ function finishBytes(chunks: Buffer[]): Buffer {
  * The bytes of a compiled MIME tree: what node.build() returns, written straight into a collector. build() reads
  * them through createReadStream, a PassThrough joined by stream.pipeline to a transform that only makes sure of
  * the final line break; that pipeline (an AbortController, an abort error made when it finishes, listeners on
- * every stage) cost more than the collecting itself. The final line break is added here as that transform does.
+ * every stage) cost more than the collecting itself. The final line break is added as that transform does (finishBytes).
  */
 function buildNode(node: ReturnType<MailComposer['compile']>): Promise<Buffer> {
   const tree = node as unknown as { stream(out: Writable, options: object, done: (err?: Error | null) => void): void };
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
-    let length = 0;
     const out = new Writable({
       write(chunk: Buffer, _encoding, callback) {
         chunks.push(chunk);
-        length += chunk.length;
         callback();
       },
     });
     out.once('error', reject);
-    out.once('finish', () => {
-      const last = length ? chunks[chunks.length - 1]![chunks[chunks.length - 1]!.length - 1] : undefined;
-      if (last !== 0x0a) chunks.push(Buffer.from(last === 0x0d ? '\n' : '\r\n'));
-      resolve(Buffer.concat(chunks));
-    });
+    out.once('finish', () => resolve(finishBytes(chunks)));
     tree.stream(out, {}, (err) => {
       if (err) {
         out.destroy(err);
