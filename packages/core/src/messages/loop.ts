@@ -2,7 +2,6 @@
  * Looping single sends: many one-recipient sends to different addresses within a
  * minute are flagged with a warning, and once per ten minutes with a send.loop_detected event.
  */
-import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
@@ -27,16 +26,17 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 if n > tonumber(ARGV[3]) and redis.call('SET', KEYS[3], '1', 'EX', ARGV[4], 'NX') then return {n, 1} end
 return {n, 0}
 `;
-const LOOP_SCRIPT_SHA = createHash('sha1').update(LOOP_SCRIPT).digest('hex');
+const LOOP_COMMAND = 'boxesSendLoop';
+/** The Redis clients the script is defined on (ioredis runs it by EVALSHA, sending its text when Redis lacks it). */
+const defined = new WeakSet<Redis>();
 
-async function countLoop(redis: Redis, keys: [string, string, string], args: (string | number)[]): Promise<[number, number]> {
-  try {
-    return (await redis.evalsha(LOOP_SCRIPT_SHA, 3, ...keys, ...args)) as [number, number];
-  } catch (e) {
-    // A Redis that has not seen the script yet (or restarted since) is given its text once.
-    if (!String((e as Error)?.message).startsWith('NOSCRIPT')) throw e;
-    return (await redis.eval(LOOP_SCRIPT, 3, ...keys, ...args)) as [number, number];
+function countLoop(redis: Redis, keys: [string, string, string], args: (string | number)[]): Promise<[number, number]> {
+  if (!defined.has(redis)) {
+    redis.defineCommand(LOOP_COMMAND, { numberOfKeys: 3, lua: LOOP_SCRIPT });
+    defined.add(redis);
   }
+  const command = (redis as unknown as Record<string, (...a: (string | number)[]) => Promise<[number, number]>>)[LOOP_COMMAND]!;
+  return command.call(redis, ...keys, ...args);
 }
 
 export async function checkSendLoop(svc: Services, accountId: string, singleRecipient: string | null) {
