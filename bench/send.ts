@@ -23,7 +23,7 @@
  * (after start, before any load) and the peak from the measured sends until they are delivered.
  *
  * The anchor, measured in the same run on the same database: the raw ceiling of the event log, one
- * hash-chained append per message done with plain SQL over pg (the statement appendEvent runs, no HTTP, no
+ * hash-chained append per message done with plain SQL over pg (the statement appendEvent ran before it became the append_event function, no HTTP, no
  * Prisma, no mail), with the same concurrency over the same accounts.
  */
 import http from 'node:http';
