@@ -37,7 +37,7 @@ export function mqttStream(svc: Services, publish: PublishFn, accountId: string)
       if (cursor === null) cursor = stored = a.cursor;
       if (!a.mqtt_live || cursor >= a.chain_seq || !a.events.length) return;
       for (const e of a.events) {
-        await publish(mqttTopic(accountId), await eventPayload(svc, e, false));
+        await publish(mqttTopic(accountId), eventPayload(e));
         cursor = e.seq;
         if (cursor - stored >= FLUSH_EVERY) await flush();
       }

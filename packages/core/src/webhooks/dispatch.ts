@@ -107,23 +107,31 @@ export function postWebhook(
 }
 
 /** The JSON a webhook (and MQTT) receives for an event: the event as GET /events serves it. */
-export async function eventPayload(svc: Services, event: Parameters<typeof toApiEvent>[0], forWebhook: boolean): Promise<string> {
+export function eventPayload(event: Parameters<typeof toApiEvent>[0]): string {
+  return JSON.stringify(toApiEvent(event));
+}
+
+/**
+ * The JSON the signup callback receives for an event. `signup.completed` carries the owner key once: to the
+ * callback, unless the signup's claim took it first. The key is kept sealed only until then, and marked as on its
+ * way while this POST runs, so a claim meanwhile waits. A retry carries it only when the signup has no claim: once
+ * a POST carrying it failed, the key belongs to the claim.
+ */
+async function callbackPayload(svc: Services, event: Parameters<typeof toApiEvent>[0], retry: boolean): Promise<{ body: string; carriesKey: boolean }> {
   const api = toApiEvent(event);
-  if (forWebhook && event.type === 'signup.completed') {
-    // The owner key goes out once: to the signup callback, unless the signup's claim took it first. It is kept
-    // sealed only until then, and marked as on its way while this POST runs, so a claim meanwhile waits.
-    const [intent] = await rows(
-      svc.db,
-      k
-        .updateTable('signup_intents')
-        .set({ api_key_sending_at: sql<Date>`now()` })
-        .where('account_id', '=', event.accountId)
-        .where('api_key_enc', 'is not', null)
-        .returning('api_key_enc'),
-    );
-    if (intent?.api_key_enc) return JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.api_key_enc).toString('utf8') });
+  if (event.type === 'signup.completed') {
+    let q = k
+      .updateTable('signup_intents')
+      .set({ api_key_sending_at: sql<Date>`now()` })
+      .where('account_id', '=', event.accountId)
+      .where('api_key_enc', 'is not', null);
+    if (retry) q = q.where('claim_secret_hash', 'is', null);
+    const [intent] = await rows(svc.db, q.returning('api_key_enc'));
+    if (intent?.api_key_enc) {
+      return { body: JSON.stringify({ ...api, api_key: open(svc.secretKey, intent.api_key_enc).toString('utf8') }), carriesKey: true };
+    }
   }
-  return JSON.stringify(api);
+  return { body: JSON.stringify(api), carriesKey: false };
 }
 
 /** Events read per round of a drain. */
@@ -337,7 +345,7 @@ export function webhookStream(svc: Services, deps: WebhookDeps, accountId: strin
       let failedBefore = a.webhook_attempts;
       for (const event of events) {
         if (deps.stopping?.()) return flush();
-        const body = await eventPayload(svc, event, true);
+        const { body, carriesKey } = await callbackPayload(svc, event, failedBefore > 0);
         const result = await postWebhook(url, signatureHeaders(secrets, event.id, body), body, deps);
         const attempt = failedBefore + 1;
         const base = {
@@ -354,7 +362,7 @@ export function webhookStream(svc: Services, deps: WebhookDeps, accountId: strin
         };
         if (result.ok) {
           pending.push({ ...base, status: 'delivered' });
-          if (event.type === 'signup.completed') clearKey = true;
+          if (carriesKey) clearKey = true;
           cursor = event.seq;
           failedBefore = 0;
           if (pending.length >= FLUSH_EVERY) await flush();
@@ -362,7 +370,7 @@ export function webhookStream(svc: Services, deps: WebhookDeps, accountId: strin
         }
         await flush();
         // The POST that carried the owner key failed: the key is no longer on its way (the claim may take it).
-        if (event.type === 'signup.completed') await svc.db.signupIntent.updateMany({ where: { accountId }, data: { apiKeySendingAt: null } });
+        if (carriesKey) await svc.db.signupIntent.updateMany({ where: { accountId }, data: { apiKeySendingAt: null } });
         // Only the drainer holding the lock moves the cursor; the where clause makes a stale drainer a no-op.
         const at = { id: accountId, webhookCursor: cursor };
         const old = Date.now() - event.createdAt.getTime() > deps.giveUpAfterMs;
@@ -424,7 +432,7 @@ export async function redeliver(
   const a = await svc.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { callbackWebhook: true } });
   const event = await svc.db.event.findUniqueOrThrow({ where: { id: d.eventId } });
   if (!a.callbackWebhook) return { delivery: null, reason: 'no callback webhook is set' };
-  const body = await eventPayload(svc, event, false);
+  const body = eventPayload(event);
   const result = await postWebhook(a.callbackWebhook, signatureHeaders(await signingSecrets(svc, accountId), event.id, body), body, deps);
   const row = await svc.db.webhookDelivery.create({
     data: {

@@ -147,7 +147,7 @@ export async function drainEndpoint(svc: Services, deps: WebhookDeps, endpointId
     };
     for (const event of d.events) {
       if (deps.stopping?.()) return flush();
-      const body = await eventPayload(svc, event, false);
+      const body = eventPayload(event);
       const result = await postWebhook(url, { ...custom, ...signatureHeaders(secrets, event.id, body) }, body, deps);
       const attempt = failedBefore + 1;
       const base = {
@@ -237,7 +237,7 @@ export async function redeliverToEndpoint(
   const d = await svc.db.webhookDelivery.findFirst({ where: { id: input.deliveryId, accountId: input.accountId, endpointId: e.id } });
   if (!d) return null;
   const event = await svc.db.event.findUniqueOrThrow({ where: { id: d.eventId } });
-  const body = await eventPayload(svc, event, false);
+  const body = eventPayload(event);
   const headers = { ...endpointHeaders(svc, e.headersEnc), ...signatureHeaders(endpointSecrets(svc, e), event.id, body) };
   const result = await postWebhook(e.url, headers, body, deps);
   return svc.db.webhookDelivery.create({
