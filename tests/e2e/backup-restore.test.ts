@@ -10,7 +10,7 @@
  * that mail signed before the backup verifies against (mailauth), and the mail certificate is the one clients
  * pinned.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promises as dnsPromises } from 'node:dns';
 import fs from 'node:fs';
@@ -27,8 +27,10 @@ import {
   createTestDatabase,
   databaseUrlFor,
   deleteKeysWithPrefix,
+  EPHEMERAL_PORTS,
   rest,
   signupAccount,
+  spawnNode,
   startTestServer,
   waitFor,
   type ApiEvent,
@@ -314,38 +316,26 @@ it('an instance backed up while it runs is restored into a new database and data
   // ---- The bundle starts every app on the restored copy (its own Redis prefix: an empty Redis).
   const prefix = `boxes-restored-${randomBytes(4).toString('hex')}`;
   cleanups.push(() => deleteKeysWithPrefix(t.config.redisUrl, prefix));
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'BOXES_SECRET_KEY'));
-  const child = spawn(process.execPath, [path.join(root, 'apps/server/dist/cli.mjs'), 'start'], {
-    cwd: root,
-    env: {
-      ...base,
-      ...target,
-      BOXES_SINGLE_PROCESS: '1',
-      PORT: '0',
-      SMTP_PORT: '0',
-      IMAP_PORT: '0',
-      SUBMISSION_PORT: '0',
-      MQTT_PORT: '0',
-      DNS_PORT: '0',
-      REDIS_PREFIX: prefix,
-      LOG_LEVEL: 'warn',
-      SIGNUP_RATE_LIMIT_PER_HOUR: '0',
-      KEY_RATE_LIMIT_PER_MINUTE: '0',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+  // The restored data directory's secret key, not one of the test's environment.
+  const restored = spawnNode([path.join(root, 'apps/server/dist/cli.mjs'), 'start'], {
+    BOXES_SECRET_KEY: undefined,
+    ...target,
+    ...EPHEMERAL_PORTS,
+    BOXES_SINGLE_PROCESS: '1',
+    REDIS_PREFIX: prefix,
+    LOG_LEVEL: 'warn',
+    SIGNUP_RATE_LIMIT_PER_HOUR: '0',
+    KEY_RATE_LIMIT_PER_MINUTE: '0',
   });
-  let log = '';
-  child.stdout.on('data', (d: Buffer) => (log += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (log += d.toString()));
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  const { child, exited } = restored;
   cleanups.push(async () => {
     if (child.exitCode === null) {
       child.kill('SIGTERM');
       await exited;
     }
   });
-  const url = await waitFor('the restored instance to start', () => /Listening on\s+(\S+)/.exec(log)?.[1], 90_000);
-  const port = (name: string) => Number(new RegExp(`${name}:\\s+(?:udp\\+tcp )?[\\d.]+:(\\d+)`).exec(log)?.[1]);
+  const url = await waitFor('the restored instance to start', () => /Listening on\s+(\S+)/.exec(restored.out())?.[1], 90_000);
+  const port = (name: string) => Number(new RegExp(`${name}:\\s+(?:udp\\+tcp )?[\\d.]+:(\\d+)`).exec(restored.out())?.[1]);
   const r = { apiBase: `${url}/api/v1` };
 
   // Event chains verify, and hold what they held.
@@ -422,7 +412,7 @@ it('an instance backed up while it runs is restored into a new database and data
     ((await rest(r, 'GET', '/messages?direction=received', { key: a.apiKey })).body.messages as any[]).find((m) => m.subject === 'after the restore'),
   );
   child.kill('SIGTERM');
-  expect(await exited, log).toBe(0);
+  expect(await exited, restored.out()).toBe(0);
 }, 600_000);
 
 it('a backup of an older schema is migrated when restored (--force over a database that is not empty); one of a newer schema is refused', async () => {

@@ -4,25 +4,12 @@
  * a fresh database, then the worker alone, then every app as `pnpm start` runs them, each stopped gracefully by
  * SIGTERM.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect, it } from 'vitest';
-import { buildBundle, createTestDatabase, waitFor } from '@boxes/testing';
+import { buildBundle, createTestDatabase, EPHEMERAL_PORTS, repoRoot as root, spawnNode, waitFor } from '@boxes/testing';
 
-const root = path.resolve(import.meta.dirname, '../..');
-
-function startBundle(args: string[], env: Record<string, string>) {
-  const child = spawn(process.execPath, [path.join(root, 'apps/server/dist/cli.mjs'), ...args], {
-    cwd: root,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-  return { child, out: () => out, exited: new Promise<number | null>((r) => child.once('exit', (code) => r(code))) };
-}
+const startBundle = (args: string[], env: Record<string, string>) => spawnNode([path.join(root, 'apps/server/dist/cli.mjs'), ...args], env);
 
 it('pnpm build, then the bundle runs the server alone and the worker alone with node', async () => {
   await buildBundle();
@@ -65,7 +52,7 @@ it('pnpm build, then the bundle runs the server alone and the worker alone with 
 
     // `start` naming no app runs them all, as `pnpm start` does (two supervised processes on two cores or more).
     // METRICS_PORT: the worker (no HTTP server of its own) serves its /metrics there; the front ignores it.
-    const all = startBundle(['start'], { ...env, SMTP_PORT: '0', IMAP_PORT: '0', SUBMISSION_PORT: '0', MQTT_PORT: '0', DNS_PORT: '0', METRICS_PORT: '0' });
+    const all = startBundle(['start'], { ...env, ...EPHEMERAL_PORTS, METRICS_PORT: '0' });
     const front = await waitFor(
       'every app to start',
       () => /Boxes is running \((?:two|one) process/.test(all.out()) && /Listening on\s+(\S+)/.exec(all.out())?.[1],

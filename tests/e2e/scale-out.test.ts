@@ -9,23 +9,19 @@
  * had sent but not recorded is replayed, never skipped). The times (restart, deliveries done once the load
  * stops), the client retries, the duplicates at the outside MX and the webhook replays are printed.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, freePort, rest, signupAccount, waitFor, type TestAccount } from '@boxes/testing';
+import { createTestDatabase, freePort, type NodeProcess, repoRoot as root, rest, signupAccount, spawnNode, waitFor, type TestAccount } from '@boxes/testing';
 import { MailSink } from './mail-send-helpers';
 import { allEvents, deliveredEvents, receiverCertificate, setCallback, startReceiver, type Receiver } from './push-helpers';
 
-const root = path.resolve(import.meta.dirname, '../..');
 type App = 'server' | 'worker' | 'mx';
 const IN_FLIGHT = 10;
 
-interface Proc {
+interface Proc extends NodeProcess {
   app: App;
-  child: ChildProcess;
-  out: string;
   /** The HTTP base (servers) or SMTP port (MX). */
   url?: string;
   smtpPort?: number;
@@ -38,20 +34,18 @@ let env: Record<string, string>;
 const procs: Proc[] = [];
 
 function start(app: App, extra: Record<string, string> = {}): Promise<Proc> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', app], {
-    cwd: root,
-    env: { ...process.env, ...env, ...extra },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const p: Proc = { app, child, out: '', ...(extra.SMTP_PORT ? { smtpPort: Number(extra.SMTP_PORT) } : {}) };
-  child.stdout!.on('data', (d: Buffer) => (p.out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (p.out += d.toString()));
+  const p: Proc = {
+    app,
+    ...spawnNode(['--import', 'tsx', path.join(root, 'apps/server/src/cli.ts'), 'start', app], { ...env, ...extra }),
+    ...(extra.SMTP_PORT ? { smtpPort: Number(extra.SMTP_PORT) } : {}),
+  };
+  const { child } = p;
   procs.push(p);
   return waitFor(
     `${app} to start`,
     () => {
-      if (child.exitCode !== null) throw new Error(`${app} exited ${child.exitCode}: ${p.out.slice(-2000)}`);
-      const m = /boxes: running \S+ \(pid \d+\)(?:; HTTP on (\S+))?/.exec(p.out);
+      if (child.exitCode !== null) throw new Error(`${app} exited ${child.exitCode}: ${p.out().slice(-2000)}`);
+      const m = /boxes: running \S+ \(pid \d+\)(?:; HTTP on (\S+))?/.exec(p.out());
       if (!m) return null;
       if (m[1]) p.url = m[1];
       return p;
@@ -195,7 +189,7 @@ it('two of each app as processes; one of each SIGKILLed and restarted under load
   const before = accepted.size;
   await waitFor('load to go on after the restart', () => accepted.size >= before + 30, 60_000).catch((err) => {
     throw new Error(
-      `${(err as Error).message}: ${accepted.size - before} sends and ${smtpAccepted.size} inbound since; ${retries} retries; ${unexpected.slice(0, 5).join('; ')}; ${procs.map((p) => `${p.app}: ${p.out.slice(-600)}`).join('\n')}`,
+      `${(err as Error).message}: ${accepted.size - before} sends and ${smtpAccepted.size} inbound since; ${retries} retries; ${unexpected.slice(0, 5).join('; ')}; ${procs.map((p) => `${p.app}: ${p.out().slice(-600)}`).join('\n')}`,
     );
   });
   stopping = true;
@@ -267,7 +261,7 @@ it('two of each app as processes; one of each SIGKILLed and restarted under load
           throw new Error(
             `${(err as Error).message}: ${deliveredEvents(receiver.at(at)).length} of ${events.length}; ${JSON.stringify(st.rows[0])}; last answers ${answers.join(' ')}; ${procs
               .filter((p) => p.app === 'worker')
-              .map((p) => p.out.slice(-1500))
+              .map((p) => p.out().slice(-1500))
               .join('\n')}`,
           );
         },

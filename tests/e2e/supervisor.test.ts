@@ -4,37 +4,21 @@
  * pid) starts that process again when it dies, and SIGTERM stops both gracefully; the apps stop on their own when
  * the supervisor is killed, and a process that cannot start is not started again.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect, it } from 'vitest';
-import { createTestDatabase, waitFor } from '@boxes/testing';
+import { createTestDatabase, EPHEMERAL_PORTS, repoRoot, spawnNode, waitFor } from '@boxes/testing';
 
-const root = path.resolve(import.meta.dirname, '../..');
-
-const env = (extra: Record<string, string>) => ({
-  ...process.env,
-  PORT: '0',
-  SMTP_PORT: '0',
-  IMAP_PORT: '0',
-  SUBMISSION_PORT: '0',
-  MQTT_PORT: '0',
-  DNS_PORT: '0',
-  REDIS_PREFIX: `boxes-supervisor-${Date.now()}`,
-  BOXES_SECRET_KEY: 'ef'.repeat(32),
-  LOG_LEVEL: 'error',
-  BOXES_SINGLE_PROCESS: '',
-  BOXES_SPLIT_PROCESSES: '',
-  ...extra,
-});
-
-function start(extra: Record<string, string>) {
-  const child = spawn(process.execPath, [path.join(root, 'apps/server/start.mjs')], { cwd: root, env: env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
-  const run = { child, out: '', exited: new Promise<number | null>((r) => child.once('exit', (code) => r(code))) };
-  child.stdout.on('data', (d: Buffer) => (run.out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (run.out += d.toString()));
-  return run;
-}
+const start = (extra: Record<string, string>) =>
+  spawnNode([path.join(repoRoot, 'apps/server/start.mjs')], {
+    ...EPHEMERAL_PORTS,
+    REDIS_PREFIX: `boxes-supervisor-${Date.now()}`,
+    BOXES_SECRET_KEY: 'ef'.repeat(32),
+    LOG_LEVEL: 'error',
+    BOXES_SINGLE_PROCESS: '',
+    BOXES_SPLIT_PROCESSES: '',
+    ...extra,
+  });
 
 /** The program a process runs now (after an exec, not the one it was started with). */
 const programOf = (pid: number): string => fs.readlinkSync(`/proc/${pid}/exe`);
@@ -46,8 +30,8 @@ it('pnpm start supervises one process with every app, starts it again when it is
   const run = start({ DATABASE_URL: db.url });
   const { child, exited } = run;
   try {
-    const url = await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(run.out)?.[1], 120_000);
-    expect(run.out).toContain('Boxes is running (one process, supervised');
+    const url = await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(run.out())?.[1], 120_000);
+    expect(run.out()).toContain('Boxes is running (one process, supervised');
     expect((await fetch(`${url}/readyz`)).status).toBe(200);
     // The apps run in the one child; the supervisor runs none of them, and is no Node process at all (the one
     // started became a shell).
@@ -56,8 +40,8 @@ it('pnpm start supervises one process with every app, starts it again when it is
     expect(programOf(apps[0]!)).toBe(programOf(process.pid));
     expect(programOf(child.pid!)).not.toBe(programOf(process.pid));
     process.kill(apps[0]!, 'SIGKILL');
-    await waitFor('the supervisor to start the apps again', () => /process stopped \(SIGKILL\); starting it again/.test(run.out), 30_000);
-    const again = await waitFor('the apps to be running again', () => [...run.out.matchAll(/Listening on\s+(http:\/\/\S+)/g)][1]?.[1], 120_000);
+    await waitFor('the supervisor to start the apps again', () => /process stopped \(SIGKILL\); starting it again/.test(run.out()), 30_000);
+    const again = await waitFor('the apps to be running again', () => [...run.out().matchAll(/Listening on\s+(http:\/\/\S+)/g)][1]?.[1], 120_000);
     expect((await fetch(`${again}/readyz`)).status).toBe(200);
     const restarted = childrenOf(child.pid!);
     expect(restarted).toHaveLength(1);
@@ -75,7 +59,7 @@ it('the apps stop on their own when the supervisor is killed', async () => {
   const db = await createTestDatabase();
   const run = start({ DATABASE_URL: db.url });
   try {
-    await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(run.out)?.[1], 120_000);
+    await waitFor('pnpm start to print its address', () => /Listening on\s+(http:\/\/\S+)/.exec(run.out())?.[1], 120_000);
     const apps = childrenOf(run.child.pid!);
     expect(apps).toHaveLength(1);
     run.child.kill('SIGKILL');
@@ -94,6 +78,6 @@ it('the apps stop on their own when the supervisor is killed', async () => {
 it('a process that cannot start is not started again: pnpm start ends with its code', async () => {
   const run = start({ DATABASE_URL: 'postgresql://nobody@127.0.0.1:1/none', PORT: 'not-a-port' });
   expect(await run.exited).toBe(1);
-  expect(run.out).toMatch(/^boxes: .*PORT/m);
-  expect(run.out).not.toContain('starting it again');
+  expect(run.out()).toMatch(/^boxes: .*PORT/m);
+  expect(run.out()).not.toContain('starting it again');
 }, 120_000);

@@ -260,3 +260,4 @@ export * from './dns';
 
 export * from './services';
 export { buildBundle } from './build';
+export { EPHEMERAL_PORTS, repoRoot, spawnNode, type NodeProcess } from './processes';
