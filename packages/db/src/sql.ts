@@ -34,7 +34,7 @@ import {
   sql,
 } from 'kysely';
 import pg from 'pg';
-import { type Db, type DbClient, poolOf } from './client';
+import { type Db, type DbClient, poolOf, type Tx } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';
@@ -59,26 +59,48 @@ export function compile<R>(statement: Statement<R>): CompiledQuery<R> {
   return (statement as RawBuilder<R>).compile(k);
 }
 
+/**
+ * What rows() and exec() need of a client: the Prisma client, an interactive transaction, or a transaction on
+ * a pg connection of the pool (poolTransaction).
+ */
+export interface SqlClient {
+  // biome-ignore lint/suspicious/noExplicitAny: the parameters' types as Prisma's own signatures give them
+  $queryRawUnsafe<T = unknown>(query: string, ...values: any[]): Promise<T>;
+  // biome-ignore lint/suspicious/noExplicitAny: as above
+  $executeRawUnsafe(query: string, ...values: any[]): Promise<number>;
+}
+
 /** Runs a statement that answers rows (SELECT, or a write with RETURNING) on db; rows are typed by the statement. */
-export async function rows<R>(db: DbClient, statement: Statement<R>): Promise<R[]> {
+export async function rows<R>(db: SqlClient, statement: Statement<R>): Promise<R[]> {
   const c = compile(statement);
   return db.$queryRawUnsafe<R[]>(c.sql, ...c.parameters);
 }
 
-/** pg's parsers, with BIGINT read as bigint (as Prisma's raw queries read it) rather than as a string. */
+/**
+ * pg's parsers, with BIGINT read as bigint, DATE as the Date of that day at midnight UTC and BYTEA as a
+ * Uint8Array of its own memory (as Prisma's raw queries read them) rather than as a string, local midnight and
+ * a Buffer that may be a slice of Node's shared pool.
+ */
 const POOL_TYPES = {
-  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === pg.types.builtins.INT8 ? (v: string) => BigInt(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') => {
+    if (oid === pg.types.builtins.INT8) return (v: string) => BigInt(v);
+    if (oid === pg.types.builtins.DATE) return (v: string) => new Date(`${v}T00:00:00Z`);
+    if (oid === pg.types.builtins.BYTEA) {
+      const parse = pg.types.getTypeParser(oid, format) as (v: string) => Buffer;
+      return (v: string) => new Uint8Array(parse(v));
+    }
+    return pg.types.getTypeParser(oid, format);
+  }) as typeof pg.types.getTypeParser,
 };
 
 /**
  * Runs a statement that answers rows straight on the pg pool under db, outside Prisma's client and outside any
  * transaction: for a hot statement run on its own many times a second (the MX's recipient lookup, one per RCPT),
  * where Prisma's client spends about three times the CPU of the statement's own client side (0.13 to 0.20 ms a
- * statement against 0.03 to 0.05 ms on the 2-core bench machine). Rows come back as pg reads them, BIGINT as
- * bigint: the same values as rows() for text, integers, booleans, timestamptz and json columns (not for numeric
- * or timestamp without time zone, which the two read differently). Without a pool of ours (a client made
- * elsewhere), it is rows().
+ * statement against 0.03 to 0.05 ms on the 2-core bench machine). Rows come back as pg reads them with the
+ * parsers above: the same values as rows() for text, integers, bigint, booleans, bytea, date, timestamptz and
+ * json columns (not for numeric, which Prisma reads as a Decimal, nor timestamp without time zone: the schema
+ * has neither). Without a pool of ours (a client made elsewhere), it is rows().
  */
 export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]> {
   const pool = poolOf(db);
@@ -88,8 +110,82 @@ export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]>
   return result.rows as R[];
 }
 
+/** A transaction on one pg connection of the pool, open for as long as poolTransaction's fn runs. */
+class PoolTransaction implements SqlClient {
+  open = true;
+  constructor(private readonly client: pg.PoolClient) {}
+
+  private async query(text: string, values: unknown[]): Promise<pg.QueryResult> {
+    if (!this.open) throw new Error('poolTransaction: statement after the transaction ended');
+    return this.client.query({ text, values, types: POOL_TYPES });
+  }
+
+  async $queryRawUnsafe<T = unknown>(text: string, ...values: unknown[]): Promise<T> {
+    return (await this.query(text, values)).rows as T;
+  }
+
+  async $executeRawUnsafe(text: string, ...values: unknown[]): Promise<number> {
+    return (await this.query(text, values)).rowCount ?? 0;
+  }
+}
+
+/**
+ * Thrown by code running in a poolTransaction that needs Prisma's transaction client (model calls) for this
+ * batch: poolTransaction rolls back and runs the whole of fn again in Prisma's $transaction. Throw it before
+ * anything outside the transaction has been done, since fn runs twice.
+ */
+export class PrismaTransactionNeeded extends Error {
+  constructor(reason: string) {
+    super(`needs a Prisma transaction: ${reason}`);
+    this.name = 'PrismaTransactionNeeded';
+  }
+}
+
+/** The Prisma transaction client behind c; in a poolTransaction, throws PrismaTransactionNeeded (see there). */
+export function prismaTx(c: SqlClient, reason: string): Tx {
+  if (c instanceof PoolTransaction) throw new PrismaTransactionNeeded(reason);
+  return c as Tx;
+}
+
+/**
+ * Runs fn in a transaction on one connection of the pg pool under db (BEGIN, fn, COMMIT), outside Prisma's
+ * client: for the hot group commits, where Prisma's interactive transaction costs several times the CPU of
+ * the statements' own client side (see poolRows). Statements run through rows() and exec() on the client fn is
+ * given; their rows read as poolRows reads them. On an error fn's statements are rolled back and the error
+ * rethrown; a connection whose ROLLBACK fails too (the server went away) is dropped from the pool, not reused.
+ * fn may throw PrismaTransactionNeeded (prismaTx) for a batch that needs Prisma's models: it then runs again
+ * from the start in db.$transaction with options. Without a pool of ours, it is db.$transaction.
+ */
+export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T>, options?: { maxWait?: number; timeout?: number }): Promise<T> {
+  const pool = poolOf(db);
+  if (!pool) return db.$transaction((tx) => fn(tx), options);
+  const client = await pool.connect();
+  const c = new PoolTransaction(client);
+  let out: T;
+  try {
+    await client.query('BEGIN');
+    out = await fn(c);
+    // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error.
+    if ((await client.query('COMMIT')).command === 'ROLLBACK') throw new Error('poolTransaction: the transaction was aborted and rolled back');
+  } catch (err) {
+    c.open = false;
+    let broken: Error | undefined;
+    try {
+      await client.query('ROLLBACK');
+    } catch (e) {
+      broken = e instanceof Error ? e : new Error(String(e));
+    }
+    client.release(broken);
+    if (err instanceof PrismaTransactionNeeded) return db.$transaction((tx) => fn(tx), options);
+    throw err;
+  }
+  c.open = false;
+  client.release();
+  return out;
+}
+
 /** Runs a write without RETURNING on db; answers the number of rows it affected. */
-export async function exec(db: DbClient, statement: Statement<unknown>): Promise<number> {
+export async function exec(db: SqlClient, statement: Statement<unknown>): Promise<number> {
   const c = compile(statement);
   return db.$executeRawUnsafe(c.sql, ...c.parameters);
 }
