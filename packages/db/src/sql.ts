@@ -34,7 +34,7 @@ import {
   sql,
 } from 'kysely';
 import pg from 'pg';
-import { type Db, type DbClient, poolOf, type Tx } from './client';
+import { type Db, poolOf, type Tx } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';

@@ -7,7 +7,7 @@
  * The hold is settled when delivery ends: charged when delivered, released when it bounces or fails. Inbound
  * mail and recurring debits are charged even below zero; only sends are refused (402).
  */
-import { exec, k, rows, sql, type Delivery, type Tx } from '@boxes/db';
+import { exec, k, rows, sql, type Delivery, type SqlClient, type Tx } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import type { Services } from '../shared/context';
 import { balanceState, type BalanceState } from './alerts';
@@ -50,7 +50,7 @@ export async function lockAccountCredit(tx: Tx, accountId: string): Promise<Lock
 }
 
 /** Several account rows locked at once, in id order (two callers locking overlapping sets never deadlock). */
-export async function lockAccountsCredit(tx: Tx, accountIds: string[]): Promise<LockedAccount[]> {
+export async function lockAccountsCredit(tx: SqlClient, accountIds: string[]): Promise<LockedAccount[]> {
   return rows(
     tx,
     k
