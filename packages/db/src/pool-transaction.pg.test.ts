@@ -125,6 +125,29 @@ describe('poolTransaction', () => {
     expect(await accountIds('acct_ptx_b')).toEqual(['acct_ptx_b3']);
   });
 
+  it('BEGIN goes with a first statement of ids: quotes, backslashes, commas and braces stay in the values; it is rolled back too', async () => {
+    await insertAccount(db, 'acct_ptx_i1', 1n);
+    const odd = ["o'brien", 'back\\slash', 'a,b', '{c}', 'q"uote', ''];
+    const first = sql<{ ids: string[]; one: string; many: string[] }>`SELECT array_agg(id ORDER BY id) AS ids, ${odd[0]}::text AS one, ${odd}::text[] AS many
+      FROM accounts WHERE id = ANY(${['acct_ptx_i1', 'acct_ptx_i2']}::text[])`;
+    const [r] = await poolTransaction(db, (c) => rows(c, first));
+    expect(r).toEqual({ ids: ['acct_ptx_i1'], one: "o'brien", many: odd });
+    // A write as the first statement is inside the transaction: the throw after it rolls it back.
+    await expect(
+      poolTransaction(db, async (c) => {
+        await exec(c, sql`UPDATE accounts SET human_email = ${'changed@example.com'} WHERE id = ANY(${['acct_ptx_i1']}::text[])`);
+        throw new Error('after the first statement');
+      }),
+    ).rejects.toThrow('after the first statement');
+    const [after] = await rows(db, sql<{ human_email: string }>`SELECT human_email FROM accounts WHERE id = 'acct_ptx_i1'`);
+    expect(after!.human_email).toBe('acct_ptx_i1@example.com');
+    // A first statement with other parameters (bigint) or a literal in its text runs after a BEGIN of its own.
+    const [n] = await poolTransaction(db, (c) => rows(c, sql<{ n: bigint; s: string }>`SELECT ${5n}::bigint + 1 AS n, 'x' AS s`));
+    expect(n).toEqual({ n: 6n, s: 'x' });
+    // No statement at all: nothing to commit.
+    expect(await poolTransaction(db, async () => 'nothing')).toBe('nothing');
+  });
+
   it('PrismaTransactionNeeded rolls back and runs fn again in a Prisma transaction, where prismaTx answers it', async () => {
     const clients: string[] = [];
     const out = await poolTransaction(db, async (c) => {

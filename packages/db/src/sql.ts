@@ -110,13 +110,60 @@ export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]>
   return result.rows as R[];
 }
 
-/** A transaction on one pg connection of the pool, open for as long as poolTransaction's fn runs. */
+/**
+ * A parameter written as an SQL literal, for the types a first statement's parameters have (account ids: text
+ * and text[]); undefined for any other. The array literal quotes every element, so commas, braces, quotes and
+ * backslashes in a value stay in it; escapeLiteral then quotes the whole for the statement's text.
+ */
+function literal(v: unknown): string | undefined {
+  if (v === null || v === undefined) return 'NULL';
+  if (typeof v === 'string') return pg.escapeLiteral(v);
+  if (Array.isArray(v) && v.every((x) => typeof x === 'string')) {
+    return pg.escapeLiteral(`{${v.map((x: string) => `"${x.replace(/[\\"]/g, '\\$&')}"`).join(',')}}`);
+  }
+  return undefined;
+}
+
+/**
+ * The statement with its parameters written in as literals, or undefined when that is not plainly safe: only
+ * for parameters literal() writes, and a text with no string literal, comment or dollar sign other than the
+ * placeholders (so a placeholder cannot sit inside a literal or a comment).
+ */
+function inlined(text: string, values: unknown[]): string | undefined {
+  if (/'|--|\/\*|\$(?!\d)|;/.test(text)) return undefined;
+  const written = values.map(literal);
+  // Short ones only: escaping a long value costs more than the round trip it saves.
+  if (written.some((w) => w === undefined || w.length > 2048)) return undefined;
+  let ok = true;
+  const out = text.replace(/\$(\d+)/g, (_, n: string) => {
+    const w = written[Number(n) - 1];
+    if (w === undefined) ok = false;
+    return w ?? '';
+  });
+  return ok ? out : undefined;
+}
+
+/**
+ * A transaction on one pg connection of the pool, open for as long as poolTransaction's fn runs. BEGIN goes
+ * with the first statement: in the same round trip (one simple query, its parameters written in by inlined())
+ * when they are ids, the lock read every group commit starts with; else just before it.
+ */
 class PoolTransaction implements SqlClient {
   open = true;
+  begun = false;
   constructor(private readonly client: pg.PoolClient) {}
 
   private async query(text: string, values: unknown[]): Promise<pg.QueryResult> {
     if (!this.open) throw new Error('poolTransaction: statement after the transaction ended');
+    if (!this.begun) {
+      this.begun = true;
+      const inline = inlined(text, values);
+      if (inline !== undefined) {
+        const results = (await this.client.query({ text: `BEGIN; ${inline}`, types: POOL_TYPES })) as unknown as pg.QueryResult[];
+        return results[1]!;
+      }
+      await this.client.query('BEGIN');
+    }
     return this.client.query({ text, values, types: POOL_TYPES });
   }
 
@@ -163,17 +210,20 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   const c = new PoolTransaction(client);
   let out: T;
   try {
-    await client.query('BEGIN');
     out = await fn(c);
     // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error.
-    if ((await client.query('COMMIT')).command === 'ROLLBACK') throw new Error('poolTransaction: the transaction was aborted and rolled back');
+    if (c.begun && (await client.query('COMMIT')).command === 'ROLLBACK') {
+      throw new Error('poolTransaction: the transaction was aborted and rolled back');
+    }
   } catch (err) {
     c.open = false;
     let broken: Error | undefined;
-    try {
-      await client.query('ROLLBACK');
-    } catch (e) {
-      broken = e instanceof Error ? e : new Error(String(e));
+    if (c.begun) {
+      try {
+        await client.query('ROLLBACK');
+      } catch (e) {
+        broken = e instanceof Error ? e : new Error(String(e));
+      }
     }
     client.release(broken);
     if (err instanceof PrismaTransactionNeeded) return db.$transaction((tx) => fn(tx), options);
