@@ -148,6 +148,33 @@ describe('poolTransaction', () => {
     expect(await poolTransaction(db, async () => 'nothing')).toBe('nothing');
   });
 
+  it('a transaction past options.timeout is rolled back, as Prisma does: no statement after it expires, no COMMIT', async () => {
+    await expect(
+      poolTransaction(
+        db,
+        async (c) => {
+          await insertAccount(c, 'acct_ptx_t1', 1n);
+          await rows(c, sql`SELECT pg_sleep(${0.3}::float8)`);
+        },
+        { timeout: 100 },
+      ),
+    ).rejects.toThrow(/expired/);
+    await expect(
+      poolTransaction(
+        db,
+        async (c) => {
+          await insertAccount(c, 'acct_ptx_t2', 1n);
+          await new Promise((r) => setTimeout(r, 150));
+          await insertAccount(c, 'acct_ptx_t3', 1n);
+        },
+        { timeout: 100 },
+      ),
+    ).rejects.toThrow(/expired/);
+    expect(await accountIds('acct_ptx_t')).toEqual([]);
+    await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_t4', 1n), { timeout: 10_000 });
+    expect(await accountIds('acct_ptx_t')).toEqual(['acct_ptx_t4']);
+  });
+
   it('PrismaTransactionNeeded rolls back and runs fn again in a Prisma transaction, where prismaTx answers it', async () => {
     const clients: string[] = [];
     const out = await poolTransaction(db, async (c) => {

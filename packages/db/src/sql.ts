@@ -151,10 +151,23 @@ function inlined(text: string, values: unknown[]): string | undefined {
 class PoolTransaction implements SqlClient {
   open = true;
   begun = false;
-  constructor(private readonly client: pg.PoolClient) {}
+  constructor(
+    private readonly client: pg.PoolClient,
+    /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
+    private readonly expires: number,
+    private readonly timeout: number,
+  ) {}
+
+  /** Past its timeout, a transaction runs no further statement and does not commit (it is rolled back). */
+  checkExpired(): void {
+    if (performance.now() > this.expires) {
+      throw new Error(`poolTransaction: the transaction expired: more than its timeout of ${this.timeout} ms passed since it started`);
+    }
+  }
 
   private async query(text: string, values: unknown[]): Promise<pg.QueryResult> {
     if (!this.open) throw new Error('poolTransaction: statement after the transaction ended');
+    this.checkExpired();
     if (!this.begun) {
       this.begun = true;
       const inline = inlined(text, values);
@@ -175,6 +188,9 @@ class PoolTransaction implements SqlClient {
     return (await this.query(text, values)).rowCount ?? 0;
   }
 }
+
+/** Prisma's default timeout of an interactive transaction, in ms. */
+const PRISMA_TX_TIMEOUT_MS = 5000;
 
 /**
  * Thrown by code running in a poolTransaction that needs Prisma's transaction client (model calls) for this
@@ -201,16 +217,19 @@ export function prismaTx(c: SqlClient, reason: string): Tx {
  * given; their rows read as poolRows reads them. On an error fn's statements are rolled back and the error
  * rethrown; a connection whose ROLLBACK fails too (the server went away) is dropped from the pool, not reused.
  * fn may throw PrismaTransactionNeeded (prismaTx) for a batch that needs Prisma's models: it then runs again
- * from the start in db.$transaction with options. Without a pool of ours, it is db.$transaction.
+ * from the start in db.$transaction with options. As with Prisma, a transaction that runs past options.timeout
+ * (5 s by default) is rolled back: no statement is sent after it expires, and it does not commit. Without a pool of ours, it is db.$transaction.
  */
 export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T>, options?: { maxWait?: number; timeout?: number }): Promise<T> {
   const pool = poolOf(db);
   if (!pool) return db.$transaction((tx) => fn(tx), options);
   const client = await pool.connect();
-  const c = new PoolTransaction(client);
+  const timeout = options?.timeout ?? PRISMA_TX_TIMEOUT_MS;
+  const c = new PoolTransaction(client, performance.now() + timeout, timeout);
   let out: T;
   try {
     out = await fn(c);
+    c.checkExpired();
     // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error.
     if (c.begun && (await client.query('COMMIT')).command === 'ROLLBACK') {
       throw new Error('poolTransaction: the transaction was aborted and rolled back');
