@@ -5,7 +5,7 @@
  * alone, so a repeated job does nothing.
  */
 import { createPrivateKey, type KeyObject } from 'node:crypto';
-import { exec, k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
+import { k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { open, sealBytes } from '../shared/crypto';
@@ -148,6 +148,7 @@ const recorderOf = (svc: Services) =>
     return items.map((o) => done.has(o.deliveryId));
   });
 
+/** One statement on the pg pool, outside Prisma's client (poolRows; it answers no rows). */
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];

@@ -25,7 +25,17 @@ import { postEntries } from './ledger';
 import type { Services } from '../shared/context';
 import { newId } from '../shared/ids';
 import { attachmentRows } from '../messages/attachments';
-import { attachmentsInsert, deliveriesInsert, ledgerInsert, messagesCtes, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
+import {
+  attachmentsInsert,
+  deliveriesInsert,
+  fixed,
+  ledgerInsert,
+  messagesCtes,
+  recordsetJson,
+  type DeliveryRow,
+  type LedgerRow,
+  type MessageRow,
+} from './rows';
 
 /** One change of one account, applied in the order given: a hold, then a charge, then an event. */
 export interface AccountChange {
@@ -176,14 +186,17 @@ export async function writeBatch(svc: Services, tx: SqlClient, batch: WriteBatch
   const general = announced.length ? prismaTx(tx, 'an account has something to announce') : null;
   const ctes: RawBuilder<unknown>[] = [];
   if (accRows.length) {
-    const [set, a] = [tbl('accounts'), tbl('accounts', 'a')];
-    ctes.push(sql`acc AS (
-      UPDATE ${a.$} SET ${set.balance_micros} = ${a.balance_micros} + x.balance, ${set.free_messages_left} = ${a.free_messages_left} - x.free,
+    const head = fixed('write:acc', () => {
+      const [set, a] = [tbl('accounts'), tbl('accounts', 'a')];
+      return sql`UPDATE ${a.$} SET ${set.balance_micros} = ${a.balance_micros} + x.balance, ${set.free_messages_left} = ${a.free_messages_left} - x.free,
         ${set.held_micros} = ${a.held_micros} + x.held, ${set.held_free_messages} = ${a.held_free_messages} + x.held_free,
-        ${set.trailer_paid_micros} = ${a.trailer_paid_micros} + x.trailer, ${set.chain_seq} = x.seq, ${set.chain_hash} = x.hash
+        ${set.trailer_paid_micros} = ${a.trailer_paid_micros} + x.trailer, ${set.chain_seq} = x.seq, ${set.chain_hash} = x.hash`;
+    });
+    ctes.push(sql`acc AS (
+      ${head}
       FROM jsonb_to_recordset(${recordsetJson(accRows)}::jsonb)
         AS x(id text, balance bigint, free int, held bigint, held_free int, trailer bigint, seq int, hash text)
-      WHERE ${a.id} = x.id
+      WHERE ${tbl('accounts', 'a').id} = x.id
     )`);
   }
   if (batch.messages?.length) ctes.push(messagesCtes(batch.messages));
