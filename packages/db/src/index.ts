@@ -8,7 +8,26 @@ export { migrate, migrationsDir } from './migrate';
 export { copyOutBinary, type CopyRow } from './copy-out';
 export { ensureDatabase, describeConnectionError, ServiceUnavailableError } from './bootstrap';
 export { Prisma } from './generated/client';
-export { k, sql, rows, poolRows, exec, compile, col, table, tbl, type DB, type Statement, type Table, type Column, type TableRefs } from './sql';
+export {
+  k,
+  sql,
+  rows,
+  poolRows,
+  poolTransaction,
+  prismaTx,
+  PrismaTransactionNeeded,
+  type SqlClient,
+  exec,
+  compile,
+  col,
+  table,
+  tbl,
+  type DB,
+  type Statement,
+  type Table,
+  type Column,
+  type TableRefs,
+} from './sql';
 export type { Insertable, RawBuilder } from 'kysely';
 export type {
   Account,

@@ -34,7 +34,7 @@ import {
   sql,
 } from 'kysely';
 import pg from 'pg';
-import { type Db, type DbClient, poolOf } from './client';
+import { type Db, poolOf, type Tx } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';
@@ -59,26 +59,48 @@ export function compile<R>(statement: Statement<R>): CompiledQuery<R> {
   return (statement as RawBuilder<R>).compile(k);
 }
 
+/**
+ * What rows() and exec() need of a client: the Prisma client, an interactive transaction, or a transaction on
+ * a pg connection of the pool (poolTransaction).
+ */
+export interface SqlClient {
+  // biome-ignore lint/suspicious/noExplicitAny: the parameters' types as Prisma's own signatures give them
+  $queryRawUnsafe<T = unknown>(query: string, ...values: any[]): Promise<T>;
+  // biome-ignore lint/suspicious/noExplicitAny: as above
+  $executeRawUnsafe(query: string, ...values: any[]): Promise<number>;
+}
+
 /** Runs a statement that answers rows (SELECT, or a write with RETURNING) on db; rows are typed by the statement. */
-export async function rows<R>(db: DbClient, statement: Statement<R>): Promise<R[]> {
+export async function rows<R>(db: SqlClient, statement: Statement<R>): Promise<R[]> {
   const c = compile(statement);
   return db.$queryRawUnsafe<R[]>(c.sql, ...c.parameters);
 }
 
-/** pg's parsers, with BIGINT read as bigint (as Prisma's raw queries read it) rather than as a string. */
+/**
+ * pg's parsers, with BIGINT read as bigint, DATE as the Date of that day at midnight UTC and BYTEA as a
+ * Uint8Array of its own memory (as Prisma's raw queries read them) rather than as a string, local midnight and
+ * a Buffer that may be a slice of Node's shared pool.
+ */
 const POOL_TYPES = {
-  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === pg.types.builtins.INT8 ? (v: string) => BigInt(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') => {
+    if (oid === pg.types.builtins.INT8) return (v: string) => BigInt(v);
+    if (oid === pg.types.builtins.DATE) return (v: string) => new Date(`${v}T00:00:00Z`);
+    if (oid === pg.types.builtins.BYTEA) {
+      const parse = pg.types.getTypeParser(oid, format) as (v: string) => Buffer;
+      return (v: string) => new Uint8Array(parse(v));
+    }
+    return pg.types.getTypeParser(oid, format);
+  }) as typeof pg.types.getTypeParser,
 };
 
 /**
  * Runs a statement that answers rows straight on the pg pool under db, outside Prisma's client and outside any
  * transaction: for a hot statement run on its own many times a second (the MX's recipient lookup, one per RCPT),
  * where Prisma's client spends about three times the CPU of the statement's own client side (0.13 to 0.20 ms a
- * statement against 0.03 to 0.05 ms on the 2-core bench machine). Rows come back as pg reads them, BIGINT as
- * bigint: the same values as rows() for text, integers, booleans, timestamptz and json columns (not for numeric
- * or timestamp without time zone, which the two read differently). Without a pool of ours (a client made
- * elsewhere), it is rows().
+ * statement against 0.03 to 0.05 ms on the 2-core bench machine). Rows come back as pg reads them with the
+ * parsers above: the same values as rows() for text, integers, bigint, booleans, bytea, date, timestamptz and
+ * json columns (not for numeric, which Prisma reads as a Decimal, nor timestamp without time zone: the schema
+ * has neither). Without a pool of ours (a client made elsewhere), it is rows().
  */
 export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]> {
   const pool = poolOf(db);
@@ -88,8 +110,151 @@ export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]>
   return result.rows as R[];
 }
 
+/**
+ * A parameter written as an SQL literal, for the types a first statement's parameters have (account ids: text
+ * and text[]); undefined for any other. The array literal quotes every element, so commas, braces, quotes and
+ * backslashes in a value stay in it; escapeLiteral then quotes the whole for the statement's text.
+ */
+function literal(v: unknown): string | undefined {
+  if (v === null || v === undefined) return 'NULL';
+  if (typeof v === 'string') return pg.escapeLiteral(v);
+  if (Array.isArray(v) && v.every((x) => typeof x === 'string')) {
+    return pg.escapeLiteral(`{${v.map((x: string) => `"${x.replace(/[\\"]/g, '\\$&')}"`).join(',')}}`);
+  }
+  return undefined;
+}
+
+/**
+ * The statement with its parameters written in as literals, or undefined when that is not plainly safe: only
+ * for parameters literal() writes, and a text with no string literal, comment or dollar sign other than the
+ * placeholders (so a placeholder cannot sit inside a literal or a comment).
+ */
+function inlined(text: string, values: unknown[]): string | undefined {
+  if (/'|--|\/\*|\$(?!\d)|;/.test(text)) return undefined;
+  const written = values.map(literal);
+  // Short ones only: escaping a long value costs more than the round trip it saves.
+  if (written.some((w) => w === undefined || w.length > 2048)) return undefined;
+  let ok = true;
+  const out = text.replace(/\$(\d+)/g, (_, n: string) => {
+    const w = written[Number(n) - 1];
+    if (w === undefined) ok = false;
+    return w ?? '';
+  });
+  return ok ? out : undefined;
+}
+
+/**
+ * A transaction on one pg connection of the pool, open for as long as poolTransaction's fn runs. BEGIN goes
+ * with the first statement: in the same round trip (one simple query, its parameters written in by inlined())
+ * when they are ids, the lock read every group commit starts with; else just before it.
+ */
+class PoolTransaction implements SqlClient {
+  open = true;
+  begun = false;
+  constructor(
+    private readonly client: pg.PoolClient,
+    /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
+    private readonly expires: number,
+    private readonly timeout: number,
+  ) {}
+
+  /** Past its timeout, a transaction runs no further statement and does not commit (it is rolled back). */
+  checkExpired(): void {
+    if (performance.now() > this.expires) {
+      throw new Error(`poolTransaction: the transaction expired: more than its timeout of ${this.timeout} ms passed since it started`);
+    }
+  }
+
+  private async query(text: string, values: unknown[]): Promise<pg.QueryResult> {
+    if (!this.open) throw new Error('poolTransaction: statement after the transaction ended');
+    this.checkExpired();
+    if (!this.begun) {
+      this.begun = true;
+      const inline = inlined(text, values);
+      if (inline !== undefined) {
+        const results = (await this.client.query({ text: `BEGIN; ${inline}`, types: POOL_TYPES })) as unknown as pg.QueryResult[];
+        return results[1]!;
+      }
+      await this.client.query('BEGIN');
+    }
+    return this.client.query({ text, values, types: POOL_TYPES });
+  }
+
+  async $queryRawUnsafe<T = unknown>(text: string, ...values: unknown[]): Promise<T> {
+    return (await this.query(text, values)).rows as T;
+  }
+
+  async $executeRawUnsafe(text: string, ...values: unknown[]): Promise<number> {
+    return (await this.query(text, values)).rowCount ?? 0;
+  }
+}
+
+/** Prisma's default timeout of an interactive transaction, in ms. */
+const PRISMA_TX_TIMEOUT_MS = 5000;
+
+/**
+ * Thrown by code running in a poolTransaction that needs Prisma's transaction client (model calls) for this
+ * batch: poolTransaction rolls back and runs the whole of fn again in Prisma's $transaction. Throw it before
+ * anything outside the transaction has been done, since fn runs twice.
+ */
+export class PrismaTransactionNeeded extends Error {
+  constructor(reason: string) {
+    super(`needs a Prisma transaction: ${reason}`);
+    this.name = 'PrismaTransactionNeeded';
+  }
+}
+
+/** The Prisma transaction client behind c; in a poolTransaction, throws PrismaTransactionNeeded (see there). */
+export function prismaTx(c: SqlClient, reason: string): Tx {
+  if (c instanceof PoolTransaction) throw new PrismaTransactionNeeded(reason);
+  return c as Tx;
+}
+
+/**
+ * Runs fn in a transaction on one connection of the pg pool under db (BEGIN, fn, COMMIT), outside Prisma's
+ * client: for the hot group commits, where Prisma's interactive transaction costs several times the CPU of
+ * the statements' own client side (see poolRows). Statements run through rows() and exec() on the client fn is
+ * given; their rows read as poolRows reads them. On an error fn's statements are rolled back and the error
+ * rethrown; a connection whose ROLLBACK fails too (the server went away) is dropped from the pool, not reused.
+ * fn may throw PrismaTransactionNeeded (prismaTx) for a batch that needs Prisma's models: it then runs again
+ * from the start in db.$transaction with options. As with Prisma, a transaction that runs past options.timeout
+ * (5 s by default) is rolled back: no statement is sent after it expires, and it does not commit. Without a pool of ours, it is db.$transaction.
+ */
+export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T>, options?: { maxWait?: number; timeout?: number }): Promise<T> {
+  const pool = poolOf(db);
+  if (!pool) return db.$transaction((tx) => fn(tx), options);
+  const client = await pool.connect();
+  const timeout = options?.timeout ?? PRISMA_TX_TIMEOUT_MS;
+  const c = new PoolTransaction(client, performance.now() + timeout, timeout);
+  let out: T;
+  try {
+    out = await fn(c);
+    c.checkExpired();
+    // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error.
+    if (c.begun && (await client.query('COMMIT')).command === 'ROLLBACK') {
+      throw new Error('poolTransaction: the transaction was aborted and rolled back');
+    }
+  } catch (err) {
+    c.open = false;
+    let broken: Error | undefined;
+    if (c.begun) {
+      try {
+        await client.query('ROLLBACK');
+      } catch (e) {
+        broken = e instanceof Error ? e : new Error(String(e));
+      }
+    }
+    client.release(broken);
+    if (err instanceof PrismaTransactionNeeded) return db.$transaction((tx) => fn(tx), options);
+    throw err;
+  }
+  c.open = false;
+  client.release();
+  return out;
+}
+
 /** Runs a write without RETURNING on db; answers the number of rows it affected. */
-export async function exec(db: DbClient, statement: Statement<unknown>): Promise<number> {
+export async function exec(db: SqlClient, statement: Statement<unknown>): Promise<number> {
   const c = compile(statement);
   return db.$executeRawUnsafe(c.sql, ...c.parameters);
 }

@@ -13,6 +13,7 @@ import { rows as run, sql, tbl, type Column, type DbClient, type DB, type Insert
 import type { NewEvent } from '@boxes/schemas';
 import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
+import { fixed } from '../store/rows';
 import { canonicalBody, canonicalString, chainHash, type ChainBody } from './chain';
 
 /** The LISTEN/NOTIFY channel on which each committed append names its account. */
@@ -78,7 +79,7 @@ const EVENT_COLUMNS = ['id', 'account_id', 'seq', 'type', 'box_id', 'data', 'cre
 /** The INSERT of chained rows, for a CTE of the caller's statement (typed: the rows are the table's, read with its row type). */
 export function eventsInsert(rows: EventRow[]): RawBuilder<unknown> {
   const typed: Insertable<DB['events']>[] = rows;
-  const cols = sql.join(EVENT_COLUMNS.map((c) => sql.ref(c)));
+  const cols = fixed('events:columns', () => sql.join(EVENT_COLUMNS.map((c) => sql.ref(c))));
   return sql`INSERT INTO ${sql.table('events')} (${cols})
       SELECT ${cols} FROM jsonb_populate_recordset(NULL::${sql.table('events')}, ${JSON.stringify(typed)}::jsonb)`;
 }

@@ -3,7 +3,7 @@
  * looks the key up by its hash and compares in constant time; revocation is read on every request.
  */
 import { randomBytes } from 'node:crypto';
-import { compile, rows, sql, type Account, type ApiKey, type DB, type Db, type DbClient } from '@boxes/db';
+import { compile, poolRows, sql, type Account, type ApiKey, type DB, type Db, type DbClient } from '@boxes/db';
 import { REVIEW_POLICIES, type ReviewPolicy, type Scope } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { constantTimeEqual, sha256Hex } from '../shared/crypto';
@@ -311,7 +311,7 @@ const KEY_LOOKUP = compile(keyLookup([]));
  */
 const keyLookupsOf = (db: Db) =>
   groupCommitOf<string, Record<string, unknown> | null>(db, 'key_lookups', async (hashes) => {
-    const found = await rows<Record<string, unknown>>(db, { ...KEY_LOOKUP, parameters: [[...new Set(hashes)]] });
+    const found = await poolRows<Record<string, unknown>>(db, { ...KEY_LOOKUP, parameters: [[...new Set(hashes)]] });
     const byHash = new Map(found.map((r) => [r.k_hash as string, r]));
     return hashes.map((h) => byHash.get(h) ?? null);
   });

@@ -5,7 +5,7 @@
  * alone, so a repeated job does nothing.
  */
 import { createPrivateKey, type KeyObject } from 'node:crypto';
-import { exec, k as kq, rows as run, sql, tbl, type Message } from '@boxes/db';
+import { k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { open, sealBytes } from '../shared/crypto';
@@ -78,7 +78,7 @@ const rawStoreOf = (svc: Services) =>
     const [set, m] = [tbl('messages'), tbl('messages', 'm')];
     // The sealed bytes travel as base64 text: one array parameter of plain strings whatever the driver.
     const sealed = ids.map((id) => sealBytes(svc.secretKey, first.get(id)!).toString('base64'));
-    const stored = await run(
+    const stored = await poolRows(
       svc.db,
       sql<{ id: string }>`UPDATE ${m.$} SET ${set.raw_enc} = decode(x.raw, 'base64'), ${set.size_bytes} = x.size
         FROM unnest(${ids}::text[], ${sealed}::text[], ${ids.map((id) => first.get(id)!.length)}::int[]) AS x(id, raw, size)
@@ -88,7 +88,7 @@ const rawStoreOf = (svc: Services) =>
     const lost = ids.filter((id) => !mine.has(id));
     const theirs = new Map<string, Buffer>();
     if (lost.length) {
-      const again = await run(
+      const again = await poolRows(
         svc.db,
         sql<{ id: string; raw_enc: Uint8Array<ArrayBuffer> }>`SELECT ${m.id}, ${m.raw_enc} FROM ${m.$} WHERE ${m.id} = ANY(${lost}::text[])`,
       );
@@ -144,14 +144,15 @@ const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
 const recorderOf = (svc: Services) =>
   groupCommitOf<DeliveredOutcome, boolean>(svc, 'delivery_outcomes', async (items) => {
     await acceptAll(svc, items);
-    const done = await svc.db.$transaction((tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
+    const done = await poolTransaction(svc.db, (tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
     return items.map((o) => done.has(o.deliveryId));
   });
 
+/** One statement on the pg pool, outside Prisma's client (poolRows; it answers no rows). */
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-  await exec(
+  await poolRows(
     svc.db,
     sql`UPDATE ${d.$} SET ${set.accepted_at} = now(), ${set.accepted_response} = x.response, ${set.remote_mta} = x.mta
     FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text) WHERE ${d.id} = x.id`,
@@ -242,7 +243,7 @@ function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery
 /** Deliveries with what sending them needs, in one round trip. */
 async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<LoadedDelivery[]> {
   const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
-  const rows = await run(
+  const rows = await poolRows(
     svc.db,
     sql<
       DeliveryMessageRow & {

@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { exec, rows, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
+import { exec, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -100,7 +100,7 @@ export async function markDelivered(
  * (an account whose charges have something to announce follows the general way, see store/write.ts).
  * Returns the ids it recorded.
  */
-export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
+export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
@@ -119,6 +119,9 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
   const claimed = claimedRows.sort((x, y) => order.get(x.id)! - order.get(y.id)!);
   const accountIds = [...new Set(claimed.map((d) => d.account_id))].sort();
   const locked = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
+  // Reevaluating a reputation runs on Prisma's models: in a pool transaction, asked for before anything is written.
+  const reevaluate = accountIds.filter((id) => locked.get(id)!.reputation_state !== 'ok');
+  const general = reevaluate.length ? prismaTx(tx, 'an account under a reputation warning') : null;
   const eventData = (d: ClaimedDelivery) => {
     const o = byId.get(d.id)!;
     return { message_id: d.message_id, recipient: d.recipient, route: d.route, remote_mta: o.mta, response: o.response.slice(0, 500) };
@@ -147,9 +150,7 @@ export async function markDeliveredMany(svc: Services, tx: Tx, outcomes: Deliver
   });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).
-  for (const accountId of accountIds) {
-    if (locked.get(accountId)!.reputation_state !== 'ok') await evaluateReputation(tx, accountId, svc.clock.now());
-  }
+  for (const accountId of reevaluate) await evaluateReputation(general!, accountId, svc.clock.now());
   return new Set(claimed.map((d) => d.id));
 }
 

@@ -15,7 +15,7 @@
  * when it starts (bulk/run.ts), looking at the suppression list again then.
  */
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput } from '@boxes/schemas';
-import { rows as run, sql, tbl, type Account } from '@boxes/db';
+import { poolRows, sql, tbl, type Account } from '@boxes/db';
 import type { z } from 'zod';
 import type { BoxScope } from '../boxes/boxes';
 import { assertSendable } from '../domains/verify';
@@ -229,7 +229,7 @@ export async function loadSendStates(svc: Services, requests: readonly SendState
     tbl('accounts'),
   ];
   const accountId = sql.ref('x.account_id');
-  const rows = await run(
+  const rows = await poolRows(
     svc.db,
     sql<SendStateRow>`
     SELECT x.i,

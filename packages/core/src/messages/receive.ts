@@ -3,8 +3,8 @@
  * each recipient, store the message once per box (raw and parsed, both sealed), charge it, echo the context of
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
-import type { Box, Tx } from '@boxes/db';
-import { k, poolRows, sql } from '@boxes/db';
+import type { Box, SqlClient, Tx } from '@boxes/db';
+import { k, poolRows, poolTransaction, rows, sql } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -122,18 +122,24 @@ export async function resolveMxRecipient(
  * for a message that answers nothing: it starts a thread.
  */
 async function findParents(
-  tx: Tx,
+  tx: SqlClient,
   accountId: string,
   parsed: ParsedMessage,
   own: boolean,
 ): Promise<{ context: Record<string, unknown> | null; threadId: string }> {
   const ids = parentIds({ inReplyTo: parsed.inReplyTo, references: parsed.references, own: own ? parsed.messageId : null });
   const found = ids.length
-    ? await tx.message.findMany({
-        where: { accountId, rfcMessageId: { in: ids } },
-        select: { rfcMessageId: true, context: true, direction: true, threadId: true },
-        orderBy: { recordedAt: 'asc' },
-      })
+    ? (
+        await rows(
+          tx,
+          k
+            .selectFrom('messages')
+            .select(['rfc_message_id', 'context', 'direction', 'thread_id'])
+            .where('account_id', '=', accountId)
+            .where('rfc_message_id', '=', sql<string>`ANY(${ids}::text[])`)
+            .orderBy('recorded_at'),
+        )
+      ).map((m) => ({ rfcMessageId: m.rfc_message_id, context: m.context, direction: m.direction, threadId: m.thread_id }))
     : [];
   let context: Record<string, unknown> | null = null;
   // Only what the message answers carries context, never another copy of itself.
@@ -268,7 +274,7 @@ const groupable = (p: Prepared): boolean =>
  * is being stored share the next transaction (storeInboundBatch); a batch that fails is retried one by one.
  */
 const inboundOf = (svc: Services) =>
-  groupCommitOf<Prepared, StoredInbound>(svc, 'inbound_messages', (items) => svc.db.$transaction((tx) => storeInboundBatch(svc, tx, items), INBOUND_TX));
+  groupCommitOf<Prepared, StoredInbound>(svc, 'inbound_messages', (items) => poolTransaction(svc.db, (tx) => storeInboundBatch(svc, tx, items), INBOUND_TX));
 
 /**
  * Many groupable messages in one transaction (docs/ARCHITECTURE.md, "Hot paths"): the accounts locked once, in id order (two
@@ -276,7 +282,7 @@ const inboundOf = (svc: Services) =>
  * writer in one statement (it takes an account whose charges have something to announce the general way). A
  * message that answers another first writes what is pending, since its parents may be among it.
  */
-async function storeInboundBatch(svc: Services, tx: Tx, items: Prepared[]): Promise<StoredInbound[]> {
+async function storeInboundBatch(svc: Services, tx: SqlClient, items: Prepared[]): Promise<StoredInbound[]> {
   const accountIds = [...new Set(items.flatMap((p) => p.input.recipients.flatMap((r) => (r.kind === 'box' ? [r.box.accountId] : []))))].sort();
   // The rows as written so far (the writer moves them), and as the pending messages' charges will leave them.
   const locked = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
@@ -351,7 +357,7 @@ interface ReceivedWrite {
  * The hot path's one statement (store/write.ts): the messages, their charges and their mail.received events,
  * each account's charges applied in the order given on the row the caller locked.
  */
-async function writeReceived(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, list: ReceivedWrite[]): Promise<Map<string, string[]>> {
+async function writeReceived(svc: Services, tx: SqlClient, locked: Map<string, LockedAccount>, list: ReceivedWrite[]): Promise<Map<string, string[]>> {
   const messages: MessageRow[] = list.map(({ p, i, box, m }) => ({
     id: m.id,
     account_id: box.accountId,

@@ -5,7 +5,8 @@
  * fails after commit, the sweeper (apps/worker) picks it up.
  */
 import canonicalize from 'canonicalize';
-import type { Account, ApiKey, Message, Tx } from '@boxes/db';
+import type { Account, ApiKey, Message, SqlClient } from '@boxes/db';
+import { poolTransaction } from '@boxes/db';
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type NewEvent, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
@@ -308,7 +309,7 @@ function stageSend(svc: Services, a: LockedAccount, sp: SendPlan): StagedSend {
  * The staged sends in one statement (store/write.ts): each account's holds and chain head, the messages, their
  * deliveries and events, and a NOTIFY per account.
  */
-async function writeSends(svc: Services, tx: Tx, locked: Map<string, LockedAccount>, staged: StagedSend[]): Promise<Map<string, string[]>> {
+async function writeSends(svc: Services, tx: SqlClient, locked: Map<string, LockedAccount>, staged: StagedSend[]): Promise<Map<string, string[]>> {
   const changes: AccountChange[] = staged.map((s) => ({
     accountId: s.plan.accountId,
     hold: { micros: s.heldMicros, freeMessages: s.freeUsed },
@@ -362,25 +363,29 @@ const SEND_TX = { maxWait: 10_000, timeout: 20_000 };
  */
 const sendersOf = (svc: Services) =>
   groupCommitOf<SendPlan, SendResult>(svc, 'sends', (plans) =>
-    svc.db.$transaction(async (tx) => {
-      const ids = [...new Set(plans.map((p) => p.accountId))].sort();
-      const locked = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
-      // Each send stages on its account's running state (holds), the writer starts from the locked rows.
-      const running = new Map([...locked].map(([id, a]) => [id, { ...a }]));
-      const staged: StagedSend[] = [];
-      const results: SendResult[] = plans.map((p) => {
-        try {
-          const s = stageSend(svc, running.get(p.accountId)!, p);
-          staged.push(s);
-          return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id), attachmentIds: [] };
-        } catch (error) {
-          return { error };
+    poolTransaction(
+      svc.db,
+      async (tx) => {
+        const ids = [...new Set(plans.map((p) => p.accountId))].sort();
+        const locked = new Map((await lockAccountsCredit(tx, ids)).map((a) => [a.id, a]));
+        // Each send stages on its account's running state (holds), the writer starts from the locked rows.
+        const running = new Map([...locked].map(([id, a]) => [id, { ...a }]));
+        const staged: StagedSend[] = [];
+        const results: SendResult[] = plans.map((p) => {
+          try {
+            const s = stageSend(svc, running.get(p.accountId)!, p);
+            staged.push(s);
+            return { out: s.out, deliveryIds: s.deliveries.map((d) => d.id), attachmentIds: [] };
+          } catch (error) {
+            return { error };
+          }
+        });
+        if (staged.length) {
+          const attachmentIds = await writeSends(svc, tx, locked, staged);
+          for (const r of results) if ('out' in r) r.attachmentIds = attachmentIds.get(r.out.message_id) ?? [];
         }
-      });
-      if (staged.length) {
-        const attachmentIds = await writeSends(svc, tx, locked, staged);
-        for (const r of results) if ('out' in r) r.attachmentIds = attachmentIds.get(r.out.message_id) ?? [];
-      }
-      return results;
-    }, SEND_TX),
+        return results;
+      },
+      SEND_TX,
+    ),
   );

@@ -8,7 +8,7 @@
  * Sealed bodies and raw bytes travel beside the JSON as text arrays (bytes as base64): the JSON stays small and
  * the database decodes them into their columns.
  */
-import { sql, tbl, type Column, type DB, type Insertable, type RawBuilder, type Table } from '@boxes/db';
+import { compile, sql, tbl, type Column, type DB, type Insertable, type RawBuilder, type Table } from '@boxes/db';
 import type { DeliveryStatus, MessageStatus } from '@boxes/schemas';
 import type { AttachmentMeta } from '../messages/attachments';
 
@@ -20,6 +20,24 @@ export const columns =
 
 /** JSON for a recordset: bigint as its digits (PostgreSQL reads them into BIGINT columns exactly). */
 export const recordsetJson = (rows: unknown[]): string => JSON.stringify(rows, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+
+const fixedTexts = new Map<string, RawBuilder<unknown>>();
+
+/**
+ * A fragment without parameters (a column list, a CTE's fixed head) as its compiled text, made once under key:
+ * the writer's statement is built on every flush, and compiling the same references again each time was the
+ * larger part of building it.
+ */
+export function fixed(key: string, make: () => RawBuilder<unknown>): RawBuilder<unknown> {
+  let f = fixedTexts.get(key);
+  if (!f) {
+    const c = compile(make());
+    if (c.parameters.length) throw new Error(`fixed(${key}): a fragment with parameters`);
+    f = sql.raw(c.sql);
+    fixedTexts.set(key, f);
+  }
+  return f;
+}
 
 /** message_search.tsv: a tsvector, which the schema declares Unsupported, so the generated types leave it out. */
 const TSV = sql.ref('tsv');
@@ -101,7 +119,8 @@ export type DeliveryRow = Omit<Row<'deliveries', typeof DELIVERY_COLUMNS>, 'stat
 /** A ledger entry (the writer's quiet path; keyed postings go through postEntries). */
 export type LedgerRow = Row<'ledger_entries', typeof LEDGER_COLUMNS>;
 
-const list = (cols: readonly string[], alias?: string) => sql.join(cols.map((c) => sql.ref(alias ? `${alias}.${c}` : c)));
+const list = (cols: readonly string[], alias?: string) =>
+  fixed(`list:${alias ?? ''}:${cols.join(',')}`, () => sql.join(cols.map((c) => sql.ref(alias ? `${alias}.${c}` : c))));
 
 const base64 = (b: Uint8Array | null | undefined) => (b ? Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('base64') : null);
 
@@ -146,8 +165,8 @@ export function recordsetInsert<T extends Table>(
   set: Partial<Record<Column<T>, RawBuilder<unknown>>> = {},
 ): RawBuilder<unknown> {
   const extra = Object.entries(set) as [string, RawBuilder<unknown>][];
-  const target = sql.join([...cols.map((c) => sql.ref(c)), ...extra.map(([c]) => sql.ref(c))]);
-  const values = sql.join([...cols.map((c) => sql.ref(`r.${c}`)), ...extra.map(([, v]) => v)]);
+  const target = sql.join([list(cols), ...extra.map(([c]) => sql.ref(c))]);
+  const values = sql.join([list(cols, 'r'), ...extra.map(([, v]) => v)]);
   return sql`INSERT INTO ${sql.table(table)} (${target})
       SELECT ${values} FROM jsonb_populate_recordset(NULL::${sql.table(table)}, ${recordsetJson([...rows])}::jsonb) AS r`;
 }

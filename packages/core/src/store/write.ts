@@ -11,10 +11,13 @@
  *  - announced: some charge has something to announce (low_balance, billing.deficit, billing.recovered). The
  *    statement still writes the messages, deliveries and the caller's CTEs; the account's changes then follow
  *    one by one through postEntries and appendEvent, so the announcements happen exactly as on every other path.
+ *    Those run on Prisma's models: in a transaction on the pg pool (poolTransaction, the group commits' flushes)
+ *    the writer asks for a Prisma transaction (prismaTx) before writing anything, and the whole flush runs again
+ *    in one (announcements are rare: a threshold crossed).
  * Callers never make that choice. The rows in `locked` are moved to the state the write left them in, so a
  * caller writing in runs (inbound group commits) needs no second lock read.
  */
-import { exec, rows, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
+import { exec, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
 import { appendEvent, chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
 import { lockAccountsCredit, type LockedAccount, type Posting } from '../credit/ledger';
@@ -22,7 +25,17 @@ import { postEntries } from './ledger';
 import type { Services } from '../shared/context';
 import { newId } from '../shared/ids';
 import { attachmentRows } from '../messages/attachments';
-import { attachmentsInsert, deliveriesInsert, ledgerInsert, messagesCtes, recordsetJson, type DeliveryRow, type LedgerRow, type MessageRow } from './rows';
+import {
+  attachmentsInsert,
+  deliveriesInsert,
+  fixed,
+  ledgerInsert,
+  messagesCtes,
+  recordsetJson,
+  type DeliveryRow,
+  type LedgerRow,
+  type MessageRow,
+} from './rows';
 
 /** One change of one account, applied in the order given: a hold, then a charge, then an event. */
 export interface AccountChange {
@@ -137,7 +150,7 @@ function planQuiet(a: LockedAccount, changes: AccountChange[]): { next: LockedAc
 }
 
 /** Writes a batch (see the module comment): one statement, then the announced accounts' changes in order. */
-export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Promise<WriteResult> {
+export async function writeBatch(svc: Services, tx: SqlClient, batch: WriteBatch): Promise<WriteResult> {
   const byAccount = new Map<string, AccountChange[]>();
   for (const c of batch.changes) {
     if (!batch.locked.has(c.accountId)) throw new Error(`writeBatch: account ${c.accountId} was not locked by the caller`);
@@ -168,16 +181,22 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
       hash: plan.next.chain_hash,
     });
   }
+  // The general path runs through Prisma's models: in a pool transaction (poolTransaction) the whole batch is
+  // then run again in a Prisma transaction, so ask before anything is written.
+  const general = announced.length ? prismaTx(tx, 'an account has something to announce') : null;
   const ctes: RawBuilder<unknown>[] = [];
   if (accRows.length) {
-    const [set, a] = [tbl('accounts'), tbl('accounts', 'a')];
-    ctes.push(sql`acc AS (
-      UPDATE ${a.$} SET ${set.balance_micros} = ${a.balance_micros} + x.balance, ${set.free_messages_left} = ${a.free_messages_left} - x.free,
+    const head = fixed('write:acc', () => {
+      const [set, a] = [tbl('accounts'), tbl('accounts', 'a')];
+      return sql`UPDATE ${a.$} SET ${set.balance_micros} = ${a.balance_micros} + x.balance, ${set.free_messages_left} = ${a.free_messages_left} - x.free,
         ${set.held_micros} = ${a.held_micros} + x.held, ${set.held_free_messages} = ${a.held_free_messages} + x.held_free,
-        ${set.trailer_paid_micros} = ${a.trailer_paid_micros} + x.trailer, ${set.chain_seq} = x.seq, ${set.chain_hash} = x.hash
+        ${set.trailer_paid_micros} = ${a.trailer_paid_micros} + x.trailer, ${set.chain_seq} = x.seq, ${set.chain_hash} = x.hash`;
+    });
+    ctes.push(sql`acc AS (
+      ${head}
       FROM jsonb_to_recordset(${recordsetJson(accRows)}::jsonb)
         AS x(id text, balance bigint, free int, held bigint, held_free int, trailer bigint, seq int, hash text)
-      WHERE ${a.id} = x.id
+      WHERE ${tbl('accounts', 'a').id} = x.id
     )`);
   }
   if (batch.messages?.length) ctes.push(messagesCtes(batch.messages));
@@ -194,24 +213,24 @@ export async function writeBatch(svc: Services, tx: Tx, batch: WriteBatch): Prom
     await rows(tx, sql`WITH ${sql.join(ctes)} SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`);
   }
   for (const [id, next] of moved) batch.locked.set(id, next);
-  if (!announced.length) return { events, attachmentIds };
+  if (!general) return { events, attachmentIds };
   // The general path, account by account in the caller's order: announcements run as on every other path.
   for (const accountId of announced) {
     for (const c of byAccount.get(accountId)!) {
       if (c.hold) {
         const a = tbl('accounts');
         await exec(
-          tx,
+          general,
           sql`UPDATE ${a.$} SET ${a.held_micros} = ${a.held_micros} + ${c.hold.micros}, ${a.held_free_messages} = ${a.held_free_messages} + ${c.hold.freeMessages}
             WHERE ${a.id} = ${accountId}`,
         );
       }
       if (c.charge) {
-        await postEntries(svc, tx, accountId, c.charge.postings, { releaseHeld: c.charge.releaseHeld, trailerPaidMicros: c.charge.trailerPaidMicros });
+        await postEntries(svc, general, accountId, c.charge.postings, { releaseHeld: c.charge.releaseHeld, trailerPaidMicros: c.charge.trailerPaidMicros });
       }
-      if (c.event) events.push(await appendEvent({ db: tx, accountId, ...c.event }));
+      if (c.event) events.push(await appendEvent({ db: general, accountId, ...c.event }));
     }
   }
-  for (const a of await lockAccountsCredit(tx, announced.sort())) batch.locked.set(a.id, a);
+  for (const a of await lockAccountsCredit(general, announced.sort())) batch.locked.set(a.id, a);
   return { events, attachmentIds };
 }

@@ -1,0 +1,193 @@
+/**
+ * poolTransaction (sql.ts) against a real, migrated PostgreSQL: a transaction on one pg connection of the pool
+ * commits, rolls back on an error, reads values as rows() reads them through Prisma, drops a connection that
+ * broke mid-transaction from the pool, and runs the whole function again in Prisma's $transaction when asked to.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { closeDb, createDb, poolOf, type Db } from './client';
+import { exec, k, poolTransaction, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Set by packages/testing global-setup.ts: the run whose migrated template the database is cloned from. */
+    boxesRunId: string;
+  }
+}
+
+const base = new URL(process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/boxes');
+const urlOf = (name: string) => Object.assign(new URL(base), { pathname: `/${name}` }).toString();
+const runId = inject('boxesRunId');
+const name = `boxes_test_${runId}_pooltx_${randomBytes(4).toString('hex')}`;
+let db: Db;
+
+async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: urlOf('postgres') });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+beforeAll(async () => {
+  await admin((c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "boxes_test_${runId}_template"`));
+  db = createDb(urlOf(name), { max: 2 });
+});
+afterAll(async () => {
+  await closeDb(db);
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`));
+});
+
+const at = new Date('2026-03-04T05:06:07.891Z');
+
+const insertAccount = (c: SqlClient, id: string, balance: bigint) =>
+  exec(
+    c,
+    k
+      .insertInto('accounts')
+      .values({ id, human_email: `${id}@example.com`, primary_address: `agent@${id}.example`, balance_micros: balance, created_at: at, updated_at: at }),
+  );
+
+const accountIds = async (prefix: string) =>
+  (await rows(db, k.selectFrom('accounts').select('id').where('id', 'like', `${prefix}%`).orderBy('id'))).map((r) => r.id);
+
+describe('poolTransaction', () => {
+  it('commits what fn wrote and answers what fn answers; statements see each other inside it', async () => {
+    const out = await poolTransaction(db, async (c) => {
+      await insertAccount(c, 'acct_ptx_c1', 5n);
+      await insertAccount(c, 'acct_ptx_c2', 7n);
+      const [sum] = await rows(c, sql<{ n: bigint }>`SELECT count(*) AS n FROM accounts WHERE id LIKE 'acct_ptx_c%'`);
+      return sum!.n;
+    });
+    expect(out).toBe(2n);
+    expect(await accountIds('acct_ptx_c')).toEqual(['acct_ptx_c1', 'acct_ptx_c2']);
+  });
+
+  it('rolls back on an error and rethrows it; the connection goes back to the pool whole', async () => {
+    const boom = new Error('boom');
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_r1', 1n);
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    // A failing statement (duplicate key) rolls back the writes before it.
+    await insertAccount(db, 'acct_ptx_r2', 1n);
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_r3', 1n);
+        await insertAccount(c, 'acct_ptx_r2', 1n);
+      }),
+    ).rejects.toThrow(/duplicate key/);
+    expect(await accountIds('acct_ptx_r')).toEqual(['acct_ptx_r2']);
+    // A statement error caught inside fn: COMMIT would only roll back, so the call fails instead of answering.
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_r4', 1n);
+        await insertAccount(c, 'acct_ptx_r2', 1n).catch(() => undefined);
+        return 'done';
+      }),
+    ).rejects.toThrow(/aborted/);
+    expect(await accountIds('acct_ptx_r')).toEqual(['acct_ptx_r2']);
+    expect(await poolTransaction(db, async (c) => (await rows(c, sql<{ one: number }>`SELECT 1 AS one`))[0]!.one)).toBe(1);
+  });
+
+  it('reads values as rows() through Prisma does: bigint, int, text[], json, bytea, date, timestamptz, null', async () => {
+    const statement = sql<Record<string, unknown>>`SELECT ${9_007_199_254_740_993n}::bigint AS big, count(*) AS n, 42 AS i, ${['a', 'b']}::text[] AS arr,
+      ${JSON.stringify({ x: [1, 'y'] })}::jsonb AS j, json_build_object('at', ${at}::timestamptz) AS js, decode('0102ff', 'hex') AS b,
+      DATE '2026-03-04' AS d, ${at}::timestamptz AS t, NULL::text AS nothing, true AS yes`;
+    const viaPool = await poolTransaction(db, (c) => rows(c, statement));
+    const viaPrisma = await rows(db, statement);
+    expect(viaPool).toEqual(viaPrisma);
+    const [r] = viaPool;
+    expect(r).toMatchObject({ big: 9_007_199_254_740_993n, n: 1n, i: 42, arr: ['a', 'b'], j: { x: [1, 'y'] }, nothing: null, yes: true });
+    expect(r!.t).toEqual(at);
+    expect(r!.d).toEqual(new Date('2026-03-04T00:00:00Z'));
+    expect([...(r!.b as Uint8Array)]).toEqual([1, 2, 255]);
+  });
+
+  it('a connection that breaks mid-transaction fails fn and is dropped from the pool; the next transaction runs', async () => {
+    const pool = poolOf(db)!;
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_b1', 1n);
+        const [me] = await rows(c, sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`);
+        await admin((a) => a.query('SELECT pg_terminate_backend($1)', [me!.pid]));
+        await insertAccount(c, 'acct_ptx_b2', 1n);
+      }),
+    ).rejects.toThrow();
+    // The broken client is not idle in the pool: the next statements get a live connection.
+    expect(pool.totalCount).toBe(pool.idleCount);
+    await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_b3', 1n));
+    expect(await accountIds('acct_ptx_b')).toEqual(['acct_ptx_b3']);
+  });
+
+  it('BEGIN goes with a first statement of ids: quotes, backslashes, commas and braces stay in the values; it is rolled back too', async () => {
+    await insertAccount(db, 'acct_ptx_i1', 1n);
+    const odd = ["o'brien", 'back\\slash', 'a,b', '{c}', 'q"uote', ''];
+    const first = sql<{ ids: string[]; one: string; many: string[] }>`SELECT array_agg(id ORDER BY id) AS ids, ${odd[0]}::text AS one, ${odd}::text[] AS many
+      FROM accounts WHERE id = ANY(${['acct_ptx_i1', 'acct_ptx_i2']}::text[])`;
+    const [r] = await poolTransaction(db, (c) => rows(c, first));
+    expect(r).toEqual({ ids: ['acct_ptx_i1'], one: "o'brien", many: odd });
+    // A write as the first statement is inside the transaction: the throw after it rolls it back.
+    await expect(
+      poolTransaction(db, async (c) => {
+        await exec(c, sql`UPDATE accounts SET human_email = ${'changed@example.com'} WHERE id = ANY(${['acct_ptx_i1']}::text[])`);
+        throw new Error('after the first statement');
+      }),
+    ).rejects.toThrow('after the first statement');
+    const [after] = await rows(db, sql<{ human_email: string }>`SELECT human_email FROM accounts WHERE id = 'acct_ptx_i1'`);
+    expect(after!.human_email).toBe('acct_ptx_i1@example.com');
+    // A first statement with other parameters (bigint) or a literal in its text runs after a BEGIN of its own.
+    const [n] = await poolTransaction(db, (c) => rows(c, sql<{ n: bigint; s: string }>`SELECT ${5n}::bigint + 1 AS n, 'x' AS s`));
+    expect(n).toEqual({ n: 6n, s: 'x' });
+    // No statement at all: nothing to commit.
+    expect(await poolTransaction(db, async () => 'nothing')).toBe('nothing');
+  });
+
+  it('a transaction past options.timeout is rolled back, as Prisma does: no statement after it expires, no COMMIT', async () => {
+    await expect(
+      poolTransaction(
+        db,
+        async (c) => {
+          await insertAccount(c, 'acct_ptx_t1', 1n);
+          await rows(c, sql`SELECT pg_sleep(${0.3}::float8)`);
+        },
+        { timeout: 100 },
+      ),
+    ).rejects.toThrow(/expired/);
+    await expect(
+      poolTransaction(
+        db,
+        async (c) => {
+          await insertAccount(c, 'acct_ptx_t2', 1n);
+          await new Promise((r) => setTimeout(r, 150));
+          await insertAccount(c, 'acct_ptx_t3', 1n);
+        },
+        { timeout: 100 },
+      ),
+    ).rejects.toThrow(/expired/);
+    expect(await accountIds('acct_ptx_t')).toEqual([]);
+    await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_t4', 1n), { timeout: 10_000 });
+    expect(await accountIds('acct_ptx_t')).toEqual(['acct_ptx_t4']);
+  });
+
+  it('PrismaTransactionNeeded rolls back and runs fn again in a Prisma transaction, where prismaTx answers it', async () => {
+    const clients: string[] = [];
+    const out = await poolTransaction(db, async (c) => {
+      await insertAccount(c, `acct_ptx_p${clients.length}`, 1n);
+      clients.push(c instanceof Object && 'account' in c ? 'prisma' : 'pool');
+      const tx = prismaTx(c, 'a model call');
+      return (await tx.account.findUniqueOrThrow({ where: { id: 'acct_ptx_p1' }, select: { balanceMicros: true } })).balanceMicros;
+    });
+    expect(out).toBe(1n);
+    expect(clients).toEqual(['pool', 'prisma']);
+    // The pool attempt's insert (acct_ptx_p0) was rolled back.
+    expect(await accountIds('acct_ptx_p')).toEqual(['acct_ptx_p1']);
+    expect(() => prismaTx(db, 'x')).not.toThrow();
+    expect(new PrismaTransactionNeeded('x')).toBeInstanceOf(Error);
+  });
+});
