@@ -20,7 +20,7 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { exec, k, rows as run, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
+import { exec, k, rows as run, sql, tbl, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -32,7 +32,7 @@ import { describeStored, enqueueAttachmentText } from '../messages/attachments';
 import { openBody } from '../messages/body';
 import { composableOf, composeSigned, type DeliveryDeps, type DeliveryMessageRow } from '../messages/deliver';
 import { searchBodyText } from '../search/vector';
-import { markBounced, markDeferred, markFailed, messageStatusUpdate, refreshMessageStatuses } from '../messages/outcomes';
+import { markBounced, markDeferred, markFailed, messageStatusAndRawUpdate, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
@@ -477,7 +477,9 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
 /** Sends the batch's deliveries and records their outcomes in groups. */
 class BatchSender {
   private readonly composed = new Map<string, Promise<Buffer>>();
-  /** Signed bytes composed since the last flush, stored with it. */
+  /** Signed bytes composed and not yet handed to a flush; each goes with the first outcome of its message. */
+  private readonly unstored = new Map<string, Buffer>();
+  /** Signed bytes of the messages whose outcomes are in the buffer, stored by the next flush with them. */
   private newRaw = new Map<string, Buffer>();
   private readonly destinations = new Map<string, Promise<SmtpDestination[]>>();
   private buffer: Outcome[] = [];
@@ -519,6 +521,12 @@ class BatchSender {
             this.unsent--;
             // Not this.buffer.push(await ...): that would push into the array a flush took meanwhile.
             const outcome = await this.sendOne(d);
+            // The bytes are stored by the flush that records the outcome, in the same write as the message's status.
+            const raw = this.unstored.get(d.message_id);
+            if (raw) {
+              this.newRaw.set(d.message_id, raw);
+              this.unstored.delete(d.message_id);
+            }
             this.buffer.push(outcome);
             if (this.buffer.length >= FLUSH_SIZE) void this.flush();
           }
@@ -527,6 +535,8 @@ class BatchSender {
     } finally {
       clearInterval(timer);
     }
+    for (const [id, raw] of this.unstored) this.newRaw.set(id, raw);
+    this.unstored.clear();
     await this.flush();
     if (this.error) throw this.error;
     return this.stop;
@@ -558,7 +568,7 @@ class BatchSender {
       else {
         const { message, key } = composableOf(d);
         p = composeSigned(this.svc, message, key).then((raw) => {
-          this.newRaw.set(d.message_id, raw);
+          this.unstored.set(d.message_id, raw);
           return raw;
         });
       }
@@ -633,31 +643,26 @@ class BatchSender {
     const svc = this.svc;
     const accountId = this.job.account_id;
     const deferred: { id: string; delayMs: number }[] = [];
+    // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
+    const sealed = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
+    const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
+    const storeRaws = () => {
+      const [set, m] = [tbl('messages'), tbl('messages', 'm')];
+      return sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
+          FROM jsonb_to_recordset(${JSON.stringify(sealed)}::jsonb) AS r(id text, raw_enc text, size int)
+          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
+    };
     const status = await svc.db.$transaction(async (tx) => {
-      // One statement stores the bytes, claims the delivered recipients (they touch different tables) and reads the
-      // job's status (a cancel or a halt stops the batch after this flush).
-      const ctes: RawBuilder<unknown>[] = [];
-      if (raws.size) {
-        // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
-        const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
-        const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-        ctes.push(sql`raws AS (UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
-          FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL)`);
-      }
-      const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
+      // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
+      // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
+      // writer's statement, so a message's row is written once per flush; in this first statement when no
+      // recipient was delivered.
       const j = tbl('bulk_jobs', 'j');
       const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
       let jobStatusRow: { job_status: string | null } | undefined;
       let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
       if (delivered.length) {
         const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-        ctes.push(sql`claimed AS (
-          UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
-            ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
-          FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
-          WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
-          RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})`);
         // The claimed rows, then one row with the job's status (its other columns null).
         const all = await run(
           tx,
@@ -669,14 +674,19 @@ class BatchSender {
             attachment_micros: bigint;
             surcharge_micros: bigint;
             job_status: string | null;
-          }>`WITH ${sql.join(ctes)}
+          }>`WITH claimed AS (
+            UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
+              ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
+            FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
+            WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
+            RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})
           SELECT id, message_id, held_micros, used_free, attachment_micros, surcharge_micros, NULL::text AS job_status FROM claimed
           UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, s.job_status FROM (${jobStatus}) s`,
         );
         claimed = all.filter((r) => r.id !== null) as typeof claimed;
         jobStatusRow = all.find((r) => r.id === null);
       } else {
-        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${ctes.length ? sql`WITH ${sql.join(ctes)} ` : sql``}${jobStatus}`);
+        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${storeRaws()}) ` : sql``}${jobStatus}`);
       }
       if (claimed.length) {
         const a = await lockAccountCredit(tx, accountId);
@@ -689,9 +699,12 @@ class BatchSender {
             charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
           };
         });
-        // The messages' statuses follow their claimed deliveries in the same statement as the charges.
+        // The messages' statuses follow their claimed deliveries in the same statement as the charges, with the
+        // signed bytes composed since the last flush.
         const messageIds = [...new Set(claimed.map((d) => d.message_id))];
-        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusUpdate(messageIds)})`] });
+        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
+      } else if (delivered.length && sealed.length) {
+        await exec(tx, storeRaws());
       }
       for (const o of outcomes) {
         const attempts = o.d.attempts + 1;
