@@ -29,7 +29,7 @@ import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
 import { describeStored, enqueueAttachmentText } from '../messages/attachments';
-import { openBody } from '../messages/body';
+import { openBody, type StoredBody } from '../messages/body';
 import { composableOf, composeSigned, type DeliveryDeps, type DeliveryMessageRow } from '../messages/deliver';
 import { searchBodyText } from '../search/vector';
 import { markBounced, markDeferred, markFailed, messageStatusAndRawUpdate, refreshMessageStatuses } from '../messages/outcomes';
@@ -203,9 +203,19 @@ export async function releaseUnsent(svc: Services, jobId: string, why: string): 
   }, TX);
 }
 
-/** What the writer derives from a batch message's sealed body: its search text, and its attachments' rows. */
-function stored(svc: Services, bodyEnc: string, withFiles: boolean): Pick<MessageRow, 'attachments' | 'search_text'> {
+/**
+ * What the writer derives from a batch message's sealed body: its search text, and its attachments' rows. A body
+ * without attachments is kept in opened (by message id) for composing the message, which then need not open it again.
+ */
+function stored(
+  svc: Services,
+  messageId: string,
+  bodyEnc: string,
+  withFiles: boolean,
+  opened: Map<string, StoredBody>,
+): Pick<MessageRow, 'attachments' | 'search_text'> {
   const body = openBody(svc.secretKey, bodyEnc);
+  if (!body.attachments.length) opened.set(messageId, body);
   return { search_text: searchBodyText(body), attachments: withFiles ? describeStored(body.attachments) : undefined };
 }
 
@@ -234,7 +244,11 @@ interface BatchItem {
  * Starts the batch: reserves its credit and writes its messages and deliveries (only for messages not started yet,
  * so a repeated start does nothing). Returns the local deliveries to enqueue, or null when the job stopped.
  */
-async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[]; attachmentIds?: string[] } | null> {
+async function startBatch(
+  svc: Services,
+  jobId: string,
+  batch: number,
+): Promise<{ local: string[]; attachmentIds?: string[]; bodies?: Map<string, StoredBody> } | null> {
   return svc.db.$transaction(async (tx) => {
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
@@ -344,6 +358,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     // One statement (store/write.ts): the holds, the messages (their sealed bodies move from the items), the
     // deliveries, the items marked started and the job sending. Every CTE reads the rows as they were before it.
     const status = new Map(marks.map((m) => [m.index, m.status]));
+    const bodies = new Map<string, StoredBody>();
     const messages: MessageRow[] = items.map((i) => ({
       id: i.message_id,
       account_id: job.account_id,
@@ -363,7 +378,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       thread_id: i.thread_id,
       body_enc: i.body_enc,
       // The messages with attachments get their attachment rows, as every stored message.
-      ...(i.body_enc ? stored(svc, i.body_enc, i.attachment_bytes > 0) : {}),
+      ...(i.body_enc ? stored(svc, i.message_id, i.body_enc, i.attachment_bytes > 0, bodies) : {}),
     }));
     const [items$, i$, jobs$] = [tbl('bulk_job_items'), tbl('bulk_job_items', 'i'), tbl('bulk_jobs')];
     const { attachmentIds } = await writeBatch(svc, tx, {
@@ -379,7 +394,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
           ${jobs$.updated_at} = now() WHERE ${jobs$.id} = ${jobId})`,
       ],
     });
-    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: [...attachmentIds.values()].flat() };
+    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: [...attachmentIds.values()].flat(), bodies };
   }, TX);
 }
 
@@ -464,7 +479,7 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
     return { ...r, dkim_selector: key?.dkim_selector ?? null, dkim_private_key_enc: key?.dkim_private_key_enc ?? null };
   });
 
-  const sender = new BatchSender(svc, deps, job, signal);
+  const sender = new BatchSender(svc, deps, job, signal, started.bodies);
   const stop = await sender.run(pending);
   if (stop === 'interrupted') return { kind: 'later', delayMs: 0 };
   if (stop === 'stopped') {
@@ -497,6 +512,8 @@ class BatchSender {
     private readonly deps: BulkDeps,
     private readonly job: JobRow,
     private readonly signal: AbortSignal | undefined,
+    /** Bodies startBatch opened (a batch run again opens them when composing), each dropped once composed. */
+    private readonly bodies: Map<string, StoredBody> = new Map(),
   ) {}
 
   async run(pending: Pending[]): Promise<null | 'interrupted' | 'stopped'> {
@@ -567,7 +584,9 @@ class BatchSender {
       if (d.raw_enc) p = Promise.resolve(open(this.svc.secretKey, d.raw_enc));
       else {
         const { message, key } = composableOf(d);
-        p = composeSigned(this.svc, message, key).then((raw) => {
+        const body = this.bodies.get(d.message_id);
+        this.bodies.delete(d.message_id);
+        p = composeSigned(this.svc, message, key, body).then((raw) => {
           this.unstored.set(d.message_id, raw);
           return raw;
         });
