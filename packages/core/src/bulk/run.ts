@@ -8,9 +8,10 @@
  * 2. Send: each message is composed and DKIM-signed once in memory and handed to the recipient's MX over pooled
  *    SMTP connections, BULK_CONCURRENCY transactions in flight.
  * 3. Record: outcomes are written in groups (FLUSH_SIZE, or every FLUSH_MS): delivered ones charged from their
- *    holds in one claim statement and one ledger write, bounces through the shared outcome path (suppression,
- *    mail.bounced), 4xx handed to the ordinary retry schedule. Each flush reads the job's status (a cancel stops
- *    the batch) and the breaker's figures (the job's own bounces and complaints).
+ *    holds in one claim statement and one ledger write (which also sets the messages' statuses and stores their
+ *    signed bytes), bounces through the shared outcome path (suppression, mail.bounced), 4xx handed to the
+ *    ordinary retry schedule. Each flush reads the job's status (a cancel stops the batch) and the breaker's
+ *    figures (the job's own bounces and complaints).
  * 4. Finish: bulk.batch_completed; the next batch after the cool-off, or bulk.completed.
  *
  * Idempotent: a delivery is sent only while its status is `bulk`, and leaves that status in the flush that
