@@ -8,9 +8,10 @@
  * 2. Send: each message is composed and DKIM-signed once in memory and handed to the recipient's MX over pooled
  *    SMTP connections, BULK_CONCURRENCY transactions in flight.
  * 3. Record: outcomes are written in groups (FLUSH_SIZE, or every FLUSH_MS): delivered ones charged from their
- *    holds in one claim statement and one ledger write, bounces through the shared outcome path (suppression,
- *    mail.bounced), 4xx handed to the ordinary retry schedule. Each flush reads the job's status (a cancel stops
- *    the batch) and the breaker's figures (the job's own bounces and complaints).
+ *    holds in one claim statement and one ledger write (which also sets the messages' statuses and stores their
+ *    signed bytes), bounces through the shared outcome path (suppression, mail.bounced), 4xx handed to the
+ *    ordinary retry schedule. Each flush reads the job's status (a cancel stops the batch) and the breaker's
+ *    figures (the job's own bounces and complaints).
  * 4. Finish: bulk.batch_completed; the next batch after the cool-off, or bulk.completed.
  *
  * Idempotent: a delivery is sent only while its status is `bulk`, and leaves that status in the flush that
@@ -20,7 +21,7 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { exec, k, rows as run, sql, tbl, type RawBuilder, type Tx } from '@boxes/db';
+import { exec, k, rows as run, sql, tbl, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -29,10 +30,10 @@ import type { EventDataInput } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { domainOf } from '../messages/addresses';
 import { describeStored, enqueueAttachmentText } from '../messages/attachments';
-import { openBody } from '../messages/body';
+import { openBody, type StoredBody } from '../messages/body';
 import { composableOf, composeSigned, type DeliveryDeps, type DeliveryMessageRow } from '../messages/deliver';
 import { searchBodyText } from '../search/vector';
-import { markBounced, markDeferred, markFailed, messageStatusUpdate, refreshMessageStatuses } from '../messages/outcomes';
+import { markBounced, markDeferred, markFailed, messageStatusAndRawUpdate, refreshMessageStatuses } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
@@ -203,9 +204,19 @@ export async function releaseUnsent(svc: Services, jobId: string, why: string): 
   }, TX);
 }
 
-/** What the writer derives from a batch message's sealed body: its search text, and its attachments' rows. */
-function stored(svc: Services, bodyEnc: string, withFiles: boolean): Pick<MessageRow, 'attachments' | 'search_text'> {
+/**
+ * What the writer derives from a batch message's sealed body: its search text, and its attachments' rows. A body
+ * without attachments is kept in opened (by message id) for composing the message, which then need not open it again.
+ */
+function stored(
+  svc: Services,
+  messageId: string,
+  bodyEnc: string,
+  withFiles: boolean,
+  opened: Map<string, StoredBody>,
+): Pick<MessageRow, 'attachments' | 'search_text'> {
   const body = openBody(svc.secretKey, bodyEnc);
+  if (!body.attachments.length) opened.set(messageId, body);
   return { search_text: searchBodyText(body), attachments: withFiles ? describeStored(body.attachments) : undefined };
 }
 
@@ -234,7 +245,11 @@ interface BatchItem {
  * Starts the batch: reserves its credit and writes its messages and deliveries (only for messages not started yet,
  * so a repeated start does nothing). Returns the local deliveries to enqueue, or null when the job stopped.
  */
-async function startBatch(svc: Services, jobId: string, batch: number): Promise<{ local: string[]; attachmentIds?: string[] } | null> {
+async function startBatch(
+  svc: Services,
+  jobId: string,
+  batch: number,
+): Promise<{ local: string[]; attachmentIds?: string[]; bodies?: Map<string, StoredBody> } | null> {
   return svc.db.$transaction(async (tx) => {
     const job = await loadJob(tx, jobId, true);
     if (!job || FINISHED_BULK.includes(job.status) || job.batches_done !== batch) return null;
@@ -344,6 +359,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
     // One statement (store/write.ts): the holds, the messages (their sealed bodies move from the items), the
     // deliveries, the items marked started and the job sending. Every CTE reads the rows as they were before it.
     const status = new Map(marks.map((m) => [m.index, m.status]));
+    const bodies = new Map<string, StoredBody>();
     const messages: MessageRow[] = items.map((i) => ({
       id: i.message_id,
       account_id: job.account_id,
@@ -363,7 +379,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
       thread_id: i.thread_id,
       body_enc: i.body_enc,
       // The messages with attachments get their attachment rows, as every stored message.
-      ...(i.body_enc ? stored(svc, i.body_enc, i.attachment_bytes > 0) : {}),
+      ...(i.body_enc ? stored(svc, i.message_id, i.body_enc, i.attachment_bytes > 0, bodies) : {}),
     }));
     const [items$, i$, jobs$] = [tbl('bulk_job_items'), tbl('bulk_job_items', 'i'), tbl('bulk_jobs')];
     const { attachmentIds } = await writeBatch(svc, tx, {
@@ -379,7 +395,7 @@ async function startBatch(svc: Services, jobId: string, batch: number): Promise<
           ${jobs$.updated_at} = now() WHERE ${jobs$.id} = ${jobId})`,
       ],
     });
-    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: [...attachmentIds.values()].flat() };
+    return { local: deliveries.filter((d) => d.status === 'queued').map((d) => d.id), attachmentIds: [...attachmentIds.values()].flat(), bodies };
   }, TX);
 }
 
@@ -464,7 +480,7 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
     return { ...r, dkim_selector: key?.dkim_selector ?? null, dkim_private_key_enc: key?.dkim_private_key_enc ?? null };
   });
 
-  const sender = new BatchSender(svc, deps, job, signal);
+  const sender = new BatchSender(svc, deps, job, signal, started.bodies);
   const stop = await sender.run(pending);
   if (stop === 'interrupted') return { kind: 'later', delayMs: 0 };
   if (stop === 'stopped') {
@@ -477,7 +493,9 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
 /** Sends the batch's deliveries and records their outcomes in groups. */
 class BatchSender {
   private readonly composed = new Map<string, Promise<Buffer>>();
-  /** Signed bytes composed since the last flush, stored with it. */
+  /** Signed bytes composed and not yet handed to a flush; each goes with the first outcome of its message. */
+  private readonly unstored = new Map<string, Buffer>();
+  /** Signed bytes of the messages whose outcomes are in the buffer, stored by the next flush with them. */
   private newRaw = new Map<string, Buffer>();
   private readonly destinations = new Map<string, Promise<SmtpDestination[]>>();
   private buffer: Outcome[] = [];
@@ -495,6 +513,8 @@ class BatchSender {
     private readonly deps: BulkDeps,
     private readonly job: JobRow,
     private readonly signal: AbortSignal | undefined,
+    /** Bodies startBatch opened (a batch run again opens them when composing), each dropped once composed. */
+    private readonly bodies: Map<string, StoredBody> = new Map(),
   ) {}
 
   async run(pending: Pending[]): Promise<null | 'interrupted' | 'stopped'> {
@@ -519,6 +539,12 @@ class BatchSender {
             this.unsent--;
             // Not this.buffer.push(await ...): that would push into the array a flush took meanwhile.
             const outcome = await this.sendOne(d);
+            // The bytes are stored by the flush that records the outcome, in the same write as the message's status.
+            const raw = this.unstored.get(d.message_id);
+            if (raw) {
+              this.newRaw.set(d.message_id, raw);
+              this.unstored.delete(d.message_id);
+            }
             this.buffer.push(outcome);
             if (this.buffer.length >= FLUSH_SIZE) void this.flush();
           }
@@ -527,6 +553,8 @@ class BatchSender {
     } finally {
       clearInterval(timer);
     }
+    for (const [id, raw] of this.unstored) this.newRaw.set(id, raw);
+    this.unstored.clear();
     await this.flush();
     if (this.error) throw this.error;
     return this.stop;
@@ -557,8 +585,10 @@ class BatchSender {
       if (d.raw_enc) p = Promise.resolve(open(this.svc.secretKey, d.raw_enc));
       else {
         const { message, key } = composableOf(d);
-        p = composeSigned(this.svc, message, key).then((raw) => {
-          this.newRaw.set(d.message_id, raw);
+        const body = this.bodies.get(d.message_id);
+        this.bodies.delete(d.message_id);
+        p = composeSigned(this.svc, message, key, body).then((raw) => {
+          this.unstored.set(d.message_id, raw);
           return raw;
         });
       }
@@ -633,31 +663,26 @@ class BatchSender {
     const svc = this.svc;
     const accountId = this.job.account_id;
     const deferred: { id: string; delayMs: number }[] = [];
+    // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
+    const sealed = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
+    const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
+    const storeRaws = () => {
+      const [set, m] = [tbl('messages'), tbl('messages', 'm')];
+      return sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
+          FROM jsonb_to_recordset(${JSON.stringify(sealed)}::jsonb) AS r(id text, raw_enc text, size int)
+          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
+    };
     const status = await svc.db.$transaction(async (tx) => {
-      // One statement stores the bytes, claims the delivered recipients (they touch different tables) and reads the
-      // job's status (a cancel or a halt stops the batch after this flush).
-      const ctes: RawBuilder<unknown>[] = [];
-      if (raws.size) {
-        // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
-        const rows = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
-        const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-        ctes.push(sql`raws AS (UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
-          FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL)`);
-      }
-      const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
+      // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
+      // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
+      // writer's statement, so a message's row is written once per flush; in this first statement when no
+      // recipient was delivered.
       const j = tbl('bulk_jobs', 'j');
       const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
       let jobStatusRow: { job_status: string | null } | undefined;
       let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
       if (delivered.length) {
         const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-        ctes.push(sql`claimed AS (
-          UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
-            ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
-          FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
-          WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
-          RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})`);
         // The claimed rows, then one row with the job's status (its other columns null).
         const all = await run(
           tx,
@@ -669,14 +694,19 @@ class BatchSender {
             attachment_micros: bigint;
             surcharge_micros: bigint;
             job_status: string | null;
-          }>`WITH ${sql.join(ctes)}
+          }>`WITH claimed AS (
+            UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
+              ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
+            FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
+            WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
+            RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})
           SELECT id, message_id, held_micros, used_free, attachment_micros, surcharge_micros, NULL::text AS job_status FROM claimed
           UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, s.job_status FROM (${jobStatus}) s`,
         );
         claimed = all.filter((r) => r.id !== null) as typeof claimed;
         jobStatusRow = all.find((r) => r.id === null);
       } else {
-        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${ctes.length ? sql`WITH ${sql.join(ctes)} ` : sql``}${jobStatus}`);
+        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${storeRaws()}) ` : sql``}${jobStatus}`);
       }
       if (claimed.length) {
         const a = await lockAccountCredit(tx, accountId);
@@ -689,9 +719,12 @@ class BatchSender {
             charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
           };
         });
-        // The messages' statuses follow their claimed deliveries in the same statement as the charges.
+        // The messages' statuses follow their claimed deliveries in the same statement as the charges, with the
+        // signed bytes composed since the last flush.
         const messageIds = [...new Set(claimed.map((d) => d.message_id))];
-        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusUpdate(messageIds)})`] });
+        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
+      } else if (delivered.length && sealed.length) {
+        await exec(tx, storeRaws());
       }
       for (const o of outcomes) {
         const attempts = o.d.attempts + 1;

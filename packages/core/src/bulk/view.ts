@@ -28,37 +28,47 @@ export interface BulkOutcomes {
   lastStartedBatch: number;
 }
 
-/** The job's outcomes so far, in one round trip. */
+/**
+ * The job's outcomes so far, in one round trip. The deliveries of the job's started messages are counted in one
+ * pass (a count per outcome with FILTER): the breaker reads this after every flush of a batch in flight, so its
+ * cost grows with the part of the job already started.
+ */
 export async function bulkOutcomes(db: DbClient, jobId: string): Promise<BulkOutcomes> {
+  return outcomesOf(await run(db, bulkOutcomesStatement(jobId)));
+}
+
+export function bulkOutcomesStatement(jobId: string) {
   const [i, d, sp, j] = [tbl('bulk_job_items'), tbl('deliveries', 'd'), tbl('suppressions', 's'), tbl('bulk_jobs', 'j')];
   const is = (v: DeliveryStatus) => statusLit(DELIVERY_STATUSES, v);
-  const rows = await run(
-    db,
-    sql<{
-      pending: bigint;
-      delivered: bigint;
-      deferred: bigint;
-      bounced: bigint;
-      failed: bigint;
-      attempted: bigint;
-      suppressed: bigint | null;
-      complaints: bigint;
-      last_batch: number | null;
-    }>`
-    WITH msgs AS (SELECT ${i.message_id}, ${i.suppressed}, ${i.batch} FROM ${i.$} WHERE ${i.job_id} = ${jobId} AND ${i.started_at} IS NOT NULL),
-    d AS (SELECT ${d.status}, ${d.attempts} FROM ${d.$} JOIN msgs ON ${d.message_id} = msgs.message_id)
-    SELECT
-      (SELECT count(*) FROM d WHERE status IN ${statusIn(DELIVERY_STATUSES, ['bulk', 'queued'])}) AS pending,
-      (SELECT count(*) FROM d WHERE status = ${is('delivered')}) AS delivered,
-      (SELECT count(*) FROM d WHERE status = ${is('deferred')}) AS deferred,
-      (SELECT count(*) FROM d WHERE status = ${is('bounced')}) AS bounced,
-      (SELECT count(*) FROM d WHERE status = ${is('failed')}) AS failed,
-      (SELECT count(*) FROM d WHERE attempts > 0 OR status = ${is('bounced')}) AS attempted,
-      (SELECT sum(suppressed) FROM msgs) AS suppressed,
-      (SELECT max(batch) FROM msgs) AS last_batch,
+  return sql<OutcomeCounts>`
+    WITH msgs AS (SELECT ${i.message_id}, ${i.suppressed}, ${i.batch} FROM ${i.$} WHERE ${i.job_id} = ${jobId} AND ${i.started_at} IS NOT NULL)
+    SELECT c.*, m.suppressed, m.last_batch,
       (SELECT count(*) FROM ${sp.$} JOIN ${j.$} ON ${j.account_id} = ${sp.account_id}
-        WHERE ${j.id} = ${jobId} AND ${sp.reason} = 'complaint' AND ${sp.message_id} IN (SELECT message_id FROM msgs)) AS complaints`,
-  );
+        WHERE ${j.id} = ${jobId} AND ${sp.reason} = 'complaint' AND ${sp.message_id} IN (SELECT message_id FROM msgs)) AS complaints
+    FROM (SELECT
+        count(*) FILTER (WHERE ${d.status} IN ${statusIn(DELIVERY_STATUSES, ['bulk', 'queued'])}) AS pending,
+        count(*) FILTER (WHERE ${d.status} = ${is('delivered')}) AS delivered,
+        count(*) FILTER (WHERE ${d.status} = ${is('deferred')}) AS deferred,
+        count(*) FILTER (WHERE ${d.status} = ${is('bounced')}) AS bounced,
+        count(*) FILTER (WHERE ${d.status} = ${is('failed')}) AS failed,
+        count(*) FILTER (WHERE ${d.attempts} > 0 OR ${d.status} = ${is('bounced')}) AS attempted
+      FROM ${d.$} JOIN msgs ON ${d.message_id} = msgs.message_id) c,
+      (SELECT sum(suppressed) AS suppressed, max(batch) AS last_batch FROM msgs) m`;
+}
+
+interface OutcomeCounts {
+  pending: bigint;
+  delivered: bigint;
+  deferred: bigint;
+  bounced: bigint;
+  failed: bigint;
+  attempted: bigint;
+  suppressed: bigint | null;
+  complaints: bigint;
+  last_batch: number | null;
+}
+
+function outcomesOf(rows: OutcomeCounts[]): BulkOutcomes {
   const r = rows[0]!;
   const n = (x: bigint | null) => Number(x ?? 0n);
   const out = {

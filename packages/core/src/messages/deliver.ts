@@ -11,7 +11,7 @@ import type { Services } from '../shared/context';
 import { open, sealBytes } from '../shared/crypto';
 import { lockAccountsCredit } from '../credit/ledger';
 import { domainOf } from './addresses';
-import { openBody } from './body';
+import { openBody, type StoredBody } from './body';
 import { enqueueAttachmentText } from './attachments';
 import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, type DeliveredOutcome } from './outcomes';
 import { groupCommitOf } from '../shared/group-commit';
@@ -102,9 +102,10 @@ const rawStoreOf = (svc: Services) =>
   });
 
 /** The signed RFC 5322 bytes of a sent message, composed in memory (the caller stores them: bulk batches do it in bulk). */
-export async function composeSigned(svc: Services, message: ComposableMessage, key?: SealedKey | null): Promise<Buffer> {
+/** body: the message's body already opened by the caller (it is opened here otherwise). */
+export async function composeSigned(svc: Services, message: ComposableMessage, key?: SealedKey | null, body?: StoredBody): Promise<Buffer> {
   if (!message.bodyEnc || !message.fromAddress) throw new Error(`message ${message.id} has no body to compose`);
-  const body = openBody(svc.secretKey, message.bodyEnc);
+  body ??= openBody(svc.secretKey, message.bodyEnc);
   const raw = await composeMessage({
     from: { name: body.from_name ?? undefined, address: message.fromAddress },
     to: body.to_display ?? message.toAddresses,

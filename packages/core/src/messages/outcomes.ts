@@ -49,6 +49,36 @@ export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
       WHERE ${m.id} = s.message_id AND s.open = 0`;
 }
 
+/**
+ * messageStatusUpdate, and in the same UPDATE the signed bytes of messages composed meanwhile (raws: id, sealed
+ * bytes in base64, size), each stored only if the message has none yet. A message whose status is set and whose
+ * bytes are stored in one flush is written once instead of twice (neither column is indexed, but the row is
+ * rarely updated in place: every index gets the new version). Also a part of a larger statement, after the
+ * statement that set the deliveries' statuses.
+ */
+export function messageStatusAndRawUpdate(messageIds: string[], raws: { id: string; raw_enc: string; size: number }[]): RawBuilder<unknown> {
+  const [set, m, d] = [tbl('messages'), tbl('messages', 'm'), tbl('deliveries')];
+  const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
+  const final = statusIn(DELIVERY_STATUSES, FINAL);
+  return sql`
+      UPDATE ${m.$} SET ${set.status} = CASE
+          WHEN s.open <> 0 OR s.open IS NULL THEN ${m.status}
+          WHEN s.delivered = s.total THEN ${is('delivered')}
+          WHEN s.delivered > 0 THEN ${is('partially_delivered')}
+          WHEN s.bounced > 0 THEN ${is('bounced')}
+          ELSE ${is('failed')} END,
+        ${set.raw_enc} = COALESCE(${m.raw_enc}, decode(r.raw_enc, 'base64')),
+        ${set.size_bytes} = CASE WHEN ${m.raw_enc} IS NULL AND r.id IS NOT NULL THEN r.size ELSE ${m.size_bytes} END
+      FROM (
+        SELECT ${d.message_id}, count(*) AS total,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'bounced')}) AS bounced,
+          count(*) FILTER (WHERE ${d.status} NOT IN ${final}) AS open
+        FROM ${d.$} WHERE ${d.message_id} = ANY(${messageIds}::text[]) GROUP BY ${d.message_id}
+      ) s FULL JOIN jsonb_to_recordset(${JSON.stringify(raws)}::jsonb) AS r(id text, raw_enc text, size int) ON r.id = s.message_id
+      WHERE ${m.id} = COALESCE(s.message_id, r.id) AND (s.open = 0 OR (r.id IS NOT NULL AND ${m.raw_enc} IS NULL))`;
+}
+
 /** Claims a delivery for a final state; false if it already reached one (a duplicate job or report). */
 async function claim(tx: Tx, deliveryId: string, status: DeliveryStatus, data: Record<string, unknown>): Promise<boolean> {
   const r = await tx.delivery.updateMany({
