@@ -144,6 +144,17 @@ export async function countRefused(db: DbClient, boxIds: string[]): Promise<void
   );
 }
 
+/** An Authentication-Results header line in mailHost's name, made once per host (the same for every message). */
+const oursPatterns = new Map<string, RegExp>();
+function oursPattern(mailHost: string): RegExp {
+  let re = oursPatterns.get(mailHost);
+  if (!re) {
+    re = new RegExp(`^authentication-results:\\s*${mailHost.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\s*(;|$)`, 'i');
+    oursPatterns.set(mailHost, re);
+  }
+  return re;
+}
+
 /**
  * The stored copy: our Authentication-Results on top, and any Authentication-Results a sender wrote in our
  * name removed (RFC 8601 section 5), so a client trusting our authserv-id cannot be fooled by a forged one.
@@ -159,7 +170,7 @@ export function stampRaw(raw: Buffer, trust: InboundTrust, mailHost: string): Bu
   const head = raw.subarray(0, headEnd).toString('latin1');
   const lines = head.split(/(?<=\n)/);
   const kept: string[] = [];
-  const ours = new RegExp(`^authentication-results:\\s*${mailHost.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\s*(;|$)`, 'i');
+  const ours = oursPattern(mailHost);
   let dropping = false;
   for (const line of lines) {
     // A folded line belongs to the header above it.
@@ -167,6 +178,8 @@ export function stampRaw(raw: Buffer, trust: InboundTrust, mailHost: string): Bu
     if (!dropping) kept.push(line);
   }
   const stamp = eol === '\r\n' ? trust.headers : trust.headers.replace(/\r\n/g, '\n');
+  // Nothing dropped (the common case): the message follows the stamp as it came, not rebuilt from its lines.
+  if (kept.length === lines.length) return Buffer.concat([Buffer.from(stamp, 'utf8'), raw]);
   return Buffer.concat([Buffer.from(stamp, 'utf8'), Buffer.from(kept.join(''), 'latin1'), raw.subarray(headEnd)]);
 }
 
