@@ -22,5 +22,7 @@ export interface StoredBody {
   in_reply_to?: string | null;
 }
 
-export const sealBody = (key: Buffer, body: StoredBody): string => seal(key, JSON.stringify(body));
+/** The text a body is sealed as (sealBody), for sealing several copies of one body. */
+export const bodyText = (body: StoredBody): string => JSON.stringify(body);
+export const sealBody = (key: Buffer, body: StoredBody): string => seal(key, bodyText(body));
 export const openBody = (key: Buffer, sealed: string): StoredBody => JSON.parse(open(key, sealed).toString('utf8')) as StoredBody;

@@ -11,10 +11,10 @@ import { writeBatch, type AccountChange } from '../store/write';
 import type { MessageRow } from '../store/rows';
 import { groupCommitOf } from '../shared/group-commit';
 import type { Services } from '../shared/context';
-import { sealBytes } from '../shared/crypto';
+import { seal, sealBytes } from '../shared/crypto';
 import { newId } from '../shared/ids';
 import { domainOf } from './addresses';
-import { sealBody } from './body';
+import { bodyText } from './body';
 import { describeAttachments, enqueueAttachmentText, type AttachmentMeta } from './attachments';
 import { searchBodyText } from '../search/vector';
 import { applyReport } from './reports';
@@ -194,24 +194,23 @@ interface Prepared {
 /** Parsing and sealing, before any transaction: encrypting a large message must not keep a connection busy in one. */
 async function prepare(svc: Services, input: InboundInput): Promise<Prepared> {
   const parsed = input.parsed ?? (await parseMessage(input.raw));
-  const sealed = input.recipients.map((r) =>
-    r.kind !== 'box'
-      ? null
-      : {
-          bodyEnc: sealBody(svc.secretKey, {
-            text: parsed.text,
-            html: parsed.html,
-            headers: parsed.headers,
-            attachments: parsed.attachments.map((a) => ({
-              filename: a.filename,
-              content_type: a.contentType,
-              content_id: a.contentId,
-              content_b64: a.content.toString('base64'),
-            })),
-          }),
-          rawEnc: sealBytes(svc.secretKey, input.raw),
-        },
-  );
+  // The body's text is made once (attachments in base64 included); each copy is sealed on its own.
+  let body: string | undefined;
+  const sealed = input.recipients.map((r) => {
+    if (r.kind !== 'box') return null;
+    body ??= bodyText({
+      text: parsed.text,
+      html: parsed.html,
+      headers: parsed.headers,
+      attachments: parsed.attachments.map((a) => ({
+        filename: a.filename,
+        content_type: a.contentType,
+        content_id: a.contentId,
+        content_b64: a.content.toString('base64'),
+      })),
+    });
+    return { bodyEnc: seal(svc.secretKey, body), rawEnc: sealBytes(svc.secretKey, input.raw) };
+  });
   return {
     input,
     parsed,
