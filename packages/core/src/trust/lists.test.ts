@@ -46,6 +46,11 @@ describe('stampRaw', () => {
       'Received-SPF: none\r\nAuthentication-Results: mx.test;\r\n dkim=none\r\nAuthentication-Results: other.example; spf=pass\r\nFrom: a@b.example\r\n\r\nAuthentication-Results: mx.test; in the body\r\n',
     );
   });
+  it('keeps the message byte for byte under the stamp when nothing is dropped (8-bit header bytes included)', () => {
+    const raw = Buffer.concat([Buffer.from('Subject: caf'), Buffer.from([0xc3, 0xa9, 0xff]), Buffer.from('\r\nFrom: a@b.example\r\n\r\nbody\r\n')]);
+    const out = stampRaw(raw, trust, 'mx.test');
+    expect(out.equals(Buffer.concat([Buffer.from(trust.headers), raw]))).toBe(true);
+  });
   it('keeps bare LF messages in LF', () => {
     expect(stampRaw(Buffer.from('From: a@b.example\n\nhi\n'), trust, 'mx.test').toString()).toBe(
       'Received-SPF: none\nAuthentication-Results: mx.test;\n dkim=none\nFrom: a@b.example\n\nhi\n',
