@@ -142,63 +142,67 @@ const appErrors = t.middleware(async ({ next }) => {
 });
 
 /**
- * The input guard (input-guard.ts) on the raw input, before zod parses it: NUL, unpaired surrogates, control
- * characters outside bodies and oversized free-form JSON are a 400 validation_error naming each field, on every
- * face, instead of reaching the store.
- */
-const inputGuard = t.middleware(async ({ path, getRawInput, next }) => {
-  const schema = inputSchemaOf(path);
-  if (schema) {
-    const issues = guardInput(schema, await getRawInput());
-    if (issues.length) {
-      throw new AppError('validation_error', issues.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: issues });
-    }
-  }
-  return next();
-});
-
-/**
- * REST carries the input of a GET or DELETE in the query string, where a boolean can only be the word "true" or
- * "false": those words become booleans for the input's boolean fields (booleans.ts). tRPC and MCP send JSON,
- * where a boolean is a boolean and a string is refused.
- */
-const restQueryBooleans = t.middleware(async ({ ctx, meta, path, getRawInput, next }) => {
-  const method = meta?.openapi?.method;
-  const fields = booleanFieldsOf(path);
-  if (ctx.transport !== 'rest' || (method !== 'GET' && method !== 'DELETE') || !fields.length) return next();
-  const input = queryBooleans(await getRawInput(), fields);
-  return next({ getRawInput: async () => input });
-});
-
-/**
  * While the connection to Redis is lost, every call is 503 at once (no round trip, no wait): the rate limits and
  * the queues live there, and the keyed calls' count would refuse anyway. Before the first connection is made
  * ('connecting') calls go on, so a server starting beside a slow Redis is not refused for nothing.
  */
 const REDIS_LOST = new Set(['reconnecting', 'close', 'end']);
-const dependencies = t.middleware(({ ctx, next }) => {
+function assertDependencies(ctx: Context): void {
   if (REDIS_LOST.has(ctx.svc.redis.status)) throw serviceUnavailable();
-  return next();
-});
+}
 
 /**
- * trpc-to-openapi puts path parameters into the input as they appear in the URL, percent-encoded
- * (box_%C3%A9); the REST face has decoded them as UTF-8, and those values are the ones the procedure sees.
+ * The raw input as the procedure's parser gets it, checked:
+ * - trpc-to-openapi puts path parameters into the input as they appear in the URL, percent-encoded
+ *   (box_%C3%A9); the REST face has decoded them as UTF-8, and those values are the ones the procedure sees.
+ * - REST carries the input of a GET or DELETE in the query string, where a boolean can only be the word "true" or
+ *   "false": those words become booleans for the input's boolean fields (booleans.ts). tRPC and MCP send JSON,
+ *   where a boolean is a boolean and a string is refused.
+ * - The input guard (input-guard.ts) on the raw input, before zod parses it: NUL, unpaired surrogates, control
+ *   characters outside bodies and oversized free-form JSON are a 400 validation_error naming each field, on every
+ *   face, instead of reaching the store.
+ * Returns the getRawInput to hand on (the one given when nothing changes it).
  */
-const decodedPathInput = t.middleware(({ ctx, getRawInput, next }) => {
+async function checkedRawInput(ctx: Context, meta: Meta | undefined, path: string, getRawInput: () => Promise<unknown>): Promise<() => Promise<unknown>> {
+  let rawInput = getRawInput;
   const pathInput = ctx.pathInput;
-  if (!pathInput || Object.keys(pathInput).length === 0) return next();
-  return next({
-    getRawInput: async () => {
+  if (pathInput && Object.keys(pathInput).length > 0) {
+    rawInput = async () => {
       const raw = await getRawInput();
       return raw !== null && typeof raw === 'object' ? { ...raw, ...pathInput } : raw;
-    },
-  });
+    };
+  }
+  const method = meta?.openapi?.method;
+  if (ctx.transport === 'rest' && (method === 'GET' || method === 'DELETE')) {
+    const fields = booleanFieldsOf(path);
+    if (fields.length) {
+      const input = queryBooleans(await rawInput(), fields);
+      rawInput = async () => input;
+    }
+  }
+  const schema = inputSchemaOf(path);
+  if (schema) {
+    const issues = guardInput(schema, await rawInput());
+    if (issues.length) {
+      throw new AppError('validation_error', issues.map((f) => `${f.path}: ${f.message}`).join('; '), { fields: issues });
+    }
+  }
+  return rawInput;
+}
+
+/**
+ * The checks of an unkeyed call in one middleware (each tRPC middleware level copies the call's options, and a
+ * chain of them cost about as much as the rest of the request's routing): Redis reachable, then the input.
+ */
+const publicChecks = t.middleware(async ({ ctx, meta, path, getRawInput, next }) => {
+  assertDependencies(ctx);
+  const rawInput = await checkedRawInput(ctx, meta, path, getRawInput);
+  return rawInput === getRawInput ? next() : next({ getRawInput: rawInput });
 });
 
-const base = t.procedure.use(appErrors).use(decodedPathInput).use(dependencies);
+const base = t.procedure.use(appErrors);
 
-export const publicProcedure = base.use(restQueryBooleans).use(inputGuard);
+export const publicProcedure = base.use(publicChecks);
 
 export function gettingStarted(svc: Services) {
   return {
@@ -253,7 +257,16 @@ export async function authenticateCall(ctx: Pick<Context, 'svc' | 'authorization
   return { account: account as Account, key: apiKey as ApiKey, boxScope };
 }
 
-const authenticate = t.middleware(async ({ ctx, meta, next }) => next({ ctx: await authenticateCall(ctx, meta) }));
+/**
+ * The checks of a keyed call in one middleware: Redis reachable, then the key (authenticated, then guarded: an
+ * unkeyed call is 401 before anything about its input is said), then the input.
+ */
+const keyChecks = t.middleware(async ({ ctx, meta, path, getRawInput, next }) => {
+  assertDependencies(ctx);
+  const auth = await authenticateCall(ctx, meta);
+  const rawInput = await checkedRawInput(ctx, meta, path, getRawInput);
+  // tRPC's next takes the context and the raw input together (its types offer them apart).
+  return next({ ctx: auth, getRawInput: rawInput } as { ctx: typeof auth });
+});
 
-/** Authenticated, then guarded: an unkeyed call is 401 before anything about its input is said. */
-export const keyProcedure = base.use(authenticate).use(restQueryBooleans).use(inputGuard);
+export const keyProcedure = base.use(keyChecks);
