@@ -199,9 +199,13 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
         seenNow = new Set(r.changed.map((c) => c.uid));
       }
     }
-    for (const i of round) {
+    // The round's messages are opened before any of its responses is written (one that does not open fails the
+    // command before its round is answered), and let go once written.
+    const opened = withMessage ? round.map((i) => mailbox.message(s.svc, i) ?? EMPTY) : null;
+    for (let r = 0; r < round.length; r++) {
+      const i = round[r]!;
       const e = mailbox.entries[i]!;
-      const msg = withMessage ? (mailbox.message(i) ?? EMPTY) : EMPTY;
+      const msg = opened ? opened[r]! : EMPTY;
       // One list of chunks per response, without a list per item in between.
       const line: Chunk[] = [`* ${i + 1} FETCH (`];
       for (let j = 0; j < items.length; j++) {
