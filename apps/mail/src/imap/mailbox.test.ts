@@ -54,7 +54,7 @@ describe('SelectedMailbox read-ahead', () => {
     const { box, queries } = mailbox();
     for (let i = 0; i < n; i++) {
       await box.messages(svc, [i]);
-      expect(box.message(i)?.raw.toString()).toBe(raw(`msg_${i}`).toString());
+      expect(box.message(svc, i)?.raw.toString()).toBe(raw(`msg_${i}`).toString());
     }
     // 300 messages: the first alone (not yet known to be one of a run), the rest of its block of 128, and the two
     // blocks after it read ahead; not one read per message, and nothing served read twice.
@@ -62,11 +62,36 @@ describe('SelectedMailbox read-ahead', () => {
     expect(queries.join(' ').match(/msg_\d+/g)?.length).toBe(n);
   });
 
+  it('serves every message right through a folder larger than its cache, twice (slabs filled again)', async () => {
+    const many = 2000;
+    const big = (id: string) => Buffer.from(`Subject: ${id}\r\n\r\n${id.padEnd(2000, '.')}\r\n`);
+    const list: FolderEntry[] = Array.from({ length: many }, (_, i) => ({ ...entry(0, false, []), uid: i + 1, messageId: `msg_${i}` }));
+    const rawCopy: RawCopy = async (query, onRow) => {
+      // Rows as a COPY hands them: views into one buffer written over after each row.
+      const scratch = Buffer.alloc(4096);
+      for (const id of query.match(/msg_\d+/g) ?? []) {
+        const sealed = sealBytes(key, big(id));
+        sealed.copy(scratch);
+        onRow([Buffer.from(id, 'latin1'), scratch.subarray(0, sealed.length)]);
+        scratch.fill(0);
+      }
+    };
+    const Ctor = SelectedMailbox as unknown as new (...args: unknown[]) => SelectedMailbox;
+    const folder = { name: 'INBOX', folderId: 'fld_x', boxId: null, role: 'inbox', attributes: [] };
+    const box = new Ctor(folder, true, rawCopy, list, 1, many + 1, 1n);
+    for (let pass = 0; pass < 2; pass++) {
+      for (let i = 0; i < many; i++) {
+        await box.messages(svc, [i]);
+        expect(box.message(svc, i)?.raw.toString()).toBe(big(`msg_${i}`).toString());
+      }
+    }
+  });
+
   it('serves a message fetched again from what it read', async () => {
     const { box, queries } = mailbox();
     await box.messages(svc, [5]);
     await box.messages(svc, [5]);
-    expect(box.message(5)?.raw.toString()).toBe(raw('msg_5').toString());
+    expect(box.message(svc, 5)?.raw.toString()).toBe(raw('msg_5').toString());
     expect(queries.length).toBe(1);
   });
 });

@@ -3,9 +3,12 @@
  * changed since (other sessions, other processes, new mail folded in from the event stream). Changes reach the
  * client only when refresh() is called at a point the protocol allows (NOOP, IDLE, ...), so sequence numbers
  * stay stable between. Message bytes are read in batches and kept in a small cache, with read-ahead for clients
- * that fetch one message after another.
+ * that fetch one message after another. The cache keeps them sealed, copied into slabs the session fills again,
+ * and a message is opened (decrypted) when a command uses it: what a download opens is garbage as soon as it is
+ * written, instead of hundreds of opened bodies read ahead outliving the young generation, each a Buffer of its
+ * own that only a full collection reclaims.
  */
-import { flagNames, folderHead, loadFolderEntries, loadRawMessages, type FolderEntry, type RawCopy, type Services } from '@boxes/core';
+import { flagNames, folderHead, loadFolderEntries, loadSealedMessages, open, type FolderEntry, type RawCopy, type Services } from '@boxes/core';
 import { paren, type Chunk } from './encode';
 import type { ImapFolder } from './folders';
 import { ParsedMessage } from './mime';
@@ -18,6 +21,26 @@ const READ_AHEAD = 128;
 const AHEAD_BLOCKS = 2;
 /** Messages read per query. */
 const BATCH = 200;
+/** Slabs the sealed bytes of cached messages are copied into; a message above SLAB_COPY_MAX gets its own copy. */
+const SLAB = 1024 * 1024;
+const SLAB_COPY_MAX = SLAB / 8;
+/** Empty slabs kept for the next ones read. */
+const SPARE_SLABS = 2;
+
+/** A slab: bytes [0, used) hold the sealed messages put there, `live` of them still in the cache. */
+interface Slab {
+  buf: Buffer;
+  used: number;
+  live: number;
+}
+
+/** A cached message: sealed (in a slab, or a copy of its own) or already opened (drafts), parsed once used. */
+interface Kept {
+  bytes: Buffer;
+  sealed: boolean;
+  slab: Slab | null;
+  parsed: ParsedMessage | null;
+}
 
 const range = (from: number, to: number): number[] => Array.from({ length: Math.max(0, to - from) }, (_, k) => from + k);
 
@@ -49,8 +72,11 @@ function keywordsOf(entries: readonly FolderEntry[]): string[] {
 
 export class SelectedMailbox {
   private uidCache: number[] | null = null;
-  private readonly cache = new Map<string, ParsedMessage | null>();
+  private readonly cache = new Map<string, Kept | null>();
   private cacheBytes = 0;
+  /** The slab being filled, and empty ones to fill next. */
+  private slab: Slab | null = null;
+  private spareSlabs: Slab[] = [];
   private lastSingle = -2;
   /** Blocks below this one have had their read-ahead started (see readAhead). */
   private aheadBlocks = 0;
@@ -225,16 +251,13 @@ export class SelectedMailbox {
     }
     for (let k = 0; k < todo.length; k += BATCH) {
       const batch = todo.slice(k, k + BATCH);
-      const p = loadRawMessages(
+      // Each message goes into the cache as its row arrives (sealed bytes are only valid during the call).
+      const p = loadSealedMessages(
         svc,
         batch.map((e) => e.messageId),
         this.rawCopy,
-      ).then((raws) => {
-        for (const e of batch) {
-          const raw = raws.get(e.messageId);
-          this.put(e.messageId, raw ? new ParsedMessage(raw) : null);
-        }
-      });
+        (id, bytes, sealed) => this.put(id, bytes && this.keep(bytes, sealed)),
+      );
       const settled = p.finally(() => {
         for (const e of batch) this.inflight.delete(e.messageId);
       });
@@ -244,18 +267,56 @@ export class SelectedMailbox {
     await Promise.all(waits);
   }
 
-  /** A message read by messages() (it stays cached at least until the next call). */
-  message(index: number): ParsedMessage | null {
-    return this.cache.get(this.entries[index]!.messageId) ?? null;
+  /**
+   * A message read by messages() (it stays cached at least until the next call), opened now: a sealed one is
+   * decrypted on every call, so callers take it once per use and let it go. Throws when its bytes do not open.
+   */
+  message(svc: Pick<Services, 'secretKey'>, index: number): ParsedMessage | null {
+    const kept = this.cache.get(this.entries[index]!.messageId);
+    if (!kept) return null;
+    if (kept.sealed) return new ParsedMessage(open(svc.secretKey, kept.bytes));
+    kept.parsed ??= new ParsedMessage(kept.bytes);
+    return kept.parsed;
   }
 
-  private put(id: string, msg: ParsedMessage | null): void {
-    this.cache.set(id, msg);
-    this.cacheBytes += msg?.raw.length ?? 0;
-    while ((this.cache.size > CACHE_MESSAGES || this.cacheBytes > CACHE_BYTES) && this.cache.size > 1) {
-      const [oldest, m] = this.cache.entries().next().value as [string, ParsedMessage | null];
-      this.cache.delete(oldest);
-      this.cacheBytes -= m?.raw.length ?? 0;
+  /** What the cache keeps of a message's bytes: sealed ones copied (they are a view into a read buffer). */
+  private keep(bytes: Buffer, sealed: boolean): Kept {
+    if (!sealed) return { bytes, sealed, slab: null, parsed: null };
+    if (bytes.length > SLAB_COPY_MAX) return { bytes: Buffer.from(bytes), sealed, slab: null, parsed: null };
+    let slab = this.slab;
+    if (!slab || slab.used + bytes.length > SLAB) {
+      if (slab && !slab.live) this.recycle(slab);
+      slab = this.spareSlabs.pop() ?? { buf: Buffer.allocUnsafeSlow(SLAB), used: 0, live: 0 };
+      this.slab = slab;
     }
+    const at = slab.used;
+    bytes.copy(slab.buf, at);
+    slab.used += bytes.length;
+    slab.live++;
+    return { bytes: slab.buf.subarray(at, at + bytes.length), sealed, slab, parsed: null };
+  }
+
+  /** A slab none of whose messages is cached any more: filled again from the start. */
+  private recycle(slab: Slab): void {
+    slab.used = 0;
+    if (this.spareSlabs.length < SPARE_SLABS) this.spareSlabs.push(slab);
+  }
+
+  private put(id: string, kept: Kept | null): void {
+    if (this.cache.has(id)) this.drop(id);
+    this.cache.set(id, kept);
+    this.cacheBytes += kept?.bytes.length ?? 0;
+    while ((this.cache.size > CACHE_MESSAGES || this.cacheBytes > CACHE_BYTES) && this.cache.size > 1) {
+      this.drop(this.cache.keys().next().value as string);
+    }
+  }
+
+  private drop(id: string): void {
+    const m = this.cache.get(id);
+    this.cache.delete(id);
+    this.cacheBytes -= m?.bytes.length ?? 0;
+    const slab = m?.slab;
+    // The slab being filled is recycled once it is full (see keep).
+    if (slab && --slab.live === 0 && slab !== this.slab) this.recycle(slab);
   }
 }

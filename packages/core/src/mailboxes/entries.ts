@@ -194,6 +194,34 @@ export async function loadRawMessages(svc: Services, ids: string[], copy?: RawCo
   return out;
 }
 
+/**
+ * What loadSealedMessages hands over for each message: its bytes as stored (sealed: open them with `open`, and
+ * only during the call, as they are a view into the connection's read buffer) or already opened (a draft, or a
+ * read without `copy`); null for a message whose body was reclaimed.
+ */
+export type TakeMessage = (id: string, bytes: Buffer | null, sealed: boolean) => void;
+
+/**
+ * The stored bytes of messages, each handed to `take` as it arrives and left sealed where they come through
+ * `copy`: a reader that keeps messages a while (read ahead) copies the sealed bytes into memory it reuses and
+ * opens each only when it is used, so the opened bytes are let go young. Every id is handed over once.
+ */
+export async function loadSealedMessages(svc: Services, ids: string[], copy: RawCopy | undefined, take: TakeMessage): Promise<void> {
+  const messageIds = ids.filter((id) => !id.startsWith('drf_'));
+  if (!copy || messageIds.length < ids.length || !messageIds.every((id) => MESSAGE_ID.test(id))) {
+    for (const [id, raw] of await loadRawMessages(svc, ids, copy)) take(id, raw, false);
+    return;
+  }
+  const given = new Set<string>();
+  await copy(`SELECT "id", "raw_enc" FROM "messages" WHERE "id" IN ('${messageIds.join("', '")}')`, (row) => {
+    const id = row[0]!.toString('latin1');
+    const bytes = row[1] ?? null;
+    given.add(id);
+    take(id, bytes, bytes !== null);
+  });
+  for (const id of messageIds) if (!given.has(id)) take(id, null, false);
+}
+
 /** A folder's modseq moves on (a change no entry records: entries went out of it). */
 const bumpModseq = (folderId: string) =>
   k

@@ -100,52 +100,84 @@ function parseItemNames(names: string[]): Item[] {
 
 const EMPTY = new ParsedMessage(Buffer.alloc(0));
 
+/** Items answered from the folder entry alone. */
+const ENTRY_ONLY = new Set<Item['kind']>(['UID', 'FLAGS', 'INTERNALDATE', 'RFC822.SIZE', 'MODSEQ']);
+
 function needsMessage(items: Item[]): boolean {
-  return items.some((i) => !['UID', 'FLAGS', 'INTERNALDATE', 'RFC822.SIZE', 'MODSEQ'].includes(i.kind));
+  return items.some((i) => !ENTRY_ONLY.has(i.kind));
 }
 
 function setsSeen(items: Item[]): boolean {
   return items.some((i) => i.kind === 'RFC822' || i.kind === 'RFC822.TEXT' || (i.kind === 'section' && !i.peek));
 }
 
-function literal(bytes: Buffer): Chunk[] {
-  return [`{${bytes.length}}\r\n`, bytes];
+const EMPTY_BYTES = Buffer.alloc(0);
+
+/** Appends chunks to a response (no list per item to spread into it). */
+function append(out: Chunk[], chunks: Chunk[]): void {
+  for (const c of chunks) out.push(c);
 }
 
-function render(item: Item, e: FolderEntry, msg: ParsedMessage): Chunk[] {
+/** An item's name, then bytes as a literal. */
+function literal(out: Chunk[], name: string, bytes: Buffer): void {
+  out.push(name, ` {${bytes.length}}\r\n`, bytes);
+}
+
+/** Appends one data item of a FETCH response to `out`. */
+function render(item: Item, e: FolderEntry, msg: ParsedMessage, out: Chunk[]): void {
   switch (item.kind) {
     case 'UID':
-      return [`UID ${e.uid}`];
+      out.push(`UID ${e.uid}`);
+      return;
     case 'FLAGS':
-      return ['FLAGS ', ...flagList(e)];
+      out.push('FLAGS ');
+      append(out, flagList(e));
+      return;
     case 'INTERNALDATE':
-      return [`INTERNALDATE ${internalDate(e.internalDate)}`];
+      out.push(`INTERNALDATE ${internalDate(e.internalDate)}`);
+      return;
     case 'RFC822.SIZE':
-      return [`RFC822.SIZE ${e.size}`];
+      out.push(`RFC822.SIZE ${e.size}`);
+      return;
     case 'MODSEQ':
-      return [`MODSEQ (${e.modseq})`];
+      out.push(`MODSEQ (${e.modseq})`);
+      return;
     case 'ENVELOPE':
-      return ['ENVELOPE ', ...envelope(msg.header.headers)];
+      out.push('ENVELOPE ');
+      append(out, envelope(msg.header.headers));
+      return;
     case 'BODYSTRUCTURE':
-      return ['BODYSTRUCTURE ', ...bodyStructure(msg, msg.root, true)];
+      out.push('BODYSTRUCTURE ');
+      append(out, bodyStructure(msg, msg.root, true));
+      return;
     case 'BODY':
-      return ['BODY ', ...bodyStructure(msg, msg.root, false)];
+      out.push('BODY ');
+      append(out, bodyStructure(msg, msg.root, false));
+      return;
     case 'RFC822':
-      return ['RFC822 ', ...literal(msg.raw)];
+      literal(out, 'RFC822', msg.raw);
+      return;
     case 'RFC822.HEADER':
-      return ['RFC822.HEADER ', ...literal(sectionBytes(msg, { path: [], specifier: 'HEADER', fields: [] }) ?? Buffer.alloc(0))];
+      literal(out, 'RFC822.HEADER', sectionBytes(msg, { path: [], specifier: 'HEADER', fields: [] }) ?? EMPTY_BYTES);
+      return;
     case 'RFC822.TEXT':
-      return ['RFC822.TEXT ', ...literal(sectionBytes(msg, { path: [], specifier: 'TEXT', fields: [] }) ?? Buffer.alloc(0))];
+      literal(out, 'RFC822.TEXT', sectionBytes(msg, { path: [], specifier: 'TEXT', fields: [] }) ?? EMPTY_BYTES);
+      return;
     case 'section': {
-      let bytes = sectionBytes(msg, item.section);
-      if (!bytes) return [`${item.name} `, ...str('')];
-      let name = item.name;
-      if (item.partial) {
-        const { start, length } = item.partial;
-        bytes = start >= bytes.length ? Buffer.alloc(0) : bytes.subarray(start, length === null ? undefined : start + length);
-        name += `<${start}>`;
+      const bytes = sectionBytes(msg, item.section);
+      if (!bytes) {
+        out.push(`${item.name} `);
+        append(out, str(''));
+        return;
       }
-      return [`${name} `, ...literal(bytes)];
+      if (!item.partial) {
+        literal(out, item.name, bytes);
+        return;
+      }
+      const { start, length } = item.partial;
+      const part = start >= bytes.length ? EMPTY_BYTES : bytes.subarray(start, length === null ? undefined : start + length);
+      literal(out, `${item.name}<${start}>`, part);
+      return;
     }
   }
 }
@@ -183,7 +215,7 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
   for (let k = 0; k < targets.length; k += ROUND) {
     const round = targets.slice(k, k + ROUND);
     if (withMessage) await mailbox.messages(s.svc, round);
-    let seenNow = new Set<number>();
+    let seenNow: Set<number> | null = null;
     if (markSeen) {
       const unseen = round.map((i) => mailbox.entries[i]!).filter((e) => !(e.flags & FLAG_BITS['\\Seen']));
       if (unseen.length) {
@@ -199,16 +231,20 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
         seenNow = new Set(r.changed.map((c) => c.uid));
       }
     }
-    for (const i of round) {
+    // The round's messages are opened before any of its responses is written (one that does not open fails the
+    // command before its round is answered), and let go once written.
+    const opened = withMessage ? round.map((i) => mailbox.message(s.svc, i) ?? EMPTY) : null;
+    for (let r = 0; r < round.length; r++) {
+      const i = round[r]!;
       const e = mailbox.entries[i]!;
-      const msg = withMessage ? (mailbox.message(i) ?? EMPTY) : EMPTY;
+      const msg = opened ? opened[r]! : EMPTY;
       // One list of chunks per response, without a list per item in between.
       const line: Chunk[] = [`* ${i + 1} FETCH (`];
       for (let j = 0; j < items.length; j++) {
         if (j) line.push(' ');
-        for (const c of render(items[j]!, e, msg)) line.push(c);
+        render(items[j]!, e, msg, line);
       }
-      if (seenNow.has(e.uid) && !flagsAsked) line.push(' FLAGS ', ...flagList(e));
+      if (seenNow?.has(e.uid) && !flagsAsked) line.push(' FLAGS ', ...flagList(e));
       line.push(')\r\n');
       s.write(line);
     }
