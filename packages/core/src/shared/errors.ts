@@ -102,11 +102,16 @@ export const invalidField = (path: string, message: string, details: ErrorDetail
   new AppError('validation_error', `${path}: ${message}`, { fields: [{ path, message }], ...details });
 
 /**
- * A unique-constraint violation, from a Prisma model query (P2002) or a raw query (P2010 carrying PostgreSQL's
- * 23505).
+ * A unique-constraint violation, from a Prisma model query (P2002), a raw query (P2010 carrying PostgreSQL's
+ * 23505) or a statement on the pg pool (pg's DatabaseError with code 23505, whatever the server's language).
  */
 export function isUniqueViolation(err: unknown): boolean {
   const e = err as { code?: string; meta?: { code?: string } } | null;
   if (!e || typeof e !== 'object') return false;
-  return e.code === 'P2002' || (e.code === 'P2010' && e.meta?.code === '23505') || /\b23505\b|unique constraint/i.test(String((err as Error).message ?? ''));
+  return (
+    e.code === 'P2002' ||
+    e.code === '23505' ||
+    (e.code === 'P2010' && e.meta?.code === '23505') ||
+    /\b23505\b|unique constraint/i.test(String((err as Error).message ?? ''))
+  );
 }
