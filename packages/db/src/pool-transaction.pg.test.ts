@@ -144,6 +144,11 @@ describe('poolTransaction', () => {
     // A first statement with other parameters (bigint) or a literal in its text runs after a BEGIN of its own.
     const [n] = await poolTransaction(db, (c) => rows(c, sql<{ n: bigint; s: string }>`SELECT ${5n}::bigint + 1 AS n, 'x' AS s`));
     expect(n).toEqual({ n: 6n, s: 'x' });
+    // A placeholder's text inside a quoted identifier stays the identifier's (the statement keeps its parameters).
+    const [named] = await poolTransaction(db, (c) =>
+      rows(c, sql<Record<string, string>>`SELECT ${'v'}::text AS "col$1", id AS "$1" FROM accounts WHERE id = ${'acct_ptx_i1'}`),
+    );
+    expect(named).toEqual({ col$1: 'v', $1: 'acct_ptx_i1' });
     // No statement at all: nothing to commit.
     expect(await poolTransaction(db, async () => 'nothing')).toBe('nothing');
   });

@@ -1,5 +1,6 @@
 /**
- * Typed SQL: statements written with Kysely against the tables of prisma/schema.prisma, run through Prisma.
+ * Typed SQL: statements written with Kysely against the tables of prisma/schema.prisma, run through Prisma's
+ * client, or on the pg pool under it for the hot paths (poolRows, poolTransaction).
  *
  * Where the types come from: `prisma-kysely`, a second generator in prisma/schema.prisma, writes
  * packages/db/src/generated-kysely/types.ts on every `prisma generate` (so on install, beside the client, and
@@ -10,9 +11,9 @@
  * BIGINT, Date for timestamps, Uint8Array for bytea, unknown for json/jsonb).
  *
  * How statements run: `k` below is a Kysely that only compiles (its driver is a DummyDriver); `rows()` and
- * `exec()` hand the compiled text and parameters to any DbClient (the Prisma client or an interactive
- * transaction) as $queryRawUnsafe / $executeRawUnsafe, so one statement is still one round trip on the same
- * connection and transaction. A renamed or dropped column is a compile error in every statement that names it.
+ * `exec()` hand the compiled text and parameters to any SqlClient (the Prisma client, an interactive
+ * transaction, or a poolTransaction's connection) as $queryRawUnsafe / $executeRawUnsafe, so one statement is
+ * still one round trip on the same connection and transaction. A renamed or dropped column is a compile error in every statement that names it.
  *
  * What the builder does not express reads as Kysely's `sql` template; table and column names in it go through
  * `tbl()` (or `col()` / `table()`) here, which tsc checks against the schema (plain `sql.ref('...')` strings are
@@ -40,7 +41,7 @@ import type { DB } from './generated-kysely/types';
 export type { DB } from './generated-kysely/types';
 export { sql };
 
-/** Compiles statements for PostgreSQL; it never connects (DbClient runs them). */
+/** Compiles statements for PostgreSQL; it never connects (an SqlClient runs them). */
 export const k = new Kysely<DB>({
   dialect: {
     createAdapter: () => new PostgresAdapter(),
@@ -79,7 +80,8 @@ export async function rows<R>(db: SqlClient, statement: Statement<R>): Promise<R
 /**
  * pg's parsers, with BIGINT read as bigint, DATE as the Date of that day at midnight UTC and BYTEA as a
  * Uint8Array of its own memory (as Prisma's raw queries read them) rather than as a string, local midnight and
- * a Buffer that may be a slice of Node's shared pool.
+ * a Buffer that may be a slice of Node's shared pool. Scalars only: arrays of those types (int8[], date[],
+ * bytea[]) still read as pg reads them (strings, Buffers), which no pooled statement selects.
  */
 const POOL_TYPES = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') => {
@@ -126,11 +128,14 @@ function literal(v: unknown): string | undefined {
 
 /**
  * The statement with its parameters written in as literals, or undefined when that is not plainly safe: only
- * for parameters literal() writes, and a text with no string literal, comment or dollar sign other than the
- * placeholders (so a placeholder cannot sit inside a literal or a comment).
+ * for parameters literal() writes, and a text with no string literal, comment, dollar sign other than the
+ * placeholders, or dollar sign inside a quoted identifier (so a placeholder cannot sit inside a literal, an
+ * identifier or a comment).
  */
 function inlined(text: string, values: unknown[]): string | undefined {
   if (/'|--|\/\*|\$(?!\d)|;/.test(text)) return undefined;
+  // Quoted identifiers, read left to right (no string literal is left to hide a quote): none may hold a $.
+  for (const id of text.matchAll(/"(?:[^"]|"")*"/g)) if (id[0].includes('$')) return undefined;
   const written = values.map(literal);
   // Short ones only: escaping a long value costs more than the round trip it saves.
   if (written.some((w) => w === undefined || w.length > 2048)) return undefined;
@@ -146,7 +151,8 @@ function inlined(text: string, values: unknown[]): string | undefined {
 /**
  * A transaction on one pg connection of the pool, open for as long as poolTransaction's fn runs. BEGIN goes
  * with the first statement: in the same round trip (one simple query, its parameters written in by inlined())
- * when they are ids, the lock read every group commit starts with; else just before it.
+ * when they are ids, as in the accounts' lock read the send and inbound group commits start with; else just
+ * before it.
  */
 class PoolTransaction implements SqlClient {
   open = true;
@@ -217,8 +223,10 @@ export function prismaTx(c: SqlClient, reason: string): Tx {
  * given; their rows read as poolRows reads them. On an error fn's statements are rolled back and the error
  * rethrown; a connection whose ROLLBACK fails too (the server went away) is dropped from the pool, not reused.
  * fn may throw PrismaTransactionNeeded (prismaTx) for a batch that needs Prisma's models: it then runs again
- * from the start in db.$transaction with options. As with Prisma, a transaction that runs past options.timeout
- * (5 s by default) is rolled back: no statement is sent after it expires, and it does not commit. Without a pool of ours, it is db.$transaction.
+ * from the start in db.$transaction with options. A transaction that runs past options.timeout (5 s by default,
+ * as Prisma's) is rolled back: no statement is sent after it expires, and it does not commit; a statement
+ * already running is not interrupted. options.maxWait is not used here: the wait for a connection is the
+ * pool's connect timeout (DB_CONNECT_TIMEOUT_MS). Without a pool of ours, it is db.$transaction.
  */
 export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T>, options?: { maxWait?: number; timeout?: number }): Promise<T> {
   const pool = poolOf(db);
