@@ -87,6 +87,27 @@ describe('SelectedMailbox read-ahead', () => {
     }
   });
 
+  it('opened() reads again a message the cache let go after messages() (read-ahead running during an await)', async () => {
+    const many = 1000;
+    const list: FolderEntry[] = Array.from({ length: many }, (_, i) => ({ ...entry(0, false, []), uid: i + 1, messageId: `msg_${i}` }));
+    const rawCopy: RawCopy = async (query, onRow) => {
+      for (const id of query.match(/msg_\d+/g) ?? []) onRow([Buffer.from(id, 'latin1'), sealBytes(key, raw(id))]);
+    };
+    const Ctor = SelectedMailbox as unknown as new (...args: unknown[]) => SelectedMailbox;
+    const folder = { name: 'INBOX', folderId: 'fld_x', boxId: null, role: 'inbox', attributes: [] };
+    const box = new Ctor(folder, true, rawCopy, list, 1, many + 1, 1n);
+    await box.messages(svc, [0, 1]);
+    // Another read fills the cache past its size: the first targets are pushed out.
+    await box.messages(
+      svc,
+      Array.from({ length: 900 }, (_, i) => i + 100),
+    );
+    expect(box.held(0)).toBe(false);
+    expect(box.message(svc, 0)).toBeNull();
+    expect((await box.opened(svc, 0))?.raw.toString()).toBe(raw('msg_0').toString());
+    expect(box.held(0)).toBe(true);
+  });
+
   it('serves a message fetched again from what it read', async () => {
     const { box, queries } = mailbox();
     await box.messages(svc, [5]);

@@ -268,8 +268,9 @@ export class SelectedMailbox {
   }
 
   /**
-   * A message read by messages() (it stays cached at least until the next call), opened now: a sealed one is
-   * decrypted on every call, so callers take it once per use and let it go. Throws when its bytes do not open.
+   * A message read by messages(), opened now (null if the cache let it go meanwhile or it has no bytes: held()
+   * tells, opened() reads it again): a sealed one is decrypted on every call, so callers take it once per use
+   * and let it go. Throws when its bytes do not open.
    */
   message(svc: Pick<Services, 'secretKey'>, index: number): ParsedMessage | null {
     const kept = this.cache.get(this.entries[index]!.messageId);
@@ -277,6 +278,23 @@ export class SelectedMailbox {
     if (kept.sealed) return new ParsedMessage(open(svc.secretKey, kept.bytes));
     kept.parsed ??= new ParsedMessage(kept.bytes);
     return kept.parsed;
+  }
+
+  /** Whether the cache holds message `index` now (message() answers it without reading). */
+  held(index: number): boolean {
+    return this.cache.has(this.entries[index]!.messageId);
+  }
+
+  /**
+   * message(), read again first if the cache let it go since messages(): a command that awaits something between
+   * the two (FETCH marking \Seen, SEARCH matching) lets background read-ahead run, which may push its targets
+   * out. Null only for a message that has no bytes.
+   */
+  async opened(svc: Services, index: number): Promise<ParsedMessage | null> {
+    const id = this.entries[index]!.messageId;
+    for (let tries = 0; !this.cache.has(id) && tries < 3; tries++) await this.load(svc, [index]);
+    if (!this.cache.has(id)) throw new Error(`message ${id} could not be kept to be served`);
+    return this.message(svc, index);
   }
 
   /** What the cache keeps of a message's bytes: sealed ones copied (they are a view into a read buffer). */

@@ -233,7 +233,11 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
     }
     // The round's messages are opened before any of its responses is written (one that does not open fails the
     // command before its round is answered), and let go once written.
-    const opened = withMessage ? round.map((i) => mailbox.message(s.svc, i) ?? EMPTY) : null;
+    let opened: ParsedMessage[] | null = null;
+    if (withMessage) {
+      opened = [];
+      for (const i of round) opened.push((mailbox.held(i) ? mailbox.message(s.svc, i) : await mailbox.opened(s.svc, i)) ?? EMPTY);
+    }
     for (let r = 0; r < round.length; r++) {
       const i = round[r]!;
       const e = mailbox.entries[i]!;

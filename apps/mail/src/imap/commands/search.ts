@@ -37,7 +37,7 @@ export async function search(s: Session, cmd: Command, uid: boolean) {
     if (content) await mailbox.messages(s.svc, round);
     for (const i of round) {
       const entry = mailbox.entries[i]!;
-      const msg = content ? mailbox.message(s.svc, i) : null;
+      const msg = !content ? null : mailbox.held(i) ? mailbox.message(s.svc, i) : await mailbox.opened(s.svc, i);
       if (await matches(key, { entry, seq: i + 1, content: content ? new SearchContent(msg?.raw ?? null) : null }, all)) {
         hits.push(uid ? entry.uid : i + 1);
         if (entry.modseq > highest) highest = entry.modseq;
