@@ -3,42 +3,14 @@
  * commits, rolls back on an error, reads values as rows() reads them through Prisma, drops a connection that
  * broke mid-transaction from the pool, and runs the whole function again in Prisma's $transaction when asked to.
  */
-import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { closeDb, createDb, poolOf, type Db } from './client';
+import { describe, expect, it } from 'vitest';
+import { poolOf, type Db } from './client';
 import { exec, k, poolTransaction, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
+import { admin, templateDatabase } from './template-database';
 
-declare module 'vitest' {
-  export interface ProvidedContext {
-    /** Set by packages/testing global-setup.ts: the run whose migrated template the database is cloned from. */
-    boxesRunId: string;
-  }
-}
-
-const base = new URL(process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/boxes');
-const urlOf = (name: string) => Object.assign(new URL(base), { pathname: `/${name}` }).toString();
-const runId = inject('boxesRunId');
-const name = `boxes_test_${runId}_pooltx_${randomBytes(4).toString('hex')}`;
 let db: Db;
-
-async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: urlOf('postgres') });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
-}
-
-beforeAll(async () => {
-  await admin((c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "boxes_test_${runId}_template"`));
-  db = createDb(urlOf(name), { max: 2 });
-});
-afterAll(async () => {
-  await closeDb(db);
-  await admin((c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`));
+templateDatabase('pooltx', (d) => {
+  db = d;
 });
 
 const at = new Date('2026-03-04T05:06:07.891Z');

@@ -5,42 +5,14 @@
  * transaction (its lock and its rollback).
  */
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { closeDb, createDb, type Db } from './client';
+import { describe, expect, it } from 'vitest';
+import type { Db } from './client';
 import { col, compile, exec, k, poolRows, rows, sql, table, tbl } from './sql';
+import { templateDatabase } from './template-database';
 
-declare module 'vitest' {
-  export interface ProvidedContext {
-    /** Set by packages/testing global-setup.ts: the run whose migrated template the database is cloned from. */
-    boxesRunId: string;
-  }
-}
-
-// A database cloned from the run's migrated template (packages/testing global-setup), dropped at the end.
-const base = new URL(process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/boxes');
-const urlOf = (name: string) => Object.assign(new URL(base), { pathname: `/${name}` }).toString();
-const runId = inject('boxesRunId');
-const name = `boxes_test_${runId}_sql_${randomBytes(4).toString('hex')}`;
 let db: Db;
-
-async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: urlOf('postgres') });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
-}
-
-beforeAll(async () => {
-  await admin((c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "boxes_test_${runId}_template"`));
-  db = createDb(urlOf(name), { max: 2 });
-});
-afterAll(async () => {
-  await closeDb(db);
-  await admin((c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`));
+templateDatabase('sql', (d) => {
+  db = d;
 });
 
 const at = new Date('2026-03-04T05:06:07.891Z');
