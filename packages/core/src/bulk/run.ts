@@ -676,7 +676,7 @@ class BatchSender {
       // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
       // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
       // writer's statement, so a message's row is written once per flush; in this first statement when no
-      // recipient was delivered.
+      // recipient was delivered, and on their own when recipients were delivered but none was claimed here.
       const j = tbl('bulk_jobs', 'j');
       const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
       let jobStatusRow: { job_status: string | null } | undefined;

@@ -101,8 +101,10 @@ const rawStoreOf = (svc: Services) =>
     });
   });
 
-/** The signed RFC 5322 bytes of a sent message, composed in memory (the caller stores them: bulk batches do it in bulk). */
-/** body: the message's body already opened by the caller (it is opened here otherwise). */
+/**
+ * The signed RFC 5322 bytes of a sent message, composed in memory (the caller stores them: bulk batches do it in
+ * bulk). body: the message's body already opened by the caller (it is opened here otherwise).
+ */
 export async function composeSigned(svc: Services, message: ComposableMessage, key?: SealedKey | null, body?: StoredBody): Promise<Buffer> {
   if (!message.bodyEnc || !message.fromAddress) throw new Error(`message ${message.id} has no body to compose`);
   body ??= openBody(svc.secretKey, message.bodyEnc);

@@ -25,27 +25,36 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
   await refreshMessageStatuses(tx, [messageId]);
 }
 
+/** Each message's deliveries counted: total, delivered, bounced and still open (not final), by message_id. */
+function deliveryCounts(messageIds: string[]): RawBuilder<unknown> {
+  const d = tbl('deliveries');
+  return sql`(
+        SELECT ${d.message_id}, count(*) AS total,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
+          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'bounced')}) AS bounced,
+          count(*) FILTER (WHERE ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}) AS open
+        FROM ${d.$} WHERE ${d.message_id} = ANY(${messageIds}::text[]) GROUP BY ${d.message_id}
+      ) s`;
+}
+
+/** The final status of a message whose deliveries are counted in s (deliveryCounts) and none open. */
+function finalStatus(): RawBuilder<unknown> {
+  const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
+  return sql`WHEN s.delivered = s.total THEN ${is('delivered')}
+          WHEN s.delivered > 0 THEN ${is('partially_delivered')}
+          WHEN s.bounced > 0 THEN ${is('bounced')}
+          ELSE ${is('failed')}`;
+}
+
 /**
  * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
  * Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
 export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
-  const [set, m, d] = [tbl('messages'), tbl('messages', 'm'), tbl('deliveries')];
-  const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
-  const final = statusIn(DELIVERY_STATUSES, FINAL);
+  const [set, m] = [tbl('messages'), tbl('messages', 'm')];
   return sql`
-      UPDATE ${m.$} SET ${set.status} = CASE
-          WHEN s.delivered = s.total THEN ${is('delivered')}
-          WHEN s.delivered > 0 THEN ${is('partially_delivered')}
-          WHEN s.bounced > 0 THEN ${is('bounced')}
-          ELSE ${is('failed')} END
-      FROM (
-        SELECT ${d.message_id}, count(*) AS total,
-          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
-          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'bounced')}) AS bounced,
-          count(*) FILTER (WHERE ${d.status} NOT IN ${final}) AS open
-        FROM ${d.$} WHERE ${d.message_id} = ANY(${messageIds}::text[]) GROUP BY ${d.message_id}
-      ) s
+      UPDATE ${m.$} SET ${set.status} = CASE ${finalStatus()} END
+      FROM ${deliveryCounts(messageIds)}
       WHERE ${m.id} = s.message_id AND s.open = 0`;
 }
 
@@ -57,25 +66,14 @@ export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
  * statement that set the deliveries' statuses.
  */
 export function messageStatusAndRawUpdate(messageIds: string[], raws: { id: string; raw_enc: string; size: number }[]): RawBuilder<unknown> {
-  const [set, m, d] = [tbl('messages'), tbl('messages', 'm'), tbl('deliveries')];
-  const is = (v: MessageStatus) => statusLit(MESSAGE_STATUSES, v);
-  const final = statusIn(DELIVERY_STATUSES, FINAL);
+  const [set, m] = [tbl('messages'), tbl('messages', 'm')];
   return sql`
       UPDATE ${m.$} SET ${set.status} = CASE
           WHEN s.open <> 0 OR s.open IS NULL THEN ${m.status}
-          WHEN s.delivered = s.total THEN ${is('delivered')}
-          WHEN s.delivered > 0 THEN ${is('partially_delivered')}
-          WHEN s.bounced > 0 THEN ${is('bounced')}
-          ELSE ${is('failed')} END,
+          ${finalStatus()} END,
         ${set.raw_enc} = COALESCE(${m.raw_enc}, decode(r.raw_enc, 'base64')),
         ${set.size_bytes} = CASE WHEN ${m.raw_enc} IS NULL AND r.id IS NOT NULL THEN r.size ELSE ${m.size_bytes} END
-      FROM (
-        SELECT ${d.message_id}, count(*) AS total,
-          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
-          count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'bounced')}) AS bounced,
-          count(*) FILTER (WHERE ${d.status} NOT IN ${final}) AS open
-        FROM ${d.$} WHERE ${d.message_id} = ANY(${messageIds}::text[]) GROUP BY ${d.message_id}
-      ) s FULL JOIN jsonb_to_recordset(${JSON.stringify(raws)}::jsonb) AS r(id text, raw_enc text, size int) ON r.id = s.message_id
+      FROM ${deliveryCounts(messageIds)} FULL JOIN jsonb_to_recordset(${JSON.stringify(raws)}::jsonb) AS r(id text, raw_enc text, size int) ON r.id = s.message_id
       WHERE ${m.id} = COALESCE(s.message_id, r.id) AND (s.open = 0 OR (r.id IS NOT NULL AND ${m.raw_enc} IS NULL))`;
 }
 
@@ -123,7 +121,7 @@ export async function markDelivered(
 
 /**
  * Many deliveries accepted by their MX, recorded together (group commit: the worker gathers the outcomes that
- * arrive while a record is being written). Three round trips in the caller's transaction whatever their number
+ * arrive while a record is being written). Three statements in the caller's transaction whatever their number
  * (see docs/ARCHITECTURE.md, "Hot paths"): claim the deliveries, lock their accounts (in id order, so two such batches never
  * deadlock), then the store writer's one statement that settles the holds, writes the ledger entries, appends
  * each mail.delivered to its account's chain (in order, one account after another) and refreshes the messages
@@ -149,7 +147,8 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
   const claimed = claimedRows.sort((x, y) => order.get(x.id)! - order.get(y.id)!);
   const accountIds = [...new Set(claimed.map((d) => d.account_id))].sort();
   const locked = new Map((await lockAccountsCredit(tx, accountIds)).map((a) => [a.id, a]));
-  // Reevaluating a reputation runs on Prisma's models: in a pool transaction, asked for before anything is written.
+  // Reevaluating a reputation runs on Prisma's models: in a pool transaction, asked for before the writer's
+  // statement (the claim above is rolled back with the rest, and the whole flush runs again in Prisma's).
   const reevaluate = accountIds.filter((id) => locked.get(id)!.reputation_state !== 'ok');
   const general = reevaluate.length ? prismaTx(tx, 'an account under a reputation warning') : null;
   const eventData = (d: ClaimedDelivery) => {
