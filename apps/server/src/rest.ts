@@ -4,7 +4,21 @@
  * malformed JSON, 415 for non-JSON bodies, 413 for oversized ones, and every error as
  * {"error": {"code", "message", "request_id", ...details}} without a stack trace.
  */
-import { createOpenApiNodeHttpHandler } from 'trpc-to-openapi';
+import { callTRPCProcedure, TRPCError, type AnyTRPCProcedure, type AnyTRPCRouter } from '@trpc/server';
+import {
+  coerceSchema,
+  forEachOpenApiProcedure,
+  generateOpenApiDocument,
+  getInputOutputParsers,
+  getPathRegExp,
+  instanceofZodTypeKind,
+  instanceofZodTypeLikeVoid,
+  instanceofZodTypeObject,
+  instanceofZodTypeOptional,
+  normalizePath,
+  unwrapZodType,
+  zodSupportsCoerce,
+} from 'trpc-to-openapi';
 import { appRouter, gettingStarted, stringProblem, toAppError, type Context } from '@boxes/api';
 import { AppError, authenticateKey } from '@boxes/core';
 import { logFailure, type Logger } from './logger';
@@ -71,10 +85,24 @@ function findTemplate(routes: Route[], path: string): Route['path'] | undefined 
 export function matchRoute(routes: Route[], method: string, path: string): { route: Route } | { allow: string[] } | null {
   const template = templateFor(routes, path);
   if (template === undefined) return null;
-  const same = routes.filter((r) => r.path === template);
-  const route = same.find((r) => r.method === method);
-  return route ? { route } : { allow: [...new Set(same.map((r) => r.method))] };
+  // The answer depends only on the template and the method, a bounded set: it is worked out once for each.
+  let byTemplate = routesFound.get(routes);
+  if (!byTemplate) {
+    byTemplate = new Map();
+    routesFound.set(routes, byTemplate);
+  }
+  const key = `${method} ${template}`;
+  let found = byTemplate.get(key);
+  if (!found) {
+    const same = routes.filter((r) => r.path === template);
+    const route = same.find((r) => r.method === method);
+    found = route ? { route } : { allow: [...new Set(same.map((r) => r.method))] };
+    byTemplate.set(key, found);
+  }
+  return 'route' in found ? found : { allow: [...found.allow] };
 }
+
+const routesFound = new WeakMap<Route[], Map<string, { route: Route } | { allow: string[] }>>();
 
 /**
  * Path parameters are decoded here, once, as UTF-8 (trpc-to-openapi would hand them over still
@@ -145,61 +173,189 @@ interface PendingCall {
   onError: (error: unknown) => void;
 }
 
-/** What the procedure answered: the generator's status, headers and JSON text. */
+/** What the procedure answered: the status and JSON text the generator's handler would have sent. */
 interface AdapterResult {
   status: number;
-  headers: Headers;
   body: string | undefined;
 }
 
+/** A procedure of the REST face, with what trpc-to-openapi's handler works out of it on every request. */
+interface RestProcedure {
+  /** The procedure's path in the router, e.g. messages.send. */
+  path: string;
+  type: 'query' | 'mutation';
+  regExp: RegExp;
+  /** The input, unwrapped as the handler unwraps it (several inputs merged into one object). */
+  input: unknown;
+  /** The input is void-like: the procedure gets no input. */
+  noInput: boolean;
+  /** The input is an object: its coercion is set and, from a query string, its arrays are wrapped. */
+  objectInput: boolean;
+  /** Members of an object input that are arrays (or optional arrays): one query value becomes a list of one. */
+  arrayKeys: string[];
+  /** coerceSchema has been run on the input. */
+  coerced: boolean;
+}
+
+/** A thrown value as the handler reports it: a TRPCError as it is, anything else as an internal error. */
+function errorFromUnknown(cause: unknown): TRPCError {
+  if (cause instanceof Error && cause.name === 'TRPCError') return cause as TRPCError;
+  const error = new TRPCError({ message: 'Internal server error', code: 'INTERNAL_SERVER_ERROR', cause: cause instanceof Error ? cause : undefined });
+  if (cause instanceof Error && cause.stack) error.stack = cause.stack;
+  return error;
+}
+
+const PROCEDURES_KEPT = 2000;
+
 /**
- * trpc-to-openapi's createOpenApiFetchHandler builds a new Node handler on every request, and building one
- * indexes every procedure and, unless NODE_ENV=production, generates the whole OpenAPI document to validate
- * the router: most of the CPU time of a small request. This is the same adapter around one handler built once;
- * each request finds its context and error sink through its proxy. The proxy is of the request as it arrived,
- * with the URL below the prefix, the method, and the body the REST face has already read and parsed (no copy
- * of the request, no second read or parse of its body); the answer comes back as text, so the REST face makes
- * the one Response that is sent.
+ * The request handling of trpc-to-openapi's Node handler (createOpenApiNodeHttpHandler), step for step, with the
+ * work that depends only on the procedure done once: its route pattern, its unwrapped input (the handler merged
+ * a procedure's several inputs into a new schema on every request), which members are arrays, and the coercion
+ * the handler sets on the input's schema objects (coerceSchema walked the input on every request; it now runs
+ * on a procedure's first REST call, where the handler ran it first). The procedure is called as the router's
+ * caller calls it (callTRPCProcedure, without a caller proxy built per request), with the URL the REST face
+ * has already parsed, the body it has already read and parsed, and its result sent as JSON text.
+ * The answers are the handler's: 200 with the procedure's JSON, or the error it reported.
  */
-function createOpenApiFetchAdapter(endpoint: string) {
-  const calls = new WeakMap<object, PendingCall>();
-  const handler = createOpenApiNodeHttpHandler({
-    router: appRouter,
-    createContext: ({ req }: { req: object }) => calls.get(req)!.context(),
-    onError: ({ error, req }: { error: unknown; req: object }) => calls.get(req)?.onError(error),
-  } as unknown as Parameters<typeof createOpenApiNodeHttpHandler>[0]);
-  return async (request: Request, forward: { url: URL; method: string; headers: Headers; body: unknown }, call: PendingCall): Promise<AdapterResult> => {
-    const url = forward.url.toString().replace(endpoint, '');
-    const proxied = new Proxy(request, {
-      get: (target, prop) => {
-        if (prop === 'url') return url;
-        if (prop === 'method') return forward.method;
-        if (prop === 'headers') return forward.headers;
-        if (prop === 'body') return forward.body;
-        return target[prop as keyof Request];
-      },
+function createOpenApiDispatch() {
+  const router = appRouter as unknown as AnyTRPCRouter;
+  // The handler validates the router by generating its document when it is built, outside production.
+  if (process.env.NODE_ENV !== 'production') generateOpenApiDocument(router as never, { title: '', version: '', baseUrl: '' });
+  const byMethod = new Map<string, RestProcedure[]>();
+  forEachOpenApiProcedure(router._def.procedures as never, ({ path, procedure, meta }) => {
+    const type = (procedure as AnyTRPCProcedure)._def.type;
+    if (type === 'subscription') return;
+    const { method, path: template } = meta.openapi as { method: string; path: string };
+    const input = unwrapZodType(getInputOutputParsers(procedure as never).inputParser as never, true);
+    const objectInput = zodSupportsCoerce && instanceofZodTypeObject(input);
+    const shape = objectInput ? (input as unknown as { shape: Record<string, unknown> }).shape : {};
+    const arrayKeys = Object.entries(shape)
+      .filter(
+        ([, member]) =>
+          instanceofZodTypeKind(member as never, 'array') ||
+          (instanceofZodTypeOptional(member as never) && instanceofZodTypeKind((member as { unwrap(): never }).unwrap(), 'array')),
+      )
+      .map(([key]) => key);
+    const list = byMethod.get(method) ?? [];
+    byMethod.set(method, list);
+    list.push({
+      path,
+      type,
+      regExp: getPathRegExp(normalizePath(template)),
+      input,
+      noInput: instanceofZodTypeLikeVoid(input),
+      objectInput,
+      arrayKeys,
+      coerced: false,
     });
-    calls.set(proxied, call);
-    const resHeaders = new Headers();
-    return new Promise<AdapterResult>((resolve) => {
-      let statusCode = 200;
-      const res = {
-        setHeader: (key: string, value: string | string[]) => {
-          if (typeof value === 'string') resHeaders.set(key, value);
-          else for (const v of value) resHeaders.append(key, v);
-        },
-        get statusCode() {
-          return statusCode;
-        },
-        set statusCode(code: number) {
-          statusCode = code;
-        },
-        end: (out?: string) => resolve({ status: statusCode, headers: resHeaders, body: out }),
-      };
-      void (handler as unknown as (req: unknown, res: unknown) => Promise<void>)(proxied, res);
-    });
+  });
+
+  // The first procedure of the method whose pattern matches, as the handler looks it up; most paths repeat, and
+  // the answer for a path is kept, a bounded number of them.
+  const found = new Map<string, { procedure: RestProcedure; pathInput: Record<string, string> } | null>();
+  const lookup = (method: string, path: string) => {
+    const key = `${method} ${path}`;
+    let hit = found.get(key);
+    if (hit === undefined) {
+      hit = null;
+      for (const procedure of byMethod.get(method) ?? []) {
+        const m = procedure.regExp.exec(path);
+        if (m) {
+          hit = { procedure, pathInput: { ...m.groups } };
+          break;
+        }
+      }
+      if (found.size >= PROCEDURES_KEPT) found.clear();
+      found.set(key, hit);
+    }
+    return hit;
+  };
+
+  return async (forward: { url: URL; path: string; method: string; headers: Headers; body: unknown }, call: PendingCall): Promise<AdapterResult> => {
+    const { method, url } = forward;
+    const hit = lookup(method, normalizePath(forward.path));
+    try {
+      if (!hit) throw new TRPCError({ message: 'Not found', code: 'NOT_FOUND' });
+      const { procedure, pathInput } = hit;
+      const useBody = method !== 'GET' && method !== 'DELETE';
+      const contentType = forward.headers.get('content-type') ?? undefined;
+      if (useBody && !contentType?.startsWith('application/json')) {
+        throw new TRPCError({
+          code: 'UNSUPPORTED_MEDIA_TYPE',
+          message: contentType ? `Unsupported content-type "${contentType}` : 'Missing content-type header',
+        });
+      }
+      let input: Record<string, unknown> | undefined;
+      if (!procedure.noInput) input = { ...(useBody ? (forward.body as Record<string, unknown>) : queryOf(url)), ...pathInput };
+      if (procedure.objectInput) {
+        if (!useBody && input) {
+          for (const key of procedure.arrayKeys) {
+            if (input[key] !== undefined && !Array.isArray(input[key])) input[key] = [input[key]];
+          }
+        }
+        if (!procedure.coerced) {
+          coerceSchema(procedure.input as never);
+          procedure.coerced = true;
+        }
+      }
+      const ctx = call.context();
+      const data = await callTRPCProcedure({
+        router,
+        path: procedure.path,
+        getRawInput: async () => input,
+        ctx,
+        type: procedure.type,
+        signal: undefined,
+        batchIndex: 0,
+      });
+      return { status: 200, body: JSON.stringify(data) };
+    } catch (cause) {
+      const error = errorFromUnknown(cause);
+      call.onError(error);
+      return { status: TRPC_ERROR_STATUS[error.code] ?? 500, body: undefined };
+    }
   };
 }
+
+/** The query string as the handler collects it: one value as itself, a repeated name as the list of its values. */
+function queryOf(url: URL): Record<string, unknown> {
+  const parsed: Record<string, string[]> = {};
+  url.searchParams.forEach((value, key) => {
+    if (!parsed[key]) parsed[key] = [];
+    parsed[key].push(value);
+  });
+  const query: Record<string, unknown> = {};
+  for (const key of Object.keys(parsed)) {
+    const value = parsed[key]!;
+    query[key] = value.length === 1 ? value[0] : value;
+  }
+  return query;
+}
+
+/** The HTTP status of a tRPC error code, as the handler maps it. */
+const TRPC_ERROR_STATUS: Record<string, number> = {
+  PARSE_ERROR: 400,
+  BAD_REQUEST: 400,
+  NOT_FOUND: 404,
+  INTERNAL_SERVER_ERROR: 500,
+  UNAUTHORIZED: 401,
+  FORBIDDEN: 403,
+  TIMEOUT: 408,
+  CONFLICT: 409,
+  CLIENT_CLOSED_REQUEST: 499,
+  PRECONDITION_FAILED: 412,
+  PAYLOAD_TOO_LARGE: 413,
+  METHOD_NOT_SUPPORTED: 405,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  TOO_MANY_REQUESTS: 429,
+  UNPROCESSABLE_CONTENT: 422,
+  NOT_IMPLEMENTED: 501,
+  BAD_GATEWAY: 502,
+  SERVICE_UNAVAILABLE: 503,
+  GATEWAY_TIMEOUT: 504,
+  PAYMENT_REQUIRED: 402,
+  PRECONDITION_REQUIRED: 428,
+};
 
 export function createRestHandler(opts: {
   routes: () => Route[];
@@ -207,7 +363,7 @@ export function createRestHandler(opts: {
   newRequestId: () => string;
   log: Logger;
 }) {
-  const openApi = createOpenApiFetchAdapter(REST_PREFIX);
+  const openApi = createOpenApiDispatch();
   return async function handleRest(req: Request): Promise<Response> {
     const requestId = opts.newRequestId();
     const url = new URL(req.url);
@@ -295,8 +451,7 @@ export function createRestHandler(opts: {
     let ctx: Context | undefined;
     const response: { status?: number } = {};
     const res = await openApi(
-      req,
-      { url, method, headers, body },
+      { url, path, method, headers, body },
       {
         context: () => (ctx ??= { ...opts.context(req, requestId), pathInput: pathParams.values, response }),
         onError: (error) => {
@@ -307,9 +462,10 @@ export function createRestHandler(opts: {
     // What the procedure set for the response (the rate-limit fields), on success and error alike.
     const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
-      for (const [name, value] of Object.entries(fields)) res.headers.set(name, value);
-      res.headers.set('x-request-id', requestId);
-      return new Response(req.method === 'HEAD' ? null : res.body, { status: response.status ?? res.status, headers: res.headers });
+      const out = new Headers({ 'content-type': 'application/json' });
+      for (const [name, value] of Object.entries(fields)) out.set(name, value);
+      out.set('x-request-id', requestId);
+      return new Response(req.method === 'HEAD' ? null : res.body, { status: response.status ?? res.status, headers: out });
     }
     const app = toAppError(failure);
     logFailure(opts.log, app, failure, { requestId, path, method });
