@@ -397,7 +397,7 @@ export function createRestHandler(opts: {
 
     // trpc-to-openapi collects the query into a plain object: a name such as __proto__ or constructor would
     // reach Object.prototype (500). No parameter of ours has such a name.
-    const inherited = [...new Set(url.searchParams.keys())].filter((k) => k in Object.prototype);
+    const inherited = url.search ? [...new Set(url.searchParams.keys())].filter((k) => k in Object.prototype) : [];
     const pathParams = decodePathParams(route, path);
     const badParams = [...inherited.map((k) => ({ path: k, message: 'not a parameter of this route' })), ...pathParams.problems];
     if (badParams.length) {
@@ -462,9 +462,9 @@ export function createRestHandler(opts: {
     // What the procedure set for the response (the rate-limit fields), on success and error alike.
     const fields = Object.fromEntries(ctx?.responseHeaders ?? []);
     if (res.status < 400) {
-      const out = new Headers({ 'content-type': 'application/json' });
-      for (const [name, value] of Object.entries(fields)) out.set(name, value);
-      out.set('x-request-id', requestId);
+      // The header fields as a plain record (names in lower case, as Headers has them): the Node server writes
+      // them as they are, with no Headers object to build, validate and convert back.
+      const out: Record<string, string> = { 'content-type': 'application/json', ...fields, 'x-request-id': requestId };
       return new Response(req.method === 'HEAD' ? null : res.body, { status: response.status ?? res.status, headers: out });
     }
     const app = toAppError(failure);
