@@ -9,7 +9,9 @@ import {
   coerceSchema,
   forEachOpenApiProcedure,
   generateOpenApiDocument,
+  getErrorFromUnknown,
   getInputOutputParsers,
+  getQuery,
   getPathRegExp,
   instanceofZodTypeKind,
   instanceofZodTypeLikeVoid,
@@ -17,6 +19,7 @@ import {
   instanceofZodTypeOptional,
   normalizePath,
   unwrapZodType,
+  TRPC_ERROR_CODE_HTTP_STATUS,
   zodSupportsCoerce,
 } from 'trpc-to-openapi';
 import { appRouter, gettingStarted, stringProblem, toAppError, type Context } from '@boxes/api';
@@ -197,14 +200,6 @@ interface RestProcedure {
   coerced: boolean;
 }
 
-/** A thrown value as the handler reports it: a TRPCError as it is, anything else as an internal error. */
-function errorFromUnknown(cause: unknown): TRPCError {
-  if (cause instanceof Error && cause.name === 'TRPCError') return cause as TRPCError;
-  const error = new TRPCError({ message: 'Internal server error', code: 'INTERNAL_SERVER_ERROR', cause: cause instanceof Error ? cause : undefined });
-  if (cause instanceof Error && cause.stack) error.stack = cause.stack;
-  return error;
-}
-
 const PROCEDURES_KEPT = 2000;
 
 /**
@@ -286,7 +281,7 @@ function createOpenApiDispatch() {
         });
       }
       let input: Record<string, unknown> | undefined;
-      if (!procedure.noInput) input = { ...(useBody ? (forward.body as Record<string, unknown>) : queryOf(url)), ...pathInput };
+      if (!procedure.noInput) input = { ...(useBody ? (forward.body as Record<string, unknown>) : getQuery({} as never, url)), ...pathInput };
       if (procedure.objectInput) {
         if (!useBody && input) {
           for (const key of procedure.arrayKeys) {
@@ -310,52 +305,12 @@ function createOpenApiDispatch() {
       });
       return { status: 200, body: JSON.stringify(data) };
     } catch (cause) {
-      const error = errorFromUnknown(cause);
+      const error = getErrorFromUnknown(cause);
       call.onError(error);
-      return { status: TRPC_ERROR_STATUS[error.code] ?? 500, body: undefined };
+      return { status: TRPC_ERROR_CODE_HTTP_STATUS[error.code] ?? 500, body: undefined };
     }
   };
 }
-
-/** The query string as the handler collects it: one value as itself, a repeated name as the list of its values. */
-function queryOf(url: URL): Record<string, unknown> {
-  const parsed: Record<string, string[]> = {};
-  url.searchParams.forEach((value, key) => {
-    if (!parsed[key]) parsed[key] = [];
-    parsed[key].push(value);
-  });
-  const query: Record<string, unknown> = {};
-  for (const key of Object.keys(parsed)) {
-    const value = parsed[key]!;
-    query[key] = value.length === 1 ? value[0] : value;
-  }
-  return query;
-}
-
-/** The HTTP status of a tRPC error code, as the handler maps it. */
-const TRPC_ERROR_STATUS: Record<string, number> = {
-  PARSE_ERROR: 400,
-  BAD_REQUEST: 400,
-  NOT_FOUND: 404,
-  INTERNAL_SERVER_ERROR: 500,
-  UNAUTHORIZED: 401,
-  FORBIDDEN: 403,
-  TIMEOUT: 408,
-  CONFLICT: 409,
-  CLIENT_CLOSED_REQUEST: 499,
-  PRECONDITION_FAILED: 412,
-  PAYLOAD_TOO_LARGE: 413,
-  METHOD_NOT_SUPPORTED: 405,
-  UNSUPPORTED_MEDIA_TYPE: 415,
-  TOO_MANY_REQUESTS: 429,
-  UNPROCESSABLE_CONTENT: 422,
-  NOT_IMPLEMENTED: 501,
-  BAD_GATEWAY: 502,
-  SERVICE_UNAVAILABLE: 503,
-  GATEWAY_TIMEOUT: 504,
-  PAYMENT_REQUIRED: 402,
-  PRECONDITION_REQUIRED: 428,
-};
 
 export function createRestHandler(opts: {
   routes: () => Route[];
