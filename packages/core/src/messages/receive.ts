@@ -62,7 +62,11 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
  * A row per recipient found, with its number.
  */
 const MX_RECIPIENTS_QUERY = k
-  .selectFrom(sql<{ address: string; domain: string; i: string }>`unnest(${sql.raw('$1')}::text[], ${sql.raw('$2')}::text[]) WITH ORDINALITY`.as<'q'>(sql.raw('q(address, domain, i)')))
+  .selectFrom(
+    sql<{ address: string; domain: string; i: string }>`unnest(${sql.raw('$1')}::text[], ${sql.raw('$2')}::text[]) WITH ORDINALITY`.as<'q'>(
+      sql.raw('q(address, domain, i)'),
+    ),
+  )
   .innerJoin('boxes as b', 'b.live_address', 'q.address')
   .selectAll('b')
   .select(sql<number>`q.i::int`.as('i'))
