@@ -51,6 +51,7 @@ import {
   startBareSmtp,
 } from './common';
 import { LoadClient, now } from './load';
+import { groupCommitStats } from '@boxes/core';
 import { exec, k, rows, sql } from '@boxes/db';
 
 const M = envInt('BENCH_MX', 5000);
@@ -103,6 +104,9 @@ await main('bench:mx', async (onCleanup) => {
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const elu0 = performance.eventLoopUtilization();
+  // The MX's group commits (all-in-one: with the MX as its own process they are not in this process).
+  const commitStats = () => groupCommitStats(rt.runtime.svc);
+  const commits0 = new Map(commitStats().map((g) => [g.name, g]));
   const profile = process.env.BENCH_MX_PROFILE ? await startProfile('of the measured messages') : null;
   const run = await load.call({ op: 'smtpSends', ...smtp, count: M, startSeq: WARMUP });
   if (profile) await profile.stop(process.env.BENCH_MX_PROFILE!);
@@ -122,6 +126,11 @@ await main('bench:mx', async (onCleanup) => {
   console.log(`  per-message latency (MAIL FROM to 250, ${CONNECTIONS * 2} queued on ${CONNECTIONS} connections): p50 ${p(50)} ms, p99 ${p(99)} ms`);
   console.log(`  stored: ${stored} received messages in the database`);
   console.log(`  server event loop ${(elu * 100).toFixed(0)}% busy; ${cpuReport}`);
+  for (const g of commitStats()) {
+    const b = g.batches - (commits0.get(g.name)?.batches ?? 0);
+    const n = g.items - (commits0.get(g.name)?.items ?? 0);
+    if (b) console.log(`    group commit ${g.name}: ${n} items in ${b} batches (${(n / b).toFixed(1)} a batch)`);
+  }
   for (const line of rss.lines()) console.log(line);
   console.log(`mx: accepted ${rate(run.ok, acceptedMs)}/s, stored ${rate(stored, storedMs)}/s (N=${M}, connections=${CONNECTIONS})`);
   if (stored !== M || run.ok !== M) throw new Error(`incomplete run: ${run.ok}/${M} accepted, ${stored}/${M} stored`);

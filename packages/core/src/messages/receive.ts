@@ -56,31 +56,63 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
 }
 
 /**
- * The MX's RCPT statement, compiled once (it is the same text for every recipient): $1 the envelope sender's list
- * candidates, $2 the recipient's address, $3 its domain.
+ * The MX's RCPT statement, compiled once (it is the same text for every batch): the recipients of one batch as
+ * parallel arrays, $1 their addresses and $2 their domains (numbered from 1 in that order, column i), and the
+ * envelope senders' list candidates flattened, $3 the values and $4 the number of the recipient each belongs to.
+ * A row per recipient found, with its number.
  */
-const MX_RECIPIENT_QUERY = k
-  .selectFrom('boxes as b')
+const MX_RECIPIENTS_QUERY = k
+  .selectFrom(
+    sql<{ address: string; domain: string; i: string }>`unnest(${sql.raw('$1')}::text[], ${sql.raw('$2')}::text[]) WITH ORDINALITY`.as<'q'>(
+      sql.raw('q(address, domain, i)'),
+    ),
+  )
+  .innerJoin('boxes as b', 'b.live_address', 'q.address')
   .selectAll('b')
+  .select(sql<number>`q.i::int`.as('i'))
   .select(
     sql<ListedRow[] | null>`(SELECT json_agg(json_build_object('box_id', t.box_id, 'list', t.list, 'direction', t.direction, 'value', t.value, 'kind', t.kind))
         FROM trust_list_entries t
-        WHERE t.account_id = b.account_id AND t.value = ANY(${sql.raw('$1')}::text[]) AND t.direction IN ('receive', 'both')
-          AND (t.box_id IS NULL OR t.box_id = b.id))`.as('trust_rows'),
+        WHERE t.account_id = b.account_id
+          AND t.value = ANY(ARRAY(SELECT c.v FROM unnest(${sql.raw('$3')}::text[], ${sql.raw('$4')}::int[]) AS c(v, i) WHERE c.i = q.i))
+          AND t.direction IN ('receive', 'both') AND (t.box_id IS NULL OR t.box_id = b.id))`.as('trust_rows'),
   )
-  .where('b.live_address', '=', sql.raw<string>('$2'))
   // Only live domains are hosted (a live address implies it; checked anyway, in the same statement).
-  .where(({ exists, selectFrom }) => exists(selectFrom('domains as d').select(sql.lit(1).as('one')).where('d.live_name', '=', sql.raw<string>('$3'))));
-const MX_RECIPIENT = MX_RECIPIENT_QUERY.compile();
-type MxRecipientRow = Awaited<ReturnType<(typeof MX_RECIPIENT_QUERY)['executeTakeFirstOrThrow']>>;
+  .where(({ exists, selectFrom }) => exists(selectFrom('domains as d').select(sql.lit(1).as('one')).whereRef('d.live_name', '=', 'q.domain')));
+const MX_RECIPIENTS = MX_RECIPIENTS_QUERY.compile();
+type MxRecipientRow = Awaited<ReturnType<(typeof MX_RECIPIENTS_QUERY)['executeTakeFirstOrThrow']>>;
+
+/**
+ * The RCPTs of the sessions that arrive together share one statement (group commit): under load each RCPT was a
+ * round trip of its own, whose fixed cost (the socket writes and reads on both sides, PostgreSQL's per-statement
+ * work) was most of the lookup's.
+ */
+const mxRecipientsOf = (svc: Services) =>
+  groupCommitOf<{ address: string; candidates: string[] }, MxRecipientRow | null>(svc, 'mx_recipients', async (items) => {
+    const values: string[] = [];
+    const owners: number[] = [];
+    items.forEach((it, n) => {
+      for (const c of it.candidates) {
+        values.push(c);
+        owners.push(n + 1);
+      }
+    });
+    const found = await poolRows<MxRecipientRow>(svc.db, {
+      ...MX_RECIPIENTS,
+      parameters: [items.map((it) => it.address), items.map((it) => domainOf(it.address)), values, owners],
+    });
+    const byNumber = new Map(found.map((r) => [r.i, r]));
+    return items.map((_, n) => byNumber.get(n + 1) ?? null);
+  });
 
 /**
  * The MX's RCPT lookup: a box reached by its live address (its domain live) comes back with its account's list
  * entries for the envelope sender (what matchingEntries would read for it, 'receive' direction) in the same
- * statement, so the common recipient costs one round trip instead of three (the domain, the box, the lists).
- * It runs on the pool, outside Prisma's client (poolRows): one statement per recipient, where the client's own
- * CPU was about three times the statement's. Anything else (no such box, a retiring domain, a bounce address,
- * not hosted) is answered by resolveRecipient, and rows is then null (the caller reads them itself if it needs them).
+ * statement, so the common recipient costs one round trip instead of three (the domain, the box, the lists),
+ * shared with the other RCPTs that arrive meanwhile (mxRecipientsOf). It runs on the pool, outside Prisma's
+ * client (poolRows), where the client's own CPU was about three times the statement's. Anything else (no such
+ * box, a retiring domain, a bounce address, not hosted) is answered by resolveRecipient, and rows is then null
+ * (the caller reads them itself if it needs them).
  */
 export async function resolveMxRecipient(
   svc: Services,
@@ -89,7 +121,7 @@ export async function resolveMxRecipient(
 ): Promise<{ resolution: RecipientResolution; rows: ListedRow[] | null }> {
   const address = rcpt.trim().toLowerCase();
   const candidates = mailFrom ? [...new Set(candidatesOf(mailFrom))] : [];
-  const [row] = await poolRows<MxRecipientRow>(svc.db, { ...MX_RECIPIENT, parameters: [candidates, address, domainOf(address)] });
+  const row = await mxRecipientsOf(svc).add({ address, candidates });
   if (!row) return { resolution: await resolveRecipient(svc, address), rows: null };
   const box: Box = {
     id: row.id,
