@@ -161,7 +161,7 @@ async function loadDraftRaws(svc: Services, keys: string[]): Promise<Map<string,
  * Runs a query as a binary COPY and hands over each row (a pg Pool's client through copyOutBinary): for the one
  * read where the rows' decoding costs more CPU than PostgreSQL, the sealed raw messages a mail client downloads
  * one after another. Their bytes arrive as bytes (an ordinary node-pg result, Prisma's included, gives a bytea
- * as hex text to decode again), and each is decrypted as its row arrives.
+ * as hex text to decode again).
  */
 export type RawCopy = (query: string, onRow: (row: CopyRow) => void) => Promise<void>;
 
@@ -169,56 +169,41 @@ export type RawCopy = (query: string, onRow: (row: CopyRow) => void) => Promise<
 const MESSAGE_ID = /^msg_[0-9a-z]{1,40}$/;
 
 /**
- * The stored RFC 5322 bytes of messages (decrypted); null for a message whose body was reclaimed. Typed SQL on
- * the path of every message a mail client downloads; through `copy` when given (see RawCopy).
+ * What loadSealedMessages hands over for each message: its bytes as stored (sealed: open them with `open`, and
+ * only during the call, as they may be a view into the connection's read buffer) or already opened (a draft);
+ * null for a message whose body was reclaimed.
  */
-export async function loadRawMessages(svc: Services, ids: string[], copy?: RawCopy): Promise<Map<string, Buffer | null>> {
+export type TakeMessage = (id: string, bytes: Buffer | null, sealed: boolean) => void;
+
+/**
+ * The stored RFC 5322 bytes of messages and drafts, each handed to `take` as it arrives and left sealed: a reader
+ * that keeps messages a while (read ahead) copies the sealed bytes into memory it reuses and opens each only when
+ * it is used, so the opened bytes are let go young. Typed SQL on the path of every message a mail client
+ * downloads; through `copy` when given (see RawCopy). Every id is handed over once.
+ */
+export async function loadSealedMessages(svc: Services, ids: string[], copy: RawCopy | undefined, take: TakeMessage): Promise<void> {
   // Drafts (in a Drafts folder) beside the messages.
   const drafts = ids.filter((id) => id.startsWith('drf_'));
-  const out = drafts.length ? await loadDraftRaws(svc, drafts) : new Map<string, Buffer | null>();
+  if (drafts.length) for (const [id, raw] of await loadDraftRaws(svc, drafts)) take(id, raw, false);
   const messageIds = drafts.length ? ids.filter((id) => !id.startsWith('drf_')) : ids;
-  if (!messageIds.length) return out;
+  if (!messageIds.length) return;
+  const given = new Set<string>();
+  const give = (id: string, sealed: Buffer | null) => {
+    given.add(id);
+    take(id, sealed, sealed !== null);
+  };
   if (copy && messageIds.every((id) => MESSAGE_ID.test(id))) {
     // COPY takes no parameters: the ids (checked above: letters and digits only) are inlined as literals. The
     // statement is written out rather than compiled from a query builder with one literal node per id: that took
     // about 0.05 ms of CPU per statement of 128 ids once optimised (the text takes 0.002) and much more before,
     // on the first syncs after a start.
-    await copy(`SELECT "id", "raw_enc" FROM "messages" WHERE "id" IN ('${messageIds.join("', '")}')`, (row) => {
-      out.set(row[0]!.toString('latin1'), row[1] ? open(svc.secretKey, row[1]) : null);
-    });
+    await copy(`SELECT "id", "raw_enc" FROM "messages" WHERE "id" IN ('${messageIds.join("', '")}')`, (row) =>
+      give(row[0]!.toString('latin1'), row[1] ?? null),
+    );
   } else {
     const found = await rows(svc.db, k.selectFrom('messages').select(['id', 'raw_enc']).where('id', '=', anyText(messageIds)));
-    for (const r of found) out.set(r.id, r.raw_enc ? open(svc.secretKey, r.raw_enc) : null);
+    for (const r of found) give(r.id, r.raw_enc ? Buffer.from(r.raw_enc.buffer, r.raw_enc.byteOffset, r.raw_enc.byteLength) : null);
   }
-  for (const id of messageIds) if (!out.has(id)) out.set(id, null);
-  return out;
-}
-
-/**
- * What loadSealedMessages hands over for each message: its bytes as stored (sealed: open them with `open`, and
- * only during the call, as they are a view into the connection's read buffer) or already opened (a draft, or a
- * read without `copy`); null for a message whose body was reclaimed.
- */
-export type TakeMessage = (id: string, bytes: Buffer | null, sealed: boolean) => void;
-
-/**
- * The stored bytes of messages, each handed to `take` as it arrives and left sealed where they come through
- * `copy`: a reader that keeps messages a while (read ahead) copies the sealed bytes into memory it reuses and
- * opens each only when it is used, so the opened bytes are let go young. Every id is handed over once.
- */
-export async function loadSealedMessages(svc: Services, ids: string[], copy: RawCopy | undefined, take: TakeMessage): Promise<void> {
-  const messageIds = ids.filter((id) => !id.startsWith('drf_'));
-  if (!copy || messageIds.length < ids.length || !messageIds.every((id) => MESSAGE_ID.test(id))) {
-    for (const [id, raw] of await loadRawMessages(svc, ids, copy)) take(id, raw, false);
-    return;
-  }
-  const given = new Set<string>();
-  await copy(`SELECT "id", "raw_enc" FROM "messages" WHERE "id" IN ('${messageIds.join("', '")}')`, (row) => {
-    const id = row[0]!.toString('latin1');
-    const bytes = row[1] ?? null;
-    given.add(id);
-    take(id, bytes, bytes !== null);
-  });
   for (const id of messageIds) if (!given.has(id)) take(id, null, false);
 }
 
