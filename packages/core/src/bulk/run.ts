@@ -33,11 +33,11 @@ import { describeStored, enqueueAttachmentText } from '../messages/attachments';
 import { openBody, type StoredBody } from '../messages/body';
 import { composableOf, composeSigned, type DeliveryDeps, type DeliveryMessageRow } from '../messages/deliver';
 import { searchBodyText } from '../search/vector';
-import { markBounced, markDeferred, markFailed, messageStatusAndRawUpdate, refreshMessageStatuses } from '../messages/outcomes';
+import { markBounced, markDeferred, markFailed, messageStatusAndRawUpdate, rawsUpdate, refreshMessageStatuses, sealRaws } from '../messages/outcomes';
 import { bounceAddress } from '../messages/receive';
 import { sendingSource, type DeliverySendingIp } from '../sending-ips/sending-ips';
 import type { Services } from '../shared/context';
-import { open, sealBytes } from '../shared/crypto';
+import { open } from '../shared/crypto';
 import { AppError } from '../shared/errors';
 import { newId } from '../shared/ids';
 import { isServiceUnavailable } from '../shared/unavailable';
@@ -663,15 +663,8 @@ class BatchSender {
     const svc = this.svc;
     const accountId = this.job.account_id;
     const deferred: { id: string; delayMs: number }[] = [];
-    // Sealed bytes travel in the JSON as base64 and are decoded into the bytea column.
-    const sealed = [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(svc.secretKey, raw).toString('base64'), size: raw.length }));
+    const sealed = sealRaws(svc.secretKey, raws);
     const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
-    const storeRaws = () => {
-      const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-      return sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
-          FROM jsonb_to_recordset(${JSON.stringify(sealed)}::jsonb) AS r(id text, raw_enc text, size int)
-          WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
-    };
     const status = await svc.db.$transaction(async (tx) => {
       // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
       // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
@@ -706,7 +699,7 @@ class BatchSender {
         claimed = all.filter((r) => r.id !== null) as typeof claimed;
         jobStatusRow = all.find((r) => r.id === null);
       } else {
-        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${storeRaws()}) ` : sql``}${jobStatus}`);
+        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${rawsUpdate(sealed)}) ` : sql``}${jobStatus}`);
       }
       if (claimed.length) {
         const a = await lockAccountCredit(tx, accountId);
@@ -724,7 +717,7 @@ class BatchSender {
         const messageIds = [...new Set(claimed.map((d) => d.message_id))];
         await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
       } else if (delivered.length && sealed.length) {
-        await exec(tx, storeRaws());
+        await exec(tx, rawsUpdate(sealed));
       }
       for (const o of outcomes) {
         const attempts = o.d.attempts + 1;
@@ -766,12 +759,13 @@ async function finishBatch(svc: Services, jobId: string, batch: number): Promise
     const [b] = await run(
       tx,
       sql<{ messages: bigint; delivered: bigint; bounced: bigint; deferred: bigint; failed: bigint; pending: bigint; suppressed: bigint | null }>`
-      WITH msgs AS (SELECT ${i.message_id}, ${i.suppressed} FROM ${i.$} WHERE ${i.job_id} = ${jobId} AND ${i.batch} = ${batch}),
-      d AS (SELECT ${d.status} FROM ${d.$} JOIN msgs ON ${d.message_id} = msgs.message_id)
-      SELECT (SELECT count(*) FROM msgs) AS messages,
-        (SELECT count(*) FROM d WHERE status = ${dlv('delivered')}) AS delivered, (SELECT count(*) FROM d WHERE status = ${dlv('bounced')}) AS bounced,
-        (SELECT count(*) FROM d WHERE status = ${dlv('deferred')}) AS deferred, (SELECT count(*) FROM d WHERE status = ${dlv('failed')}) AS failed,
-        (SELECT count(*) FROM d WHERE status IN ${statusIn(DELIVERY_STATUSES, ['bulk', 'queued'])}) AS pending, (SELECT sum(suppressed) FROM msgs) AS suppressed`,
+      WITH msgs AS (SELECT ${i.message_id}, ${i.suppressed} FROM ${i.$} WHERE ${i.job_id} = ${jobId} AND ${i.batch} = ${batch})
+      SELECT m.messages, m.suppressed, c.* FROM
+        (SELECT count(*) AS messages, sum(suppressed) AS suppressed FROM msgs) m,
+        (SELECT count(*) FILTER (WHERE ${d.status} = ${dlv('delivered')}) AS delivered, count(*) FILTER (WHERE ${d.status} = ${dlv('bounced')}) AS bounced,
+          count(*) FILTER (WHERE ${d.status} = ${dlv('deferred')}) AS deferred, count(*) FILTER (WHERE ${d.status} = ${dlv('failed')}) AS failed,
+          count(*) FILTER (WHERE ${d.status} IN ${statusIn(DELIVERY_STATUSES, ['bulk', 'queued'])}) AS pending
+        FROM ${d.$} JOIN msgs ON ${d.message_id} = msgs.message_id) c`,
     );
     const n = (x: bigint | null | undefined) => Number(x ?? 0n);
     const last = batch + 1 >= job.batch_count;

@@ -8,12 +8,12 @@ import { createPrivateKey, type KeyObject } from 'node:crypto';
 import { k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
-import { open, sealBytes } from '../shared/crypto';
+import { open } from '../shared/crypto';
 import { lockAccountsCredit } from '../credit/ledger';
 import { domainOf } from './addresses';
 import { openBody, type StoredBody } from './body';
 import { enqueueAttachmentText } from './attachments';
-import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, type DeliveredOutcome } from './outcomes';
+import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, rawsUpdate, sealRaws, type DeliveredOutcome } from './outcomes';
 import { groupCommitOf } from '../shared/group-commit';
 import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
 import { releaseScheduled } from './schedule';
@@ -75,15 +75,8 @@ const rawStoreOf = (svc: Services) =>
     const first = new Map<string, Buffer>();
     for (const i of items) if (!first.has(i.messageId)) first.set(i.messageId, i.signed);
     const ids = [...first.keys()];
-    const [set, m] = [tbl('messages'), tbl('messages', 'm')];
-    // The sealed bytes travel as base64 text: one array parameter of plain strings whatever the driver.
-    const sealed = ids.map((id) => sealBytes(svc.secretKey, first.get(id)!).toString('base64'));
-    const stored = await poolRows(
-      svc.db,
-      sql<{ id: string }>`UPDATE ${m.$} SET ${set.raw_enc} = decode(x.raw, 'base64'), ${set.size_bytes} = x.size
-        FROM unnest(${ids}::text[], ${sealed}::text[], ${ids.map((id) => first.get(id)!.length)}::int[]) AS x(id, raw, size)
-        WHERE ${m.id} = x.id AND ${m.raw_enc} IS NULL RETURNING ${m.id}`,
-    );
+    const m = tbl('messages', 'm');
+    const stored = await poolRows(svc.db, sql<{ id: string }>`${rawsUpdate(sealRaws(svc.secretKey, first))} RETURNING ${m.id}`);
     const mine = new Set(stored.map((r) => r.id));
     const lost = ids.filter((id) => !mine.has(id));
     const theirs = new Map<string, Buffer>();

@@ -13,6 +13,7 @@ import { evaluateReputation } from '../suppression/reputation';
 import { stopForwardOnBounce } from '../forwarding/forwards';
 import { DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, MESSAGE_STATUSES, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
 import { statusIn, statusLit } from '../shared/statuses';
+import { sealBytes } from '../shared/crypto';
 
 const FINAL: DeliveryStatus[] = [...FINAL_DELIVERY_STATUSES];
 
@@ -58,6 +59,29 @@ export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
       WHERE ${m.id} = s.message_id AND s.open = 0`;
 }
 
+/** Signed bytes to store with a message: sealed, as base64 text in one JSON parameter, and their size before sealing. */
+export interface SealedRaw {
+  id: string;
+  raw_enc: string;
+  size: number;
+}
+
+/** The signed bytes of messages, sealed for rawsUpdate and messageStatusAndRawUpdate. */
+export function sealRaws(secretKey: Buffer, raws: Iterable<[string, Buffer]>): SealedRaw[] {
+  return [...raws].map(([id, raw]) => ({ id, raw_enc: sealBytes(secretKey, raw).toString('base64'), size: raw.length }));
+}
+
+/**
+ * Stores each message's signed bytes unless it has some already: every recipient must get the same bytes, so the
+ * first stored win. The messages table is `m` (a caller may add RETURNING m.id: the messages it stored them for).
+ */
+export function rawsUpdate(raws: SealedRaw[]): RawBuilder<unknown> {
+  const [set, m] = [tbl('messages'), tbl('messages', 'm')];
+  return sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
+      FROM jsonb_to_recordset(${JSON.stringify(raws)}::jsonb) AS r(id text, raw_enc text, size int)
+      WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
+}
+
 /**
  * messageStatusUpdate, and in the same UPDATE the signed bytes of messages composed meanwhile (raws: id, sealed
  * bytes in base64, size), each stored only if the message has none yet. A message whose status is set and whose
@@ -65,7 +89,7 @@ export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
  * rarely updated in place: every index gets the new version). Also a part of a larger statement, after the
  * statement that set the deliveries' statuses.
  */
-export function messageStatusAndRawUpdate(messageIds: string[], raws: { id: string; raw_enc: string; size: number }[]): RawBuilder<unknown> {
+export function messageStatusAndRawUpdate(messageIds: string[], raws: SealedRaw[]): RawBuilder<unknown> {
   const [set, m] = [tbl('messages'), tbl('messages', 'm')];
   return sql`
       UPDATE ${m.$} SET ${set.status} = CASE
