@@ -13,15 +13,9 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ensureDatabase, migrate, migrationsDir, ServiceUnavailableError } from './index';
+import { admin, urlOf } from './template-database';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-
-/** The server the test run uses (the same rule as @boxes/testing). */
-function urlFor(name: string): string {
-  const u = new URL(process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/boxes');
-  u.pathname = `/${name}`;
-  return u.toString();
-}
 
 // The boxes_test_ prefix lets the run's global teardown sweep anything a failed test left behind.
 const created: string[] = [];
@@ -29,16 +23,6 @@ function newName(tag: string): string {
   const name = `boxes_test_${tag}_${randomBytes(5).toString('hex')}`;
   created.push(name);
   return name;
-}
-
-async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: urlFor('postgres') });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
 }
 
 async function exists(name: string): Promise<boolean> {
@@ -72,12 +56,12 @@ describe('ensureDatabase', () => {
   it('creates a missing database, and is a no-op when it exists', async () => {
     const name = newName('ensure');
     expect(await exists(name)).toBe(false);
-    await ensureDatabase(urlFor(name));
+    await ensureDatabase(urlOf(name));
     expect(await exists(name)).toBe(true);
-    await ensureDatabase(urlFor(name));
+    await ensureDatabase(urlOf(name));
     expect(await exists(name)).toBe(true);
     // The new database is usable.
-    const c = new pg.Client({ connectionString: urlFor(name) });
+    const c = new pg.Client({ connectionString: urlOf(name) });
     await c.connect();
     expect((await c.query('SELECT current_database() AS db')).rows[0].db).toBe(name);
     await c.end();
@@ -85,7 +69,7 @@ describe('ensureDatabase', () => {
 
   it('several instances starting at once all succeed', async () => {
     const name = newName('race');
-    const results = await Promise.allSettled(Array.from({ length: 5 }, () => ensureDatabase(urlFor(name))));
+    const results = await Promise.allSettled(Array.from({ length: 5 }, () => ensureDatabase(urlOf(name))));
     expect(results.map((r) => (r.status === 'rejected' ? String((r.reason as Error).message) : 'ok'))).toEqual(['ok', 'ok', 'ok', 'ok', 'ok']);
     expect(await exists(name)).toBe(true);
   });
@@ -102,7 +86,7 @@ describe('ensureDatabase', () => {
   });
 
   it('an unknown role is one line about the credentials', async () => {
-    const u = new URL(urlFor('boxes'));
+    const u = new URL(urlOf('boxes'));
     u.username = `nosuch_${randomBytes(3).toString('hex')}`;
     u.password = '';
     const err = await expectUnavailable(ensureDatabase(u.toString()));
@@ -112,7 +96,7 @@ describe('ensureDatabase', () => {
   });
 
   it('a URL without a database name is refused with one line', async () => {
-    const u = new URL(urlFor('x'));
+    const u = new URL(urlOf('x'));
     u.pathname = '/';
     const err = await expectUnavailable(ensureDatabase(u.toString()));
     expect(err.message).not.toContain('\n');
@@ -124,11 +108,11 @@ describe('migrate', () => {
   it('applies every migration once; a second run applies nothing', async () => {
     expect(migrationNames.length).toBeGreaterThan(0);
     const name = newName('migrate');
-    await ensureDatabase(urlFor(name));
-    expect(await migrate(urlFor(name))).toEqual({ applied: migrationNames });
-    expect(await migrate(urlFor(name))).toEqual({ applied: [] });
+    await ensureDatabase(urlOf(name));
+    expect(await migrate(urlOf(name))).toEqual({ applied: migrationNames });
+    expect(await migrate(urlOf(name))).toEqual({ applied: [] });
     const rows = await (async () => {
-      const c = new pg.Client({ connectionString: urlFor(name) });
+      const c = new pg.Client({ connectionString: urlOf(name) });
       await c.connect();
       try {
         return (
@@ -143,8 +127,8 @@ describe('migrate', () => {
 
   it('concurrent runs apply each migration exactly once', async () => {
     const name = newName('migrate_race');
-    await ensureDatabase(urlFor(name));
-    const results = await Promise.all([1, 2, 3].map(() => migrate(urlFor(name))));
+    await ensureDatabase(urlOf(name));
+    const results = await Promise.all([1, 2, 3].map(() => migrate(urlOf(name))));
     expect(results.flatMap((r) => r.applied).sort()).toEqual(migrationNames);
   });
 
@@ -154,16 +138,16 @@ describe('migrate', () => {
       fs.mkdirSync(path.join(dir, '0001_a'));
       fs.writeFileSync(path.join(dir, '0001_a', 'migration.sql'), 'CREATE TABLE t_a (id int);');
       const name = newName('migrate_edit');
-      await ensureDatabase(urlFor(name));
-      expect(await migrate(urlFor(name), dir)).toEqual({ applied: ['0001_a'] });
+      await ensureDatabase(urlOf(name));
+      expect(await migrate(urlOf(name), dir)).toEqual({ applied: ['0001_a'] });
       fs.writeFileSync(path.join(dir, '0001_a', 'migration.sql'), 'CREATE TABLE t_a (id bigint);');
-      await expect(migrate(urlFor(name), dir)).rejects.toThrow(/0001_a was edited/);
+      await expect(migrate(urlOf(name), dir)).rejects.toThrow(/0001_a was edited/);
       // A failing new migration is rolled back and named.
       fs.writeFileSync(path.join(dir, '0001_a', 'migration.sql'), 'CREATE TABLE t_a (id int);');
       fs.mkdirSync(path.join(dir, '0002_b'));
       fs.writeFileSync(path.join(dir, '0002_b', 'migration.sql'), 'CREATE TABLE t_b (id int); SELECT no_such_function();');
-      await expect(migrate(urlFor(name), dir)).rejects.toThrow(/migration 0002_b failed/);
-      const c = new pg.Client({ connectionString: urlFor(name) });
+      await expect(migrate(urlOf(name), dir)).rejects.toThrow(/migration 0002_b failed/);
+      const c = new pg.Client({ connectionString: urlOf(name) });
       await c.connect();
       expect((await c.query("SELECT to_regclass('t_b') AS t")).rows[0].t).toBeNull();
       await c.end();
@@ -222,7 +206,7 @@ describe('pnpm start', () => {
 
   it('Redis at a closed port: one "boxes:" line on stderr, exit 1', async () => {
     const name = newName('start');
-    const r = await start({ DATABASE_URL: urlFor(name), REDIS_URL: 'redis://127.0.0.1:1' });
+    const r = await start({ DATABASE_URL: urlOf(name), REDIS_URL: 'redis://127.0.0.1:1' });
     expect(r.code).toBe(1);
     const line = expectOneLine(r.stderr);
     expect(line).toContain('Redis is not reachable at 127.0.0.1:1');

@@ -1,6 +1,7 @@
 /**
- * For this package's database tests: a database of the test file's own, cloned from the test run's migrated
- * template (packages/testing's global setup makes it), created before the file's tests and dropped after them.
+ * For this package's database tests: the server the test run uses (urlOf, admin), and a database of the test
+ * file's own, cloned from the run's migrated template (packages/testing's global setup makes it), created before
+ * the file's tests and dropped after them.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -15,7 +16,8 @@ declare module 'vitest' {
 }
 
 const base = new URL(process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/boxes');
-const urlOf = (name: string) => Object.assign(new URL(base), { pathname: `/${name}` }).toString();
+/** The URL of database `name` on the server the test run uses (the same rule as @boxes/testing). */
+export const urlOf = (name: string) => Object.assign(new URL(base), { pathname: `/${name}` }).toString();
 
 /** Runs fn on a connection of its own to the server's postgres database (to create, drop, or end backends). */
 export async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
