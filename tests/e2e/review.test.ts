@@ -237,6 +237,22 @@ describe('new_recipients', () => {
     await setBoxReview(a, 'all');
     expect((await rest(t, 'POST', '/messages/send', { key: lenient.api_key, body: { to: known, text: 'box says all' } })).status).toBe(202);
   });
+
+  it('a draft sent through a box that holds every send answers 202 with the review, and the draft is gone', async () => {
+    const a = await account();
+    await setBoxReview(a, 'all');
+    const to = `draft-${unique()}@remote.test`;
+    const draft = await rest(t, 'POST', '/drafts', { key: a.apiKey, body: { to, subject: 'Drafted', text: 'held draft' } });
+    expect(draft.status, JSON.stringify(draft.body)).toBe(200);
+    const held = await rest(t, 'POST', `/drafts/${draft.body.id}/send`, { key: a.apiKey });
+    expect(held.status, JSON.stringify(held.body)).toBe(202);
+    expect(held.body).toMatchObject({ status: 'pending', reason: 'all', subject: 'Drafted' });
+    expect((await rest(t, 'GET', `/drafts/${draft.body.id}`, { key: a.apiKey })).status).toBe(404);
+    // A send that is not held stays 200: the status follows the answer, not the route.
+    await setBoxReview(a, 'none');
+    const plain = await rest(t, 'POST', '/drafts', { key: a.apiKey, body: { to, subject: 'Not held', text: 'plain draft' } });
+    expect((await rest(t, 'POST', `/drafts/${plain.body.id}/send`, { key: a.apiKey })).status).toBe(200);
+  });
 });
 
 describe('deny, expire, withdraw: nothing leaves', () => {

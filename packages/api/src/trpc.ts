@@ -13,6 +13,7 @@ import {
   authenticateKey,
   ERROR_CODES,
   type ErrorCode,
+  heldForReview,
   isServiceUnavailable,
   keyRateLimited,
   serviceUnavailable,
@@ -62,7 +63,7 @@ export type BoxesMeta = {
   errors?: readonly ErrorCode[];
   /**
    * The procedure sends mail that owner review may hold: its output is the sent message or, with status 202, the
-   * Review (schemas/reviews.ts); OpenAPI documents the two answers apart.
+   * Review (schemas/reviews.ts); OpenAPI documents the two answers apart, and keyChecks sets the 202.
    */
   reviewable?: true;
 };
@@ -266,7 +267,10 @@ const keyChecks = t.middleware(async ({ ctx, meta, path, getRawInput, next }) =>
   const auth = await authenticateCall(ctx, meta);
   const rawInput = await checkedRawInput(ctx, meta, path, getRawInput);
   // tRPC's next takes the context and the raw input together (its types offer them apart).
-  return next({ ctx: auth, getRawInput: rawInput } as { ctx: typeof auth });
+  const result = await next({ ctx: auth, getRawInput: rawInput } as { ctx: typeof auth });
+  // A send that owner review held answers its Review with 202, on every face that has a status.
+  if (meta?.reviewable && result.ok && ctx.response && heldForReview(result.data as never)) ctx.response.status = 202;
+  return result;
 });
 
 export const keyProcedure = base.use(keyChecks);

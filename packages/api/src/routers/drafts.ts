@@ -1,6 +1,6 @@
 /** Drafts: save, read, change, list, delete, and send through the rules of POST /messages/send. */
 import { z } from 'zod';
-import { createDraft, deleteDraft, getDraft, heldForReview, listDrafts, sendDraft, updateDraft } from '@boxes/core';
+import { createDraft, deleteDraft, getDraft, listDrafts, sendDraft, updateDraft } from '@boxes/core';
 import {
   CreateDraftInput,
   DeleteDraftOutput,
@@ -124,8 +124,6 @@ export const draftsRouter = router({
     .input(DraftIdInput)
     .output(z.union([SendDraftOutput, Review]))
     .mutation(async ({ ctx, input }) => {
-      const out = await sendDraft(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input.id);
-      if (heldForReview(out) && ctx.response) ctx.response.status = 202;
-      return out;
+      return sendDraft(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope }, input.id);
     }),
 });

@@ -84,10 +84,7 @@ export const messagesRouter = router({
       // The checks are collected only for an enrolled account: the send path stays as lean as before otherwise.
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await sendMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
-      if (heldForReview(out)) {
-        if (ctx.response) ctx.response.status = 202;
-        return out;
-      }
+      if (heldForReview(out)) return out;
       return checks
         ? withEvidence(ctx, out, { capability: 'messages.send', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) })
         : out;
@@ -122,10 +119,7 @@ export const messagesRouter = router({
     .mutation(async ({ ctx, input }) => {
       const checks = ctx.account.evidenceEnrolledAt ? keyChecks(ctx, 'send') : undefined;
       const out = await replyToMessage(ctx.svc, { account: ctx.account, key: ctx.key, boxScope: ctx.boxScope, ...(checks ? { checks } : {}) }, input);
-      if (heldForReview(out)) {
-        if (ctx.response) ctx.response.status = 202;
-        return out;
-      }
+      if (heldForReview(out)) return out;
       return checks
         ? withEvidence(ctx, out, { capability: 'messages.reply', checks, idempotencyKey: input.idempotency_key, next: bundleStep(ctx.svc, out.message_id) })
         : out;
