@@ -20,7 +20,7 @@ import {
   type Services,
   type WebhookDeps,
 } from '@boxes/core';
-import { rows as sqlRows, sql, tbl } from '@boxes/db';
+import { poolRows as sqlRows, sql, tbl } from '@boxes/db';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { listenForever, logQueueError } from './outage';
