@@ -69,9 +69,95 @@ export interface Listener {
   close(): Promise<void>;
 }
 
+type Subscriber = { channel: string; onNotify: (payload: string) => void; onReconnect: () => void };
+
+/** The LISTEN connection to one database, shared by every listener of this process on it. */
+interface Hub {
+  url: string;
+  log: Logger;
+  subscribers: Set<Subscriber>;
+  client: pg.Client | null;
+  /** The channels the current connection LISTENs on. */
+  listening: Set<string>;
+  /** Changes to the connection run one after the other. */
+  queue: Promise<unknown>;
+  retryTimer: NodeJS.Timeout | null;
+  delay: number;
+}
+const hubs = new Map<string, Hub>();
+
+function runInHub<T>(hub: Hub, op: () => Promise<T>): Promise<T> {
+  const next = hub.queue.then(op, op);
+  hub.queue = next.catch(() => undefined);
+  return next;
+}
+
+/** Connects and LISTENs on every channel subscribed to (the hub's queue runs it). */
+async function connectHub(hub: Hub): Promise<void> {
+  const c = new pg.Client({ connectionString: hub.url, connectionTimeoutMillis: 5000 });
+  let broken = false;
+  const onBroken = (err?: Error) => {
+    if (broken) return;
+    broken = true;
+    c.end().catch(() => undefined);
+    if (hub.client !== c) return;
+    hub.client = null;
+    hub.listening = new Set();
+    if (!hub.subscribers.size) return;
+    if (err)
+      hub.log.warn(
+        { err: err.message, channels: [...new Set([...hub.subscribers].map((s) => s.channel))] },
+        'event listener lost its connection; reconnecting',
+      );
+    scheduleReconnect(hub);
+  };
+  c.on('error', onBroken);
+  c.on('end', () => onBroken());
+  c.on('notification', (msg) => {
+    if (!msg.payload) return;
+    for (const s of hub.subscribers) if (s.channel === msg.channel) s.onNotify(msg.payload);
+  });
+  try {
+    await c.connect();
+    const channels = [...new Set([...hub.subscribers].map((s) => s.channel))];
+    if (channels.length) await c.query(channels.map((ch) => `LISTEN ${ch}`).join('; '));
+    if (!hub.subscribers.size) {
+      await c.end().catch(() => undefined);
+      return;
+    }
+    hub.client = c;
+    hub.listening = new Set(channels);
+    hub.delay = 100;
+  } catch (err) {
+    broken = true;
+    c.end().catch(() => undefined);
+    throw err;
+  }
+}
+
+function scheduleReconnect(hub: Hub): void {
+  if (hub.retryTimer || !hub.subscribers.size) return;
+  hub.retryTimer = setTimeout(() => {
+    hub.retryTimer = null;
+    runInHub(hub, async () => {
+      if (hub.client || !hub.subscribers.size) return;
+      await connectHub(hub);
+      // Notifications sent while the connection was down are lost: each listener picks up what it missed.
+      for (const s of hub.subscribers) s.onReconnect();
+    }).catch(() => {
+      hub.delay = Math.min(hub.delay * 2, 5000);
+      scheduleReconnect(hub);
+    });
+  }, hub.delay);
+  hub.retryTimer.unref();
+}
+
 /**
  * LISTEN on a channel for as long as the worker runs: when the connection breaks (PostgreSQL restarted) it
  * reconnects, backing off up to 5 s, and calls onReconnect so the caller can pick up notifications it missed.
+ * The listeners of a process share one connection per database (the push engine's wake-ups and the billing
+ * notices): PostgreSQL wakes every listening connection of the database on every NOTIFY, whatever its channel,
+ * so each connection more costs the server a wake-up per event appended anywhere.
  */
 export async function listenForever(opts: {
   /**
@@ -84,60 +170,53 @@ export async function listenForever(opts: {
   onNotify: (payload: string) => void;
   onReconnect: () => void;
 }): Promise<Listener> {
-  let closed = false;
-  let client: pg.Client | null = null;
-  let retryTimer: NodeJS.Timeout | null = null;
-  let delay = 100;
-
-  const connect = async (): Promise<void> => {
-    const c = new pg.Client({ connectionString: opts.databaseUrl, connectionTimeoutMillis: 5000 });
-    let broken = false;
-    const onBroken = (err?: Error) => {
-      if (broken) return;
-      broken = true;
-      if (client === c) client = null;
-      c.end().catch(() => undefined);
-      if (closed) return;
-      if (err) opts.log.warn({ err: err.message, channel: opts.channel }, 'event listener lost its connection; reconnecting');
-      schedule(true);
+  let hub = hubs.get(opts.databaseUrl);
+  if (!hub) {
+    hub = {
+      url: opts.databaseUrl,
+      log: opts.log,
+      subscribers: new Set(),
+      client: null,
+      listening: new Set(),
+      queue: Promise.resolve(),
+      retryTimer: null,
+      delay: 100,
     };
-    c.on('error', onBroken);
-    c.on('end', () => onBroken());
-    c.on('notification', (msg) => {
-      if (msg.channel === opts.channel && msg.payload) opts.onNotify(msg.payload);
+    hubs.set(opts.databaseUrl, hub);
+  }
+  const h = hub;
+  const sub: Subscriber = { channel: opts.channel, onNotify: opts.onNotify, onReconnect: opts.onReconnect };
+  const leave = async () => {
+    h.subscribers.delete(sub);
+    if (h.subscribers.size) return;
+    if (hubs.get(h.url) === h) hubs.delete(h.url);
+    if (h.retryTimer) clearTimeout(h.retryTimer);
+    h.retryTimer = null;
+    const c = h.client;
+    h.client = null;
+    await c?.end().catch(() => undefined);
+  };
+  h.subscribers.add(sub);
+  try {
+    await runInHub(h, async () => {
+      if (!h.client) {
+        // Not connected: connect now, unless a reconnect is already scheduled (it LISTENs on this channel too).
+        if (!h.retryTimer) await connectHub(h);
+      } else if (!h.listening.has(opts.channel)) {
+        await h.client.query(`LISTEN ${opts.channel}`);
+        h.listening.add(opts.channel);
+      }
     });
-    await c.connect();
-    await c.query(`LISTEN ${opts.channel}`);
-    if (closed) {
-      await c.end().catch(() => undefined);
-      return;
-    }
-    client = c;
-    delay = 100;
-  };
-
-  const schedule = (reconnecting: boolean) => {
-    if (closed || retryTimer) return;
-    retryTimer = setTimeout(() => {
-      retryTimer = null;
-      connect()
-        .then(() => {
-          if (reconnecting && !closed) opts.onReconnect();
-        })
-        .catch(() => {
-          delay = Math.min(delay * 2, 5000);
-          schedule(reconnecting);
-        });
-    }, delay);
-    retryTimer.unref();
-  };
-
-  await connect();
+  } catch (err) {
+    await runInHub(h, leave);
+    throw err;
+  }
+  let closed = false;
   return {
     async close() {
+      if (closed) return;
       closed = true;
-      if (retryTimer) clearTimeout(retryTimer);
-      await client?.end().catch(() => undefined);
+      await runInHub(h, leave);
     },
   };
 }

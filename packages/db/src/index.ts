@@ -28,7 +28,7 @@ export {
   type Column,
   type TableRefs,
 } from './sql';
-export type { Insertable, RawBuilder } from 'kysely';
+export type { CompiledQuery, Insertable, RawBuilder } from 'kysely';
 export type {
   Account,
   SignupIntent,

@@ -102,10 +102,11 @@ const POOL_TYPES = {
  * statement against 0.03 to 0.05 ms on the 2-core bench machine). Rows come back as pg reads them with the
  * parsers above: the same values as rows() for text, integers, bigint, booleans, bytea, date, timestamptz and
  * json columns (not for numeric, which Prisma reads as a Decimal, nor timestamp without time zone: the schema
- * has neither). Without a pool of ours (a client made elsewhere), it is rows().
+ * has neither). Without a pool of ours (a client made elsewhere, or a transaction's client: its statements must
+ * run on the transaction's connection), it is rows().
  */
-export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]> {
-  const pool = poolOf(db);
+export async function poolRows<R>(db: Db | SqlClient, statement: Statement<R>): Promise<R[]> {
+  const pool = poolOf(db as Db);
   if (!pool) return rows(db, statement);
   const c = compile(statement);
   const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES });

@@ -1,5 +1,5 @@
 /** Publishing an account's events to its MQTT topic, in order, from the account's MQTT cursor. */
-import { exec, k } from '@boxes/db';
+import { k, poolRows } from '@boxes/db';
 import type { Services } from '../shared/context';
 import { eventPayload, readPushDue, type PushStream } from '../webhooks/dispatch';
 import { mqttTopic } from './certificates';
@@ -21,7 +21,7 @@ export function mqttStream(svc: Services, publish: PublishFn, accountId: string)
   let stored = 0;
   const flush = async () => {
     if (cursor === null || cursor === stored) return;
-    await exec(svc.db, k.updateTable('accounts').set({ mqtt_cursor: cursor }).where('id', '=', accountId).where('mqtt_cursor', '=', stored));
+    await poolRows(svc.db, k.updateTable('accounts').set({ mqtt_cursor: cursor }).where('id', '=', accountId).where('mqtt_cursor', '=', stored));
     stored = cursor;
   };
   const drain = async () => {

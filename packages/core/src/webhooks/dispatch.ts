@@ -9,13 +9,13 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { WEBHOOK_MAX_ATTEMPTS } from '@boxes/jobs';
 import type { Event, Prisma } from '@boxes/db';
-import { k, rows, sql, tbl } from '@boxes/db';
+import { k, poolRows, rows, sql, tbl, type CompiledQuery } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { toApiEvent } from '../events/read';
 import type { Services } from '../shared/context';
 import { open } from '../shared/crypto';
 import { newId } from '../shared/ids';
-import { secretsOf, signatureHeaders, signingSecrets } from './secret';
+import { secretsOf, signatureHeaders, signingSecrets, type SigningSecrets } from './secret';
 import { readFileSync } from 'node:fs';
 import { type guardedLookup, guardedLookup as guardedLookupImpl } from './url-guard';
 import type { WebhookDeliveryStatus } from '@boxes/schemas';
@@ -205,25 +205,33 @@ export function readPushDue(
   return done;
 }
 
-function readDueBatch(svc: Services, batch: DueBatch): void {
-  const reqs = [...batch.values()];
+/** readDueBatch's statement, compiled once: its parameters are the requests' account ids, channels, afters and limits. */
+let readDueStatement: CompiledQuery<PushDueRow> | undefined;
+function readDue(): CompiledQuery<PushDueRow> {
+  if (readDueStatement) return readDueStatement;
   const a = tbl('accounts', 'a');
   const c = tbl('iot_credentials', 'c');
   const ev = tbl('events');
   const cursorColumn = sql<number>`CASE WHEN r.ch = 'webhook' THEN ${a.webhook_cursor} ELSE ${a.mqtt_cursor} END`;
-  rows(
-    svc.db,
-    sql<PushDueRow>`
+  readDueStatement = sql<PushDueRow>`
     SELECT r.i::int AS i, ${a.callback_webhook}, ${cursorColumn} AS cursor, ${a.webhook_attempts}, ${a.webhook_next_attempt_at}, ${a.chain_seq},
       ${a.webhook_secret_enc}, ${a.webhook_secret_prev_enc}, ${a.webhook_secret_prev_until},
       EXISTS (SELECT 1 FROM ${c.$} WHERE ${c.account_id} = ${a.id} AND ${c.revoked_at} IS NULL) AS mqtt_live,
       COALESCE((SELECT json_agg(e ORDER BY e.seq) FROM (
         SELECT ${ev.id}, ${ev.account_id}, ${ev.seq}, ${ev.type}, ${ev.box_id}, ${ev.data}, ${ev.created_at}, ${ev.prev_hash}, ${ev.hash} FROM ${ev.$}
         WHERE ${ev.account_id} = ${a.id} AND ${ev.seq} > COALESCE(r.after, ${cursorColumn}) ORDER BY ${ev.seq} LIMIT r.lim) e), '[]'::json) AS events
-    FROM unnest(${reqs.map((x) => x.req.accountId)}::text[], ${reqs.map((x) => x.req.channel)}::text[], ${reqs.map((x) => x.req.after)}::int[],
-      ${reqs.map((x) => x.req.limit)}::int[]) WITH ORDINALITY AS r(id, ch, after, lim, i)
-    JOIN ${a.$} ON ${a.id} = r.id`,
-  ).then(
+    FROM unnest(${[]}::text[], ${[]}::text[], ${[]}::int[], ${[]}::int[]) WITH ORDINALITY AS r(id, ch, after, lim, i)
+    JOIN ${a.$} ON ${a.id} = r.id`.compile(k);
+  return readDueStatement;
+}
+
+function readDueBatch(svc: Services, batch: DueBatch): void {
+  const reqs = [...batch.values()];
+  // On the pg pool (poolRows): one of these per wake-up, where Prisma's client cost more than the statement's own client side.
+  poolRows<PushDueRow>(svc.db, {
+    ...readDue(),
+    parameters: [reqs.map((x) => x.req.accountId), reqs.map((x) => x.req.channel), reqs.map((x) => x.req.after), reqs.map((x) => x.req.limit)],
+  }).then(
     (found) => {
       const byIndex = new Map(found.map((r) => [r.i, r]));
       reqs.forEach((x, n) => {
@@ -279,6 +287,8 @@ export function webhookStream(svc: Services, deps: WebhookDeps, accountId: strin
   let stored = 0;
   let pending: (Omit<Prisma.WebhookDeliveryCreateManyInput, 'accountId' | 'status'> & { status: WebhookDeliveryStatus })[] = [];
   let clearKey = false;
+  /** The signing secrets last opened, under the sealed columns they were opened from. */
+  let opened: { sealed: string | null; secrets: SigningSecrets } | null = null;
   const flush = async () => {
     if (cursor === null || (cursor === stored && !pending.length && !clearKey)) return;
     const logged = pending.map((d) => ({
@@ -296,7 +306,7 @@ export function webhookStream(svc: Services, deps: WebhookDeps, accountId: strin
     const acc = tbl('accounts');
     const wd = tbl('webhook_deliveries');
     const si = tbl('signup_intents');
-    await rows(
+    await poolRows(
       svc.db,
       sql<{ done: number }>`
       WITH acc AS (
@@ -335,13 +345,29 @@ export function webhookStream(svc: Services, deps: WebhookDeps, accountId: strin
       // A batch of what is due, with the account state and the secrets read once for all of it.
       const events = a.events;
       if (!events.length || events[0]!.seq !== cursor + 1) return;
-      const secrets = a.webhook_secret_enc
-        ? secretsOf(svc, {
-            webhookSecretEnc: a.webhook_secret_enc,
-            webhookSecretPrevEnc: a.webhook_secret_prev_enc,
-            webhookSecretPrevUntil: a.webhook_secret_prev_until,
-          })
-        : await signingSecrets(svc, accountId);
+      // The secrets are opened once per drainer, again only when their sealed columns (or the previous one's
+      // liveness) differ from what they were opened from.
+      const sealed = a.webhook_secret_enc
+        ? [
+            a.webhook_secret_enc,
+            a.webhook_secret_prev_enc,
+            a.webhook_secret_prev_until?.getTime(),
+            (a.webhook_secret_prev_until?.getTime() ?? 0) > Date.now(),
+          ].join('\n')
+        : null;
+      if (sealed === null || opened?.sealed !== sealed) {
+        opened = {
+          sealed,
+          secrets: a.webhook_secret_enc
+            ? secretsOf(svc, {
+                webhookSecretEnc: a.webhook_secret_enc,
+                webhookSecretPrevEnc: a.webhook_secret_prev_enc,
+                webhookSecretPrevUntil: a.webhook_secret_prev_until,
+              })
+            : await signingSecrets(svc, accountId),
+        };
+      }
+      const secrets = opened.secrets;
       let failedBefore = a.webhook_attempts;
       for (const event of events) {
         if (deps.stopping?.()) return flush();

@@ -6,7 +6,7 @@
  *   "<id>.<t>.<body>" keyed by the base64-decoded part after whsec_>")
  * After a rotation the previous secret stays valid for 24 hours: each header then carries a signature under both.
  */
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHmac, createSecretKey, type KeyObject, randomBytes } from 'node:crypto';
 import type { Db } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import type { Services } from '../shared/context';
@@ -95,15 +95,28 @@ export async function rotateWebhookSecret(svc: Services, accountId: string, acto
   return { signing_secret: next, previous_secret_valid_until: until.toISOString(), scheme: SCHEME_DESCRIPTION };
 }
 
+/** The HMAC keys of a set of secrets (both schemes), made once per set: a drain signs many events with one. */
+const signingKeys = new WeakMap<SigningSecrets, { boxes: KeyObject[]; standard: KeyObject[] }>();
+
+function keysOf(secrets: SigningSecrets): { boxes: KeyObject[]; standard: KeyObject[] } {
+  let keys = signingKeys.get(secrets);
+  if (!keys) {
+    const all = [secrets.current, ...(secrets.previous ? [secrets.previous] : [])];
+    keys = {
+      boxes: all.map((s) => createSecretKey(Buffer.from(s, 'utf8'))),
+      standard: all.map((s) => createSecretKey(Buffer.from(s.replace(/^whsec_/, ''), 'base64'))),
+    };
+    signingKeys.set(secrets, keys);
+  }
+  return keys;
+}
+
 /** The headers of one delivery of `body` (the event JSON) signed with every live secret. */
 export function signatureHeaders(secrets: SigningSecrets, eventId: string, body: string, now = new Date()): Record<string, string> {
   const t = Math.floor(now.getTime() / 1000);
-  const all = [secrets.current, ...(secrets.previous ? [secrets.previous] : [])];
-  const boxes = all.map((s) => `v1=${createHmac('sha256', s).update(`${t}.${body}`).digest('hex')}`);
-  const standard = all.map((s) => {
-    const key = Buffer.from(s.replace(/^whsec_/, ''), 'base64');
-    return `v1,${createHmac('sha256', key).update(`${eventId}.${t}.${body}`).digest('base64')}`;
-  });
+  const keys = keysOf(secrets);
+  const boxes = keys.boxes.map((key) => `v1=${createHmac('sha256', key).update(`${t}.${body}`).digest('hex')}`);
+  const standard = keys.standard.map((key) => `v1,${createHmac('sha256', key).update(`${eventId}.${t}.${body}`).digest('base64')}`);
   return {
     'x-boxes-signature': [`t=${t}`, ...boxes].join(','),
     'webhook-id': eventId,

@@ -6,6 +6,7 @@
  * addresses, so a name that later resolves to a private address is refused too.
  */
 import { promises as dns, type LookupAddress } from 'node:dns';
+import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { AppError } from '../shared/errors';
 
@@ -76,22 +77,29 @@ export function guardedLookup(opts: UrlGuardOptions) {
     callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
   ): void => {
     const all = typeof options === 'object' && options.all;
+    const check = (addresses: LookupAddress[]) => {
+      if (!opts.allowPrivate) {
+        const bad = addresses.find((a) => refusedRange(a.address));
+        if (bad) {
+          const err: NodeJS.ErrnoException = new Error(`${hostname} resolves to ${bad.address}, a ${refusedRange(bad.address)} address`);
+          err.code = 'EREFUSEDADDRESS';
+          return callback(err, all ? [] : '', 0);
+        }
+      }
+      if (all) return callback(null, addresses);
+      const first = addresses[0];
+      if (!first) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0);
+      callback(null, first.address, first.family);
+    };
+    // A literal address resolves to itself: checked as it is, without a trip through the resolver.
+    const family = isIP(hostname);
+    if (family) {
+      process.nextTick(check, [{ address: hostname, family }]);
+      return;
+    }
     dns
       .lookup(hostname, { all: true, verbatim: true })
-      .then((addresses) => {
-        if (!opts.allowPrivate) {
-          const bad = addresses.find((a) => refusedRange(a.address));
-          if (bad) {
-            const err: NodeJS.ErrnoException = new Error(`${hostname} resolves to ${bad.address}, a ${refusedRange(bad.address)} address`);
-            err.code = 'EREFUSEDADDRESS';
-            return callback(err, all ? [] : '', 0);
-          }
-        }
-        if (all) return callback(null, addresses);
-        const first = addresses[0];
-        if (!first) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0);
-        callback(null, first.address, first.family);
-      })
+      .then(check)
       .catch((err: NodeJS.ErrnoException) => callback(err, all ? [] : '', 0));
   };
 }
