@@ -4,7 +4,7 @@
  * broke mid-transaction from the pool, and runs the whole function again in Prisma's $transaction when asked to.
  */
 import { describe, expect, it } from 'vitest';
-import { poolOf, type Db } from './client';
+import { closeDb, createDb, poolOf, type Db } from './client';
 import { exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
 import { admin, templateDatabase } from './template-database';
 
@@ -174,6 +174,18 @@ describe('poolTransaction', () => {
     expect(await poolRows(db, { ...byId, parameters: ['acct_ptx_n1'] })).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
     // Outside the pool (Prisma's client) the same statement runs as any other.
     expect(await rows(db, { ...byId, parameters: ['acct_ptx_n1'] })).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
+    // A pool made without namedStatements (one that may sit behind a transaction pooler) names nothing.
+    const plain = createDb(poolOf(db)!.options.connectionString!, { max: 1 });
+    try {
+      const names = await poolTransaction(plain, async (c) => {
+        await rows(c, sql`SELECT 1 AS one`);
+        expect(await rows(c, { ...byId, parameters: ['acct_ptx_n1'] })).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
+        return rows(c, named);
+      });
+      expect(names).toEqual([]);
+    } finally {
+      await closeDb(plain);
+    }
   });
 
   it('PrismaTransactionNeeded rolls back and runs fn again in a Prisma transaction, where prismaTx answers it', async () => {

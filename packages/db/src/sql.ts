@@ -35,7 +35,7 @@ import {
   sql,
 } from 'kysely';
 import pg from 'pg';
-import { type Db, poolOf, type Tx } from './client';
+import { type Db, namesStatements, poolOf, type Tx } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';
@@ -108,7 +108,8 @@ export async function poolRows<R>(db: Db, statement: Statement<R>): Promise<R[]>
   const pool = poolOf(db);
   if (!pool) return rows(db, statement);
   const c = compile(statement);
-  const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES, name: preparedNames.get(c.sql) });
+  const name = namesStatements(pool) ? preparedNames.get(c.sql) : undefined;
+  const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES, name });
   return result.rows as R[];
 }
 
@@ -118,8 +119,8 @@ const preparedNames = new Map<string, string>();
 const MAX_PREPARED = 256;
 
 /**
- * Marks a statement's text to run as a named prepared statement wherever it runs on the pool (poolRows, a
- * poolTransaction): each connection parses it once and reuses it, where an unnamed statement is parsed,
+ * Marks a statement's text to run as a named prepared statement wherever it runs on a pool made with
+ * namedStatements (poolRows, a poolTransaction; client.ts createDb): each connection parses it once and reuses it, where an unnamed statement is parsed,
  * analysed and planned again on every run (for the hot paths' large statements, a good part of PostgreSQL's
  * CPU for them). Only for texts that repeat: a text whose values are parameters, one of a few shapes, never one
  * with values written into it. Its result columns must not depend on the tables' columns as they stand (no
@@ -182,6 +183,8 @@ class PoolTransaction implements SqlClient {
     /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
     private readonly expires: number,
     private readonly timeout: number,
+    /** Whether prepared() texts run named on this connection (its pool's namedStatements). */
+    private readonly named: boolean,
   ) {}
 
   /** Past its timeout, a transaction runs no further statement and does not commit (it is rolled back). */
@@ -203,7 +206,7 @@ class PoolTransaction implements SqlClient {
       }
       await this.client.query('BEGIN');
     }
-    return this.client.query({ text, values, types: POOL_TYPES, name: preparedNames.get(text) });
+    return this.client.query({ text, values, types: POOL_TYPES, name: this.named ? preparedNames.get(text) : undefined });
   }
 
   async $queryRawUnsafe<T = unknown>(text: string, ...values: unknown[]): Promise<T> {
@@ -253,7 +256,7 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   if (!pool) return db.$transaction((tx) => fn(tx), options);
   const client = await pool.connect();
   const timeout = options?.timeout ?? PRISMA_TX_TIMEOUT_MS;
-  const c = new PoolTransaction(client, performance.now() + timeout, timeout);
+  const c = new PoolTransaction(client, performance.now() + timeout, timeout, namesStatements(pool));
   let out: T;
   try {
     out = await fn(c);
