@@ -95,7 +95,8 @@ export async function startRuntime(config: Config, opts: RuntimeOptions): Promis
     opts.dns === false ? null : import('@boxes/dns'),
   ]);
   const log = opts.log ?? createLogger(config.logLevel);
-  const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20 });
+  // Named prepared statements only on PostgreSQL's own sessions: not through a transaction pooler (DIRECT_DATABASE_URL set apart).
+  const db = createDb(config.databaseUrl, { max: opts.dbPoolSize ?? 20, namedStatements: config.databaseUrl === config.directDatabaseUrl });
   // Connections that requests wait on fail fast while Redis is away (503, or the sweeper enqueues later).
   const redis = createCommandRedis(config, { failFast: true });
   // A connection's 'error' is Redis unreachable (it reconnects by itself; requests answer 503 meanwhile): a

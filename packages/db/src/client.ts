@@ -9,11 +9,20 @@ export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
 export type DbClient = Db | Tx;
 
 const pools = new WeakMap<Db, pg.Pool>();
+/** The pools that run prepared() texts as named statements (createDb's namedStatements). */
+const namingPools = new WeakSet<pg.Pool>();
 
 /** How long a query waits for a new connection to PostgreSQL before it fails (503 at the edges), in ms. */
 export const DB_CONNECT_TIMEOUT_MS = 5000;
 
-export function createDb(databaseUrl: string, options: { max?: number } = {}): Db {
+/**
+ * options.namedStatements: the pool's connections are PostgreSQL's own sessions (databaseUrl is PostgreSQL itself,
+ * not a transaction pooler), so statements marked prepared() may run as named prepared statements on them (sql.ts).
+ * Behind PgBouncer in transaction mode a named statement parsed on one server connection is unknown on the next
+ * (before PgBouncer 1.21), so a pool that may go through one leaves it off (the default): every statement then
+ * runs unnamed.
+ */
+export function createDb(databaseUrl: string, options: { max?: number; namedStatements?: boolean } = {}): Db {
   // allowExitOnIdle: a process whose work is done exits even if the client was not disconnected. A bounded
   // connect: an unreachable server fails the query instead of holding the request.
   const pool = new pg.Pool({ connectionString: databaseUrl, max: options.max ?? 10, allowExitOnIdle: true, connectionTimeoutMillis: DB_CONNECT_TIMEOUT_MS });
@@ -22,6 +31,7 @@ export function createDb(databaseUrl: string, options: { max?: number } = {}): D
   // the next query opens a new connection or reports the failure itself.
   pool.on('error', () => undefined);
   quietWhileCheckedOut(pool);
+  if (options.namedStatements) namingPools.add(pool);
   const db = new PrismaClient({ adapter: new PrismaPg(pool) });
   pools.set(db, pool);
   return db;
@@ -30,6 +40,11 @@ export function createDb(databaseUrl: string, options: { max?: number } = {}): D
 /** The pg pool under a client (its size and waiting clients are reported on /metrics). */
 export function poolOf(db: Db): pg.Pool | undefined {
   return pools.get(db);
+}
+
+/** Whether the pool runs prepared() texts as named statements (createDb's namedStatements). */
+export function namesStatements(pool: pg.Pool): boolean {
+  return namingPools.has(pool);
 }
 
 /** Disconnects the client and ends its pool (the adapter does not end a pool it was given). */

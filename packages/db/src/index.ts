@@ -14,6 +14,7 @@ export {
   rows,
   poolRows,
   poolTransaction,
+  prepared,
   prismaTx,
   PrismaTransactionNeeded,
   type SqlClient,

@@ -4,8 +4,8 @@
  * broke mid-transaction from the pool, and runs the whole function again in Prisma's $transaction when asked to.
  */
 import { describe, expect, it } from 'vitest';
-import { poolOf, type Db } from './client';
-import { exec, k, poolTransaction, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
+import { closeDb, createDb, poolOf, type Db } from './client';
+import { exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
 import { admin, templateDatabase } from './template-database';
 
 let db: Db;
@@ -150,6 +150,42 @@ describe('poolTransaction', () => {
     expect(await accountIds('acct_ptx_t')).toEqual([]);
     await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_t4', 1n), { timeout: 10_000 });
     expect(await accountIds('acct_ptx_t')).toEqual(['acct_ptx_t4']);
+  });
+
+  it('a prepared() text runs as a named prepared statement on the connection, parsed once, the same rows; it survives a rollback', async () => {
+    await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_n1', 7n));
+    const byId = prepared(k.selectFrom('accounts').select(['id', 'balance_micros']).where('id', '=', sql.raw<string>('$1')));
+    const named = sql<{ name: string; statement: string }>`SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'boxes\_%'`;
+    const seen = await poolTransaction(db, async (c) => {
+      const first = await rows(c, { ...byId, parameters: ['acct_ptx_n1'] });
+      const second = await rows(c, { ...byId, parameters: ['acct_ptx_n1'] });
+      expect(first).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
+      expect(second).toEqual(first);
+      return rows(c, named);
+    });
+    expect(seen.filter((s) => s.statement === byId.sql)).toHaveLength(1);
+    // Prepared statements outlive the transaction that made them, rolled back or not: the same text runs again.
+    await expect(
+      poolTransaction(db, async (c) => {
+        await rows(c, { ...byId, parameters: ['acct_ptx_n1'] });
+        throw new Error('undone');
+      }),
+    ).rejects.toThrow('undone');
+    expect(await poolRows(db, { ...byId, parameters: ['acct_ptx_n1'] })).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
+    // Outside the pool (Prisma's client) the same statement runs as any other.
+    expect(await rows(db, { ...byId, parameters: ['acct_ptx_n1'] })).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
+    // A pool made without namedStatements (one that may sit behind a transaction pooler) names nothing.
+    const plain = createDb(poolOf(db)!.options.connectionString!, { max: 1 });
+    try {
+      const names = await poolTransaction(plain, async (c) => {
+        await rows(c, sql`SELECT 1 AS one`);
+        expect(await rows(c, { ...byId, parameters: ['acct_ptx_n1'] })).toEqual([{ id: 'acct_ptx_n1', balance_micros: 7n }]);
+        return rows(c, named);
+      });
+      expect(names).toEqual([]);
+    } finally {
+      await closeDb(plain);
+    }
   });
 
   it('PrismaTransactionNeeded rolls back and runs fn again in a Prisma transaction, where prismaTx answers it', async () => {

@@ -35,7 +35,7 @@ import {
   sql,
 } from 'kysely';
 import pg from 'pg';
-import { type Db, poolOf, type Tx } from './client';
+import { type Db, namesStatements, poolOf, type Tx } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';
@@ -109,8 +109,29 @@ export async function poolRows<R>(db: Db | SqlClient, statement: Statement<R>): 
   const pool = poolOf(db as Db);
   if (!pool) return rows(db, statement);
   const c = compile(statement);
-  const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES });
+  const name = namesStatements(pool) ? preparedNames.get(c.sql) : undefined;
+  const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES, name });
   return result.rows as R[];
+}
+
+/** The texts run as named prepared statements on the pool's connections (prepared()), with their names. */
+const preparedNames = new Map<string, string>();
+/** At most this many texts are named; past it a statement runs unnamed, as any other. */
+const MAX_PREPARED = 256;
+
+/**
+ * Marks a statement's text to run as a named prepared statement wherever it runs on a pool made with
+ * namedStatements (poolRows, a poolTransaction; client.ts createDb): each connection parses it once and reuses it, where an unnamed statement is parsed,
+ * analysed and planned again on every run (for the hot paths' large statements, a good part of PostgreSQL's
+ * CPU for them). Only for texts that repeat: a text whose values are parameters, one of a few shapes, never one
+ * with values written into it. Its result columns must not depend on the tables' columns as they stand (no
+ * `*`): a column added by a migration while a process runs would otherwise change a prepared statement's
+ * result, which PostgreSQL refuses. Answers the statement compiled. Elsewhere (Prisma's client) it runs as usual.
+ */
+export function prepared<R>(statement: Statement<R>): CompiledQuery<R> {
+  const c = compile(statement);
+  if (!preparedNames.has(c.sql) && preparedNames.size < MAX_PREPARED) preparedNames.set(c.sql, `boxes_${preparedNames.size + 1}`);
+  return c;
 }
 
 /**
@@ -163,6 +184,8 @@ class PoolTransaction implements SqlClient {
     /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
     private readonly expires: number,
     private readonly timeout: number,
+    /** Whether prepared() texts run named on this connection (its pool's namedStatements). */
+    private readonly named: boolean,
   ) {}
 
   /** Past its timeout, a transaction runs no further statement and does not commit (it is rolled back). */
@@ -184,7 +207,7 @@ class PoolTransaction implements SqlClient {
       }
       await this.client.query('BEGIN');
     }
-    return this.client.query({ text, values, types: POOL_TYPES });
+    return this.client.query({ text, values, types: POOL_TYPES, name: this.named ? preparedNames.get(text) : undefined });
   }
 
   async $queryRawUnsafe<T = unknown>(text: string, ...values: unknown[]): Promise<T> {
@@ -234,7 +257,7 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   if (!pool) return db.$transaction((tx) => fn(tx), options);
   const client = await pool.connect();
   const timeout = options?.timeout ?? PRISMA_TX_TIMEOUT_MS;
-  const c = new PoolTransaction(client, performance.now() + timeout, timeout);
+  const c = new PoolTransaction(client, performance.now() + timeout, timeout, namesStatements(pool));
   let out: T;
   try {
     out = await fn(c);

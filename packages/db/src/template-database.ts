@@ -37,7 +37,7 @@ export function templateDatabase(tag: string, use: (db: Db) => void): void {
   let db: Db | undefined;
   beforeAll(async () => {
     await admin((c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "boxes_test_${runId}_template"`));
-    db = createDb(urlOf(name), { max: 2 });
+    db = createDb(urlOf(name), { max: 2, namedStatements: true });
     use(db);
   });
   afterAll(async () => {

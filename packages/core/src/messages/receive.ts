@@ -4,7 +4,7 @@
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
 import type { Box, SqlClient, Tx } from '@boxes/db';
-import { k, poolRows, poolTransaction, rows, sql } from '@boxes/db';
+import { k, poolRows, poolTransaction, prepared, rows, sql } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -68,7 +68,29 @@ const MX_RECIPIENTS_QUERY = k
     ),
   )
   .innerJoin('boxes as b', 'b.live_address', 'q.address')
-  .selectAll('b')
+  // Named, not b.*: the statement is prepared on each connection (see MX_RECIPIENTS), and a prepared statement's
+  // result may not change under it when a migration adds a column.
+  .select([
+    'b.id',
+    'b.account_id',
+    'b.domain_id',
+    'b.local_part',
+    'b.address',
+    'b.live_address',
+    'b.signature',
+    'b.is_primary',
+    'b.created_at',
+    'b.forwarding',
+    'b.receive_mode',
+    'b.require_verified_sender',
+    'b.spam_action',
+    'b.refused_count',
+    'b.refused_at',
+    'b.paused_at',
+    'b.paused_by',
+    'b.send_caps',
+    'b.review',
+  ])
   .select(sql<number>`q.i::int`.as('i'))
   .select(
     sql<ListedRow[] | null>`(SELECT json_agg(json_build_object('box_id', t.box_id, 'list', t.list, 'direction', t.direction, 'value', t.value, 'kind', t.kind))
@@ -79,7 +101,8 @@ const MX_RECIPIENTS_QUERY = k
   )
   // Only live domains are hosted (a live address implies it; checked anyway, in the same statement).
   .where(({ exists, selectFrom }) => exists(selectFrom('domains as d').select(sql.lit(1).as('one')).whereRef('d.live_name', '=', 'q.domain')));
-const MX_RECIPIENTS = MX_RECIPIENTS_QUERY.compile();
+// A prepared statement on each pool connection: parsed and planned once there, not on every batch of RCPTs.
+const MX_RECIPIENTS = prepared(MX_RECIPIENTS_QUERY);
 type MxRecipientRow = Awaited<ReturnType<(typeof MX_RECIPIENTS_QUERY)['executeTakeFirstOrThrow']>>;
 
 /**

@@ -17,7 +17,7 @@
  * Callers never make that choice. The rows in `locked` are moved to the state the write left them in, so a
  * caller writing in runs (inbound group commits) needs no second lock read.
  */
-import { exec, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient } from '@boxes/db';
+import { exec, prepared, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient } from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
 import { appendEvent, chainEvent, eventsInsert, EVENTS_CHANNEL, type EventRow } from '../events/append';
 import { lockAccountsCredit, type LockedAccount, type Posting } from '../credit/ledger';
@@ -210,7 +210,11 @@ export async function writeBatch(svc: Services, tx: SqlClient, batch: WriteBatch
   ctes.push(...(batch.also ?? []));
   if (ctes.length) {
     const notified = [...new Set(events.map((e) => e.account_id))];
-    await rows(tx, sql`WITH ${sql.join(ctes)} SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`);
+    const statement = sql`WITH ${sql.join(ctes)} SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`;
+    // Made of the writer's own fragments, its values all parameters, the statement is one of a few texts (by the
+    // CTEs present): prepared on each pool connection, so PostgreSQL parses and plans it once there. A caller's
+    // own CTEs may be anything: with them it runs unnamed.
+    await rows(tx, batch.also?.length ? statement : prepared(statement));
   }
   for (const [id, next] of moved) batch.locked.set(id, next);
   if (!general) return { events, attachmentIds };
