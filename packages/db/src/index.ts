@@ -14,6 +14,7 @@ export {
   rows,
   poolRows,
   poolTransaction,
+  beginTransaction,
   prismaTx,
   PrismaTransactionNeeded,
   type SqlClient,
