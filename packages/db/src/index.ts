@@ -15,6 +15,7 @@ export {
   poolRows,
   poolTransaction,
   prepared,
+  beginTransaction,
   prismaTx,
   PrismaTransactionNeeded,
   type SqlClient,

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { closeDb, createDb, poolOf, type Db } from './client';
-import { exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
+import { beginTransaction, exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
 import { admin, templateDatabase } from './template-database';
 
 let db: Db;
@@ -123,6 +123,32 @@ describe('poolTransaction', () => {
     expect(named).toEqual({ col$1: 'v', $1: 'acct_ptx_i1' });
     // No statement at all: nothing to commit.
     expect(await poolTransaction(db, async () => 'nothing')).toBe('nothing');
+  });
+
+  it('beginTransaction begins before the first statement: what follows is in the transaction, and a second call does nothing', async () => {
+    await insertAccount(db, 'acct_ptx_b1', 1n);
+    await expect(
+      poolTransaction(db, async (c) => {
+        await Promise.all([beginTransaction(c), rows(db, sql`SELECT 1`)]);
+        await beginTransaction(c);
+        // Sent without a BEGIN of its own: rolled back below only because the transaction had begun.
+        await exec(c, sql`UPDATE accounts SET human_email = ${'changed@example.com'} WHERE id = ${'acct_ptx_b1'}`);
+        throw new Error('after the write');
+      }),
+    ).rejects.toThrow('after the write');
+    const [after] = await rows(db, sql<{ human_email: string }>`SELECT human_email FROM accounts WHERE id = 'acct_ptx_b1'`);
+    expect(after!.human_email).toBe('acct_ptx_b1@example.com');
+    // Committed as any other; in Prisma's transaction it does nothing.
+    await poolTransaction(db, async (c) => {
+      await beginTransaction(c);
+      await exec(c, sql`UPDATE accounts SET balance_micros = 2 WHERE id = ${'acct_ptx_b1'}`);
+    });
+    await db.$transaction(async (tx) => {
+      await beginTransaction(tx);
+      await exec(tx, sql`UPDATE accounts SET balance_micros = balance_micros + 1 WHERE id = ${'acct_ptx_b1'}`);
+    });
+    const [bal] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_b1'`);
+    expect(bal!.balance_micros).toBe(3n);
   });
 
   it('a transaction past options.timeout is rolled back, as Prisma does: no statement after it expires, no COMMIT', async () => {

@@ -195,6 +195,15 @@ class PoolTransaction implements SqlClient {
     }
   }
 
+  /** Sends BEGIN now, on its own, unless the transaction has begun (see beginTransaction). */
+  async begin(): Promise<void> {
+    if (!this.open) throw new Error('poolTransaction: statement after the transaction ended');
+    this.checkExpired();
+    if (this.begun) return;
+    this.begun = true;
+    await this.client.query('BEGIN');
+  }
+
   private async query(text: string, values: unknown[]): Promise<pg.QueryResult> {
     if (!this.open) throw new Error('poolTransaction: statement after the transaction ended');
     this.checkExpired();
@@ -217,6 +226,14 @@ class PoolTransaction implements SqlClient {
   async $executeRawUnsafe(text: string, ...values: unknown[]): Promise<number> {
     return (await this.query(text, values)).rowCount ?? 0;
   }
+}
+
+/**
+ * Begins a poolTransaction's transaction now (BEGIN otherwise goes with its first statement), so that its round
+ * trip runs while the caller waits for something else; a no-op in Prisma's transaction, which has begun already.
+ */
+export async function beginTransaction(c: SqlClient): Promise<void> {
+  if (c instanceof PoolTransaction) await c.begin();
 }
 
 /** Prisma's default timeout of an interactive transaction, in ms. */

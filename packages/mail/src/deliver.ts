@@ -12,6 +12,8 @@ export interface SmtpDestination {
   /** Implicit TLS (smtps, port 465). Otherwise STARTTLS is used when offered. */
   secure?: boolean;
   auth?: { user: string; pass: string } | undefined;
+  /** Connections kept open to it at most (default: the sender's, 5); more than that many messages at once queue for one. */
+  maxConnections?: number | undefined;
 }
 
 /** The local address an SMTP connection is made from, and the HELO name it announces (a dedicated sending IP). */
@@ -103,7 +105,7 @@ export class SmtpSender {
     if (!t) {
       t = nodemailer.createTransport({
         pool: true,
-        maxConnections: this.opts.maxConnections ?? 5,
+        maxConnections: dest.maxConnections ?? this.opts.maxConnections ?? 5,
         maxMessages: 1000,
         host: dest.host,
         port: dest.port,

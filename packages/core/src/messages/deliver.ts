@@ -5,7 +5,7 @@
  * alone, so a repeated job does nothing.
  */
 import { createPrivateKey, type KeyObject } from 'node:crypto';
-import { k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
+import { beginTransaction, k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { open } from '../shared/crypto';
@@ -135,12 +135,22 @@ const RECORD_TX = { maxWait: 10_000, timeout: 20_000 };
  * The remote 250s of this process, recorded by group commit (shared/group-commit.ts): first the acceptances
  * of the whole batch in one statement committed on its own (no account lock), so the window in which a crash
  * makes a job send again is that round trip, not the wait for the accounts' chains; then the outcomes in one
- * transaction (markDeliveredMany). A job's promise settles once its delivery is recorded.
+ * transaction (markDeliveredMany), whose connection is taken and begun while the acceptances commit: its first
+ * statement is sent once they have (it claims the same rows). A job's promise settles once its delivery is recorded.
  */
 const recorderOf = (svc: Services) =>
   groupCommitOf<DeliveredOutcome, boolean>(svc, 'delivery_outcomes', async (items) => {
-    await acceptAll(svc, items);
-    const done = await poolTransaction(svc.db, (tx) => markDeliveredMany(svc, tx, items), RECORD_TX);
+    const accepting = acceptAll(svc, items);
+    // Awaited in the transaction; a failure before then is not an unhandled rejection.
+    accepting.catch(() => undefined);
+    const done = await poolTransaction(
+      svc.db,
+      async (tx) => {
+        await Promise.all([accepting, beginTransaction(tx)]);
+        return markDeliveredMany(svc, tx, items);
+      },
+      RECORD_TX,
+    );
     return items.map((o) => done.has(o.deliveryId));
   });
 
