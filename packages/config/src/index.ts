@@ -145,7 +145,7 @@ export const envSchema = z.object({
   MAIL_AUTH_FREE_FAILURES: z.coerce.number().int().min(0).default(3),
   /** The extra wait per failure after the free ones (ms; at most 5 steps). */
   MAIL_AUTH_DELAY_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
-  /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). */
+  /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). Each worker keeps up to `DELIVERY_CONCURRENCY` connections open to it (to an MX host, 5). */
   SMTP_RELAY_URL: z.url({ protocol: /^smtps?$/ }).optional(),
   /** Outbound: fixed routes for domains, domain=host:port[,...] (local testing without DNS). */
   SMTP_STATIC_ROUTES: z.string().optional(),
