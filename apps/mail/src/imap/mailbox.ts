@@ -196,9 +196,10 @@ export class SelectedMailbox {
   /**
    * Makes the messages of these entries available to message() (null: the body was reclaimed), reading what is
    * not cached. A client fetching one message after another gets the next ones read with it, and the batch
-   * after those read in the background while it is served.
+   * after those read in the background while it is served. Null when there is nothing to wait for (each message
+   * of a download is most often read ahead already: no promise made for it).
    */
-  async messages(svc: Services, targets: number[]): Promise<void> {
+  messages(svc: Services, targets: number[]): Promise<void> | null {
     let wanted = targets;
     if (targets.length === 1) {
       const i = targets[0]!;
@@ -207,7 +208,7 @@ export class SelectedMailbox {
       if (this.cache.has(this.entries[i]!.messageId)) {
         // Served from what was read ahead; a client moving on into the next block starts its reading.
         if (sequential) this.readAhead(svc, Math.floor(i / READ_AHEAD) + 1);
-        return;
+        return null;
       }
       if (sequential) {
         // Aligned blocks: the rest of the one holding i now (those before i were served), the next ones in the
@@ -219,6 +220,10 @@ export class SelectedMailbox {
         this.readAhead(svc, block + 1);
       }
     }
+    return this.loadTargets(svc, wanted, targets);
+  }
+
+  private async loadTargets(svc: Services, wanted: number[], targets: number[]): Promise<void> {
     await this.load(svc, wanted);
     // What was read ahead may have pushed out a target in a large round: read those again.
     const missing = targets.filter((i) => !this.cache.has(this.entries[i]!.messageId));

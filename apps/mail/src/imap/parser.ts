@@ -38,6 +38,7 @@ export type Frame =
   | { kind: 'too-big'; tag: string | null; message: string };
 
 const LITERAL_AT_END = /\{(\d{1,10})(\+)?\}$/;
+const CRLF = Buffer.from('\r\n');
 
 export class CommandFramer {
   /**
@@ -54,6 +55,9 @@ export class CommandFramer {
   /** Bytes still to drop (a too-big non-synchronizing literal being sent anyway), then the rest of its line. */
   private skip = 0;
   private discardLine = false;
+  /** arena[0, end), for searching (see crlfFrom). */
+  private filled: Buffer = Buffer.alloc(0);
+  private filledOf: Buffer | null = null;
 
   constructor(private readonly limits: { maxLine: number; maxLiteral: number }) {}
 
@@ -112,16 +116,20 @@ export class CommandFramer {
       this.consume(end + 2);
     }
     for (;;) {
-      const crlf = this.buf.indexOf('\r\n', this.lineStart);
+      const crlf = this.crlfFrom(this.lineStart);
       if (crlf === -1) {
-        if (this.buf.length - this.lineStart > this.limits.maxLine) return this.drop(this.tagOf(), 'Line too long');
+        if (this.end - this.start - this.lineStart > this.limits.maxLine) return this.drop(this.tagOf(), 'Line too long');
         return null;
       }
-      const tail = this.buf.subarray(Math.max(this.lineStart, crlf - 16), crlf).toString('latin1');
-      const m = LITERAL_AT_END.exec(tail);
+      // Most lines end without a literal: only one ending in "}" is looked at as text.
+      const m =
+        crlf > this.lineStart && this.arena[this.start + crlf - 1] === 0x7d
+          ? LITERAL_AT_END.exec(this.textOf(Math.max(this.lineStart, crlf - 16), crlf))
+          : null;
       if (!m) {
         // A copy: the arena is reused for what comes next, and a command's strings outlive that.
-        const bytes = Buffer.from(this.buf.subarray(0, crlf));
+        const bytes = Buffer.allocUnsafe(crlf);
+        this.arena.copy(bytes, 0, this.start, this.start + crlf);
         this.consume(crlf + 2);
         return { kind: 'command', bytes };
       }
@@ -146,6 +154,21 @@ export class CommandFramer {
       }
       this.lineStart = literalStart + size;
     }
+  }
+
+  /** Where the first CRLF at or after `from` (relative to buf) starts, or -1: read in the arena, no view made. */
+  private crlfFrom(from: number): number {
+    // A view of the arena up to `end` (beyond it lies stale input), made again only when either moved.
+    if (this.filledOf !== this.arena || this.filled.length !== this.end) {
+      this.filled = this.arena.subarray(0, this.end);
+      this.filledOf = this.arena;
+    }
+    const at = this.filled.indexOf(CRLF, this.start + from);
+    return at === -1 ? -1 : at - this.start;
+  }
+
+  private textOf(from: number, to: number): string {
+    return this.arena.toString('latin1', this.start + from, this.start + to);
   }
 
   private tagOf(): string | null {
