@@ -195,8 +195,10 @@ export class CommandFramer {
 const ATOM_END = new Set([0x20, 0x28, 0x29, 0x7b, 0x22, 0x0d, 0x0a]);
 
 class Reader {
-  pos = 0;
-  constructor(readonly buf: Buffer) {}
+  constructor(
+    readonly buf: Buffer,
+    public pos = 0,
+  ) {}
 
   get done(): boolean {
     return this.pos >= this.buf.length;
@@ -231,7 +233,7 @@ class Reader {
     }
     if (depth > 0 || quoted) throw new ParseError('Unterminated [ in an atom');
     if (this.pos === start) throw new ParseError(`Unexpected character ${JSON.stringify(String.fromCharCode(this.buf[this.pos] ?? 0))}`);
-    return this.buf.subarray(start, this.pos).toString('latin1');
+    return this.buf.toString('latin1', start, this.pos);
   }
 
   quoted(): Buffer {
@@ -295,10 +297,10 @@ const TAG = /^[!#$&'*,-.0-9:;<=>?@A-Z[^_`a-z|~\]]+$/;
 
 export function parseCommand(bytes: Buffer): Command {
   const sp = bytes.indexOf(0x20);
-  const tag = bytes.subarray(0, sp === -1 ? bytes.length : sp).toString('latin1');
+  const tag = bytes.toString('latin1', 0, sp === -1 ? bytes.length : sp);
   if (!tag || !TAG.test(tag) || tag.includes('+')) throw new ParseError('Missing or malformed tag');
   if (sp === -1) throw new ParseError('Missing command', tag);
-  const r = new Reader(bytes.subarray(sp + 1));
+  const r = new Reader(bytes, sp + 1);
   let name: string;
   try {
     name = r.atom().toUpperCase();
