@@ -200,18 +200,30 @@ async function startRemoteProfile(port: number): Promise<{ stop(file: string): P
     if (m.id !== undefined) waiting.get(m.id)?.(m.result);
     if (m.id !== undefined) waiting.delete(m.id);
   };
-  const post = (method: string) =>
+  const post = (method: string, params?: object) =>
     new Promise<unknown>((resolve) => {
       const id = ++next;
       waiting.set(id, resolve);
-      ws.send(JSON.stringify({ id, method }));
+      ws.send(JSON.stringify({ id, method, params }));
     });
   await post('Profiler.enable');
   await post('Profiler.start');
+  // BENCH_IMAP_HEAP_PROFILE=1: a sampling heap profile of the same sync beside it (<file>.heapprofile).
+  const heap = !!process.env.BENCH_IMAP_HEAP_PROFILE;
+  if (heap) {
+    await post('HeapProfiler.enable');
+    // Every allocation sampled, not only what is still live when it stops (a sync's garbage is the point).
+    await post('HeapProfiler.startSampling', { samplingInterval: 16384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+  }
   return {
     async stop(file) {
       const { profile } = (await post('Profiler.stop')) as { profile: unknown };
       fs.writeFileSync(file, JSON.stringify(profile));
+      if (heap) {
+        const sampled = (await post('HeapProfiler.stopSampling')) as { profile: unknown };
+        fs.writeFileSync(`${file}.heapprofile`, JSON.stringify(sampled.profile));
+        console.log(`  heap allocation profile of a Boxes sync (the mail process): ${file}.heapprofile`);
+      }
       ws.close();
       console.log(`  CPU profile of a Boxes sync (the mail process): ${file}`);
     },

@@ -29,8 +29,11 @@ import { uid } from './commands/uid';
 
 export type State = 'not-authenticated' | 'authenticated' | 'selected';
 
-/** A handler answers with the tagged OK's text (and code), or null when it wrote the completion itself. */
-export type Handler = (session: Session, cmd: Command, uid: boolean) => Promise<Done | null>;
+/**
+ * A handler answers with the tagged OK's text (and code), or null when it wrote the completion itself; at once
+ * when it had nothing to wait for (a download's FETCH of a message read ahead), else by a promise.
+ */
+export type Handler = (session: Session, cmd: Command, uid: boolean) => Done | null | Promise<Done | null>;
 
 export interface CommandSpec {
   states: State[];

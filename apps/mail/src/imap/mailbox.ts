@@ -34,11 +34,17 @@ interface Slab {
   live: number;
 }
 
-/** A cached message: sealed (in a slab, or a copy of its own) or already opened (drafts), parsed once used. */
+/**
+ * A cached message: sealed (bytes [at, at + size) of a slab, or a copy of its own) or already opened (drafts),
+ * parsed once used. A message in a slab has no Buffer of its own: the view is made when it is opened, so what
+ * the cache holds for it (and carries into old space, as it outlives the young generation) is this object alone.
+ */
 interface Kept {
-  bytes: Buffer;
-  sealed: boolean;
+  bytes: Buffer | null;
   slab: Slab | null;
+  at: number;
+  size: number;
+  sealed: boolean;
   parsed: ParsedMessage | null;
 }
 
@@ -196,9 +202,10 @@ export class SelectedMailbox {
   /**
    * Makes the messages of these entries available to message() (null: the body was reclaimed), reading what is
    * not cached. A client fetching one message after another gets the next ones read with it, and the batch
-   * after those read in the background while it is served.
+   * after those read in the background while it is served. Null when there is nothing to wait for (each message
+   * of a download is most often read ahead already: no promise made for it).
    */
-  async messages(svc: Services, targets: number[]): Promise<void> {
+  messages(svc: Services, targets: number[]): Promise<void> | null {
     let wanted = targets;
     if (targets.length === 1) {
       const i = targets[0]!;
@@ -207,7 +214,7 @@ export class SelectedMailbox {
       if (this.cache.has(this.entries[i]!.messageId)) {
         // Served from what was read ahead; a client moving on into the next block starts its reading.
         if (sequential) this.readAhead(svc, Math.floor(i / READ_AHEAD) + 1);
-        return;
+        return null;
       }
       if (sequential) {
         // Aligned blocks: the rest of the one holding i now (those before i were served), the next ones in the
@@ -219,6 +226,10 @@ export class SelectedMailbox {
         this.readAhead(svc, block + 1);
       }
     }
+    return this.loadTargets(svc, wanted, targets);
+  }
+
+  private async loadTargets(svc: Services, wanted: number[], targets: number[]): Promise<void> {
     await this.load(svc, wanted);
     // What was read ahead may have pushed out a target in a large round: read those again.
     const missing = targets.filter((i) => !this.cache.has(this.entries[i]!.messageId));
@@ -275,8 +286,9 @@ export class SelectedMailbox {
   message(svc: Pick<Services, 'secretKey'>, index: number): ParsedMessage | null {
     const kept = this.cache.get(this.entries[index]!.messageId);
     if (!kept) return null;
-    if (kept.sealed) return new ParsedMessage(open(svc.secretKey, kept.bytes));
-    kept.parsed ??= new ParsedMessage(kept.bytes);
+    const bytes = kept.bytes ?? kept.slab!.buf.subarray(kept.at, kept.at + kept.size);
+    if (kept.sealed) return new ParsedMessage(open(svc.secretKey, bytes));
+    kept.parsed ??= new ParsedMessage(bytes);
     return kept.parsed;
   }
 
@@ -299,8 +311,8 @@ export class SelectedMailbox {
 
   /** What the cache keeps of a message's bytes: sealed ones copied (they are a view into a read buffer). */
   private keep(bytes: Buffer, sealed: boolean): Kept {
-    if (!sealed) return { bytes, sealed, slab: null, parsed: null };
-    if (bytes.length > SLAB_COPY_MAX) return { bytes: Buffer.from(bytes), sealed, slab: null, parsed: null };
+    if (!sealed) return { bytes, slab: null, at: 0, size: bytes.length, sealed, parsed: null };
+    if (bytes.length > SLAB_COPY_MAX) return { bytes: Buffer.from(bytes), slab: null, at: 0, size: bytes.length, sealed, parsed: null };
     let slab = this.slab;
     if (!slab || slab.used + bytes.length > SLAB) {
       if (slab && !slab.live) this.recycle(slab);
@@ -311,7 +323,7 @@ export class SelectedMailbox {
     bytes.copy(slab.buf, at);
     slab.used += bytes.length;
     slab.live++;
-    return { bytes: slab.buf.subarray(at, at + bytes.length), sealed, slab, parsed: null };
+    return { bytes: null, slab, at, size: bytes.length, sealed, parsed: null };
   }
 
   /** A slab none of whose messages is cached any more: filled again from the start. */
@@ -323,7 +335,7 @@ export class SelectedMailbox {
   private put(id: string, kept: Kept | null): void {
     if (this.cache.has(id)) this.drop(id);
     this.cache.set(id, kept);
-    this.cacheBytes += kept?.bytes.length ?? 0;
+    this.cacheBytes += kept?.size ?? 0;
     while ((this.cache.size > CACHE_MESSAGES || this.cacheBytes > CACHE_BYTES) && this.cache.size > 1) {
       this.drop(this.cache.keys().next().value as string);
     }
@@ -332,7 +344,7 @@ export class SelectedMailbox {
   private drop(id: string): void {
     const m = this.cache.get(id);
     this.cache.delete(id);
-    this.cacheBytes -= m?.bytes.length ?? 0;
+    this.cacheBytes -= m?.size ?? 0;
     const slab = m?.slab;
     // The slab being filled is recycled once it is full (see keep).
     if (slab && --slab.live === 0 && slab !== this.slab) this.recycle(slab);

@@ -38,6 +38,7 @@ export type Frame =
   | { kind: 'too-big'; tag: string | null; message: string };
 
 const LITERAL_AT_END = /\{(\d{1,10})(\+)?\}$/;
+const CRLF = Buffer.from('\r\n');
 
 export class CommandFramer {
   /**
@@ -54,6 +55,9 @@ export class CommandFramer {
   /** Bytes still to drop (a too-big non-synchronizing literal being sent anyway), then the rest of its line. */
   private skip = 0;
   private discardLine = false;
+  /** arena[0, end), for searching (see crlfFrom). */
+  private filled: Buffer = Buffer.alloc(0);
+  private filledOf: Buffer | null = null;
 
   constructor(private readonly limits: { maxLine: number; maxLiteral: number }) {}
 
@@ -112,16 +116,20 @@ export class CommandFramer {
       this.consume(end + 2);
     }
     for (;;) {
-      const crlf = this.buf.indexOf('\r\n', this.lineStart);
+      const crlf = this.crlfFrom(this.lineStart);
       if (crlf === -1) {
-        if (this.buf.length - this.lineStart > this.limits.maxLine) return this.drop(this.tagOf(), 'Line too long');
+        if (this.end - this.start - this.lineStart > this.limits.maxLine) return this.drop(this.tagOf(), 'Line too long');
         return null;
       }
-      const tail = this.buf.subarray(Math.max(this.lineStart, crlf - 16), crlf).toString('latin1');
-      const m = LITERAL_AT_END.exec(tail);
+      // Most lines end without a literal: only one ending in "}" is looked at as text.
+      const m =
+        crlf > this.lineStart && this.arena[this.start + crlf - 1] === 0x7d
+          ? LITERAL_AT_END.exec(this.textOf(Math.max(this.lineStart, crlf - 16), crlf))
+          : null;
       if (!m) {
         // A copy: the arena is reused for what comes next, and a command's strings outlive that.
-        const bytes = Buffer.from(this.buf.subarray(0, crlf));
+        const bytes = Buffer.allocUnsafe(crlf);
+        this.arena.copy(bytes, 0, this.start, this.start + crlf);
         this.consume(crlf + 2);
         return { kind: 'command', bytes };
       }
@@ -148,6 +156,21 @@ export class CommandFramer {
     }
   }
 
+  /** Where the first CRLF at or after `from` (relative to buf) starts, or -1: read in the arena, no view made. */
+  private crlfFrom(from: number): number {
+    // A view of the arena up to `end` (beyond it lies stale input), made again only when either moved.
+    if (this.filledOf !== this.arena || this.filled.length !== this.end) {
+      this.filled = this.arena.subarray(0, this.end);
+      this.filledOf = this.arena;
+    }
+    const at = this.filled.indexOf(CRLF, this.start + from);
+    return at === -1 ? -1 : at - this.start;
+  }
+
+  private textOf(from: number, to: number): string {
+    return this.arena.toString('latin1', this.start + from, this.start + to);
+  }
+
   private tagOf(): string | null {
     const sp = this.buf.indexOf(' ');
     const tag = this.buf.subarray(0, sp === -1 ? Math.min(this.buf.length, 64) : Math.min(sp, 64)).toString('latin1');
@@ -172,8 +195,10 @@ export class CommandFramer {
 const ATOM_END = new Set([0x20, 0x28, 0x29, 0x7b, 0x22, 0x0d, 0x0a]);
 
 class Reader {
-  pos = 0;
-  constructor(readonly buf: Buffer) {}
+  constructor(
+    readonly buf: Buffer,
+    public pos = 0,
+  ) {}
 
   get done(): boolean {
     return this.pos >= this.buf.length;
@@ -208,7 +233,7 @@ class Reader {
     }
     if (depth > 0 || quoted) throw new ParseError('Unterminated [ in an atom');
     if (this.pos === start) throw new ParseError(`Unexpected character ${JSON.stringify(String.fromCharCode(this.buf[this.pos] ?? 0))}`);
-    return this.buf.subarray(start, this.pos).toString('latin1');
+    return this.buf.toString('latin1', start, this.pos);
   }
 
   quoted(): Buffer {
@@ -272,10 +297,10 @@ const TAG = /^[!#$&'*,-.0-9:;<=>?@A-Z[^_`a-z|~\]]+$/;
 
 export function parseCommand(bytes: Buffer): Command {
   const sp = bytes.indexOf(0x20);
-  const tag = bytes.subarray(0, sp === -1 ? bytes.length : sp).toString('latin1');
+  const tag = bytes.toString('latin1', 0, sp === -1 ? bytes.length : sp);
   if (!tag || !TAG.test(tag) || tag.includes('+')) throw new ParseError('Missing or malformed tag');
   if (sp === -1) throw new ParseError('Missing command', tag);
-  const r = new Reader(bytes.subarray(sp + 1));
+  const r = new Reader(bytes, sp + 1);
   let name: string;
   try {
     name = r.atom().toUpperCase();

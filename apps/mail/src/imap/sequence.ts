@@ -10,7 +10,21 @@ const ITEM = /^(\d{1,10}|\*)(?::(\d{1,10}|\*))?$/;
 /** Stands for "*" until resolved. */
 const STAR = -1;
 
+/** A plain number of 1 to 10 digits (the set most commands of a download carry), or -1. */
+function plainNumber(s: string): number {
+  if (!s.length || s.length > 10) return -1;
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const d = s.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) return -1;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
 export function parseSequenceSet(s: string): SequenceSet {
+  const one = plainNumber(s);
+  if (one > 0) return [[one, one]];
   const out: SequenceSet = [];
   for (const part of s.split(',')) {
     const m = ITEM.exec(part);
@@ -60,6 +74,11 @@ function lowerBound(sorted: number[], v: number): number {
 export function resolveUids(set: SequenceSet, uids: number[]): number[] {
   if (!uids.length) return [];
   const max = uids[uids.length - 1]!;
+  if (set.length === 1 && set[0]![0] !== STAR && set[0]![0] === set[0]![1]) {
+    // One UID (a download's FETCH of its next message): found or not.
+    const at = lowerBound(uids, set[0]![0]);
+    return at < uids.length && uids[at] === set[0]![0] ? [at] : [];
+  }
   return collect(
     set.map((r) => {
       const [lo, hi] = bounds(r, max);
@@ -70,6 +89,11 @@ export function resolveUids(set: SequenceSet, uids: number[]): number[] {
 
 /** The indexes of inclusive index ranges, ascending and once each (cost: the ranges and what they name). */
 function collect(ranges: [number, number][]): number[] {
+  if (ranges.length === 1) {
+    const out: number[] = [];
+    for (let i = ranges[0]![0]; i <= ranges[0]![1]; i++) out.push(i);
+    return out;
+  }
   const valid = ranges.filter(([a, b]) => a <= b).sort((x, y) => x[0] - y[0]);
   const out: number[] = [];
   let next = 0;

@@ -135,16 +135,24 @@ export class Session {
    */
   write(chunks: Chunk[]): void {
     if (this.closed) return;
-    for (const c of chunks) {
-      if (typeof c === 'string') {
-        if (c.length <= OUTPUT_FLUSH - this.outLen) {
-          this.outLen += this.outBuf().write(c, this.outLen, 'latin1');
-          continue;
-        }
-        this.copyOut(Buffer.from(c, 'latin1'));
-      } else this.copyOut(c);
+    for (let i = 0; i < chunks.length; i++) {
+      const c = chunks[i]!;
+      if (typeof c === 'string') this.putText(c);
+      else this.copyOut(c);
     }
     if (!this.running || this.outLen >= OUTPUT_FLUSH) this.flush();
+  }
+
+  /** write() of one piece of text (a whole response, or its end), without a list around it. */
+  writeText(text: string): void {
+    if (this.closed) return;
+    this.putText(text);
+    if (!this.running || this.outLen >= OUTPUT_FLUSH) this.flush();
+  }
+
+  private putText(c: string): void {
+    if (c.length <= OUTPUT_FLUSH - this.outLen) this.outLen += this.outBuf().write(c, this.outLen, 'latin1');
+    else this.copyOut(Buffer.from(c, 'latin1'));
   }
 
   /** The buffer output is gathered in (a spare one the socket is done with, or a new one). */
@@ -184,10 +192,15 @@ export class Session {
     this.write([...chunks, '\r\n']);
   }
 
+  /** Whether drained() would wait: callers skip the await (and its promise) when it would not. */
+  get backlogged(): boolean {
+    return !this.closed && this.socket.writableLength >= OUTPUT_BACKLOG;
+  }
+
   /** Waits while the client is slow to read, so a large FETCH does not pile up in memory. */
   async drained(): Promise<void> {
     // Up to OUTPUT_BACKLOG may wait in the socket while the next responses are made; beyond it, wait.
-    if (this.closed || this.socket.writableLength < OUTPUT_BACKLOG) return;
+    if (!this.backlogged) return;
     await new Promise<void>((resolve) => {
       const done = () => {
         this.socket.off('drain', done);
@@ -356,7 +369,9 @@ export class Session {
           this.write([`${tag ?? '*'} BAD ${(err as Error).message}\r\n`]);
           continue;
         }
-        await this.run(cmd);
+        // A command that had nothing to wait for is done here: no promise, no await.
+        const running = this.run(cmd);
+        if (running) await running;
       }
     } finally {
       this.running = false;
@@ -380,7 +395,8 @@ export class Session {
     this.spareTimer.unref();
   }
 
-  private async run(cmd: Command): Promise<void> {
+  /** Runs one command: answered when this returns, or when the promise it returns (if any) settles. */
+  private run(cmd: Command): Promise<void> | undefined {
     const spec = COMMANDS[cmd.name];
     if (!spec) {
       this.write([`${cmd.tag} BAD Unknown command ${cmd.name.slice(0, 30)}\r\n`]);
@@ -391,18 +407,40 @@ export class Session {
       this.write([`${cmd.tag} BAD ${why}\r\n`]);
       return;
     }
+    let done: Done | null | Promise<Done | null>;
     try {
-      const done = await spec.handler(this, cmd, false);
-      if (done === null) return; // the handler answered itself (IDLE, LOGOUT)
-      this.write([`${cmd.tag} OK ${done.code ? `[${done.code}] ` : ''}${done.text}\r\n`]);
+      done = spec.handler(this, cmd, false);
     } catch (err) {
-      if (err instanceof BadArgs) this.write([`${cmd.tag} BAD ${err.message.replace(/[\r\n]/g, ' ')}\r\n`]);
-      else if (err instanceof ImapNo) this.write([`${cmd.tag} NO ${err.code ? `[${err.code}] ` : ''}${err.message}\r\n`]);
-      else {
-        this.hub.log.error({ err, command: cmd.name }, 'imap command failed');
-        this.write([`${cmd.tag} NO [SERVERBUG] Internal error; try again\r\n`]);
-      }
+      this.failed(cmd, err);
+      return;
     }
+    if (done instanceof Promise) {
+      return done.then(
+        (d) => this.answer(cmd, d),
+        (err) => this.failed(cmd, err),
+      );
+    }
+    this.answer(cmd, done);
+  }
+
+  /** The tagged answer of a command that succeeded (null: the handler answered itself, as IDLE and LOGOUT do). */
+  private answer(cmd: Command, done: Done | null): void {
+    if (!done) return;
+    this.writeText(done.code ? `${cmd.tag} OK [${done.code}] ${done.text}\r\n` : `${cmd.tag} OK ${done.text}\r\n`);
+    this.afterCommand();
+  }
+
+  private failed(cmd: Command, err: unknown): void {
+    if (err instanceof BadArgs) this.write([`${cmd.tag} BAD ${err.message.replace(/[\r\n]/g, ' ')}\r\n`]);
+    else if (err instanceof ImapNo) this.write([`${cmd.tag} NO ${err.code ? `[${err.code}] ` : ''}${err.message}\r\n`]);
+    else {
+      this.hub.log.error({ err, command: cmd.name }, 'imap command failed');
+      this.write([`${cmd.tag} NO [SERVERBUG] Internal error; try again\r\n`]);
+    }
+    this.afterCommand();
+  }
+
+  private afterCommand(): void {
     if (this.closeAfterCommand) this.bye('Too many failed logins on this connection');
   }
 }

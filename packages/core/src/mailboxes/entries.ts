@@ -6,7 +6,7 @@
  * DELETE /messages/{id} does.
  */
 import type { Services } from '../shared/context';
-import { exec, k, rows, sql, tbl, type CopyRow, type RawBuilder } from '@boxes/db';
+import { exec, k, poolRows, rows, sql, tbl, type CopyRow, type RawBuilder } from '@boxes/db';
 import { open } from '../shared/crypto';
 import { ensureComposed } from '../messages/deliver';
 import { deleteMessage } from '../messages/read';
@@ -75,8 +75,13 @@ const entriesOf = (folderId: string) =>
     ])
     .where('e.folder_id', '=', folderId);
 
+/**
+ * Read on the pg pool under the client (poolRows): a folder of 10,000 messages is 10,000 rows each time a mail
+ * client selects it, and Prisma's client turned each into its own objects first (values normalised as text,
+ * then converted again), most of the CPU and short-lived memory of a SELECT.
+ */
 async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise<RawEntry[]> {
-  return rows(
+  return poolRows(
     svc.db,
     entriesOf(folderId)
       .select((eb) =>

@@ -6,11 +6,11 @@
  */
 import { FLAG_BITS, storeFlags, type FolderEntry } from '@boxes/core';
 import { internalDate, str, type Chunk } from '../encode';
-import { flagList } from '../mailbox';
+import { flagList, type SelectedMailbox } from '../mailbox';
 import { bodyStructure, envelope, ParsedMessage, sectionBytes, type Section } from '../mime';
 import { atom, BadArgs, list, type Command, type Token } from '../parser';
 import { parseSequenceSet, resolveSequence, resolveUids } from '../sequence';
-import type { Session } from '../session';
+import type { Done, Session } from '../session';
 
 type Item =
   | { kind: 'UID' | 'FLAGS' | 'INTERNALDATE' | 'RFC822.SIZE' | 'ENVELOPE' | 'BODYSTRUCTURE' | 'BODY' | 'MODSEQ' }
@@ -74,6 +74,45 @@ export function parseItems(t: Token | undefined): Item[] {
     parsedItems.set(key, items);
   }
   return items.slice();
+}
+
+/** A FETCH's data items as a command runs them (UID first under UID FETCH), and what they ask for. */
+interface FetchItems {
+  items: Item[];
+  /** Some item needs the message's bytes. */
+  withMessage: boolean;
+  /** Some item sets \Seen (unless the mailbox is read-only). */
+  setsSeen: boolean;
+  flags: boolean;
+  modseq: boolean;
+}
+
+/**
+ * FetchItems by the text of a one-item list, under FETCH and UID FETCH: a download sends the same
+ * `(BODY.PEEK[])` with every command, and each one made the list again (its key, a copy, UID put in front).
+ */
+const oneItem: [Map<string, FetchItems>, Map<string, FetchItems>] = [new Map(), new Map()];
+
+function fetchItems(t: Token | undefined, uid: boolean): FetchItems {
+  const first = t?.type === 'list' && t.items.length === 1 ? t.items[0]! : null;
+  const single = first?.type === 'atom' ? first.value : null;
+  const cache = oneItem[uid ? 1 : 0];
+  const known = single === null ? undefined : cache.get(single);
+  if (known) return known;
+  const items = parseItems(t);
+  if (uid && !items.some((i) => i.kind === 'UID')) items.unshift({ kind: 'UID' });
+  const made: FetchItems = {
+    items,
+    withMessage: needsMessage(items),
+    setsSeen: setsSeen(items),
+    flags: items.some((i) => i.kind === 'FLAGS'),
+    modseq: items.some((i) => i.kind === 'MODSEQ'),
+  };
+  if (single !== null) {
+    if (cache.size >= PARSED_ITEMS_KEPT) cache.clear();
+    cache.set(single, made);
+  }
+  return made;
 }
 
 function parseItemNames(names: string[]): Item[] {
@@ -182,13 +221,20 @@ function render(item: Item, e: FolderEntry, msg: ParsedMessage, out: Chunk[]): v
   }
 }
 
+const FETCH_DONE: Done = Object.freeze({ text: 'FETCH completed' });
+
 /** Messages handled per round: read together, written, then the next. */
 const ROUND = 100;
 
-export async function fetch(s: Session, cmd: Command, uid: boolean) {
+/**
+ * FETCH. A command whose messages are all at hand (a download's next message, read ahead) and that sets no flag
+ * is answered at once, without a promise or an await; any other goes through fetchRounds.
+ */
+export function fetch(s: Session, cmd: Command, uid: boolean): Done | Promise<Done> {
   const mailbox = s.selected!;
   const set = parseSequenceSet(atom(cmd.args[0], 'sequence set'));
-  const items = parseItems(cmd.args[1]);
+  const asked = fetchItems(cmd.args[1], uid);
+  let items = asked.items;
   let changedSince: bigint | null = null;
   if (cmd.args[2]) {
     const mods = list(cmd.args[2], 'FETCH modifiers');
@@ -202,19 +248,59 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
       } else throw new BadArgs(`Unknown FETCH modifier ${name.slice(0, 30)}`);
     }
   }
-  if (uid && !items.some((i) => i.kind === 'UID')) items.unshift({ kind: 'UID' });
-  if (changedSince !== null && !items.some((i) => i.kind === 'MODSEQ')) items.push({ kind: 'MODSEQ' });
+  // The list may be shared by later commands: a copy gets MODSEQ.
+  if (changedSince !== null && !asked.modseq) items = [...items, { kind: 'MODSEQ' }];
   let targets = uid ? resolveUids(set, mailbox.uids()) : resolveSequence(set, mailbox.entries.length);
   // A sequence number beyond the mailbox (not "*", which may name nothing in an empty one): the client's view is wrong.
   if (!uid && !targets.length && set.some(([a, b]) => a > mailbox.entries.length || b > mailbox.entries.length)) throw new BadArgs('Invalid sequence number');
   if (changedSince !== null) targets = targets.filter((i) => mailbox.entries[i]!.modseq > changedSince);
-  const withMessage = needsMessage(items);
-  const markSeen = setsSeen(items) && !mailbox.readOnly;
-  const flagsAsked = items.some((i) => i.kind === 'FLAGS');
+  const markSeen = asked.setsSeen && !mailbox.readOnly;
+  const job: FetchJob = { s, mailbox, targets, items, withMessage: asked.withMessage, markSeen, flagsAsked: asked.flags };
+  const first = targets.length <= ROUND ? targets : targets.slice(0, ROUND);
+  const reading = job.withMessage ? mailbox.messages(s.svc, first) : null;
+  if (targets.length > ROUND || reading || (markSeen && someUnseen(mailbox, first)) || (job.withMessage && !allHeld(mailbox, first))) {
+    return fetchRounds(job, first, reading);
+  }
+  writeRound(job, first, job.withMessage ? openHeld(job, first) : null, null);
+  return s.backlogged ? s.drained().then(() => FETCH_DONE) : FETCH_DONE;
+}
 
+interface FetchJob {
+  s: Session;
+  mailbox: SelectedMailbox;
+  targets: number[];
+  items: Item[];
+  withMessage: boolean;
+  markSeen: boolean;
+  flagsAsked: boolean;
+}
+
+function someUnseen(mailbox: SelectedMailbox, round: number[]): boolean {
+  for (let r = 0; r < round.length; r++) if (!(mailbox.entries[round[r]!]!.flags & FLAG_BITS['\\Seen'])) return true;
+  return false;
+}
+
+function allHeld(mailbox: SelectedMailbox, round: number[]): boolean {
+  for (let r = 0; r < round.length; r++) if (!mailbox.held(round[r]!)) return false;
+  return true;
+}
+
+/** The round's messages, every one held by the cache (see allHeld), opened. */
+function openHeld(job: FetchJob, round: number[]): ParsedMessage[] {
+  const opened: ParsedMessage[] = [];
+  for (let r = 0; r < round.length; r++) opened.push(job.mailbox.message(job.s.svc, round[r]!) ?? EMPTY);
+  return opened;
+}
+
+/** The rounds of a FETCH, the first one's reading (from messages()) already started. */
+async function fetchRounds(job: FetchJob, first: number[], firstReading: Promise<void> | null): Promise<Done> {
+  const { s, mailbox, targets, withMessage, markSeen } = job;
   for (let k = 0; k < targets.length; k += ROUND) {
-    const round = targets.slice(k, k + ROUND);
-    if (withMessage) await mailbox.messages(s.svc, round);
+    const round = k === 0 ? first : targets.slice(k, k + ROUND);
+    if (withMessage) {
+      const reading = k === 0 ? firstReading : mailbox.messages(s.svc, round);
+      if (reading) await reading;
+    }
     let seenNow: Set<number> | null = null;
     if (markSeen) {
       const unseen = round.map((i) => mailbox.entries[i]!).filter((e) => !(e.flags & FLAG_BITS['\\Seen']));
@@ -238,21 +324,30 @@ export async function fetch(s: Session, cmd: Command, uid: boolean) {
       opened = [];
       for (const i of round) opened.push((mailbox.held(i) ? mailbox.message(s.svc, i) : await mailbox.opened(s.svc, i)) ?? EMPTY);
     }
-    for (let r = 0; r < round.length; r++) {
-      const i = round[r]!;
-      const e = mailbox.entries[i]!;
-      const msg = opened ? opened[r]! : EMPTY;
-      // One list of chunks per response, without a list per item in between.
-      const line: Chunk[] = [`* ${i + 1} FETCH (`];
-      for (let j = 0; j < items.length; j++) {
-        if (j) line.push(' ');
-        render(items[j]!, e, msg, line);
-      }
-      if (seenNow?.has(e.uid) && !flagsAsked) line.push(' FLAGS ', ...flagList(e));
-      line.push(')\r\n');
-      s.write(line);
-    }
-    await s.drained();
+    writeRound(job, round, opened, seenNow);
+    if (s.backlogged) await s.drained();
   }
-  return { text: 'FETCH completed' };
+  return FETCH_DONE;
+}
+
+/** Writes a round's responses; `opened` holds its messages (null when no item needs them). */
+function writeRound(job: FetchJob, round: number[], opened: ParsedMessage[] | null, seenNow: Set<number> | null): void {
+  const { s, mailbox, items, flagsAsked } = job;
+  // One list of chunks for every response, emptied once written.
+  const line: Chunk[] = [];
+  for (let r = 0; r < round.length; r++) {
+    const i = round[r]!;
+    const e = mailbox.entries[i]!;
+    const msg = opened ? opened[r]! : EMPTY;
+    // One list of chunks per response, without a list per item in between.
+    line.push(`* ${i + 1} FETCH (`);
+    for (let j = 0; j < items.length; j++) {
+      if (j) line.push(' ');
+      render(items[j]!, e, msg, line);
+    }
+    if (seenNow?.has(e.uid) && !flagsAsked) line.push(' FLAGS ', ...flagList(e));
+    line.push(')\r\n');
+    s.write(line);
+    line.length = 0;
+  }
 }
