@@ -26,7 +26,9 @@ export async function startBulk(config: Config, deps: { svc: Services; log: Logg
   // Its own SMTP pool, BULK_SMTP_CONNECTIONS connections per destination, so a batch neither waits behind
   // single sends nor holds up their pool.
   const sender = new SmtpSender({ heloName: config.mailHost, maxConnections: config.bulk.connections });
-  const bulkDeps: BulkDeps = { ...deps.delivery, sender, concurrency: config.bulk.concurrency };
+  // The relay too: the single sends' relay entry asks for DELIVERY_CONCURRENCY connections, the bulk pool keeps its own number.
+  const relay = deps.delivery.relay && { ...deps.delivery.relay, maxConnections: config.bulk.connections };
+  const bulkDeps: BulkDeps = { ...deps.delivery, relay, sender, concurrency: config.bulk.concurrency };
   const connection = createRedis(config);
   // Each batch in flight: its abort switch and the promise of its whole handler (close() alone does not wait).
   const running = new Map<AbortController, Promise<unknown>>();
