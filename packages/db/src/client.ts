@@ -47,6 +47,11 @@ export function namesStatements(pool: pg.Pool): boolean {
   return namingPools.has(pool);
 }
 
+/** The pool's statements run unnamed from now on (a named one was unknown on its next server connection: a pooler). */
+export function stopNamingStatements(pool: pg.Pool): void {
+  namingPools.delete(pool);
+}
+
 /** Disconnects the client and ends its pool (the adapter does not end a pool it was given). */
 export async function closeDb(db: Db): Promise<void> {
   await db.$disconnect();

@@ -214,6 +214,36 @@ describe('poolTransaction', () => {
     }
   });
 
+  it('a named statement the server does not know (a pooler between) turns naming off; one a migration made stale gets a new name', async () => {
+    const one = createDb(poolOf(db)!.options.connectionString!, { max: 1, namedStatements: true });
+    const pool = poolOf(one)!;
+    try {
+      await exec(one, sql`CREATE TABLE IF NOT EXISTS ptx_prepared (id text PRIMARY KEY, v integer NOT NULL)`);
+      await exec(one, sql`INSERT INTO ptx_prepared VALUES ('a', 1) ON CONFLICT (id) DO UPDATE SET v = 1`);
+      const read = prepared(sql<{ v: number }>`SELECT v FROM ptx_prepared WHERE id = ${'a'}`);
+      const name = async () => (await poolRows(one, sql<{ name: string }>`SELECT name FROM pg_prepared_statements WHERE statement = ${read.sql}`))[0]?.name;
+      expect(await poolRows(one, read)).toEqual([{ v: 1 }]);
+      const first = await name();
+      expect(first).toMatch(/^boxes_\d+$/);
+      // A migration changes the type the statement reads: the next run is refused as a stale plan, then runs again
+      // under a new name, in poolRows and (after its transaction is lost) in the next transaction.
+      await exec(one, sql`ALTER TABLE ptx_prepared ALTER COLUMN v TYPE bigint`);
+      expect(await poolRows(one, read)).toEqual([{ v: 1n }]);
+      const second = await name();
+      expect(second).toMatch(/^boxes_\d+$/);
+      expect(second).not.toBe(first);
+      // The server forgets the statement while the client believes it parsed (what a transaction pooler does when
+      // the next Bind reaches another server connection): the pool stops naming and the statement runs unnamed.
+      await exec(one, sql.raw(`DEALLOCATE ${second}`));
+      expect(await poolRows(one, read)).toEqual([{ v: 1n }]);
+      expect(await poolTransaction(one, (c) => rows(c, read))).toEqual([{ v: 1n }]);
+      expect(await name()).toBeUndefined();
+    } finally {
+      await exec(one, sql`DROP TABLE IF EXISTS ptx_prepared`);
+      await closeDb(one);
+    }
+  });
+
   it('PrismaTransactionNeeded rolls back and runs fn again in a Prisma transaction, where prismaTx answers it', async () => {
     const clients: string[] = [];
     const out = await poolTransaction(db, async (c) => {

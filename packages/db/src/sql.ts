@@ -35,7 +35,7 @@ import {
   sql,
 } from 'kysely';
 import pg from 'pg';
-import { type Db, namesStatements, poolOf, type Tx } from './client';
+import { type Db, namesStatements, poolOf, stopNamingStatements, type Tx } from './client';
 import type { DB } from './generated-kysely/types';
 
 export type { DB } from './generated-kysely/types';
@@ -110,12 +110,43 @@ export async function poolRows<R>(db: Db | SqlClient, statement: Statement<R>): 
   if (!pool) return rows(db, statement);
   const c = compile(statement);
   const name = namesStatements(pool) ? preparedNames.get(c.sql) : undefined;
-  const result = await pool.query({ text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES, name });
-  return result.rows as R[];
+  const query = { text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES };
+  if (!name) return (await pool.query(query)).rows as R[];
+  try {
+    return (await pool.query({ ...query, name })).rows as R[];
+  } catch (err) {
+    if (!namedStatementFailed(pool, c.sql, err)) throw err;
+    // Once more, unnamed or under its new name (see namedStatementFailed).
+    return (await pool.query({ ...query, name: namesStatements(pool) ? preparedNames.get(c.sql) : undefined })).rows as R[];
+  }
+}
+
+/**
+ * After a named statement failed on pool: whether it failed for being named, and so may be run again.
+ * - 26000 (no such prepared statement): the server connection is not the one that parsed it, so a transaction
+ *   pooler (PgBouncer before 1.21) sits between the pool and PostgreSQL although DATABASE_URL and
+ *   DIRECT_DATABASE_URL are the same: the pool stops naming statements.
+ * - 0A000 (cached plan must not change result type): a migration changed a type the statement reads while this
+ *   process ran, and every connection that parsed it holds the old plan: the text gets a new name, which each
+ *   connection parses afresh.
+ */
+function namedStatementFailed(pool: pg.Pool, text: string, err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === '26000') {
+    stopNamingStatements(pool);
+    return true;
+  }
+  if (code === '0A000' && /cached plan/i.test((err as Error).message) && preparedNames.has(text)) {
+    preparedNames.set(text, `boxes_${++preparedCount}`);
+    return true;
+  }
+  return false;
 }
 
 /** The texts run as named prepared statements on the pool's connections (prepared()), with their names. */
 const preparedNames = new Map<string, string>();
+/** Names given so far (a text renamed after a migration gets a name never used before). */
+let preparedCount = 0;
 /** At most this many texts are named; past it a statement runs unnamed, as any other. */
 const MAX_PREPARED = 256;
 
@@ -130,7 +161,7 @@ const MAX_PREPARED = 256;
  */
 export function prepared<R>(statement: Statement<R>): CompiledQuery<R> {
   const c = compile(statement);
-  if (!preparedNames.has(c.sql) && preparedNames.size < MAX_PREPARED) preparedNames.set(c.sql, `boxes_${preparedNames.size + 1}`);
+  if (!preparedNames.has(c.sql) && preparedNames.size < MAX_PREPARED) preparedNames.set(c.sql, `boxes_${++preparedCount}`);
   return c;
 }
 
@@ -184,8 +215,8 @@ class PoolTransaction implements SqlClient {
     /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
     private readonly expires: number,
     private readonly timeout: number,
-    /** Whether prepared() texts run named on this connection (its pool's namedStatements). */
-    private readonly named: boolean,
+    /** The pool of the connection: prepared() texts run named while it names statements (createDb's namedStatements). */
+    private readonly pool: pg.Pool,
   ) {}
 
   /** Past its timeout, a transaction runs no further statement and does not commit (it is rolled back). */
@@ -216,7 +247,15 @@ class PoolTransaction implements SqlClient {
       }
       await this.client.query('BEGIN');
     }
-    return this.client.query({ text, values, types: POOL_TYPES, name: this.named ? preparedNames.get(text) : undefined });
+    const name = namesStatements(this.pool) ? preparedNames.get(text) : undefined;
+    if (!name) return this.client.query({ text, values, types: POOL_TYPES });
+    try {
+      return await this.client.query({ text, values, types: POOL_TYPES, name });
+    } catch (err) {
+      // The transaction is lost either way; a run again (a group commit's retry) goes unnamed or under the new name.
+      namedStatementFailed(this.pool, text, err);
+      throw err;
+    }
   }
 
   async $queryRawUnsafe<T = unknown>(text: string, ...values: unknown[]): Promise<T> {
@@ -274,7 +313,7 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   if (!pool) return db.$transaction((tx) => fn(tx), options);
   const client = await pool.connect();
   const timeout = options?.timeout ?? PRISMA_TX_TIMEOUT_MS;
-  const c = new PoolTransaction(client, performance.now() + timeout, timeout, namesStatements(pool));
+  const c = new PoolTransaction(client, performance.now() + timeout, timeout, pool);
   let out: T;
   try {
     out = await fn(c);
