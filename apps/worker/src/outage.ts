@@ -69,7 +69,18 @@ export interface Listener {
   close(): Promise<void>;
 }
 
-type Subscriber = { channel: string; onNotify: (payload: string) => void; onReconnect: () => void };
+/** active: its own LISTEN is done (listenForever answered); only then is it told of notifications and reconnects. */
+type Subscriber = { channel: string; onNotify: (payload: string) => void; onReconnect: () => void; active: boolean };
+
+/** Calls a listener's callback; one that throws neither stops the others nor fails the connection. */
+function tell(hub: Hub, s: Subscriber, call: () => void): void {
+  if (!s.active) return;
+  try {
+    call();
+  } catch (err) {
+    hub.log.error({ err, channel: s.channel }, 'event listener callback failed');
+  }
+}
 
 /** The LISTEN connection to one database, shared by every listener of this process on it. */
 interface Hub {
@@ -115,7 +126,8 @@ async function connectHub(hub: Hub): Promise<void> {
   c.on('end', () => onBroken());
   c.on('notification', (msg) => {
     if (!msg.payload) return;
-    for (const s of hub.subscribers) if (s.channel === msg.channel) s.onNotify(msg.payload);
+    const payload = msg.payload;
+    for (const s of hub.subscribers) if (s.channel === msg.channel) tell(hub, s, () => s.onNotify(payload));
   });
   try {
     await c.connect();
@@ -143,7 +155,7 @@ function scheduleReconnect(hub: Hub): void {
       if (hub.client || !hub.subscribers.size) return;
       await connectHub(hub);
       // Notifications sent while the connection was down are lost: each listener picks up what it missed.
-      for (const s of hub.subscribers) s.onReconnect();
+      for (const s of hub.subscribers) tell(hub, s, () => s.onReconnect());
     }).catch(() => {
       hub.delay = Math.min(hub.delay * 2, 5000);
       scheduleReconnect(hub);
@@ -185,7 +197,7 @@ export async function listenForever(opts: {
     hubs.set(opts.databaseUrl, hub);
   }
   const h = hub;
-  const sub: Subscriber = { channel: opts.channel, onNotify: opts.onNotify, onReconnect: opts.onReconnect };
+  const sub: Subscriber = { channel: opts.channel, onNotify: opts.onNotify, onReconnect: opts.onReconnect, active: false };
   const leave = async () => {
     h.subscribers.delete(sub);
     if (h.subscribers.size) return;
@@ -211,6 +223,7 @@ export async function listenForever(opts: {
     await runInHub(h, leave);
     throw err;
   }
+  sub.active = true;
   let closed = false;
   return {
     async close() {
