@@ -52,9 +52,9 @@ export async function start(
   const deliveryDeps: DeliveryDeps = {
     sender,
     resolver,
-    // Everything leaves through the relay: as many connections to it as deliveries run at once (with the 5 kept
-    // per MX host, deliveries queued for a connection and the relay bounded the instance's rate).
-    relay: config.smtp.relayUrl ? { ...parseRelayUrl(config.smtp.relayUrl), maxConnections: config.deliveryConcurrency } : undefined,
+    // Everything leaves through the relay: by default as many connections to it as deliveries run at once (with
+    // the 5 kept per MX host, deliveries queued for a connection and the relay bounded the instance's rate).
+    relay: config.smtp.relayUrl ? { ...parseRelayUrl(config.smtp.relayUrl), maxConnections: config.smtp.relayConnections } : undefined,
     retryDelayMs,
     maxAttempts: DELIVERY_ATTEMPTS,
   };

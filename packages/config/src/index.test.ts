@@ -43,6 +43,7 @@ describe('loadConfig', () => {
         tlsCertFile: undefined,
         tlsKeyFile: undefined,
         relayUrl: undefined,
+        relayConnections: 50,
         sendingIps: [],
         sendingIpWarmupCaps: [5000, 10_000, 20_000, 40_000, 80_000, 160_000, 320_000],
         staticRoutes: undefined,
@@ -190,6 +191,10 @@ describe('loadConfig', () => {
       trustProxy: true,
     });
     expect(loadConfig({ MAIL_HOST: 'MX.Example.org' }).mailHost).toBe('mx.example.org');
+    // The relay's connections: one per delivery in flight unless set.
+    expect(loadConfig({ DELIVERY_CONCURRENCY: '80' }).smtp.relayConnections).toBe(80);
+    expect(loadConfig({ DELIVERY_CONCURRENCY: '80', SMTP_RELAY_CONNECTIONS: '4' }).smtp.relayConnections).toBe(4);
+    expect(() => loadConfig({ SMTP_RELAY_CONNECTIONS: '0' })).toThrow(/SMTP_RELAY_CONNECTIONS/);
     for (const [v, want] of [
       ['true', true],
       ['1', true],

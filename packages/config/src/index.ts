@@ -145,8 +145,14 @@ export const envSchema = z.object({
   MAIL_AUTH_FREE_FAILURES: z.coerce.number().int().min(0).default(3),
   /** The extra wait per failure after the free ones (ms; at most 5 steps). */
   MAIL_AUTH_DELAY_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
-  /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). Each worker keeps up to `DELIVERY_CONCURRENCY` connections open to it (to an MX host, 5). */
+  /** Outbound: send everything that leaves the instance through this relay (smtp://user:pass@host:587). */
   SMTP_RELAY_URL: z.url({ protocol: /^smtps?$/ }).optional(),
+  /**
+   * Connections each worker keeps open to SMTP_RELAY_URL for single sends (the bulk pool keeps BULK_SMTP_CONNECTIONS
+   * beside them). Unset: DELIVERY_CONCURRENCY, one per delivery in flight, so no delivery waits for a connection;
+   * set it lower for a relay that limits a client's connections. An MX host gets 5.
+   */
+  SMTP_RELAY_CONNECTIONS: z.coerce.number().int().min(1).max(500).optional(),
   /** Outbound: fixed routes for domains, domain=host:port[,...] (local testing without DNS). */
   SMTP_STATIC_ROUTES: z.string().optional(),
   /** Port used when delivering to MX hosts found in DNS. */
@@ -335,6 +341,8 @@ export interface Config {
     tlsCertFile: string | undefined;
     tlsKeyFile: string | undefined;
     relayUrl: string | undefined;
+    /** SMTP_RELAY_CONNECTIONS, else DELIVERY_CONCURRENCY. */
+    relayConnections: number;
     /** SENDING_IPS: addresses accounts may take as dedicated sending IPs, with their HELO names. */
     sendingIps: { ip: string; heloName: string }[];
     /** SENDING_IP_WARMUP_CAPS: the daily caps of a dedicated IP's warm-up, day by day. */
@@ -503,6 +511,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       tlsCertFile: e.SMTP_TLS_CERT_FILE,
       tlsKeyFile: e.SMTP_TLS_KEY_FILE,
       relayUrl: e.SMTP_RELAY_URL,
+      relayConnections: e.SMTP_RELAY_CONNECTIONS ?? e.DELIVERY_CONCURRENCY,
       sendingIps: e.SENDING_IPS,
       sendingIpWarmupCaps: e.SENDING_IP_WARMUP_CAPS,
       forwardConfirmationsPerDay: e.FORWARD_CONFIRMATIONS_PER_DAY,
