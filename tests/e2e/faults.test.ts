@@ -251,6 +251,9 @@ describe('PostgreSQL and Redis going away under load', () => {
     // the signup limit does), in bounded time; the MX still takes mail, which it can store (its deliveries and
     // pushes are driven from PostgreSQL by the sweeper once Redis is back).
     await redis.stop('SIGTERM');
+    // The service knows once its connection's close arrives (a route that needs nothing of Redis answers as usual
+    // until then): from that moment every call is refused.
+    await waitFor('the service to see Redis gone', () => t.svc.redis.status !== 'ready', 10_000);
     expectAllUnavailable(await everyRoute(), await trpcAndMcp());
     const smtpDuringRedis = l.smtpAccepted.size;
     await waitFor('the MX to keep taking mail while Redis is away', () => l.smtpAccepted.size > smtpDuringRedis + 2, 15_000);
