@@ -97,6 +97,11 @@ interface Hub {
 }
 const hubs = new Map<string, Hub>();
 
+/** The channels the hub's listeners want, each once. */
+function channelsOf(hub: Hub): string[] {
+  return [...new Set([...hub.subscribers].map((s) => s.channel))];
+}
+
 function runInHub<T>(hub: Hub, op: () => Promise<T>): Promise<T> {
   const next = hub.queue.then(op, op);
   hub.queue = next.catch(() => undefined);
@@ -115,11 +120,7 @@ async function connectHub(hub: Hub): Promise<void> {
     hub.client = null;
     hub.listening = new Set();
     if (!hub.subscribers.size) return;
-    if (err)
-      hub.log.warn(
-        { err: err.message, channels: [...new Set([...hub.subscribers].map((s) => s.channel))] },
-        'event listener lost its connection; reconnecting',
-      );
+    if (err) hub.log.warn({ err: err.message, channels: channelsOf(hub) }, 'event listener lost its connection; reconnecting');
     scheduleReconnect(hub);
   };
   c.on('error', onBroken);
@@ -131,7 +132,7 @@ async function connectHub(hub: Hub): Promise<void> {
   });
   try {
     await c.connect();
-    const channels = [...new Set([...hub.subscribers].map((s) => s.channel))];
+    const channels = channelsOf(hub);
     if (channels.length) await c.query(channels.map((ch) => `LISTEN ${ch}`).join('; '));
     if (!hub.subscribers.size) {
       await c.end().catch(() => undefined);

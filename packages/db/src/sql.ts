@@ -109,7 +109,7 @@ export async function poolRows<R>(db: Db | SqlClient, statement: Statement<R>): 
   const pool = poolOf(db as Db);
   if (!pool) return rows(db, statement);
   const c = compile(statement);
-  const name = namesStatements(pool) ? preparedNames.get(c.sql) : undefined;
+  const name = statementName(pool, c.sql);
   const query = { text: c.sql, values: c.parameters as unknown[], types: POOL_TYPES };
   if (!name) return (await pool.query(query)).rows as R[];
   try {
@@ -117,8 +117,13 @@ export async function poolRows<R>(db: Db | SqlClient, statement: Statement<R>): 
   } catch (err) {
     if (!namedStatementFailed(pool, c.sql, err)) throw err;
     // Once more, unnamed or under its new name (see namedStatementFailed).
-    return (await pool.query({ ...query, name: namesStatements(pool) ? preparedNames.get(c.sql) : undefined })).rows as R[];
+    return (await pool.query({ ...query, name: statementName(pool, c.sql) })).rows as R[];
   }
+}
+
+/** The name a text runs under on pool: its prepared() name while the pool names statements, else none. */
+function statementName(pool: pg.Pool, text: string): string | undefined {
+  return namesStatements(pool) ? preparedNames.get(text) : undefined;
 }
 
 /**
@@ -247,7 +252,7 @@ class PoolTransaction implements SqlClient {
       }
       await this.client.query('BEGIN');
     }
-    const name = namesStatements(this.pool) ? preparedNames.get(text) : undefined;
+    const name = statementName(this.pool, text);
     if (!name) return this.client.query({ text, values, types: POOL_TYPES });
     try {
       return await this.client.query({ text, values, types: POOL_TYPES, name });
