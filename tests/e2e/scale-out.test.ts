@@ -13,7 +13,18 @@ import path from 'node:path';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, freePort, type NodeProcess, repoRoot as root, rest, signupAccount, spawnNode, waitFor, type TestAccount } from '@boxes/testing';
+import {
+  createTestDatabase,
+  deleteKeysWithPrefix,
+  freePort,
+  type NodeProcess,
+  repoRoot as root,
+  rest,
+  signupAccount,
+  spawnNode,
+  waitFor,
+  type TestAccount,
+} from '@boxes/testing';
 import { MailSink } from './mail-send-helpers';
 import { allEvents, deliveredEvents, receiverCertificate, setCallback, startReceiver, type Receiver } from './push-helpers';
 
@@ -89,6 +100,8 @@ afterAll(async () => {
   await sink?.close();
   await receiver?.close();
   await db?.drop();
+  // The processes' queues and counters live under this run's prefix; nothing else reads them.
+  if (env?.REDIS_PREFIX) await deleteKeysWithPrefix(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', env.REDIS_PREFIX);
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
