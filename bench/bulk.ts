@@ -160,6 +160,7 @@ await main('bench:bulk', async (onCleanup) => {
   const bulkRate = rate(BULK, bulkMs);
   const bulkCpu = cpuBulk.perItem(BULK);
   const bulkWorkerMs = workerMs(cpuBulk) / BULK;
+  const mainShare = cpuBulk.totals().mainMs / bulkMs;
   const elu = performance.eventLoopUtilization(elu0).utilization;
   const mainBusy = workerPids.map((pid, i) => ((mainThreadTicks(pid) - mainTicks0[i]!) * 10) / bulkMs);
   const bulkReport = cpuBulk.report(BULK);
@@ -214,7 +215,7 @@ await main('bench:bulk', async (onCleanup) => {
   );
   const busyNote = WORKERS
     ? `worker main thread${WORKERS > 1 ? 's' : ''} busy ${mainBusy.map((b) => `${(b * 100).toFixed(0)}%`).join(', ')} of the wall time (CPU)`
-    : `this process's event loop (HTTP server and worker) ${(elu * 100).toFixed(0)}% busy`;
+    : `this process's event loop (HTTP server and worker) ${(elu * 100).toFixed(0)}% busy, its main thread on a core ${(mainShare * 100).toFixed(0)}% of the wall time (busy and not on a core: waiting for one)`;
   console.log(`  over the bulk phase: ${busyNote}`);
   for (const [j, t] of timelines.entries()) {
     console.log(
