@@ -28,7 +28,8 @@
  *
  * What bounds the bulk phase: the worker's main thread busy share over it (this process's event loop
  * utilization, or each worker process's main-thread CPU over the wall time), the machine's busy cores, and each
- * job's batches on a timeline (from the accepted request, each batch's start and end as the job logs them).
+ * job's batches on a timeline (from the request, each batch's start and end as the job logs them) with its flushes
+ * (the deliveries one flush records share its transaction's now() as delivered_at).
  */
 import http from 'node:http';
 import { staticResolver } from '@boxes/mail';
@@ -48,7 +49,7 @@ import {
   startProfile,
 } from './common';
 import { LoadClient, now } from './load';
-import { exec, k, rows, sql } from '@boxes/db';
+import { exec, k, rows, sql, tbl } from '@boxes/db';
 
 const SENDS = envInt('BENCH_SENDS', 2000);
 const BULK = envInt('BENCH_BULK', 5000, 1, 5000);
@@ -189,6 +190,15 @@ await main('bench:bulk', async (onCleanup) => {
         created.map((c) => c.body.id as string),
       ),
   );
+  // Each batch's flushes: the deliveries a flush records share its transaction's now() as delivered_at.
+  const [bi, bd] = [tbl('bulk_job_items', 'i'), tbl('deliveries', 'd')];
+  const flushes = await rows(
+    rt.runtime.svc.db,
+    sql<{ job_id: string; batch: number; flushes: bigint; delivered: bigint }>`
+      SELECT ${bi.job_id} AS job_id, ${bi.batch} AS batch, count(DISTINCT ${bd.delivered_at}) AS flushes, count(${bd.delivered_at}) AS delivered
+      FROM ${bi.$} JOIN ${bd.$} ON ${bd.message_id} = ${bi.message_id}
+      WHERE ${bi.job_id} IN (${sql.join(created.map((c) => c.body.id as string))}) GROUP BY 1, 2`,
+  );
   const timelines = logs.map((l) => {
     const entries = (l.batch_log as { index: number; started_at: string | null; completed_at: string }[]).sort((x, y) => x.index - y.index);
     const at = (iso: string | null) => (iso === null ? NaN : (Date.parse(iso) - wall0) / 1000);
@@ -200,7 +210,10 @@ await main('bench:bulk', async (onCleanup) => {
       if (n > 0) gaps += s - at(entries[n - 1]!.completed_at);
       return `${s.toFixed(2)}-${f.toFixed(2)}`;
     });
-    return { parts, busy, gaps, first: at(entries[0]?.started_at ?? null) };
+    const own = flushes.filter((f) => f.job_id === l.id);
+    const n = own.reduce((a, f) => a + Number(f.flushes), 0);
+    const recorded = own.reduce((a, f) => a + Number(f.delivered), 0);
+    return { parts, busy, gaps, first: at(entries[0]?.started_at ?? null), flushes: n, perFlush: recorded / Math.max(1, n) };
   });
   agent.destroy();
   setupAgent.destroy();
@@ -219,7 +232,7 @@ await main('bench:bulk', async (onCleanup) => {
   console.log(`  over the bulk phase: ${busyNote}`);
   for (const [j, t] of timelines.entries()) {
     console.log(
-      `  job ${j + 1} batches (s from the request): ${t.parts.join(', ')}; sending ${t.busy.toFixed(2)} s, between batches ${t.gaps.toFixed(2)} s, before the first ${t.first.toFixed(2)} s`,
+      `  job ${j + 1} batches (s from the request): ${t.parts.join(', ')}; sending ${t.busy.toFixed(2)} s, between batches ${t.gaps.toFixed(2)} s, before the first ${t.first.toFixed(2)} s; ${t.flushes} flushes of delivered recipients (${t.perFlush.toFixed(0)} a flush)`,
     );
   }
   console.log(`  recipients the sink saw more than once: ${bulk.duplicates}`);
