@@ -19,12 +19,37 @@
  *   BENCH_SENDS=2000 BENCH_BULK=5000 BENCH_BATCH=1000 BENCH_CONCURRENCY=64 BENCH_ACCOUNTS=20 BENCH_TIMEOUT_S=300
  *   BULK_CONCURRENCY, BULK_SMTP_CONNECTIONS (SMTP transactions in flight per batch, connections; default: the config's)
  *   BENCH_BULK_PROFILE=<file> writes a CPU profile of this process from the bulk request to the last recipient
+ *   BENCH_WORKERS=N runs the worker as N processes of its own (`boxes start worker`, mail for sink.test routed to
+ *   the sink by SMTP_STATIC_ROUTES), the HTTP server alone in this process, for both phases (default 0: the
+ *   worker on this process's main thread). Their CPU is measured apart and counts as the worker's.
+ *   BENCH_BULK_JOBS=J sends the bulk messages as J jobs at once (default 1), BENCH_BULK/J messages each: a job's
+ *   batches run one after another, so only batches of different jobs run side by side (in two worker processes,
+ *   or two at a time in one).
+ *
+ * What bounds the bulk phase: the worker's main thread busy share over it (this process's event loop
+ * utilization, or each worker process's main-thread CPU over the wall time), the machine's busy cores, and each
+ * job's batches on a timeline (from the request, each batch's start and end as the job logs them) with its flushes
+ * (the deliveries one flush records share its transaction's now() as delivered_at).
  */
 import http from 'node:http';
 import { staticResolver } from '@boxes/mail';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, rate, request, runtimeRss, signupAccounts, startBenchRuntime, startProfile } from './common';
+import { performance } from 'node:perf_hooks';
+import {
+  CpuMeter,
+  createBenchDatabase,
+  envInt,
+  loadNote,
+  main,
+  mainThreadTicks,
+  rate,
+  request,
+  runtimeRss,
+  signupAccounts,
+  startBenchRuntime,
+  startProfile,
+} from './common';
 import { LoadClient, now } from './load';
-import { exec, k, rows, sql } from '@boxes/db';
+import { exec, k, rows, sql, tbl } from '@boxes/db';
 
 const SENDS = envInt('BENCH_SENDS', 2000);
 const BULK = envInt('BENCH_BULK', 5000, 1, 5000);
@@ -34,6 +59,8 @@ const ACCOUNTS = envInt('BENCH_ACCOUNTS', 20, 1, 500);
 const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const SINK_DOMAIN = 'sink.test';
 const PROFILE = process.env.BENCH_BULK_PROFILE;
+const WORKERS = envInt('BENCH_WORKERS', 0, 0, 8);
+const JOBS = envInt('BENCH_BULK_JOBS', 1, 1, 50);
 
 await main('bench:bulk', async (onCleanup) => {
   const deadline = Date.now() + TIMEOUT_MS;
@@ -47,6 +74,8 @@ await main('bench:bulk', async (onCleanup) => {
     worker: true,
     mail: false,
     resolver: staticResolver({ [SINK_DOMAIN]: { host: '127.0.0.1', port: sinkPort } }),
+    // The worker processes route sink.test as the resolver above does (a resolver cannot cross a process).
+    ...(WORKERS ? { processes: { workers: WORKERS, env: { SMTP_STATIC_ROUTES: `${SINK_DOMAIN}=127.0.0.1:${sinkPort}` } } } : {}),
     env: {
       BULK_COOL_OFF_SECONDS: '0',
       BULK_MIN_COOL_OFF_SECONDS: '0',
@@ -60,13 +89,21 @@ await main('bench:bulk', async (onCleanup) => {
   const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   const accounts = await signupAccounts(setupAgent, rt.apiBase, ACCOUNTS);
   await exec(rt.runtime.svc.db, k.updateTable('accounts').set({ free_messages_left: SENDS + BULK + 1000 }));
+  const layout = WORKERS ? `the worker as ${WORKERS} process${WORKERS > 1 ? 'es' : ''} of its own` : "the worker on this process's main thread";
+  const jobsNote = JOBS > 1 ? `${JOBS} bulk jobs of ${Math.floor(BULK / JOBS)} messages at once` : `one bulk job of ${BULK} messages`;
   console.log(
-    `bench:bulk: ${SENDS} single sends (${CONCURRENCY} in flight, ${ACCOUNTS} accounts), then one bulk job of ${BULK} messages in batches of ${BATCH}, no cool-off; ${loadNote()}`,
+    `bench:bulk: ${SENDS} single sends (${CONCURRENCY} in flight, ${ACCOUNTS} accounts), then ${jobsNote} in batches of ${BATCH}, no cool-off; ${layout}; ${loadNote()}`,
   );
+  // The worker's CPU: this process's main thread (HTTP server and worker), or the worker processes (all their threads).
+  const workerPids = rt.procs.filter((p) => p.name.startsWith('worker')).map((p) => p.pid);
+  const workerMs = (c: CpuMeter) => {
+    const t = c.totals();
+    return WORKERS ? Object.entries(t.children).reduce((a, [name, ms]) => a + (name.startsWith('worker') ? ms : 0), 0) : t.mainMs;
+  };
 
   // 1. Single sends.
   rss.start();
-  const cpuSingle = new CpuMeter(db.name);
+  const cpuSingle = new CpuMeter(db.name, rt.pids);
   const run = await load.call({
     op: 'httpSends',
     apiBase: rt.apiBase,
@@ -83,6 +120,7 @@ await main('bench:bulk', async (onCleanup) => {
   const singleMs = single.at - run.t0;
   const singleRate = rate(SENDS, singleMs);
   const singleCpu = cpuSingle.perItem(SENDS);
+  const singleWorkerMs = workerMs(cpuSingle) / SENDS;
   const singleReport = cpuSingle.report(SENDS);
   // Let the worker record the last outcomes before the next phase is measured.
   for (;;) {
@@ -91,33 +129,92 @@ await main('bench:bulk', async (onCleanup) => {
     await new Promise((res) => setTimeout(res, 20));
   }
 
-  // 2. One bulk job.
-  const a = accounts[0]!;
-  const messages = Array.from({ length: BULK }, (_, n) => ({
-    to: `Recipient ${n} <b${n}@${SINK_DOMAIN}>`,
-    subject: `Benchmark bulk message ${n}`,
-    text: `Hello,\n\nthis is bulk benchmark message ${n}, sent by ${a.primaryAddress}.\n\nRegards,\nthe benchmark\n`,
+  // 2. The bulk job (or jobs: BENCH_BULK_JOBS, each from its own account, all requested at once).
+  const jobAccounts = Array.from({ length: JOBS }, (_, j) => accounts[j % accounts.length]!);
+  const perJob = Array.from({ length: JOBS }, (_, j) => Math.floor(BULK / JOBS) + (j < BULK % JOBS ? 1 : 0));
+  let seq = 0;
+  const bodies = jobAccounts.map((a, j) => ({
+    messages: Array.from({ length: perJob[j]! }, () => {
+      const n = seq++;
+      return {
+        to: `Recipient ${n} <b${n}@${SINK_DOMAIN}>`,
+        subject: `Benchmark bulk message ${n}`,
+        text: `Hello,\n\nthis is bulk benchmark message ${n}, sent by ${a.primaryAddress}.\n\nRegards,\nthe benchmark\n`,
+      };
+    }),
+    batch_size: BATCH,
+    cool_off_seconds: 0,
   }));
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const agent = new http.Agent({ keepAlive: true, maxSockets: JOBS });
   const profile = PROFILE ? await startProfile('of the bulk phase') : null;
-  const cpuBulk = new CpuMeter(db.name);
+  const cpuBulk = new CpuMeter(db.name, rt.pids);
+  const elu0 = performance.eventLoopUtilization();
+  const mainTicks0 = workerPids.map((pid) => mainThreadTicks(pid));
   const t0 = now();
-  const created = await request(agent, `${rt.apiBase}/messages/send/bulk`, 'POST', { messages, batch_size: BATCH, cool_off_seconds: 0 }, a.apiKey, 120_000);
+  const wall0 = Date.now();
+  const created = await Promise.all(bodies.map((body, j) => request(agent, `${rt.apiBase}/messages/send/bulk`, 'POST', body, jobAccounts[j]!.apiKey, 120_000)));
   const acceptedMs = now() - t0;
-  if (created.status !== 200) throw new Error(`bulk job: ${created.status} ${JSON.stringify(created.body).slice(0, 300)}`);
+  for (const c of created) if (c.status !== 200) throw new Error(`bulk job: ${c.status} ${JSON.stringify(c.body).slice(0, 300)}`);
   const bulk = await load.call({ op: 'waitSink', target: SENDS + BULK, deadline });
   if (bulk.at === null) throw new Error(`bulk: ${bulk.count - SENDS}/${BULK} delivered in time`);
   const bulkMs = bulk.at - t0;
   const bulkRate = rate(BULK, bulkMs);
   const bulkCpu = cpuBulk.perItem(BULK);
+  const bulkWorkerMs = workerMs(cpuBulk) / BULK;
+  const mainShare = cpuBulk.totals().mainMs / bulkMs;
+  const elu = performance.eventLoopUtilization(elu0).utilization;
+  const mainBusy = workerPids.map((pid, i) => ((mainThreadTicks(pid) - mainTicks0[i]!) * 10) / bulkMs);
   const bulkReport = cpuBulk.report(BULK);
   if (profile) await profile.stop(PROFILE!);
-  let job: any = null;
-  for (;;) {
-    job = (await request(agent, `${rt.apiBase}/messages/send/bulk/${created.body.id}`, 'GET', undefined, a.apiKey)).body;
-    if (job.status === 'completed' || Date.now() > deadline) break;
-    await new Promise((res) => setTimeout(res, 50));
+  const jobs: any[] = [];
+  for (const [j, c] of created.entries()) {
+    for (;;) {
+      const job = (await request(agent, `${rt.apiBase}/messages/send/bulk/${c.body.id}`, 'GET', undefined, jobAccounts[j]!.apiKey)).body;
+      if (job.status === 'completed' || Date.now() > deadline) {
+        jobs.push(job);
+        break;
+      }
+      await new Promise((res) => setTimeout(res, 50));
+    }
   }
+  // Each job's batches on a timeline from the request (wall clock, as the job logs them): start-end, and the time
+  // between one batch's end and the next one's start (the queue's hand-over and the batch's checks before it starts).
+  const logs = await rows(
+    rt.runtime.svc.db,
+    k
+      .selectFrom('bulk_jobs')
+      .select(['id', 'batch_log'])
+      .where(
+        'id',
+        'in',
+        created.map((c) => c.body.id as string),
+      ),
+  );
+  // Each batch's flushes: the deliveries a flush records share its transaction's now() as delivered_at.
+  const [bi, bd] = [tbl('bulk_job_items', 'i'), tbl('deliveries', 'd')];
+  const flushes = await rows(
+    rt.runtime.svc.db,
+    sql<{ job_id: string; batch: number; flushes: bigint; delivered: bigint }>`
+      SELECT ${bi.job_id} AS job_id, ${bi.batch} AS batch, count(DISTINCT ${bd.delivered_at}) AS flushes, count(${bd.delivered_at}) AS delivered
+      FROM ${bi.$} JOIN ${bd.$} ON ${bd.message_id} = ${bi.message_id}
+      WHERE ${bi.job_id} IN (${sql.join(created.map((c) => c.body.id as string))}) GROUP BY 1, 2`,
+  );
+  const timelines = logs.map((l) => {
+    const entries = (l.batch_log as { index: number; started_at: string | null; completed_at: string }[]).sort((x, y) => x.index - y.index);
+    const at = (iso: string | null) => (iso === null ? NaN : (Date.parse(iso) - wall0) / 1000);
+    let busy = 0;
+    let gaps = 0;
+    const parts = entries.map((e, n) => {
+      const [s, f] = [at(e.started_at), at(e.completed_at)];
+      busy += f - s;
+      if (n > 0) gaps += s - at(entries[n - 1]!.completed_at);
+      return `${s.toFixed(2)}-${f.toFixed(2)}`;
+    });
+    const own = flushes.filter((f) => f.job_id === l.id);
+    const n = own.reduce((a, f) => a + Number(f.flushes), 0);
+    const recorded = own.reduce((a, f) => a + Number(f.delivered), 0);
+    return { parts, busy, gaps, first: at(entries[0]?.started_at ?? null), flushes: n, perFlush: recorded / Math.max(1, n) };
+  });
   agent.destroy();
   setupAgent.destroy();
   rss.stop();
@@ -125,15 +222,27 @@ await main('bench:bulk', async (onCleanup) => {
   // A PostgreSQL backend that exits during a phase takes its CPU time with it: a negative difference is unknown.
   const ms = (x: number) => (x < 0 ? 'n/a' : x.toFixed(2));
   console.log(`  single sends: ${SENDS} delivered in ${(singleMs / 1000).toFixed(2)} s; ${singleReport}`);
+  const counts = jobs.map((j) => `${j?.status} ${JSON.stringify(j?.counts)}`).join('; ');
   console.log(
-    `  bulk job: accepted in ${(acceptedMs / 1000).toFixed(2)} s, ${BULK} delivered in ${(bulkMs / 1000).toFixed(2)} s; job ${job?.status}, counts ${JSON.stringify(job?.counts)}; ${bulkReport}`,
+    `  bulk: accepted in ${(acceptedMs / 1000).toFixed(2)} s, ${BULK} delivered in ${(bulkMs / 1000).toFixed(2)} s; job${JOBS > 1 ? 's' : ''} ${counts}; ${bulkReport}`,
   );
+  const busyNote = WORKERS
+    ? `worker main thread${WORKERS > 1 ? 's' : ''} busy ${mainBusy.map((b) => `${(b * 100).toFixed(0)}%`).join(', ')} of the wall time (CPU)`
+    : `this process's event loop (HTTP server and worker) ${(elu * 100).toFixed(0)}% busy, its main thread on a core ${(mainShare * 100).toFixed(0)}% of the wall time (busy and not on a core: waiting for one)`;
+  console.log(`  over the bulk phase: ${busyNote}`);
+  for (const [j, t] of timelines.entries()) {
+    console.log(
+      `  job ${j + 1} batches (s from the request): ${t.parts.join(', ')}; sending ${t.busy.toFixed(2)} s, between batches ${t.gaps.toFixed(2)} s, before the first ${t.first.toFixed(2)} s; ${t.flushes} flushes of delivered recipients (${t.perFlush.toFixed(0)} a flush)`,
+    );
+  }
   console.log(`  recipients the sink saw more than once: ${bulk.duplicates}`);
   for (const line of rss.lines('over both phases')) console.log(line);
+  const who = WORKERS ? `worker processes` : 'worker';
   console.log(
-    `bulk: delivered ${bulkRate}/s, worker CPU ${ms(bulkCpu.serverMs)} ms/message (PostgreSQL ${ms(bulkCpu.postgresMs)}, Redis ${ms(bulkCpu.redisMs)}) | ` +
-      `single send: delivered ${singleRate}/s, server+worker CPU ${ms(singleCpu.serverMs)} ms/message (PostgreSQL ${ms(singleCpu.postgresMs)}, Redis ${ms(singleCpu.redisMs)}) | ` +
-      `bulk = ${(bulkRate / Math.max(1, singleRate)).toFixed(1)}x the single-send rate (aim: 5x)`,
+    `bulk: delivered ${bulkRate}/s, ${who} CPU ${ms(bulkWorkerMs)} ms/message (PostgreSQL ${ms(bulkCpu.postgresMs)}, Redis ${ms(bulkCpu.redisMs)}) | ` +
+      `single send: delivered ${singleRate}/s, server+${who} CPU ${ms(singleCpu.serverMs + (WORKERS ? singleWorkerMs : 0))} ms/message (PostgreSQL ${ms(singleCpu.postgresMs)}, Redis ${ms(singleCpu.redisMs)}) | ` +
+      `bulk = ${(bulkRate / Math.max(1, singleRate)).toFixed(1)}x the single-send rate (aim: 5x; ${layout})`,
   );
-  if (job?.status !== 'completed' || bulk.duplicates) throw new Error(`bulk job ${job?.status}, ${bulk.duplicates} duplicates`);
+  const unfinished = jobs.filter((j) => j?.status !== 'completed').length;
+  if (unfinished || bulk.duplicates) throw new Error(`${unfinished} bulk job(s) not completed, ${bulk.duplicates} duplicates`);
 });

@@ -200,9 +200,10 @@ export async function startBenchRuntime(
      * Run the worker, the MX and the MQTT broker (those of them asked for) as their own processes (`boxes start
      * <app>`), the HTTP server alone in this process; env is given to those processes only (a resolver cannot
      * cross a process: SMTP_RELAY_URL or SMTP_STATIC_ROUTES route their mail). The worker publishes MQTT through
-     * the push process when there is one.
+     * the push process when there is one. workers: how many worker processes (default 1), named `worker 1`,
+     * `worker 2`, ... when more than one; they share the queues as any workers of one instance do.
      */
-    processes?: { env?: Record<string, string>; compiled?: boolean };
+    processes?: { env?: Record<string, string>; compiled?: boolean; workers?: number };
   },
 ): Promise<BenchRuntime> {
   const redisUrl = localUrl('REDIS_URL', 'redis://127.0.0.1:6379');
@@ -257,8 +258,11 @@ export async function startBenchRuntime(
       if (opts.push) procs.push(await startAppProcess(['push'], childEnv));
       const broker = procs.find((p) => p.name === 'push');
       if (opts.mail) procs.push(await startAppProcess(['mx'], childEnv, undefined, separate.compiled));
-      if (opts.worker)
-        procs.push(await startAppProcess(['worker'], { ...childEnv, ...(broker ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${broker.ports.mqtt}` } : {}) }));
+      const workers = opts.worker ? (separate.workers ?? 1) : 0;
+      for (let n = 1; n <= workers; n++) {
+        const p = await startAppProcess(['worker'], { ...childEnv, ...(broker ? { MQTT_BROKER_URL: `mqtts://127.0.0.1:${broker.ports.mqtt}` } : {}) });
+        procs.push(workers > 1 ? { ...p, name: `worker ${n}` } : p);
+      }
     } catch (err) {
       await stopProcs();
       await runtime.stop();
@@ -537,10 +541,13 @@ export function processTicks(pid: number, depth = 0): number {
   }
 }
 
-/** Jiffies used so far by this process's main thread (the server under test; the load runs in a worker thread). */
-function mainThreadTicks(): number {
+/**
+ * Jiffies used so far by a process's main thread (by default this one's: the server under test; the load runs in
+ * a worker thread), or NaN once it is gone. The main thread of a Node process is its first task (tid = pid).
+ */
+export function mainThreadTicks(pid = process.pid): number {
   try {
-    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const stat = readFileSync(`/proc/${pid === process.pid ? 'self' : pid}/task/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return Number(f[11]) + Number(f[12]);
   } catch {

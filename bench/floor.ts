@@ -43,6 +43,11 @@
  * readers. The anchors are measured in the same run: bench:send's (the plain-SQL hash-chained append, 64 in
  * flight) and bench:mx's (the bare smtp-server above, whose rate is its wall rate).
  *
+ * bulk, from the send steps above (nothing more is run): compose, dkim, seal and smtp, which each message of a bulk
+ * batch takes one by one on the worker's main thread, summed as the bulk floor (a batch's SQL, a few statements
+ * for hundreds of messages, is measured by bench:bulk), and the highest ratio of bulk to single sends on two cores
+ * they leave.
+ *
  * BENCH_FLOOR_TODAY=1 also runs `pnpm bench:send` and `pnpm bench:mx` once (BENCH_SENDS and BENCH_MX 2000, no
  * Haraka) and prints the CPU they spend per message beside the floor.
  *
@@ -1078,15 +1083,39 @@ await main('bench:floor', async (onCleanup) => {
 
   const send = report('send');
   const mx = report('mx');
+  const c = (key: string) => allIn(medCost(key));
+  const groupSaved = c('accept') - c('accept-group') + c('record') - c('record-group');
+
+  // bulk: the steps every message of a bulk batch goes through one by one on the worker's main thread (a batch's
+  // SQL is a few statements for hundreds of messages: bench:bulk measures it), against the single send's floor.
+  // Both phases of bench:bulk run on the same two cores, so their rates' ratio is at most the ratio of the CPU
+  // each message takes, and the bulk side is also capped by its one thread (a job's batches run one at a time).
+  const bulkSteps = ['compose', 'dkim', 'seal-out', 'smtp-out'];
+  const bulkThread = bulkSteps.reduce((a, key) => a + medCost(key).main, 0);
+  const bulkAll = bulkSteps.reduce((a, key) => a + c(key), 0);
+  const bulkCap = Math.min(1000 / bulkThread, 2000 / bulkAll);
+  const sendGrouped = send.all - groupSaved;
+  console.log(`\nbulk floor: ${bulkSteps.join(', ')} per message (medians), the batch's SQL left out (bench:bulk measures it)`);
+  console.log(
+    `  worker thread ${f2(bulkThread)} ms (one thread caps at ${Math.round(1000 / bulkThread)}/s); in all with the sink ${f2(bulkAll)} ms (two cores: ${Math.round(2000 / bulkAll)}/s)`,
+  );
+  console.log(
+    `  against the send floor (${f2(send.all)} ms, ${Math.round(2000 / send.all)}/s on two cores): at most ${(bulkCap / (2000 / send.all)).toFixed(1)}x; ` +
+      `against the send floor with its group commits (${f2(sendGrouped)} ms, ${Math.round(2000 / sendGrouped)}/s): at most ${(bulkCap / (2000 / sendGrouped)).toFixed(1)}x`,
+  );
+  const sentToday = today?.send ? Object.values(today.send).reduce((a, b) => a + b, 0) : null;
+  if (sentToday) {
+    console.log(
+      `  against today's single send (bench:send above, ${f2(sentToday)} ms, ${Math.round(2000 / sentToday)}/s on two cores if nothing waited): at most ${(bulkCap / (2000 / sentToday)).toFixed(1)}x`,
+    );
+  }
 
   // What changes of design would lift the ceilings: the group commits measured above, the rest from the parts.
   const K = SEND_GROUP;
-  const c = (key: string) => allIn(medCost(key));
   const mxAnchor = median(mxAnchorRates);
   const est = (f: { all: number }, saved: number) =>
     `saves ${f2(saved)} ms: ${f2(f.all - saved)} ms in all, a ceiling of ${Math.round(2000 / (f.all - saved))}/s ` +
     `(${Math.round((100 * 2000) / (f.all - saved) / (f === mx ? mxAnchor : anchorRate))}% of the anchor's wall rate in this run)`;
-  const groupSaved = c('accept') - c('accept-group') + c('record') - c('record-group');
   const mxGroupSaved = c('store') - c('store-group');
   console.log(`\nwhat would lift the ceiling (K = ${K} messages a batch; the group commits measured above, the rest estimated from the parts):`);
   console.log(

@@ -21,9 +21,9 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { exec, k, rows as run, sql, tbl, type Tx } from '@boxes/db';
+import { exec, k, poolRows, poolTransaction, prismaTx, rows as run, sql, tbl, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
-import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
+import { deliveryCharge, lockAccountCredit, lockAccountsCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
 import type { MessageRow } from '../store/rows';
 import type { EventDataInput } from '@boxes/schemas';
@@ -440,7 +440,9 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
   if (started.local.length) await svc.jobs.enqueueDeliveries(started.local).catch(() => undefined);
   await enqueueAttachmentText(svc, started.attachmentIds ?? []);
 
-  const rows: Omit<Pending, 'dkim_selector' | 'dkim_private_key_enc'>[] = await run(
+  // Its rows (a thousand messages' sealed bodies and addresses) come straight from the pg pool: Prisma's client
+  // spends several times the statement's own client side reading them (poolRows; the same values).
+  const rows: Omit<Pending, 'dkim_selector' | 'dkim_private_key_enc'>[] = await poolRows(
     svc.db,
     k
       .selectFrom('bulk_job_items as i')
@@ -472,7 +474,10 @@ export async function runBulkBatch(svc: Services, deps: BulkDeps, input: { bulkJ
   const senders = [...new Set(rows.map((r) => senderDomain(r.from_address)).filter((x): x is string => x !== null))];
   const keys = new Map<string, { dkim_selector: string; dkim_private_key_enc: string }>();
   if (senders.length) {
-    const found = await run(svc.db, k.selectFrom('domains').select(['live_name', 'dkim_selector', 'dkim_private_key_enc']).where('live_name', 'in', senders));
+    const found = await poolRows(
+      svc.db,
+      k.selectFrom('domains').select(['live_name', 'dkim_selector', 'dkim_private_key_enc']).where('live_name', 'in', senders),
+    );
     for (const f of found) if (f.live_name !== null) keys.set(f.live_name, f);
   }
   const pending: Pending[] = rows.map((r) => {
@@ -662,32 +667,42 @@ class BatchSender {
   private async record(outcomes: Outcome[], raws: Map<string, Buffer>): Promise<void> {
     const svc = this.svc;
     const accountId = this.job.account_id;
-    const deferred: { id: string; delayMs: number }[] = [];
+    let deferred: { id: string; delayMs: number }[] = [];
     const sealed = sealRaws(svc.secretKey, raws);
     const delivered = outcomes.filter((o): o is Extract<Outcome, { kind: 'delivered' }> => o.kind === 'delivered');
-    const status = await svc.db.$transaction(async (tx) => {
-      // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
-      // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
-      // writer's statement, so a message's row is written once per flush; in this first statement when no
-      // recipient was delivered, and on their own when recipients were delivered but none was claimed here.
-      const j = tbl('bulk_jobs', 'j');
-      const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
-      let jobStatusRow: { job_status: string | null } | undefined;
-      let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
-      if (delivered.length) {
-        const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-        // The claimed rows, then one row with the job's status (its other columns null).
-        const all = await run(
-          tx,
-          sql<{
-            id: string | null;
-            message_id: string;
-            held_micros: bigint;
-            used_free: boolean;
-            attachment_micros: bigint;
-            surcharge_micros: bigint;
-            job_status: string | null;
-          }>`WITH claimed AS (
+    const others = outcomes.length - delivered.length;
+    // A flush runs several times a second: on a connection of the pg pool, outside Prisma's interactive transaction
+    // (poolTransaction, as the single sends' outcomes), whose client costs several times the statements' own. Its
+    // bounces, failures and deferrals go through the shared outcome path on Prisma's models: a flush that holds any
+    // runs in Prisma's transaction, decided before anything is written (and the store writer may ask for one too,
+    // for an account with something to announce: the flush then runs again from the start in one).
+    const status = await poolTransaction(
+      svc.db,
+      async (tx) => {
+        deferred = [];
+        const general = others ? prismaTx(tx, 'bounces, failures and deferrals are recorded on the shared outcome path') : null;
+        // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
+        // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
+        // writer's statement, so a message's row is written once per flush; in this first statement when no
+        // recipient was delivered, and on their own when recipients were delivered but none was claimed here.
+        const j = tbl('bulk_jobs', 'j');
+        const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
+        let jobStatusRow: { job_status: string | null } | undefined;
+        let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
+        if (delivered.length) {
+          const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+          // The claimed rows, then one row with the job's status (its other columns null).
+          const all = await run(
+            tx,
+            sql<{
+              id: string | null;
+              message_id: string;
+              held_micros: bigint;
+              used_free: boolean;
+              attachment_micros: bigint;
+              surcharge_micros: bigint;
+              job_status: string | null;
+            }>`WITH claimed AS (
             UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
               ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
             FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
@@ -695,42 +710,48 @@ class BatchSender {
             RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})
           SELECT id, message_id, held_micros, used_free, attachment_micros, surcharge_micros, NULL::text AS job_status FROM claimed
           UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, s.job_status FROM (${jobStatus}) s`,
-        );
-        claimed = all.filter((r) => r.id !== null) as typeof claimed;
-        jobStatusRow = all.find((r) => r.id === null);
-      } else {
-        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${rawsUpdate(sealed)}) ` : sql``}${jobStatus}`);
-      }
-      if (claimed.length) {
-        const a = await lockAccountCredit(tx, accountId);
-        let paid = a.trailer_paid_micros;
-        const changes: AccountChange[] = claimed.map((d) => {
-          const c = deliveryCharge({ trailer_paid_micros: paid }, d);
-          paid += c.surcharge;
-          return {
-            accountId,
-            charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
-          };
-        });
-        // The messages' statuses follow their claimed deliveries in the same statement as the charges, with the
-        // signed bytes composed since the last flush.
-        const messageIds = [...new Set(claimed.map((d) => d.message_id))];
-        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
-      } else if (delivered.length && sealed.length) {
-        await exec(tx, rawsUpdate(sealed));
-      }
-      for (const o of outcomes) {
-        const attempts = o.d.attempts + 1;
-        if (o.kind === 'bounced') await markBounced(tx, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts, now: svc.clock.now() });
-        else if (o.kind === 'failed') await markFailed(tx, o.d.id, { error: o.error, attempts });
-        else if (o.kind === 'deferred') {
-          const delayMs = this.deps.retryDelayMs(attempts);
-          await markDeferred(tx, o.d.id, { error: o.error, attempts, nextAttemptAt: new Date(Date.now() + delayMs) });
-          deferred.push({ id: o.d.id, delayMs });
+          );
+          claimed = all.filter((r) => r.id !== null) as typeof claimed;
+          jobStatusRow = all.find((r) => r.id === null);
+        } else {
+          [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${rawsUpdate(sealed)}) ` : sql``}${jobStatus}`);
         }
-      }
-      return jobStatusRow?.job_status ? narrowStatus(BULK_STATUSES, jobStatusRow.job_status) : 'cancelled';
-    }, TX);
+        if (claimed.length) {
+          const [a] = await lockAccountsCredit(tx, [accountId]);
+          if (!a) throw new AppError('not_found', `account ${accountId} not found`);
+          let paid = a.trailer_paid_micros;
+          const changes: AccountChange[] = claimed.map((d) => {
+            const c = deliveryCharge({ trailer_paid_micros: paid }, d);
+            paid += c.surcharge;
+            return {
+              accountId,
+              charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
+            };
+          });
+          // The messages' statuses follow their claimed deliveries in the same statement as the charges, with the
+          // signed bytes composed since the last flush.
+          const messageIds = [...new Set(claimed.map((d) => d.message_id))];
+          await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
+        } else if (delivered.length && sealed.length) {
+          await exec(tx, rawsUpdate(sealed));
+        }
+        if (general) {
+          for (const o of outcomes) {
+            const attempts = o.d.attempts + 1;
+            if (o.kind === 'bounced')
+              await markBounced(general, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts, now: svc.clock.now() });
+            else if (o.kind === 'failed') await markFailed(general, o.d.id, { error: o.error, attempts });
+            else if (o.kind === 'deferred') {
+              const delayMs = this.deps.retryDelayMs(attempts);
+              await markDeferred(general, o.d.id, { error: o.error, attempts, nextAttemptAt: new Date(Date.now() + delayMs) });
+              deferred.push({ id: o.d.id, delayMs });
+            }
+          }
+        }
+        return jobStatusRow?.job_status ? narrowStatus(BULK_STATUSES, jobStatusRow.job_status) : 'cancelled';
+      },
+      TX,
+    );
     // 4xx: the ordinary delivery jobs retry them on the delivery schedule (the sweeper re-drives a lost enqueue).
     for (const d of deferred) await svc.jobs.enqueueDeliveries([d.id], d.delayMs).catch(() => undefined);
     if (status !== 'sending') {

@@ -5,7 +5,7 @@
 import type { BulkJob } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
-import { rows as run, sql, tbl, type DbClient } from '@boxes/db';
+import { poolRows, rows as run, sql, tbl, type DbClient } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_BULK_STATUSES, type BulkStatus, type DeliveryStatus } from '@boxes/schemas';
 import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
@@ -31,10 +31,11 @@ export interface BulkOutcomes {
 /**
  * The job's outcomes so far, in one round trip. The deliveries of the job's started messages are counted in one
  * pass (a count per outcome with FILTER): the breaker reads this after every flush of a batch in flight, so its
- * cost grows with the part of the job already started.
+ * cost grows with the part of the job already started. Outside a transaction it runs on the pg pool (poolRows:
+ * the same values, without Prisma's client around a statement read after every flush).
  */
 export async function bulkOutcomes(db: DbClient, jobId: string): Promise<BulkOutcomes> {
-  return outcomesOf(await run(db, bulkOutcomesStatement(jobId)));
+  return outcomesOf(await poolRows(db, bulkOutcomesStatement(jobId)));
 }
 
 export function bulkOutcomesStatement(jobId: string) {
