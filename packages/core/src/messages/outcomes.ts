@@ -85,9 +85,9 @@ export function rawsUpdate(raws: SealedRaw[]): RawBuilder<unknown> {
 /**
  * messageStatusUpdate, and in the same UPDATE the signed bytes of messages composed meanwhile (raws: id, sealed
  * bytes in base64, size), each stored only if the message has none yet. A message whose status is set and whose
- * bytes are stored in one flush is written once instead of twice (neither column is indexed, but the row is
- * rarely updated in place: every index gets the new version). Also a part of a larger statement, after the
- * statement that set the deliveries' statuses.
+ * bytes are stored in one flush is written once instead of twice (one new row version instead of two; neither
+ * column is indexed, so each is a HOT update while its page has room, which the messages table's fillfactor
+ * keeps). Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
 export function messageStatusAndRawUpdate(messageIds: string[], raws: SealedRaw[]): RawBuilder<unknown> {
   const [set, m] = [tbl('messages'), tbl('messages', 'm')];
