@@ -75,23 +75,45 @@ const entriesOf = (folderId: string) =>
     ])
     .where('e.folder_id', '=', folderId);
 
+/** A folder entry as the folder's read answers it: whether a sent message is still to be composed beside it. */
+type EntryRow = FolderEntry & { needsCompose: boolean };
+
+/** The one keyword list of every entry read without keywords (frozen: a change makes a new list, see STORE). */
+const NO_KEYWORDS = Object.freeze([]) as unknown as string[];
+
 /**
- * Read on the pg pool under the client (poolRows): a folder of 10,000 messages is 10,000 rows each time a mail
- * client selects it, and Prisma's client turned each into its own objects first (values normalised as text,
- * then converted again), most of the CPU and short-lived memory of a SELECT.
+ * Read on the pg pool under the client (poolRows), its columns named as FolderEntry names them, so each row is
+ * the entry itself: a folder of 10,000 messages is 10,000 rows each time a mail client selects it, and an object
+ * made again from each row (and a list for each row without keywords) was as many objects more to allocate,
+ * most of them kept as long as the folder stays selected. Prisma's client turned each row into its own objects
+ * first (values normalised as text, then converted again), most of the CPU and short-lived memory of a SELECT.
  */
-async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise<RawEntry[]> {
-  return poolRows(
+async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise<EntryRow[]> {
+  const found: (Omit<EntryRow, 'keywords'> & { keywords: string[] | null })[] = await poolRows(
     svc.db,
-    entriesOf(folderId)
-      .select((eb) =>
+    k
+      .selectFrom('mail_folder_entries as e')
+      .innerJoin('messages as m', 'm.id', 'e.message_id')
+      .leftJoin('message_flags as f', 'f.message_id', 'e.message_id')
+      .select((eb) => [
+        'e.uid',
+        'e.message_id as messageId',
+        eb.fn.coalesce('f.flags', sql.lit(0)).as('flags'),
+        'f.keywords',
+        'e.deleted',
+        'e.modseq',
+        'm.size_bytes as size',
+        'm.recorded_at as internalDate',
         eb
           .and([eb('m.raw_enc', 'is', null), eb('m.body_enc', 'is not', null)])
           .$castTo<boolean>()
-          .as('needs_compose'),
-      )
+          .as('needsCompose'),
+      ])
+      .where('e.folder_id', '=', folderId)
       .orderBy('e.uid'),
   );
+  for (let i = 0; i < found.length; i++) found[i]!.keywords ??= NO_KEYWORDS;
+  return found as EntryRow[];
 }
 
 /**
@@ -99,8 +121,8 @@ async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise
  * is composed and signed now, as its delivery would, so its size is that of the bytes clients will fetch.
  */
 export async function loadFolderEntries(svc: Services, folderId: string): Promise<FolderEntry[]> {
-  let rows = await readEntries(svc, folderId);
-  const pending = rows.filter((r) => r.needs_compose).map((r) => r.message_id);
+  let entries: FolderEntry[] = await readEntries(svc, folderId);
+  const pending = (entries as EntryRow[]).filter((r) => r.needsCompose).map((r) => r.messageId);
   if (pending.length) {
     const messages = await svc.db.message.findMany({ where: { id: { in: pending } } });
     for (const m of messages) {
@@ -110,10 +132,9 @@ export async function loadFolderEntries(svc: Services, folderId: string): Promis
         // Reclaimed in the meantime: it leaves the folder with the next fold.
       }
     }
-    rows = await readEntries(svc, folderId);
+    entries = await readEntries(svc, folderId);
   }
   const drafts = await draftEntries(svc.db, folderId);
-  const entries = rows.map(toEntry);
   return drafts.length ? [...entries, ...drafts].sort((a, b) => a.uid - b.uid) : entries;
 }
 

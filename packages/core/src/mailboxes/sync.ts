@@ -5,7 +5,7 @@
  * folded in, so any process may fold, each event is folded once, and UIDs are given in the stream's order. The
  * hot paths (send, receive) pay nothing for it: whoever reads folders folds first.
  */
-import { exec, k, rows, sql, tbl, type RawBuilder } from '@boxes/db';
+import { exec, k, rows, sql, tbl } from '@boxes/db';
 import { EVENT_MESSAGE_ID } from '../events/payload-sql';
 import type { Services } from '../shared/context';
 import type { EventType } from '@boxes/schemas';
@@ -55,37 +55,41 @@ const FOLDED = sql`(${sql.join(FOLDED_TYPES.map((t) => sql.lit(t)))})`;
  * Folds every event up to the stream's head into the account's folders. Returns whether anything was folded.
  * The fast path (nothing new) is one read.
  *
- * background: a fold nobody waits for (an IMAP server following an account with no session open). It folds
- * only when a folded type lies beyond the cursor (otherwise it moves the cursor past the rest, unless someone
- * moved it meanwhile), and gives way when another fold of the account is running (SKIP LOCKED) instead of
- * holding a connection to wait for it: that fold, the next event, the next sweep or the next login does the rest.
+ * When no folded type lies beyond the cursor (an app-password's use, a label change, an API key made: most of
+ * what moves an account's stream while its clients are connected), the cursor is moved past those events with
+ * one conditional update instead of a transaction that reads the cursor, the head and the events again. If
+ * someone moved the cursor meanwhile, a fold someone waits for goes on as below (that other fold may have
+ * stopped short of the head read here).
+ *
+ * background: a fold nobody waits for (an IMAP server following an account with no session open). It gives way
+ * when another fold of the account is running (SKIP LOCKED) instead of holding a connection to wait for it:
+ * that fold, the next event, the next sweep or the next login does the rest.
  */
 export async function syncMailboxes(svc: Pick<Services, 'db'>, accountId: string, opts: { background?: boolean } = {}): Promise<boolean> {
   const background = opts.background === true;
   const [a, st, e] = [tbl('accounts', 'a'), tbl('mail_sync_state', 's'), tbl('events', 'e')];
-  const foldable: RawBuilder<boolean> = background
-    ? sql`EXISTS (SELECT 1 FROM ${e.$} WHERE ${e.account_id} = h.id AND ${e.seq} > COALESCE(h.seq, 0) AND ${e.seq} <= h.chain_seq AND ${e.type} IN ${FOLDED})`
-    : sql`true`;
   const head = await rows(
     svc.db,
     sql<{ chain_seq: number; seq: number | null; foldable: boolean }>`
     WITH h AS (SELECT ${a.id}, ${a.chain_seq}, ${st.seq} FROM ${a.$} LEFT JOIN ${st.$} ON ${st.account_id} = ${a.id} WHERE ${a.id} = ${accountId})
-    SELECT h.chain_seq, h.seq, ${foldable} AS foldable FROM h`,
+    SELECT h.chain_seq, h.seq,
+      EXISTS (SELECT 1 FROM ${e.$} WHERE ${e.account_id} = h.id AND ${e.seq} > COALESCE(h.seq, 0) AND ${e.seq} <= h.chain_seq AND ${e.type} IN ${FOLDED}) AS foldable
+    FROM h`,
   );
   if (!head[0] || head[0].chain_seq === (head[0].seq ?? 0)) return false;
   if (!head[0].foldable) {
     // Nothing to fold up to the head read: every event up to it is committed, so the cursor may pass them.
-    if (head[0].seq !== null) {
-      await exec(
+    const moved =
+      head[0].seq !== null &&
+      (await exec(
         svc.db,
         k
           .updateTable('mail_sync_state')
           .set({ seq: head[0].chain_seq, updated_at: sql`now()` })
           .where('account_id', '=', accountId)
           .where('seq', '=', head[0].seq),
-      );
-    }
-    return false;
+      )) > 0;
+    if (moved || background) return false;
   }
   let folded = false;
   for (;;) {
