@@ -267,6 +267,60 @@ describe('folders follow mail with no client connected', () => {
   });
 });
 
+describe('folds someone waits for', () => {
+  it('move the cursor past events with nothing to fold in one update, and go on with the whole fold when another fold moved it meanwhile', async () => {
+    const acct = await signupAccount(t, `waited-${tag()}@example.com`);
+    // A fold cursor written directly (no notification): the IMAP server of this test does not follow the account.
+    await exec(t.db, k.insertInto('mail_sync_state').values({ account_id: acct.accountId, seq: sql.lit(0), updated_at: sql<Date>`now()` }));
+    const cursor = async () => (await t.db.mailSyncState.findUniqueOrThrow({ where: { accountId: acct.accountId } })).seq;
+    const chainSeq = async () => (await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } })).chainSeq;
+    // Signing up appended events, none of them mail: the cursor moves to the head and nothing is folded.
+    expect(await syncMailboxes(t.svc, acct.accountId)).toBe(false);
+    expect(await cursor()).toBe(await chainSeq());
+    expect(await rows(t.db, k.selectFrom('mail_folders').select(sql.lit(1).as('one')).where('account_id', '=', acct.accountId))).toHaveLength(0);
+
+    // More events with nothing to fold; another fold holds the cursor and moves it part of the way while this fold
+    // waits for it: this fold must then go on to the head, not stop where the other one left the cursor.
+    const before = await cursor();
+    expect((await rest(t, 'POST', '/account/mcp/disable', { key: acct.apiKey, body: {} })).status).toBe(200);
+    expect((await rest(t, 'POST', '/account/mcp/enable', { key: acct.apiKey, body: {} })).status).toBe(200);
+    const head = await chainSeq();
+    expect(head).toBeGreaterThan(before + 1);
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holder = t.db.$transaction(async (tx) => {
+      await rows(tx, k.selectFrom('mail_sync_state').select('seq').where('account_id', '=', acct.accountId).forUpdate());
+      locked();
+      await held;
+      await exec(tx, k.updateTable('mail_sync_state').set({ seq: head - 1 }).where('account_id', '=', acct.accountId));
+    });
+    await isLocked;
+    const waiting = syncMailboxes(t.svc, acct.accountId);
+    // The waiting fold's update of the cursor blocks on the holder's lock; the holder then moves the cursor itself.
+    await waitFor('the fold waits for the cursor', async () => {
+      const [w] = await rows(
+        t.db,
+        sql<{ n: bigint }>`SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%mail_sync_state%'`,
+      );
+      return Number(w?.n ?? 0) > 0;
+    });
+    release();
+    await holder;
+    expect(await waiting).toBe(false);
+    expect(await cursor()).toBe(head);
+
+    // A folded event beyond the cursor is folded, not passed over.
+    const box = await t.db.box.findFirstOrThrow({ where: { accountId: acct.accountId, isPrimary: true } });
+    const raw = Buffer.from(multipartMessage({ from: 'x@outside.test', to: box.address, subject: 'folded', text: 'f' }));
+    await receiveMessage(t.svc, { raw, recipients: [{ kind: 'box', box }], mailFrom: 'x@outside.test', via: 'smtp' });
+    expect(await syncMailboxes(t.svc, acct.accountId)).toBe(true);
+    expect(await cursor()).toBe(await chainSeq());
+    expect(Number((await rows(t.db, inboxEntriesOf(acct.accountId)))[0]!.n)).toBe(1);
+  });
+});
+
 describe('background folds (an IMAP server following an account with no session open)', () => {
   it('move the cursor past events with nothing to fold, and give way to a fold already running instead of waiting for it', async () => {
     const acct = await signupAccount(t, `background-${tag()}@example.com`);

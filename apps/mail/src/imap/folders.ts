@@ -6,7 +6,7 @@
  * "/"; a "/" inside a local part shows as "_".
  */
 import { ensureBoxFolders, type FolderRole, type MailLogin, type Services } from '@boxes/core';
-import { k, rows } from '@boxes/db';
+import { k, poolRows } from '@boxes/db';
 import { mailboxName } from './encode';
 
 export interface ImapFolder {
@@ -25,16 +25,16 @@ const SPECIAL_USE: Partial<Record<FolderRole, string>> = { sent: '\\Sent', draft
 export const DELIMITER = '/';
 
 /**
- * The folders of a login, in order. Read with typed SQL: a client's LIST and SELECT each read them, and Prisma's
- * client compiled its query of the boxes first (the first time in a process, tens of milliseconds on the login's
- * path; then about three times the CPU of the statement's own client side).
+ * The folders of a login, in order. Read on the pg pool (poolRows): a client's LIST and SELECT each read them, and
+ * Prisma's client compiled its query of the boxes first (the first time in a process, tens of milliseconds on the
+ * login's path) and then cost about three times the CPU of the statement's own client side.
  */
 export async function foldersOf(svc: Services, login: MailLogin): Promise<ImapFolder[]> {
   const ofAccount = k.selectFrom('boxes').select(['id', 'local_part as localPart']).where('account_id', '=', login.accountId);
   const boxes =
     login.kind === 'box'
-      ? await rows(svc.db, ofAccount.where('id', '=', login.boxId!))
-      : await rows(svc.db, ofAccount.orderBy('is_primary', 'desc').orderBy('created_at', 'asc').orderBy('id'));
+      ? await poolRows(svc.db, ofAccount.where('id', '=', login.boxId!))
+      : await poolRows(svc.db, ofAccount.orderBy('is_primary', 'desc').orderBy('created_at', 'asc').orderBy('id'));
   if (!boxes.length) return [];
   const folders = await ensureBoxFolders(
     svc.db,

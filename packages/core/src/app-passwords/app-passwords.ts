@@ -6,7 +6,7 @@
  * follow the event stream). The first app-password starts the account's folders following its mail.
  */
 import { createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from 'node:crypto';
-import { k, rows, type AppPassword, type Db } from '@boxes/db';
+import { k, poolRows, type AppPassword, type Db } from '@boxes/db';
 import { appendEvent } from '../events/append';
 import { followMailboxes } from '../mailboxes/sync';
 import { inTransaction } from '../shared/context';
@@ -181,9 +181,10 @@ export async function revokeAppPassword(input: { db: Db; accountId: string; id: 
 
 /**
  * Whether an app-password still works (open sessions check this each time their account's stream moves, and a
- * submission before each message): typed SQL, as Prisma's client compiled its query first.
+ * submission before each message): on the pg pool (poolRows), as Prisma's client compiled its query first and
+ * then cost several times the statement's own client side.
  */
 export async function appPasswordActive(db: Db, id: string): Promise<boolean> {
-  const [row] = await rows(db, k.selectFrom('app_passwords').select('revoked_at').where('id', '=', id));
+  const [row] = await poolRows(db, k.selectFrom('app_passwords').select('revoked_at').where('id', '=', id));
   return Boolean(row && !row.revoked_at);
 }

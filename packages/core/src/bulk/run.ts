@@ -21,7 +21,7 @@
  * up to one flush unrecorded; those recipients are sent again when the batch resumes (at least once, as for
  * single sends).
  */
-import { exec, k, poolRows, poolTransaction, prismaTx, rows as run, sql, tbl, type Tx } from '@boxes/db';
+import { exec, k, poolRows, poolTransaction, prismaTx, rows as run, sql, tbl, type SqlClient, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
 import { deliveryCharge, lockAccountCredit, lockAccountsCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -43,7 +43,7 @@ import { newId } from '../shared/ids';
 import { isServiceUnavailable } from '../shared/unavailable';
 import { BULK_PAUSE_POLL_MS, bulkHeldByPause } from '../guard/pause';
 import { bulkOutcomes, FINISHED_BULK, rate, type BulkOutcomes } from './view';
-import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
+import { BULK_STATUSES, type BulkStatus, DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES, type DeliveryStatus, type MessageStatus } from '@boxes/schemas';
 import { narrowStatus, statusIn, statusLit } from '../shared/statuses';
 
 /** A delivery status as a checked literal. */
@@ -674,35 +674,33 @@ class BatchSender {
     // A flush runs several times a second: on a connection of the pg pool, outside Prisma's interactive transaction
     // (poolTransaction, as the single sends' outcomes), whose client costs several times the statements' own. Its
     // bounces, failures and deferrals go through the shared outcome path on Prisma's models: a flush that holds any
-    // runs in Prisma's transaction, decided before anything is written (and the store writer may ask for one too,
-    // for an account with something to announce: the flush then runs again from the start in one).
-    const status = await poolTransaction(
-      svc.db,
-      async (tx) => {
-        deferred = [];
-        const general = others ? prismaTx(tx, 'bounces, failures and deferrals are recorded on the shared outcome path') : null;
-        // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
-        // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
-        // writer's statement, so a message's row is written once per flush; in this first statement when no
-        // recipient was delivered, and on their own when recipients were delivered but none was claimed here.
-        const j = tbl('bulk_jobs', 'j');
-        const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
-        let jobStatusRow: { job_status: string | null } | undefined;
-        let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
-        if (delivered.length) {
-          const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-          // The claimed rows, then one row with the job's status (its other columns null).
-          const all = await run(
-            tx,
-            sql<{
-              id: string | null;
-              message_id: string;
-              held_micros: bigint;
-              used_free: boolean;
-              attachment_micros: bigint;
-              surcharge_micros: bigint;
-              job_status: string | null;
-            }>`WITH claimed AS (
+    // runs in Prisma's transaction from the start (and the store writer may ask for one too, for an account with
+    // something to announce: the flush then runs again from the start in one).
+    const flush = async (tx: SqlClient): Promise<BulkStatus> => {
+      deferred = [];
+      const general = others ? prismaTx(tx, 'bounces, failures and deferrals are recorded on the shared outcome path') : null;
+      // The first statement claims the delivered recipients and reads the job's status (a cancel or a halt stops
+      // the batch after this flush). The signed bytes are stored with the messages' statuses in the store
+      // writer's statement, so a message's row is written once per flush; in this first statement when no
+      // recipient was delivered, and on their own when recipients were delivered but none was claimed here.
+      const j = tbl('bulk_jobs', 'j');
+      const jobStatus = sql`SELECT ${j.status}::text AS job_status FROM ${j.$} WHERE ${j.id} = ${this.job.id}`;
+      let jobStatusRow: { job_status: string | null } | undefined;
+      let claimed: { id: string; message_id: string; held_micros: bigint; used_free: boolean; attachment_micros: bigint; surcharge_micros: bigint }[] = [];
+      if (delivered.length) {
+        const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+        // The claimed rows, then one row with the job's status (its other columns null).
+        const all = await run(
+          tx,
+          sql<{
+            id: string | null;
+            message_id: string;
+            held_micros: bigint;
+            used_free: boolean;
+            attachment_micros: bigint;
+            surcharge_micros: bigint;
+            job_status: string | null;
+          }>`WITH claimed AS (
             UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
               ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
             FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
@@ -710,48 +708,46 @@ class BatchSender {
             RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})
           SELECT id, message_id, held_micros, used_free, attachment_micros, surcharge_micros, NULL::text AS job_status FROM claimed
           UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, s.job_status FROM (${jobStatus}) s`,
-          );
-          claimed = all.filter((r) => r.id !== null) as typeof claimed;
-          jobStatusRow = all.find((r) => r.id === null);
-        } else {
-          [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${rawsUpdate(sealed)}) ` : sql``}${jobStatus}`);
-        }
-        if (claimed.length) {
-          const [a] = await lockAccountsCredit(tx, [accountId]);
-          if (!a) throw new AppError('not_found', `account ${accountId} not found`);
-          let paid = a.trailer_paid_micros;
-          const changes: AccountChange[] = claimed.map((d) => {
-            const c = deliveryCharge({ trailer_paid_micros: paid }, d);
-            paid += c.surcharge;
-            return {
-              accountId,
-              charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
-            };
-          });
-          // The messages' statuses follow their claimed deliveries in the same statement as the charges, with the
-          // signed bytes composed since the last flush.
-          const messageIds = [...new Set(claimed.map((d) => d.message_id))];
-          await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
-        } else if (delivered.length && sealed.length) {
-          await exec(tx, rawsUpdate(sealed));
-        }
-        if (general) {
-          for (const o of outcomes) {
-            const attempts = o.d.attempts + 1;
-            if (o.kind === 'bounced')
-              await markBounced(general, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts, now: svc.clock.now() });
-            else if (o.kind === 'failed') await markFailed(general, o.d.id, { error: o.error, attempts });
-            else if (o.kind === 'deferred') {
-              const delayMs = this.deps.retryDelayMs(attempts);
-              await markDeferred(general, o.d.id, { error: o.error, attempts, nextAttemptAt: new Date(Date.now() + delayMs) });
-              deferred.push({ id: o.d.id, delayMs });
-            }
+        );
+        claimed = all.filter((r) => r.id !== null) as typeof claimed;
+        jobStatusRow = all.find((r) => r.id === null);
+      } else {
+        [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${rawsUpdate(sealed)}) ` : sql``}${jobStatus}`);
+      }
+      if (claimed.length) {
+        const [a] = await lockAccountsCredit(tx, [accountId]);
+        if (!a) throw new AppError('not_found', `account ${accountId} not found`);
+        let paid = a.trailer_paid_micros;
+        const changes: AccountChange[] = claimed.map((d) => {
+          const c = deliveryCharge({ trailer_paid_micros: paid }, d);
+          paid += c.surcharge;
+          return {
+            accountId,
+            charge: { postings: c.postings, releaseHeld: { micros: d.held_micros, freeMessages: c.free }, trailerPaidMicros: c.surcharge },
+          };
+        });
+        // The messages' statuses follow their claimed deliveries in the same statement as the charges, with the
+        // signed bytes composed since the last flush.
+        const messageIds = [...new Set(claimed.map((d) => d.message_id))];
+        await writeBatch(svc, tx, { locked: new Map([[accountId, a]]), changes, also: [sql`mst AS (${messageStatusAndRawUpdate(messageIds, sealed)})`] });
+      } else if (delivered.length && sealed.length) {
+        await exec(tx, rawsUpdate(sealed));
+      }
+      if (general) {
+        for (const o of outcomes) {
+          const attempts = o.d.attempts + 1;
+          if (o.kind === 'bounced') await markBounced(general, o.d.id, { code: o.code, response: o.response, source: 'smtp', attempts, now: svc.clock.now() });
+          else if (o.kind === 'failed') await markFailed(general, o.d.id, { error: o.error, attempts });
+          else if (o.kind === 'deferred') {
+            const delayMs = this.deps.retryDelayMs(attempts);
+            await markDeferred(general, o.d.id, { error: o.error, attempts, nextAttemptAt: new Date(Date.now() + delayMs) });
+            deferred.push({ id: o.d.id, delayMs });
           }
         }
-        return jobStatusRow?.job_status ? narrowStatus(BULK_STATUSES, jobStatusRow.job_status) : 'cancelled';
-      },
-      TX,
-    );
+      }
+      return jobStatusRow?.job_status ? narrowStatus(BULK_STATUSES, jobStatusRow.job_status) : 'cancelled';
+    };
+    const status = others ? await svc.db.$transaction((tx) => flush(tx), TX) : await poolTransaction(svc.db, flush, TX);
     // 4xx: the ordinary delivery jobs retry them on the delivery schedule (the sweeper re-drives a lost enqueue).
     for (const d of deferred) await svc.jobs.enqueueDeliveries([d.id], d.delayMs).catch(() => undefined);
     if (status !== 'sending') {
