@@ -187,11 +187,15 @@ describe('inbound with real signatures', () => {
     expect(mine.body.body.extracted_text).toBeNull();
   });
 
-  it('an Authentication-Results header forged in our name is removed from the stored copy', async () => {
-    const subject = `forged results ${stamp}`;
+  // The second form carries RFC 8601's version after the authserv-id.
+  it.each([
+    ['plain', ''],
+    ['versioned', ' 1'],
+  ])('an Authentication-Results header forged in our name is removed from the stored copy (%s)', async (form, version) => {
+    const subject = `forged results ${form} ${stamp}`;
     const raw = rawMessage(
       {
-        'Authentication-Results': `${t.config.mailHost}; dkim=pass header.d=${SENDER}; dmarc=pass`,
+        'Authentication-Results': `${t.config.mailHost}${version}; dkim=pass header.d=${SENDER}; dmarc=pass`,
         From: `boss@${SENDER}`,
         To: inbox.primaryAddress,
         Subject: subject,

@@ -149,7 +149,8 @@ const oursPatterns = new Map<string, RegExp>();
 function oursPattern(mailHost: string): RegExp {
   let re = oursPatterns.get(mailHost);
   if (!re) {
-    re = new RegExp(`^authentication-results:\\s*${mailHost.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\s*(;|$)`, 'i');
+    // The obsolete syntax's blanks before the colon and RFC 8601's version after the authserv-id included.
+    re = new RegExp(`^authentication-results[ \\t]*:\\s*${mailHost.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?:\\s+\\d+)?\\s*(;|$)`, 'i');
     oursPatterns.set(mailHost, re);
   }
   return re;
@@ -168,6 +169,9 @@ export function stampRaw(raw: Buffer, trust: InboundTrust, mailHost: string): Bu
   }
   const headEnd = end === -1 ? raw.length : end + eol.length;
   const head = raw.subarray(0, headEnd).toString('latin1');
+  const stamp = eol === '\r\n' ? trust.headers : trust.headers.replace(/\r\n/g, '\n');
+  // No Authentication-Results header at all (the common case): nothing to drop, the head is not taken apart.
+  if (!/(?:^|\n)authentication-results[ \t]*:/i.test(head)) return Buffer.concat([Buffer.from(stamp, 'utf8'), raw]);
   const lines = head.split(/(?<=\n)/);
   const kept: string[] = [];
   const ours = oursPattern(mailHost);
@@ -177,8 +181,7 @@ export function stampRaw(raw: Buffer, trust: InboundTrust, mailHost: string): Bu
     if (!/^[ \t]/.test(line)) dropping = ours.test(line);
     if (!dropping) kept.push(line);
   }
-  const stamp = eol === '\r\n' ? trust.headers : trust.headers.replace(/\r\n/g, '\n');
-  // Nothing dropped (the common case): the message follows the stamp as it came, not rebuilt from its lines.
+  // Nothing dropped (only other servers' results): the message follows the stamp as it came, not rebuilt from its lines.
   if (kept.length === lines.length) return Buffer.concat([Buffer.from(stamp, 'utf8'), raw]);
   return Buffer.concat([Buffer.from(stamp, 'utf8'), Buffer.from(kept.join(''), 'latin1'), raw.subarray(headEnd)]);
 }
