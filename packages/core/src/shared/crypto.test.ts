@@ -6,6 +6,20 @@ import { open, seal, sealBytes } from './crypto';
 const key = randomBytes(32);
 
 describe('seal and open', () => {
+  it('every seal has its own IV, across refills of the block the IVs are read from (more than 256 seals)', () => {
+    const ivs = new Set<string>();
+    for (let i = 0; i < 700; i++) {
+      const text = seal(key, `m${i}`);
+      ivs.add(text.split('.')[1]!);
+      const bytes = sealBytes(key, `b${i}`);
+      // sealBytes: a version byte, then the 12-byte IV.
+      ivs.add(Buffer.from(bytes.subarray(1, 13)).toString('base64url'));
+      expect(open(key, text).toString()).toBe(`m${i}`);
+      expect(open(key, bytes).toString()).toBe(`b${i}`);
+    }
+    expect(ivs.size).toBe(1400);
+  });
+
   it('text and bytes both open to the sealed plaintext; bytes are 29 bytes longer than it', () => {
     const plain = Buffer.concat([Buffer.from('Subject: hi\r\n\r\n'), randomBytes(70_000)]);
     expect(open(key, seal(key, plain)).equals(plain)).toBe(true);
