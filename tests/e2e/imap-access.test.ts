@@ -10,7 +10,7 @@ import { receiveMessage, syncMailboxes } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { appPassword, deliver, imapClient, multipartMessage, waitFor, withImap } from './imap-helpers';
 import { eventsOf } from './mail-receive-helpers';
-import { exec, k, rows, sql } from '@boxes/db';
+import { exec, k, rows, sql, type Tx } from '@boxes/db';
 
 const countAll = sql<bigint>`count(*)`.as('n');
 /** The entries of an account's INBOX folders. */
@@ -267,6 +267,25 @@ describe('folders follow mail with no client connected', () => {
   });
 });
 
+/**
+ * Another fold holding an account's fold cursor (its row locked in a transaction) until release() is called;
+ * then, before it commits, it runs andThen in its transaction. Resolves once the lock is held.
+ */
+async function holdCursor(accountId: string, andThen?: (tx: Tx) => Promise<unknown>) {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((r) => (locked = r));
+  const done = t.db.$transaction(async (tx) => {
+    await rows(tx, k.selectFrom('mail_sync_state').select('seq').where('account_id', '=', accountId).forUpdate());
+    locked();
+    await held;
+    await andThen?.(tx);
+  });
+  await isLocked;
+  return { release, done };
+}
+
 describe('folds someone waits for', () => {
   it('move the cursor past events with nothing to fold in one update, and go on with the whole fold when another fold moved it meanwhile', async () => {
     const acct = await signupAccount(t, `waited-${tag()}@example.com`);
@@ -286,17 +305,15 @@ describe('folds someone waits for', () => {
     expect((await rest(t, 'POST', '/account/mcp/enable', { key: acct.apiKey, body: {} })).status).toBe(200);
     const head = await chainSeq();
     expect(head).toBeGreaterThan(before + 1);
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((r) => (locked = r));
-    const holder = t.db.$transaction(async (tx) => {
-      await rows(tx, k.selectFrom('mail_sync_state').select('seq').where('account_id', '=', acct.accountId).forUpdate());
-      locked();
-      await held;
-      await exec(tx, k.updateTable('mail_sync_state').set({ seq: head - 1 }).where('account_id', '=', acct.accountId));
-    });
-    await isLocked;
+    const holder = await holdCursor(acct.accountId, (tx) =>
+      exec(
+        tx,
+        k
+          .updateTable('mail_sync_state')
+          .set({ seq: head - 1 })
+          .where('account_id', '=', acct.accountId),
+      ),
+    );
     const waiting = syncMailboxes(t.svc, acct.accountId);
     // The waiting fold's update of the cursor blocks on the holder's lock; the holder then moves the cursor itself.
     await waitFor('the fold waits for the cursor', async () => {
@@ -306,8 +323,8 @@ describe('folds someone waits for', () => {
       );
       return Number(w?.n ?? 0) > 0;
     });
-    release();
-    await holder;
+    holder.release();
+    await holder.done;
     expect(await waiting).toBe(false);
     expect(await cursor()).toBe(head);
 
@@ -337,21 +354,12 @@ describe('background folds (an IMAP server following an account with no session 
     const raw = Buffer.from(multipartMessage({ from: 'x@outside.test', to: box.address, subject: 'held back', text: 'h' }));
     await receiveMessage(t.svc, { raw, recipients: [{ kind: 'box', box }], mailFrom: 'x@outside.test', via: 'smtp' });
     // Another fold holds the cursor: a background fold returns at once without folding (a waiting one would hang here).
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((r) => (locked = r));
-    const holder = t.db.$transaction(async (tx) => {
-      await rows(tx, k.selectFrom('mail_sync_state').select('seq').where('account_id', '=', acct.accountId).forUpdate());
-      locked();
-      await held;
-    });
-    await isLocked;
+    const holder = await holdCursor(acct.accountId);
     try {
       expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(false);
     } finally {
-      release();
-      await holder;
+      holder.release();
+      await holder.done;
     }
     expect(await cursor()).toBeLessThan(await chainSeq());
     expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(true);

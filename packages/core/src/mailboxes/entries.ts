@@ -30,34 +30,25 @@ export interface FolderEntry {
   internalDate: Date;
 }
 
-interface RawEntry {
-  uid: number;
-  message_id: string;
-  flags: number;
-  keywords: string[] | null;
-  deleted: boolean;
-  modseq: bigint;
-  size_bytes: number;
-  recorded_at: Date;
-  needs_compose: boolean;
-}
+/** An entry as entriesOf reads it: keywords null where the message has none. */
+type RawEntry = Omit<FolderEntry, 'keywords'> & { keywords: string[] | null };
 
 const toEntry = (r: RawEntry): FolderEntry => ({
   uid: r.uid,
-  messageId: r.message_id,
+  messageId: r.messageId,
   flags: r.flags,
   keywords: r.keywords ?? [],
   deleted: r.deleted,
   modseq: BigInt(r.modseq),
-  size: r.size_bytes,
-  internalDate: r.recorded_at,
+  size: r.size,
+  internalDate: r.internalDate,
 });
 
 /** `= ANY(values)` for one parameter holding any number of values (a list of parameters would need one each). */
 const anyText = (values: readonly string[]) => sql<string>`ANY(${values}::text[])`;
 const anyInt = (values: readonly number[]) => sql<number>`ANY(${values}::int[])`;
 
-/** A folder's entries with their messages and flags (e, m, f), selecting what RawEntry has but needs_compose. */
+/** A folder's entries with their messages and flags (e, m, f), the columns named as FolderEntry names them. */
 const entriesOf = (folderId: string) =>
   k
     .selectFrom('mail_folder_entries as e')
@@ -65,13 +56,13 @@ const entriesOf = (folderId: string) =>
     .leftJoin('message_flags as f', 'f.message_id', 'e.message_id')
     .select((eb) => [
       'e.uid',
-      'e.message_id',
+      'e.message_id as messageId',
       eb.fn.coalesce('f.flags', sql.lit(0)).as('flags'),
       'f.keywords',
       'e.deleted',
       'e.modseq',
-      'm.size_bytes',
-      'm.recorded_at',
+      'm.size_bytes as size',
+      'm.recorded_at as internalDate',
     ])
     .where('e.folder_id', '=', folderId);
 
@@ -89,27 +80,15 @@ const NO_KEYWORDS = Object.freeze([]) as unknown as string[];
  * first (values normalised as text, then converted again), most of the CPU and short-lived memory of a SELECT.
  */
 async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise<EntryRow[]> {
-  const found: (Omit<EntryRow, 'keywords'> & { keywords: string[] | null })[] = await poolRows(
+  const found: (RawEntry & { needsCompose: boolean })[] = await poolRows(
     svc.db,
-    k
-      .selectFrom('mail_folder_entries as e')
-      .innerJoin('messages as m', 'm.id', 'e.message_id')
-      .leftJoin('message_flags as f', 'f.message_id', 'e.message_id')
-      .select((eb) => [
-        'e.uid',
-        'e.message_id as messageId',
-        eb.fn.coalesce('f.flags', sql.lit(0)).as('flags'),
-        'f.keywords',
-        'e.deleted',
-        'e.modseq',
-        'm.size_bytes as size',
-        'm.recorded_at as internalDate',
+    entriesOf(folderId)
+      .select((eb) =>
         eb
           .and([eb('m.raw_enc', 'is', null), eb('m.body_enc', 'is not', null)])
           .$castTo<boolean>()
           .as('needsCompose'),
-      ])
-      .where('e.folder_id', '=', folderId)
+      )
       .orderBy('e.uid'),
   );
   for (let i = 0; i < found.length; i++) found[i]!.keywords ??= NO_KEYWORDS;
@@ -299,16 +278,12 @@ export async function storeFlags(
     async (tx) => {
       const raw: (RawEntry & { direction: string; box_id: string | null; thread_id: string })[] = await rows(
         tx,
-        entriesOf(input.folderId)
-          .select([sql.lit(false).as('needs_compose'), 'm.direction', 'm.box_id', 'm.thread_id'])
-          .where('e.uid', '=', anyInt(input.uids))
-          .orderBy('e.uid')
-          .forUpdate('e'),
+        entriesOf(input.folderId).select(['m.direction', 'm.box_id', 'm.thread_id']).where('e.uid', '=', anyInt(input.uids)).orderBy('e.uid').forUpdate('e'),
       );
       const modified: number[] = [];
       const changed: FolderEntry[] = [];
       const labelChanges: LabelChange[] = [];
-      const about = new Map(raw.map((r) => [r.message_id, r]));
+      const about = new Map(raw.map((r) => [r.messageId, r]));
       for (const r of raw.map(toEntry)) {
         if (change.unchangedSince !== undefined && r.modseq > change.unchangedSince) {
           modified.push(r.uid);
