@@ -1,5 +1,6 @@
 /** Hashing, constant-time comparison and sealing (AES-256-GCM) of secrets kept at rest. */
-import { createCipheriv, createDecipheriv, createHash, createSecretKey, randomFillSync, timingSafeEqual, type KeyObject } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
+import { randomBlocks } from './random';
 
 export const sha256Hex = (input: string | Buffer): string => createHash('sha256').update(input).digest('hex');
 
@@ -16,22 +17,14 @@ export function parseSecretKey(raw: string): Buffer {
   return key;
 }
 
-// The IVs are read from the CSPRNG in blocks of 256 rather than one read of 12 bytes per seal: each read is a
-// call into native code that cost about as much as the rest of sealing a small message (as ids do, shared/ids.ts).
-// Each block's bytes are used once, in order, and copied out before the next seal can refill the block.
+// The IVs are read from the CSPRNG in blocks of 256 rather than one read of 12 bytes per seal (randomBlocks).
 const IV_BYTES = 12;
-const ivPool = Buffer.alloc(IV_BYTES * 256);
-let ivOffset = ivPool.length;
+const ivs = randomBlocks(IV_BYTES, 256);
 
-/** A fresh random 96-bit IV (its own copy: the pool's bytes are overwritten when it refills). */
+/** A fresh random 96-bit IV (its own copy: the block's bytes are overwritten when it refills). */
 function newIv(): Buffer {
-  if (ivOffset === ivPool.length) {
-    randomFillSync(ivPool);
-    ivOffset = 0;
-  }
-  const iv = Buffer.from(ivPool.subarray(ivOffset, ivOffset + IV_BYTES));
-  ivOffset += IV_BYTES;
-  return iv;
+  const at = ivs.take();
+  return Buffer.from(ivs.bytes.subarray(at, at + IV_BYTES));
 }
 
 /** v1.<iv>.<tag>.<ciphertext>, each base64url. */

@@ -1,5 +1,5 @@
 /** Prefixed random ids (acct_, key_, box_, evt_, ...): 20 base32 characters, 100 bits from the CSPRNG. */
-import { randomFillSync } from 'node:crypto';
+import { randomBlocks } from './random';
 
 const ALPHABET = '0123456789abcdefghjkmnpqrstvwxyz';
 
@@ -53,19 +53,13 @@ export type IdPrefix =
   // drafts
   | 'drf';
 
-// The CSPRNG is read in blocks of 204 ids rather than once per id: each read is a call into native code that
-// cost more than building the id, and a send makes several ids. Each block's bytes are used once, in order.
+// The CSPRNG is read in blocks of 204 ids rather than once per id: a send makes several ids (randomBlocks).
 const ID_BYTES = 20;
-const pool = Buffer.alloc(ID_BYTES * 204);
-let offset = pool.length;
+const random = randomBlocks(ID_BYTES, 204);
 
 export function newId(prefix: IdPrefix): string {
-  if (offset === pool.length) {
-    randomFillSync(pool);
-    offset = 0;
-  }
+  const at = random.take();
   let out = '';
-  for (let i = offset, end = offset + ID_BYTES; i < end; i++) out += ALPHABET[pool[i]! & 31];
-  offset += ID_BYTES;
+  for (let i = at, end = at + ID_BYTES; i < end; i++) out += ALPHABET[random.bytes[i]! & 31];
   return `${prefix}_${out}`;
 }
