@@ -23,7 +23,7 @@
  */
 import { exec, k, poolRows, poolTransaction, prismaTx, rows as run, sql, tbl, type SqlClient, type Tx } from '@boxes/db';
 import type { SmtpDestination } from '@boxes/mail';
-import { deliveryCharge, lockAccountCredit, lockAccountsCredit, planReservation, type LockedAccount } from '../credit/ledger';
+import { deliveryCharge, lockAccountCredit, planReservation, type LockedAccount } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
 import type { MessageRow } from '../store/rows';
 import type { EventDataInput } from '@boxes/schemas';
@@ -715,8 +715,7 @@ class BatchSender {
         [jobStatusRow] = await run(tx, sql<{ job_status: string | null }>`${sealed.length ? sql`WITH raws AS (${rawsUpdate(sealed)}) ` : sql``}${jobStatus}`);
       }
       if (claimed.length) {
-        const [a] = await lockAccountsCredit(tx, [accountId]);
-        if (!a) throw new AppError('not_found', `account ${accountId} not found`);
+        const a = await lockAccountCredit(tx, accountId);
         let paid = a.trailer_paid_micros;
         const changes: AccountChange[] = claimed.map((d) => {
           const c = deliveryCharge({ trailer_paid_micros: paid }, d);

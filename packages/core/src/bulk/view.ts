@@ -5,7 +5,7 @@
 import type { BulkJob } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
-import { poolRows, rows as run, sql, tbl, type DbClient } from '@boxes/db';
+import { poolRows, sql, tbl, type DbClient } from '@boxes/db';
 import { AppError } from '../shared/errors';
 import { BULK_STATUSES, DELIVERY_STATUSES, FINAL_BULK_STATUSES, type BulkStatus, type DeliveryStatus } from '@boxes/schemas';
 import { narrowStatus, statusIn, statusLit } from '../shared/statuses';

@@ -43,7 +43,7 @@ export interface LockedAccount {
 }
 
 /** Locks the account row (the same lock the event log takes) and reads its credit. */
-export async function lockAccountCredit(tx: Tx, accountId: string): Promise<LockedAccount> {
+export async function lockAccountCredit(tx: SqlClient, accountId: string): Promise<LockedAccount> {
   const [row] = await lockAccountsCredit(tx, [accountId]);
   if (!row) throw new AppError('not_found', `account ${accountId} not found`);
   return row;
