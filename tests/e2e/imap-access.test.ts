@@ -268,6 +268,18 @@ describe('folders follow mail with no client connected', () => {
 });
 
 /**
+ * A new account with a fold cursor at 0, written directly (no notification: the IMAP server of this test does not
+ * follow the account), and readers of its cursor and its stream's head.
+ */
+async function accountWithCursor(name: string) {
+  const acct = await signupAccount(t, `${name}-${tag()}@example.com`);
+  await exec(t.db, k.insertInto('mail_sync_state').values({ account_id: acct.accountId, seq: sql.lit(0), updated_at: sql<Date>`now()` }));
+  const cursor = async () => (await t.db.mailSyncState.findUniqueOrThrow({ where: { accountId: acct.accountId } })).seq;
+  const chainSeq = async () => (await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } })).chainSeq;
+  return { acct, cursor, chainSeq };
+}
+
+/**
  * Another fold holding an account's fold cursor (its row locked in a transaction) until release() is called;
  * then, before it commits, it runs andThen in its transaction. Resolves once the lock is held.
  */
@@ -288,11 +300,7 @@ async function holdCursor(accountId: string, andThen?: (tx: Tx) => Promise<unkno
 
 describe('folds someone waits for', () => {
   it('move the cursor past events with nothing to fold in one update, and go on with the whole fold when another fold moved it meanwhile', async () => {
-    const acct = await signupAccount(t, `waited-${tag()}@example.com`);
-    // A fold cursor written directly (no notification): the IMAP server of this test does not follow the account.
-    await exec(t.db, k.insertInto('mail_sync_state').values({ account_id: acct.accountId, seq: sql.lit(0), updated_at: sql<Date>`now()` }));
-    const cursor = async () => (await t.db.mailSyncState.findUniqueOrThrow({ where: { accountId: acct.accountId } })).seq;
-    const chainSeq = async () => (await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } })).chainSeq;
+    const { acct, cursor, chainSeq } = await accountWithCursor('waited');
     // Signing up appended events, none of them mail: the cursor moves to the head and nothing is folded.
     expect(await syncMailboxes(t.svc, acct.accountId)).toBe(false);
     expect(await cursor()).toBe(await chainSeq());
@@ -340,11 +348,7 @@ describe('folds someone waits for', () => {
 
 describe('background folds (an IMAP server following an account with no session open)', () => {
   it('move the cursor past events with nothing to fold, and give way to a fold already running instead of waiting for it', async () => {
-    const acct = await signupAccount(t, `background-${tag()}@example.com`);
-    // A fold cursor written directly (no notification): the IMAP server of this test does not follow the account.
-    await exec(t.db, k.insertInto('mail_sync_state').values({ account_id: acct.accountId, seq: sql.lit(0), updated_at: sql<Date>`now()` }));
-    const cursor = async () => (await t.db.mailSyncState.findUniqueOrThrow({ where: { accountId: acct.accountId } })).seq;
-    const chainSeq = async () => (await t.db.account.findUniqueOrThrow({ where: { id: acct.accountId } })).chainSeq;
+    const { acct, cursor, chainSeq } = await accountWithCursor('background');
     // Signing up appended events, none of them mail: nothing is folded, the cursor moves to the head, no folder is made.
     expect(await syncMailboxes(t.svc, acct.accountId, { background: true })).toBe(false);
     expect(await cursor()).toBe(await chainSeq());

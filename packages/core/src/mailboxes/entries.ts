@@ -100,8 +100,8 @@ async function readEntries(svc: Pick<Services, 'db'>, folderId: string): Promise
  * is composed and signed now, as its delivery would, so its size is that of the bytes clients will fetch.
  */
 export async function loadFolderEntries(svc: Services, folderId: string): Promise<FolderEntry[]> {
-  let entries: FolderEntry[] = await readEntries(svc, folderId);
-  const pending = (entries as EntryRow[]).filter((r) => r.needsCompose).map((r) => r.messageId);
+  let entries = await readEntries(svc, folderId);
+  const pending = entries.filter((r) => r.needsCompose).map((r) => r.messageId);
   if (pending.length) {
     const messages = await svc.db.message.findMany({ where: { id: { in: pending } } });
     for (const m of messages) {
