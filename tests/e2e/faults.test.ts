@@ -53,10 +53,11 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await load?.stop();
-  // Whatever a failed test left stopped comes back first, so that stop() can close cleanly.
+  // Whatever a failed test left stopped comes back first: the load's senders retry until their call is taken,
+  // so they finish only once both are back, and stop() can then close cleanly.
   await pgs?.start().catch(() => undefined);
   await redis?.start().catch(() => undefined);
+  await load?.stop();
   await t?.stop();
   await redis?.destroy();
   await pgs?.destroy();

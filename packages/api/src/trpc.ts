@@ -26,6 +26,7 @@ import type { Account, ApiKey } from '@boxes/db';
 import { setRateLimitFields } from './rate-limit';
 import { booleanFieldsOf, guardInput, inputSchemaOf } from './input-guard';
 import { queryBooleans } from './booleans';
+import { redisLost } from './dependencies';
 
 export type Transport = 'rest' | 'trpc' | 'mcp';
 
@@ -144,12 +145,10 @@ const appErrors = t.middleware(async ({ next }) => {
 
 /**
  * While the connection to Redis is lost, every call is 503 at once (no round trip, no wait): the rate limits and
- * the queues live there, and the keyed calls' count would refuse anyway. Before the first connection is made
- * ('connecting') calls go on, so a server starting beside a slow Redis is not refused for nothing.
+ * the queues live there, and the keyed calls' count would refuse anyway (redisLost says when it is lost).
  */
-const REDIS_LOST = new Set(['reconnecting', 'close', 'end']);
 function assertDependencies(ctx: Context): void {
-  if (REDIS_LOST.has(ctx.svc.redis.status)) throw serviceUnavailable();
+  if (redisLost(ctx.svc.redis)) throw serviceUnavailable();
 }
 
 /**
