@@ -22,7 +22,8 @@ export interface FolderEntry {
   messageId: string;
   /** FLAG_BITS of the message. */
   flags: number;
-  keywords: string[];
+  /** Read-only: entries read without keywords share one frozen empty list (a change makes a new list). */
+  keywords: readonly string[];
   deleted: boolean;
   modseq: bigint;
   /** Octets of the stored RFC 5322 message (RFC822.SIZE). */
@@ -31,7 +32,7 @@ export interface FolderEntry {
 }
 
 /** An entry as entriesOf reads it: keywords null where the message has none. */
-type RawEntry = Omit<FolderEntry, 'keywords'> & { keywords: string[] | null };
+type RawEntry = Omit<FolderEntry, 'keywords'> & { keywords: readonly string[] | null };
 
 const toEntry = (r: RawEntry): FolderEntry => ({
   uid: r.uid,
@@ -70,7 +71,7 @@ const entriesOf = (folderId: string) =>
 type EntryRow = FolderEntry & { needsCompose: boolean };
 
 /** The one keyword list of every entry read without keywords (frozen: a change makes a new list, see STORE). */
-const NO_KEYWORDS = Object.freeze([]) as unknown as string[];
+const NO_KEYWORDS: readonly string[] = Object.freeze([]);
 
 /**
  * Read on the pg pool under the client (poolRows), its columns named as FolderEntry names them, so each row is
@@ -248,8 +249,8 @@ function apply(mode: FlagChange['mode'], current: number, bits: number): number 
   return mode === 'add' ? current | bits : mode === 'remove' ? current & ~bits : bits;
 }
 
-function applyKeywords(mode: FlagChange['mode'], current: string[], given: string[]): string[] {
-  const lower = (xs: string[]) => new Set(xs.map((k) => k.toLowerCase()));
+function applyKeywords(mode: FlagChange['mode'], current: readonly string[], given: readonly string[]): string[] {
+  const lower = (xs: readonly string[]) => new Set(xs.map((k) => k.toLowerCase()));
   if (mode === 'set') return [...new Map(given.map((k) => [k.toLowerCase(), k])).values()];
   if (mode === 'remove') {
     const drop = lower(given);
@@ -522,7 +523,7 @@ export async function messageFlags(svc: Pick<Services, 'db'>, messageIds: string
 const FLAG_ENTRIES = Object.entries(FLAG_BITS) as [SystemFlag, number][];
 
 /** IMAP flag names of a message's bits, \Deleted and keywords, in a stable order. */
-export function flagNames(bits: number, deleted: boolean, keywords: string[]): string[] {
+export function flagNames(bits: number, deleted: boolean, keywords: readonly string[]): string[] {
   const names = FLAG_ENTRIES.filter(([, b]) => bits & b).map(([n]) => n);
   if (deleted) names.push('\\Deleted' as SystemFlag);
   return [...names, ...keywords];
