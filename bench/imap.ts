@@ -333,9 +333,14 @@ SyncState *
   const threadsStart = serverThreads();
   const clientStart = childrenCpuMs('self');
   const gcStart = { ...gcSeen };
+  // With BENCH_APP_OUT (the app processes' output, their --trace-gc), each sync is marked there: the collections
+  // between two marks are that sync's.
+  const mark = (what: string) => process.env.BENCH_APP_OUT && fs.appendFileSync(path.resolve(process.env.BENCH_APP_OUT), `--- bench:imap: ${name} ${what}\n`);
+  mark('starts');
   const started = performance.now();
   const out = await run('mbsync', [trace ? '-Dn' : '-q', '-c', rc, '-a'], { timeout: TIMEOUT_MS, maxBuffer: 256 * 1024 * 1024 });
   const ms = performance.now() - started;
+  mark('ended');
   const cpuMs = serverCpuMs() - cpuStart;
   const threads = threadDelta(threadsStart, serverThreads());
   const clientEnd = childrenCpuMs('self');
@@ -563,19 +568,6 @@ await main('bench:imap', async (onCleanup) => {
   const serverPid = mailProc?.pid ?? process.pid;
   const serverRss = () => (serverPid === process.pid ? rssBytes(serverPid) : treeRssBytes(serverPid));
   const phases: [string, number][] = [['idle', serverRss()]];
-  // The first sync of the box as the receive path left it (its first login: the password is checked by scrypt).
-  const firstProfile = process.env.BENCH_IMAP_PROFILE_FIRST ? await startSyncProfile(inspectPort) : null;
-  const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs, serverThreads);
-  if (firstProfile) await firstProfile.stop(process.env.BENCH_IMAP_PROFILE_FIRST!);
-  if (first.files !== N) throw new Error(`boxes: mbsync stored ${first.files} of ${N} messages`);
-  phases.push(['after the first sync', serverRss()]);
-  // CPU of the Boxes server (the mail process, or this one: the bench itself only waits during a sync), per sync.
-  const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
-  // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
-  const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
-  const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
-  const gcLast = { cold: '', warm: '' };
-  const threadsLast = { cold: '', warm: '' };
   // PostgreSQL's part of a Boxes sync: CPU of the backends serving this bench's database (its pools, the fold,
   // autovacuum), from /proc, as a map of pid to ms; a backend that appears during a sync counts from zero.
   const pgBackends = async (): Promise<Map<number, number>> => {
@@ -593,6 +585,23 @@ await main('bench:imap', async (onCleanup) => {
     return out;
   };
   const pgDelta = (a: Map<number, number>, b: Map<number, number>) => [...b].reduce((n, [pid, ms]) => n + ms - (a.get(pid) ?? 0), 0);
+  // The first sync of the box as the receive path left it (its first login: the password is checked by scrypt).
+  const firstProfile = process.env.BENCH_IMAP_PROFILE_FIRST ? await startSyncProfile(inspectPort) : null;
+  const pFirst0 = await pgBackends();
+  const first = await mbsync(clientRoot, 'boxes-first', boxesServer, serverCpuMs, serverThreads);
+  const pFirst1 = await pgBackends();
+  // PostgreSQL's part of the first sync, and how many of its backends were new (connections opened for it).
+  const firstPg = pFirst1.size ? { ms: pgDelta(pFirst0, pFirst1), opened: [...pFirst1.keys()].filter((pid) => !pFirst0.has(pid)).length } : null;
+  if (firstProfile) await firstProfile.stop(process.env.BENCH_IMAP_PROFILE_FIRST!);
+  if (first.files !== N) throw new Error(`boxes: mbsync stored ${first.files} of ${N} messages`);
+  phases.push(['after the first sync', serverRss()]);
+  // CPU of the Boxes server (the mail process, or this one: the bench itself only waits during a sync), per sync.
+  const cpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  // Dovecot's processes per sync (its imap and imap-login processes exit with the connection), and mbsync's.
+  const dovecotCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
+  const clientCpu: Record<'boxes' | 'dovecot', number[]> = { boxes: [], dovecot: [] };
+  const gcLast = { cold: '', warm: '' };
+  const threadsLast = { cold: '', warm: '' };
   const pgCpu: { cold: number[]; warm: number[] } = { cold: [], warm: [] };
   const dovecotChildren = async (): Promise<number | null> => {
     // Let the master reap the processes of the connection just closed.
@@ -667,6 +676,7 @@ await main('bench:imap', async (onCleanup) => {
     console.log(
       `                                              dovecot cold ${s(best(dovecotCpu.cold))} (${all(dovecotCpu.cold)}), warm ${s(best(dovecotCpu.warm))} (${all(dovecotCpu.warm)})`,
     );
+  if (firstPg) console.log(`    PostgreSQL CPU of the first Boxes sync: ${s(firstPg.ms)} (${firstPg.opened} of its backends connected during it)`);
   if (pgCpu.cold.length)
     console.log(
       `    PostgreSQL CPU per Boxes sync (its backends for this database), best: cold ${s(best(pgCpu.cold))} (${all(pgCpu.cold)}), warm ${s(best(pgCpu.warm))} (${all(pgCpu.warm)})`,
