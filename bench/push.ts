@@ -35,7 +35,11 @@
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
  * Timeline (BENCH_PUSH_TIMELINE=<ms>, e.g. 1000 or 100): the latencies by the slice of the run their event was
  * appended in (n, p50, p99 and max of each slice, webhook and MQTT), to tell a tail at the start from a
- * periodic one.
+ * periodic one; and by the same slices where the time went (startProbes): the appends' time to commit, event-loop
+ * delays of the server and peer threads, GC pauses, the machine's busy cores and busiest processes, what this
+ * database's backends waited on (pg_stat_activity every 10 ms, from the peer thread), and PostgreSQL's checkpoint
+ * and autovacuum log lines (BENCH_PG_LOG_DIR, /var/log/postgresql by default). The sampling costs CPU of its
+ * own: take CPU figures without it.
  *
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
  *   BENCH_PUSH_STATEMENTS=1 BENCH_PUSH_TIMELINE=1000
