@@ -35,7 +35,11 @@
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
  * Timeline (BENCH_PUSH_TIMELINE=<ms>, e.g. 1000 or 100): the latencies by the slice of the run their event was
  * appended in (n, p50, p99 and max of each slice, webhook and MQTT), to tell a tail at the start from a
- * periodic one.
+ * periodic one; and by the same slices where the time went (startProbes): the appends' time to commit, event-loop
+ * delays of the server and peer threads, GC pauses, the machine's busy cores and busiest processes, what this
+ * database's backends waited on (pg_stat_activity every 10 ms, from the peer thread), and PostgreSQL's checkpoint
+ * and autovacuum log lines (BENCH_PG_LOG_DIR, /var/log/postgresql by default). The sampling costs CPU of its
+ * own: take CPU figures without it.
  *
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
  *   BENCH_PUSH_STATEMENTS=1 BENCH_PUSH_TIMELINE=1000
@@ -44,6 +48,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { PerformanceObserver } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { generate } from 'selfsigned';
 import { appendEvent } from '@boxes/core';
@@ -78,6 +83,113 @@ function backendTicks(database: string, seen: Map<number, number>): void {
       // exited meanwhile
     }
   }
+}
+
+/** A process's CPU jiffies and its name, or null once it is gone. */
+function procTicks(pid: string): { ticks: number; name: string } | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    // A node process by its script (bench/x.ts, vitest, cli start <app>), PostgreSQL by its title.
+    const name = cmd[0]?.startsWith('postgres')
+      ? cmd.join(' ').slice(0, 40)
+      : (cmd.find((a) => /\.(ts|mjs|js)$/.test(a) && !a.includes('node_modules/.pnpm/tsx')) ?? cmd[0] ?? '?').split('/').slice(-2).join('/');
+    return { ticks: Number(f[11]) + Number(f[12]), name: `${pid} ${name}` };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What the timeline prints beside the latencies, to find where a slow slice's time went: how long each append
+ * took to commit, how late a 10 ms timer of this thread ran (an event-loop block), this process's GC pauses, the
+ * machine's busy cores and the processes that used the most CPU in each slice (other jobs on the machine).
+ */
+function startProbes() {
+  const appends: [number, number][] = [];
+  const lags: [number, number][] = [];
+  const gcs: [number, number, number][] = [];
+  const slices: { at: number; busy: number; top: string[] }[] = [];
+  const gcObserver = new PerformanceObserver((list) => {
+    for (const e of list.getEntries())
+      gcs.push([performance.timeOrigin + e.startTime, e.duration, (e as unknown as { detail?: { kind?: number } }).detail?.kind ?? 0]);
+  });
+  gcObserver.observe({ entryTypes: ['gc'] });
+  let expected = Date.now() + 10;
+  const lagTimer = setInterval(() => {
+    const now = Date.now();
+    if (now - expected >= 20) lags.push([expected, now - expected]);
+    expected = now + 10;
+  }, 10);
+  const machine = () => {
+    const v = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    return { busy: v.reduce((x, y) => x + y, 0) - v[3]! - v[4]!, total: v.reduce((x, y) => x + y, 0) };
+  };
+  const every = () =>
+    new Map(
+      fs
+        .readdirSync('/proc')
+        .filter((d) => /^\d+$/.test(d))
+        .flatMap((pid) => {
+          const t = procTicks(pid);
+          return t ? [[pid, t] as const] : [];
+        }),
+    );
+  let lastMachine = machine();
+  let lastProcs = every();
+  let lastAt = Date.now();
+  const sliceTimer = setInterval(
+    () => {
+      const m = machine();
+      const procs = every();
+      const top = [...procs]
+        .map(([pid, t]) => [t.name, (t.ticks - (lastProcs.get(pid)?.ticks ?? t.ticks)) * 10] as const)
+        .filter(([, ms]) => ms > 0)
+        .sort((x, y) => y[1] - x[1])
+        .slice(0, 4)
+        .map(([name, ms]) => `${name} ${ms}`);
+      slices.push({ at: lastAt, busy: ((m.busy - lastMachine.busy) / Math.max(1, m.total - lastMachine.total)) * os.cpus().length, top });
+      lastMachine = m;
+      lastProcs = procs;
+      lastAt = Date.now();
+    },
+    Math.max(TIMELINE, 1_000),
+  );
+  return {
+    appends,
+    lags,
+    gcs,
+    slices,
+    stop() {
+      clearInterval(lagTimer);
+      clearInterval(sliceTimer);
+      gcObserver.disconnect();
+    },
+  };
+}
+
+/**
+ * PostgreSQL's log lines about checkpoints, autovacuum and lock waits (of this database, or the server's) between two times (the server's log, when
+ * this process may read it), with their times.
+ */
+function serverLogLines(database: string, from: number, to: number): [number, string][] {
+  const dir = process.env.BENCH_PG_LOG_DIR ?? '/var/log/postgresql';
+  const out: [number, string][] = [];
+  try {
+    for (const f of fs.readdirSync(dir).filter((n) => n.endsWith('.log'))) {
+      for (const line of fs.readFileSync(path.join(dir, f), 'utf8').split('\n')) {
+        if (!/checkpoint|automatic (vacuum|analyze)|still waiting|deadlock/.test(line)) continue;
+        // Another database's errors are not this run's.
+        if (/ \S+@boxes_\w+ /.test(line) && !line.includes(`@${database} `)) continue;
+        const t = Date.parse(`${line.slice(0, 23).replace(' ', 'T')}Z`);
+        if (t >= from && t <= to) out.push([t, line.slice(24).replace(/^UTC /, '').slice(0, 200)]);
+      }
+    }
+  } catch {
+    // not readable here
+  }
+  return out.sort((x, y) => x[0] - y[0]);
 }
 
 /** Statements sent by this process while counting, by their first words. */
@@ -166,7 +278,9 @@ await main('bench:push', async (onCleanup) => {
       topic: prov.body.topic,
     });
   }
-  peer.postMessage({ op: 'subscribe', mqttPort: rt.mqttPort!, subscribers });
+  const waitsUrl = new URL(db.url);
+  waitsUrl.pathname = '/postgres';
+  peer.postMessage({ op: 'subscribe', mqttPort: rt.mqttPort!, subscribers, ...(TIMELINE ? { waitsUrl: waitsUrl.toString(), database: db.name } : {}) });
   await nextReply();
   await sleep(500); // let the setup events drain
 
@@ -181,6 +295,7 @@ await main('bench:push', async (onCleanup) => {
   const backendSampler = setInterval(() => backendTicks(db.name, backendsNow), 250);
   rss.start();
   countStatements = true;
+  const probe = TIMELINE ? startProbes() : null;
   const started = Date.now();
   let appended = 0;
   const inflight = new Set<Promise<unknown>>();
@@ -190,6 +305,7 @@ await main('bench:push', async (onCleanup) => {
     while (appended < due && inflight.size < 32) {
       const a = accounts[appended % accounts.length]!;
       // The most common event pushed in production, with a payload of its usual size (push-peer.ts counts this type).
+      const at = Date.now();
       const p = appendEvent({
         db: runtime.svc.db,
         accountId: a.accountId,
@@ -201,7 +317,9 @@ await main('bench:push', async (onCleanup) => {
           remote_mta: 'mx.example.com',
           response: '250 2.0.0 Ok: queued',
         },
-      }).finally(() => inflight.delete(p));
+      })
+        .then(() => probe?.appends.push([at, Date.now() - at]))
+        .finally(() => inflight.delete(p));
       inflight.add(p);
       appended += 1;
     }
@@ -216,6 +334,8 @@ await main('bench:push', async (onCleanup) => {
   let mqttCreated: number[] = [];
   let paths: Record<string, { latency: number[]; twice: number }> = {};
   let deadConnections = 0;
+  let peerLags: [number, number][] = [];
+  let waits: [number, string[]][] = [];
   const livePaths = Array.from({ length: Math.max(0, ENDPOINTS - 1) }, (_, i) => `/ep/${i + 1}`);
   for (;;) {
     peer.postMessage({ op: 'results' });
@@ -226,12 +346,15 @@ await main('bench:push', async (onCleanup) => {
     mqttCreated = r.mqttCreated as number[];
     paths = r.paths as typeof paths;
     deadConnections = r.deadConnections as number;
+    peerLags = (r.lags as [number, number][] | undefined) ?? [];
+    waits = (r.waits as [number, string[]][] | undefined) ?? [];
     const endpointsDone = livePaths.every((p) => (paths[p]?.latency.length ?? 0) >= total);
     if ((webhookLatency.length >= total && mqttLatency.length >= total && endpointsDone) || Date.now() > deadline) break;
     await sleep(100);
   }
   rss.stop();
   countStatements = false;
+  probe?.stop();
   const cpuReport = cpu.report(total, 'event');
   clearInterval(backendSampler);
   backendTicks(db.name, backendsNow);
@@ -264,6 +387,58 @@ await main('bench:push', async (onCleanup) => {
     console.log(`  timeline (slices of ${TIMELINE} ms from the first append; ms): webhook | mqtt`);
     const keys = [...new Set([...hook.keys(), ...mq.keys()])].sort((a, b) => a - b);
     for (const k of keys) console.log(`    ${String(k * TIMELINE).padStart(6)}  ${cell(hook.get(k))} | ${cell(mq.get(k))}`);
+    if (probe) {
+      const slot = (t: number) => Math.floor((t - started) / TIMELINE);
+      const group = <T>(xs: T[], at: (x: T) => number) => {
+        const by = new Map<number, T[]>();
+        for (const x of xs) {
+          const k = slot(at(x));
+          const g = by.get(k) ?? [];
+          if (!g.length) by.set(k, g);
+          g.push(x);
+        }
+        return by;
+      };
+      const appendsBy = group(probe.appends, (x) => x[0]);
+      const lagsBy = group(probe.lags, (x) => x[0]);
+      const peerLagsBy = group(peerLags, (x) => x[0]);
+      const gcsBy = group(probe.gcs, (x) => x[0]);
+      const slicesBy = group(probe.slices, (x) => x.at);
+      const max = (xs: number[] | undefined) => (xs?.length ? Math.max(...xs) : 0).toFixed(0);
+      console.log(
+        '  the same slices: append until committed (p99, max ms) | longest timer delay of the server thread, of the peer thread | GC (longest pause, total ms) | machine busy cores; most CPU (ms in the slice)',
+      );
+      for (const k of keys) {
+        const ap = (appendsBy.get(k) ?? []).map((x) => x[1]).sort((x, y) => x - y);
+        const gc = (gcsBy.get(k) ?? []).map((x) => x[1]);
+        const sl = slicesBy.get(k)?.[0];
+        console.log(
+          `    ${String(k * TIMELINE).padStart(6)}  append ${percentile(ap, 99).toFixed(0)}, ${max(ap)} | delay ${max(lagsBy.get(k)?.map((x) => x[1]))}, ${max(peerLagsBy.get(k)?.map((x) => x[1]))} | GC ${max(gc)}, ${gc.reduce((x, y) => x + y, 0).toFixed(0)} | ${sl ? `${sl.busy.toFixed(2)}; ${sl.top.join(', ')}` : '-'}`,
+        );
+      }
+      // What this database's backends were doing (pg_stat_activity every 10 ms): samples by wait (CPU: none).
+      console.log("  the same slices: PostgreSQL samples (every 10 ms) of what this database's active backends waited on");
+      const waitsBy = group(waits, (x) => x[0]);
+      for (const k of keys) {
+        const n = new Map<string, number>();
+        for (const [, ws] of waitsBy.get(k) ?? []) for (const w of ws) n.set(w, (n.get(w) ?? 0) + 1);
+        const top = [...n].sort((x, y) => y[1] - x[1]).slice(0, 5);
+        console.log(`    ${String(k * TIMELINE).padStart(6)}  ${(waitsBy.get(k) ?? []).length} samples: ${top.map(([w, c]) => `${w.trim()} ${c}`).join(', ')}`);
+      }
+      const auto = await rows(
+        runtime.svc.db,
+        sql<{ relname: string; vacuumed: Date | null; analyzed: Date | null }>`SELECT relname, last_autovacuum AS vacuumed, last_autoanalyze AS analyzed
+          FROM pg_stat_user_tables WHERE last_autovacuum IS NOT NULL OR last_autoanalyze IS NOT NULL`,
+      );
+      for (const r of auto)
+        for (const [what, at] of [
+          ['autovacuum', r.vacuumed],
+          ['autoanalyze', r.analyzed],
+        ] as const)
+          if (at) console.log(`    PostgreSQL at ${((at.getTime() - started) / 1000).toFixed(2)} s: ${what} of ${r.relname} (ended)`);
+      for (const [t, line] of serverLogLines(db.name, started - 2_000, Date.now()))
+        console.log(`    PostgreSQL at ${((t - started) / 1000).toFixed(2)} s: ${line}`);
+    }
   }
   const endpointFaults: string[] = [];
   if (ENDPOINTS) {

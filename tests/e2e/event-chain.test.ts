@@ -5,10 +5,11 @@
  */
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mintKey, rest, signupAccount, startTestServer, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
-import { exec, k as kysely, sql } from '@boxes/db';
-import { appendEvent, chainHash } from '@boxes/core';
+import { mintKey, rest, signupAccount, startTestServer, waitFor, type TestAccount, type TestServer, type ApiEvent } from '@boxes/testing';
+import { exec, k as kysely, poolOf, sql } from '@boxes/db';
+import { appendEvent, chainHash, EVENTS_CHANNEL } from '@boxes/core';
 
 interface Page {
   events: ApiEvent[];
@@ -193,6 +194,42 @@ describe('one-statement appends', () => {
     expect(all.map((e) => e.seq)).toEqual(Array.from({ length: initial + 40 }, (_, i) => i + 1));
     expect(new Set(rows.map((r) => r.seq)).size).toBe(40);
     expect(await verify(a.apiKey)).toMatchObject({ ok: true, events_verified: initial + 40, anomalies: [] });
+  });
+});
+
+describe('announcements', () => {
+  it('appends on their own are announced after they commit; an append in a transaction, at that commit and not before', async () => {
+    const [a, b] = [await signupAccount(t), await signupAccount(t)];
+    const listener = new pg.Client({ connectionString: poolOf(t.db)!.options.connectionString });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on('notification', (m) => {
+      if (m.channel === EVENTS_CHANNEL && m.payload) heard.push(m.payload);
+    });
+    await listener.query(`LISTEN ${EVENTS_CHANNEL}`);
+    const append = (db: Parameters<typeof appendEvent>[0]['db'], accountId: string) =>
+      appendEvent({
+        db,
+        accountId,
+        type: 'mail.delivered',
+        data: { message_id: 'msg_x', recipient: 'r@example.com', route: 'mx', remote_mta: 'mx.example.com', response: '250 2.0.0 Ok' },
+      });
+    try {
+      await Promise.all(Array.from({ length: 5 }, () => append(t.db, a.accountId)));
+      await waitFor('the appends announced', () => heard.includes(a.accountId));
+      const marker = `marker-${b.accountId}`;
+      await t.db.$transaction(async (tx) => {
+        await append(tx, b.accountId);
+        // Notifications arrive in commit order: once a later one is heard, an early announcement would have been too.
+        await new Promise((r) => setImmediate(r));
+        await exec(t.db, sql`SELECT pg_notify(${EVENTS_CHANNEL}, ${marker})`);
+        await waitFor('the marker', () => heard.includes(marker));
+        expect(heard).not.toContain(b.accountId);
+      });
+      await waitFor('the transaction announced at its commit', () => heard.includes(b.accountId));
+    } finally {
+      await listener.end();
+    }
   });
 });
 

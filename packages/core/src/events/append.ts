@@ -9,7 +9,21 @@
  * (store/write.ts: sends, inbound, delivery outcomes, bulk) chains several events onto heads its callers locked
  * and puts eventsInsert in its one statement; appendEvent does the same for one.
  */
-import { k, poolRows, rows as run, sql, tbl, type Column, type DbClient, type DB, type Insertable, type RawBuilder } from '@boxes/db';
+import {
+  k,
+  poolOf,
+  poolRows,
+  prepared,
+  rows as run,
+  sql,
+  tbl,
+  type Column,
+  type Db,
+  type DbClient,
+  type DB,
+  type Insertable,
+  type RawBuilder,
+} from '@boxes/db';
 import type { NewEvent } from '@boxes/schemas';
 import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
@@ -89,10 +103,36 @@ const APPEND_EVENT = sql<{ seq: number; prev_hash: string; hash: string }>`SELEC
       ${''}::jsonb, ${''}::timestamptz, ${''}, ${''}, ${EVENTS_CHANNEL})`.compile(k);
 
 /**
+ * The NOTIFY of appends made on their own: one statement for every account appended in a turn of the event loop,
+ * whose commit does not wait for its WAL flush (set_config(..., true) holds for this statement's transaction
+ * only), named where the pool names statements (prepared). PostgreSQL lets one notifying transaction commit at a time, server-wide, and holds that lock until the
+ * commit is flushed: with the NOTIFY inside each append, the appends queued one behind the other's flush, and a
+ * slow flush (a checkpoint writing, another database's commits) held every append of every account behind it.
+ * A notification lost to a crash is only a wake-up: the push sweeper finds what it would have announced.
+ */
+const NOTIFY_EVENTS = prepared(sql<{ n: number }>`SELECT count(pg_notify(${EVENTS_CHANNEL}, a.id))::int AS n
+  FROM set_config('synchronous_commit', 'off', true), unnest(${[] as string[]}::text[]) AS a(id)`);
+const toAnnounce = new WeakMap<object, Set<string>>();
+
+function announce(db: DbClient, accountId: string): void {
+  let ids = toAnnounce.get(db);
+  if (!ids) {
+    const fresh = new Set<string>();
+    ids = fresh;
+    toAnnounce.set(db, fresh);
+    setImmediate(() => {
+      toAnnounce.delete(db);
+      poolRows(db, { ...NOTIFY_EVENTS, parameters: [EVENTS_CHANNEL, [...fresh]] }).catch(() => undefined);
+    });
+  }
+  ids.add(accountId);
+}
+
+/**
  * Appends one event in one statement, in the caller's transaction or as one of its own: the append_event
  * function (a migration defines it) locks the chain head, chains the event onto it (the hash taken by PostgreSQL
  * over the same bytes chainHash hashes: the body's canonical JSON is built here around its seq, which only the
- * locked head gives), inserts it, moves the head and notifies the push workers (at commit). One round trip where
+ * locked head gives), inserts it, moves the head and notifies the push workers (at commit; an append on its own right after it). One round trip where
  * a transaction of its own took four (BEGIN, the head, the insert, COMMIT), and a function rather than the
  * statement itself because PL/pgSQL plans its statements once per connection: parsing and planning the
  * statement on every append cost about a third of its PostgreSQL CPU, and appends are the most frequent write
@@ -113,11 +153,15 @@ export async function appendEvent(input: AppendInput): Promise<EventRow> {
   const boxId = event.boxId ?? null;
   // Outside a transaction, straight on the pg pool (poolRows): Prisma's client cost more CPU than the rest of the
   // append's client side. The statement's text is compiled once (APPEND_EVENT).
+  // On its own (db is the client, not a transaction), the append is announced after its commit (announce); in
+  // the caller's transaction, by its own NOTIFY at that transaction's commit.
+  const alone = poolOf(db as Db) !== undefined;
   const [head] = await poolRows<{ seq: number; prev_hash: string; hash: string }>(db, {
     ...APPEND_EVENT,
-    parameters: [accountId, id, event.type, boxId, JSON.stringify(data), created_at, before, after, EVENTS_CHANNEL],
+    parameters: [accountId, id, event.type, boxId, JSON.stringify(data), created_at, before, after, alone ? null : EVENTS_CHANNEL],
   });
   if (!head) throw new Error(`appendEvent: account ${accountId} does not exist`);
+  if (alone) announce(db, accountId);
   return { id, account_id: accountId, type: event.type, box_id: boxId, data, created_at, seq: head.seq, prev_hash: head.prev_hash, hash: head.hash };
 }
 
