@@ -156,13 +156,15 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+  // The ids again as an array, so the planner knows how many rows the recordset holds and reads them through the
+  // primary key, not the whole table (acceptAll in messages/deliver.ts says more).
   const claimedRows = await rows(
     tx,
     sql<ClaimedDelivery>`
     UPDATE ${d.$} SET ${set.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
       ${set.next_attempt_at} = NULL, ${set.attempts} = x.attempts, ${set.updated_at} = now()
     FROM jsonb_to_recordset(${JSON.stringify([...byId.values()].map((o) => ({ id: o.deliveryId, mta: o.mta, attempts: o.attempts })))}::jsonb) AS x(id text, mta text, attempts int)
-    WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}
+    WHERE ${d.id} = x.id AND ${d.id} = ANY(${[...byId.keys()]}::text[]) AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}
     RETURNING ${sql.join([d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at])}`,
   );
   if (!claimedRows.length) return new Set();
