@@ -156,9 +156,9 @@ const recorderOf = (svc: Services) =>
 
 /**
  * One statement on the pg pool, outside Prisma's client (poolRows; it answers no rows). The ids are given again as
- * an array: PostgreSQL guesses 100 rows for any jsonb_to_recordset, and for a deliveries table of up to tens of
- * thousands of rows it then joined by reading the whole table (a sequential scan per batch, 5,000 rows in a
- * bench:send run); `id = ANY(array)` tells it how many, and it reads them through the primary key.
+ * an array: PostgreSQL guesses 100 rows for any jsonb_to_recordset, and on a deliveries table without statistics
+ * yet (a fresh database, or one growing faster than autovacuum analyzes it) it then joined by reading the whole
+ * table, every batch; `id = ANY(array)` tells it how many, and it reads them through the primary key.
  */
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
