@@ -704,7 +704,7 @@ class BatchSender {
             UPDATE ${d.$} SET ${set.status} = ${dlv('delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
               ${set.next_attempt_at} = NULL, ${set.attempts} = ${d.attempts} + 1, ${set.settled_at} = now(), ${set.updated_at} = now()
             FROM jsonb_to_recordset(${JSON.stringify(delivered.map((o) => ({ id: o.d.id, mta: o.mta })))}::jsonb) AS x(id text, mta text)
-            WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
+            WHERE ${d.id} = x.id AND ${d.id} = ANY(${delivered.map((o) => o.d.id)}::text[]) AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL_DELIVERY_STATUSES)} AND ${d.settled_at} IS NULL
             RETURNING ${sql.join([d.id, d.message_id, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros])})
           SELECT id, message_id, held_micros, used_free, attachment_micros, surcharge_micros, NULL::text AS job_status FROM claimed
           UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, s.job_status FROM (${jobStatus}) s`,

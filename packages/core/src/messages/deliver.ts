@@ -154,14 +154,20 @@ const recorderOf = (svc: Services) =>
     return items.map((o) => done.has(o.deliveryId));
   });
 
-/** One statement on the pg pool, outside Prisma's client (poolRows; it answers no rows). */
+/**
+ * One statement on the pg pool, outside Prisma's client (poolRows; it answers no rows). The ids are given again as
+ * an array: PostgreSQL guesses 100 rows for any jsonb_to_recordset, and on a deliveries table without statistics
+ * yet (a fresh database, or one growing faster than autovacuum analyzes it) it then joined by reading the whole
+ * table, every batch; `id = ANY(array)` tells it how many, and it reads them through the primary key.
+ */
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
   const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
   await poolRows(
     svc.db,
     sql`UPDATE ${d.$} SET ${set.accepted_at} = now(), ${set.accepted_response} = x.response, ${set.remote_mta} = x.mta
-    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text) WHERE ${d.id} = x.id`,
+    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text)
+    WHERE ${d.id} = x.id AND ${d.id} = ANY(${rows.map((r) => r.id)}::text[])`,
   );
 }
 
