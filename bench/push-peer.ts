@@ -10,6 +10,7 @@ import net, { type AddressInfo, type Socket } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import mqtt from 'mqtt';
 import pg from 'pg';
+import { watchTimerLag } from './lag';
 
 interface Subscriber {
   clientId: string;
@@ -29,12 +30,7 @@ const seenMqtt = new Set<string>();
 const clients: mqtt.MqttClient[] = [];
 /** This thread's event-loop delays (a 10 ms timer 20 ms or more late): [when it was due, ms late], for the timeline. */
 const lags: [number, number][] = [];
-let expected = Date.now() + 10;
-const lagTimer = setInterval(() => {
-  const now = Date.now();
-  if (now - expected >= 20) lags.push([expected, now - expected]);
-  expected = now + 10;
-}, 10);
+const lagTimer = watchTimerLag(lags);
 
 const receiver = https.createServer({ key: keyPem, cert: certPem, keepAliveTimeout: 30_000 }, (req, res) => {
   const chunks: Buffer[] = [];

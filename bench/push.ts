@@ -55,6 +55,7 @@ import { appendEvent } from '@boxes/core';
 import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, request, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
 import { rows, sql, tbl } from '@boxes/db';
 import pg from 'pg';
+import { watchTimerLag } from './lag';
 
 const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
 const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
@@ -116,12 +117,7 @@ function startProbes() {
       gcs.push([performance.timeOrigin + e.startTime, e.duration, (e as unknown as { detail?: { kind?: number } }).detail?.kind ?? 0]);
   });
   gcObserver.observe({ entryTypes: ['gc'] });
-  let expected = Date.now() + 10;
-  const lagTimer = setInterval(() => {
-    const now = Date.now();
-    if (now - expected >= 20) lags.push([expected, now - expected]);
-    expected = now + 10;
-  }, 10);
+  const lagTimer = watchTimerLag(lags);
   const machine = () => {
     const v = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
     return { busy: v.reduce((x, y) => x + y, 0) - v[3]! - v[4]!, total: v.reduce((x, y) => x + y, 0) };
