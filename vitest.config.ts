@@ -6,6 +6,7 @@
  *   system  what takes a browser, kills processes, fuzzes, packs or builds (tests/e2e, listed in SYSTEM)
  * `pnpm test` runs typecheck, unit and db (a contributor's loop); `pnpm test:all` runs every tier (CI).
  */
+import { availableParallelism } from 'node:os';
 import { defineConfig } from 'vitest/config';
 
 const SYSTEM = [
@@ -32,6 +33,10 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // Vitest runs one file fewer at a time than there are cores: one on a 2-core machine, where most files wait on
+    // servers, sockets and timers rather than compute. Two at a time there took the whole run (every tier) from
+    // 1,150 s to 759 s; with more cores, Vitest's own default.
+    maxWorkers: Math.max(2, availableParallelism() - 1),
     projects: [
       { extends: true, test: { name: 'unit', include: SOURCES, exclude: PG } },
       { extends: true, test: { name: 'db', include: PG, ...withServices } },
