@@ -515,7 +515,8 @@ class ServiceMeter {
   }
 }
 
-function machineTicks(): { busy: number; total: number } | null {
+/** The machine's busy and total jiffies so far, over every core (the first line of /proc/stat), or null. */
+export function machineTicks(): { busy: number; total: number } | null {
   try {
     const v = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
     const idle = (v[3] ?? 0) + (v[4] ?? 0);

@@ -52,7 +52,20 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { generate } from 'selfsigned';
 import { appendEvent } from '@boxes/core';
-import { CpuMeter, createBenchDatabase, envInt, loadNote, main, percentile, request, runtimeRss, signupAccounts, sleep, startBenchRuntime } from './common';
+import {
+  CpuMeter,
+  createBenchDatabase,
+  envInt,
+  loadNote,
+  machineTicks,
+  main,
+  percentile,
+  request,
+  runtimeRss,
+  signupAccounts,
+  sleep,
+  startBenchRuntime,
+} from './common';
 import { rows, sql, tbl } from '@boxes/db';
 import pg from 'pg';
 import { watchTimerLag } from './lag';
@@ -118,10 +131,6 @@ function startProbes() {
   });
   gcObserver.observe({ entryTypes: ['gc'] });
   const lagTimer = watchTimerLag(lags);
-  const machine = () => {
-    const v = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-    return { busy: v.reduce((x, y) => x + y, 0) - v[3]! - v[4]!, total: v.reduce((x, y) => x + y, 0) };
-  };
   const every = () =>
     new Map(
       fs
@@ -132,12 +141,12 @@ function startProbes() {
           return t ? [[pid, t] as const] : [];
         }),
     );
-  let lastMachine = machine();
+  let lastMachine = machineTicks() ?? { busy: 0, total: 0 };
   let lastProcs = every();
   let lastAt = Date.now();
   const sliceTimer = setInterval(
     () => {
-      const m = machine();
+      const m = machineTicks() ?? lastMachine;
       const procs = every();
       const top = [...procs]
         .map(([pid, t]) => [t.name, (t.ticks - (lastProcs.get(pid)?.ticks ?? t.ticks)) * 10] as const)
