@@ -40,6 +40,8 @@
  * database's backends waited on (pg_stat_activity every 10 ms, from the peer thread), and PostgreSQL's checkpoint
  * and autovacuum log lines (BENCH_PG_LOG_DIR, /var/log/postgresql by default). The sampling costs CPU of its
  * own: take CPU figures without it.
+ * BENCH_PUSH_PROFILE=<file>: a CPU profile of this process's main thread from the first append until every event
+ * arrived (all-in-one: the server, the worker and the broker; the profiler's own cost is in the CPU figures).
  *
  *   BENCH_PUSH_RATE=200 BENCH_PUSH_SECONDS=10 BENCH_PUSH_ACCOUNTS=10 BENCH_PROCESSES=1 BENCH_PUSH_ENDPOINTS=5
  *   BENCH_PUSH_STATEMENTS=1 BENCH_PUSH_TIMELINE=1000
@@ -54,6 +56,7 @@ import { generate } from 'selfsigned';
 import { appendEvent } from '@boxes/core';
 import {
   CpuMeter,
+  startProfile,
   createBenchDatabase,
   envInt,
   loadNote,
@@ -301,6 +304,7 @@ await main('bench:push', async (onCleanup) => {
   rss.start();
   countStatements = true;
   const probe = TIMELINE ? startProbes() : null;
+  const profile = process.env.BENCH_PUSH_PROFILE ? await startProfile('of the appends until every event arrived') : null;
   const started = Date.now();
   let appended = 0;
   const inflight = new Set<Promise<unknown>>();
@@ -360,6 +364,7 @@ await main('bench:push', async (onCleanup) => {
   rss.stop();
   countStatements = false;
   probe?.stop();
+  if (profile) await profile.stop(process.env.BENCH_PUSH_PROFILE!);
   const cpuReport = cpu.report(total, 'event');
   clearInterval(backendSampler);
   backendTicks(db.name, backendsNow);
