@@ -27,6 +27,7 @@ import {
 import type { NewEvent } from '@boxes/schemas';
 import { inTransaction } from '../shared/context';
 import { newId } from '../shared/ids';
+import { spacedBatches } from '../shared/spaced';
 import { fixed } from '../store/rows';
 import { canonicalBody, canonicalString, chainHash, type ChainBody } from './chain';
 
@@ -103,29 +104,36 @@ const APPEND_EVENT = sql<{ seq: number; prev_hash: string; hash: string }>`SELEC
       ${''}::jsonb, ${''}::timestamptz, ${''}, ${''}, ${EVENTS_CHANNEL})`.compile(k);
 
 /**
- * The NOTIFY of appends made on their own: one statement for every account appended in a turn of the event loop,
- * whose commit does not wait for its WAL flush (set_config(..., true) holds for this statement's transaction
- * only), named where the pool names statements (prepared). PostgreSQL lets one notifying transaction commit at a time, server-wide, and holds that lock until the
- * commit is flushed: with the NOTIFY inside each append, the appends queued one behind the other's flush, and a
- * slow flush (a checkpoint writing, another database's commits) held every append of every account behind it.
+ * The NOTIFY of appends made on their own: one statement for the accounts appended since the last one, whose
+ * commit does not wait for its WAL flush (set_config(..., true) holds for this statement's transaction only),
+ * named where the pool names statements (prepared). PostgreSQL lets one notifying transaction commit at a time,
+ * server-wide, and holds that lock until the commit is flushed: with the NOTIFY inside each append, the appends
+ * queued one behind the other's flush, and a slow flush (a checkpoint writing, another database's commits) held
+ * every append of every account behind it.
  * A notification lost to a crash is only a wake-up: the push sweeper finds what it would have announced.
  */
 const NOTIFY_EVENTS = prepared(sql<{ n: number }>`SELECT count(pg_notify(${EVENTS_CHANNEL}, a.id))::int AS n
   FROM set_config('synchronous_commit', 'off', true), unnest(${[] as string[]}::text[]) AS a(id)`);
-const toAnnounce = new WeakMap<object, Set<string>>();
+/**
+ * Announcements of one pool are at least this far apart (spacedBatches): the first append after a quiet spell is
+ * announced in the next turn of the event loop, and the appends that follow within the spacing share the next
+ * announcement. The push worker gathers its wake-ups for as long (WAKE_GATHER_MS) before it reads, so a steady
+ * stream waits about as long as before and each read carries more events. In bench:push (200 events a second,
+ * five interleaved pairs) statements fell from 2.48 to 1.93 per event and the server's and PostgreSQL's CPU from
+ * 2.23-2.61 to 2.01-2.43 ms per event, for about 5 ms more at the median (p99 26-30 ms against 19-25).
+ */
+const ANNOUNCE_SPACING_MS = 10;
+const announcers = new WeakMap<object, (accountId: string) => void>();
 
 function announce(db: DbClient, accountId: string): void {
-  let ids = toAnnounce.get(db);
-  if (!ids) {
-    const fresh = new Set<string>();
-    ids = fresh;
-    toAnnounce.set(db, fresh);
-    setImmediate(() => {
-      toAnnounce.delete(db);
-      poolRows(db, { ...NOTIFY_EVENTS, parameters: [EVENTS_CHANNEL, [...fresh]] }).catch(() => undefined);
+  let add = announcers.get(db);
+  if (!add) {
+    add = spacedBatches<string>(ANNOUNCE_SPACING_MS, (ids) => {
+      poolRows(db, { ...NOTIFY_EVENTS, parameters: [EVENTS_CHANNEL, ids] }).catch(() => undefined);
     });
+    announcers.set(db, add);
   }
-  ids.add(accountId);
+  add(accountId);
 }
 
 /**
