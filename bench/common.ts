@@ -824,20 +824,38 @@ export function runtimeRss(rt: BenchRuntime, load = 'the load client thread'): R
   return new RssMeter({ [`bench process (${here}; ${load})`]: process.pid, ...Object.fromEntries(rt.procs.map((p) => [`${p.name} process`, p.pid])) });
 }
 
-/** A CPU profile of this process's main thread from now until stop(file) writes it; `what` names it in the line printed. */
+/**
+ * A CPU profile of this process's main thread from now until stop(file) writes it; `what` names it in the line
+ * printed. With BENCH_HEAP_PROFILE=1 also a sampling heap profile of the same span (every allocation sampled,
+ * those collected since included: what the garbage collector had to clear), written to <file>.heapprofile.
+ */
 export async function startProfile(what: string): Promise<{ stop(file: string): Promise<void> }> {
   const inspector = await import('node:inspector/promises');
   const { writeFileSync } = await import('node:fs');
   const session = new inspector.Session();
   session.connect();
+  const heap = !!process.env.BENCH_HEAP_PROFILE;
+  if (heap) {
+    await session.post('HeapProfiler.enable');
+    await session.post('HeapProfiler.startSampling', {
+      samplingInterval: 16384,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: true,
+    });
+  }
   await session.post('Profiler.enable');
   await session.post('Profiler.start');
   return {
     async stop(file) {
       const { profile } = await session.post('Profiler.stop');
       writeFileSync(file, JSON.stringify(profile));
-      session.disconnect();
       console.log(`  CPU profile ${what}: ${file}`);
+      if (heap) {
+        const sampled = await session.post('HeapProfiler.stopSampling');
+        writeFileSync(`${file}.heapprofile`, JSON.stringify(sampled.profile));
+        console.log(`  heap allocation profile ${what}: ${file}.heapprofile`);
+      }
+      session.disconnect();
     },
   };
 }
