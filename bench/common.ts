@@ -879,3 +879,57 @@ export async function startBareSmtp(): Promise<{ port: number; close(): Promise<
   const port = (server.server.address() as AddressInfo).port;
   return { port, close: () => new Promise<void>((r) => server.close(() => r())) };
 }
+
+/**
+ * Counts, until stop(), this process's PostgreSQL statements (pg's Client.query, which Prisma's adapter and the typed
+ * SQL both go through) by their first words, and its Redis commands (ioredis sendCommand, BullMQ's included) by
+ * name; a MULTI ... EXEC or a pipeline is one round trip however many commands it holds.
+ */
+export function startCounting(redis: object): { stop(): void; report(items: number, per: string): string[] } {
+  const pgCounts = new Map<string, number>();
+  const redisCounts = new Map<string, number>();
+  let on = true;
+  const kind = (text: string) => {
+    const t = text.replace(/\s+/g, ' ').trim();
+    const m = /^(WITH \w+ AS (?:MATERIALIZED )?\(\s*\w+|\w+)/i.exec(t);
+    return `${(m?.[1] ?? t).slice(0, 40)} ${t.length > 40 ? `[${t.slice(0, 90).replace(/"/g, '')}]` : ''}`.trim();
+  };
+  const pgQuery = pg.Client.prototype.query;
+  const wrapped = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+    if (on) {
+      const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '?');
+      const key = kind(text);
+      pgCounts.set(key, (pgCounts.get(key) ?? 0) + 1);
+    }
+    return (pgQuery as (...a: unknown[]) => unknown).call(this, config, ...rest);
+  } as typeof pg.Client.prototype.query;
+  pg.Client.prototype.query = wrapped;
+  // The class of the runtime's Redis client (ioredis), which BullMQ's connections share.
+  const proto = Object.getPrototypeOf(redis) as { sendCommand(c: { name: string }, ...rest: unknown[]): unknown };
+  const send = proto.sendCommand;
+  const wrappedSend = function (this: unknown, command: { name: string }, ...rest: unknown[]) {
+    if (on) redisCounts.set(command.name, (redisCounts.get(command.name) ?? 0) + 1);
+    return send.call(this, command, ...rest);
+  };
+  proto.sendCommand = wrappedSend;
+  const lines = (counts: Map<string, number>, n: number) =>
+    [...counts].sort((a, b) => b[1] - a[1]).map(([name, c]) => `      ${(c / n).toFixed(2).padStart(6)}  ${name}`);
+  return {
+    stop() {
+      on = false;
+      // Two counters can be on at once: the later one wraps the earlier, which then only stops counting.
+      if (pg.Client.prototype.query === wrapped) pg.Client.prototype.query = pgQuery;
+      if (proto.sendCommand === wrappedSend) proto.sendCommand = send;
+    },
+    report(items, per) {
+      const n = Math.max(1, items);
+      const total = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0) / n;
+      return [
+        `  PostgreSQL statements per ${per}: ${total(pgCounts).toFixed(2)}`,
+        ...lines(pgCounts, n),
+        `  Redis commands per ${per}: ${total(redisCounts).toFixed(2)}`,
+        ...lines(redisCounts, n),
+      ];
+    },
+  };
+}

@@ -14,6 +14,7 @@
  *   BENCH_MX=5000 BENCH_MX_CONNECTIONS=8 BENCH_MX_ACCOUNTS=4 BENCH_MX_BOXES=3 BENCH_WARMUP=200 BENCH_TIMEOUT_S=300
  *   BENCH_DB_POOL (default: the runtime's) BENCH_PROCESSES=1 (the MX as its own process; its CPU is measured apart)
  *   BENCH_MX_PROFILE=<file> (a CPU profile of this process's main thread during the measured Boxes messages)
+ *   BENCH_MX_COUNT=1 (all-in-one: this process's PostgreSQL statements by kind and Redis commands per measured message)
  *
  * Memory: the RSS of this process (the apps in it and the load client thread) and of the MX process, idle (after
  * start, before any load) and the peak during the measured messages; Haraka's beside it.
@@ -47,6 +48,7 @@ import {
   sleep,
   startBenchRuntime,
   waitForPort,
+  startCounting,
   startProfile,
   startBareSmtp,
 } from './common';
@@ -63,6 +65,8 @@ const TIMEOUT_MS = envInt('BENCH_TIMEOUT_S', 300) * 1000;
 const TLS = process.env.BENCH_MX_TLS !== '0';
 const HARAKA_VERSION = '3.3.4';
 const PROCESSES = process.env.BENCH_PROCESSES === '1';
+/** BENCH_MX_COUNT=1 (all-in-one): this process's PostgreSQL statements and Redis commands per measured message (common.ts startCounting). */
+const COUNT = process.env.BENCH_MX_COUNT === '1' && !PROCESSES;
 
 await main('bench:mx', async (onCleanup) => {
   const deadline = Date.now() + TIMEOUT_MS;
@@ -108,7 +112,9 @@ await main('bench:mx', async (onCleanup) => {
   const commitStats = () => groupCommitStats(rt.runtime.svc);
   const commits0 = new Map(commitStats().map((g) => [g.name, g]));
   const profile = process.env.BENCH_MX_PROFILE ? await startProfile('of the measured messages') : null;
+  const counting = COUNT ? startCounting(rt.runtime.svc.redis) : null;
   const run = await load.call({ op: 'smtpSends', ...smtp, count: M, startSeq: WARMUP });
+  counting?.stop();
   if (profile) await profile.stop(process.env.BENCH_MX_PROFILE!);
   rss.stop();
   const acceptedMs = run.t1 - run.t0;
@@ -123,6 +129,7 @@ await main('bench:mx', async (onCleanup) => {
   const p = (q: number) => percentile(lat, q).toFixed(1);
   console.log(`  SMTP: ${run.ok}/${run.started} messages accepted (250) in ${(acceptedMs / 1000).toFixed(2)} s, ${run.statuses.failed ?? 0} refused or failed`);
   if (run.firstError) console.log(`  first failure: ${run.firstError}`);
+  for (const line of counting?.report(run.ok, 'received message') ?? []) console.log(line);
   console.log(`  per-message latency (MAIL FROM to 250, ${CONNECTIONS * 2} queued on ${CONNECTIONS} connections): p50 ${p(50)} ms, p99 ${p(99)} ms`);
   console.log(`  stored: ${stored} received messages in the database`);
   console.log(`  server event loop ${(elu * 100).toFixed(0)}% busy; ${cpuReport}`);

@@ -14,7 +14,7 @@
  *   BENCH_PROCESSES=1 runs the worker as its own process (`boxes start worker`, relaying to the sink), as
  *   `pnpm start` and production do, the HTTP server alone in this process; its CPU is measured apart
  *   BENCH_SEND_PROFILE=<file> writes a CPU profile of this process while the measured sends are accepted
- *   BENCH_SEND_COUNT=1 counts, while they are accepted, this process's PostgreSQL statements (by kind) and Redis
+ *   BENCH_SEND_COUNT=1 counts (common.ts startCounting), while they are accepted, this process's PostgreSQL statements (by kind) and Redis
  *   commands (by name), per accepted send; with the worker in this process, counts them again from the start
  *   until every send is recorded delivered (the accepting and the delivering sides together), with the mean
  *   batch of each group commit
@@ -43,6 +43,7 @@ import {
   signupAccounts,
   sleep,
   startBenchRuntime,
+  startCounting,
   startProfile,
 } from './common';
 import { LoadClient, now } from './load';
@@ -58,60 +59,6 @@ const PROCESSES = process.env.BENCH_PROCESSES === '1';
 const SINK_DOMAIN = 'sink.test';
 const PROFILE = process.env.BENCH_SEND_PROFILE;
 const COUNT = process.env.BENCH_SEND_COUNT === '1';
-
-/**
- * BENCH_SEND_COUNT: this process's PostgreSQL statements (pg's Client.query, which Prisma's adapter and the typed
- * SQL both go through) by their first words, and its Redis commands (ioredis sendCommand, BullMQ's included) by
- * name; a MULTI ... EXEC or a pipeline is one round trip however many commands it holds.
- */
-function startCounting(redis: object): { stop(): void; report(items: number): string[] } {
-  const pgCounts = new Map<string, number>();
-  const redisCounts = new Map<string, number>();
-  let on = true;
-  const kind = (text: string) => {
-    const t = text.replace(/\s+/g, ' ').trim();
-    const m = /^(WITH \w+ AS (?:MATERIALIZED )?\(\s*\w+|\w+)/i.exec(t);
-    return `${(m?.[1] ?? t).slice(0, 40)} ${t.length > 40 ? `[${t.slice(0, 90).replace(/"/g, '')}]` : ''}`.trim();
-  };
-  const pgQuery = pg.Client.prototype.query;
-  const wrapped = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
-    if (on) {
-      const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '?');
-      const key = kind(text);
-      pgCounts.set(key, (pgCounts.get(key) ?? 0) + 1);
-    }
-    return (pgQuery as (...a: unknown[]) => unknown).call(this, config, ...rest);
-  } as typeof pg.Client.prototype.query;
-  pg.Client.prototype.query = wrapped;
-  // The class of the runtime's Redis client (ioredis), which BullMQ's connections share.
-  const proto = Object.getPrototypeOf(redis) as { sendCommand(c: { name: string }, ...rest: unknown[]): unknown };
-  const send = proto.sendCommand;
-  const wrappedSend = function (this: unknown, command: { name: string }, ...rest: unknown[]) {
-    if (on) redisCounts.set(command.name, (redisCounts.get(command.name) ?? 0) + 1);
-    return send.call(this, command, ...rest);
-  };
-  proto.sendCommand = wrappedSend;
-  const lines = (counts: Map<string, number>, n: number) =>
-    [...counts].sort((a, b) => b[1] - a[1]).map(([name, c]) => `      ${(c / n).toFixed(2).padStart(6)}  ${name}`);
-  return {
-    stop() {
-      on = false;
-      // Two counters can be on at once: the later one wraps the earlier, which then only stops counting.
-      if (pg.Client.prototype.query === wrapped) pg.Client.prototype.query = pgQuery;
-      if (proto.sendCommand === wrappedSend) proto.sendCommand = send;
-    },
-    report(items) {
-      const n = Math.max(1, items);
-      const total = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0) / n;
-      return [
-        `  PostgreSQL statements per accepted send: ${total(pgCounts).toFixed(2)}`,
-        ...lines(pgCounts, n),
-        `  Redis commands per accepted send: ${total(redisCounts).toFixed(2)}`,
-        ...lines(redisCounts, n),
-      ];
-    },
-  };
-}
 
 /**
  * The anchor's hashing: the canonical bytes of an event body around its seq (JCS orders the members
@@ -225,10 +172,10 @@ await main('bench:send', async (onCleanup) => {
         `recipients the sink saw more than once: ${sink.duplicates}`,
     );
   }
-  for (const line of counting?.report(run.ok) ?? []) console.log(line);
+  for (const line of counting?.report(run.ok, 'accepted send') ?? []) console.log(line);
   if (countingAll) {
     console.log('  from the first measured send until all are recorded delivered (accepting and delivering):');
-    for (const line of countingAll.report(run.ok)) console.log(line.replace('per accepted send', 'per delivered send'));
+    for (const line of countingAll.report(run.ok, 'delivered send')) console.log(line);
     for (const g of commitStats()) {
       const b = g.batches - (commits0.get(g.name)?.batches ?? 0);
       const n = g.items - (commits0.get(g.name)?.items ?? 0);
