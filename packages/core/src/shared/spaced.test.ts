@@ -41,7 +41,8 @@ describe('spacedBatches', () => {
       await vi.advanceTimersByTimeAsync(1);
     }
     await vi.advanceTimersByTimeAsync(10);
-    // 50 items over 50 ms: the first at once, then one flush per 10 ms.
+    // 50 items over 50 ms: the first at once, then one flush per 10 ms while the stream lasts (not one at its end).
+    expect(flushed.length).toBeGreaterThanOrEqual(5);
     expect(flushed.length).toBeLessThanOrEqual(7);
     expect(flushed.flat()).toEqual(Array.from({ length: 50 }, (_, i) => i));
     const before = flushed.length;
@@ -50,5 +51,26 @@ describe('spacedBatches', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(flushed.length).toBe(before + 1);
     expect(flushed.at(-1)).toEqual([99]);
+  });
+  it('an item added while its batch is flushed goes in the next batch, and a flush that throws does not stop the next', async () => {
+    const flushed: string[][] = [];
+    let add: (item: string) => void = () => undefined;
+    add = spacedBatches<string>(10, (items) => {
+      flushed.push(items);
+      if (items.includes('a')) add('from-flush');
+      if (items.includes('boom')) throw new Error('flush failed');
+    });
+    add('a');
+    await vi.advanceTimersByTimeAsync(0);
+    await vi.advanceTimersByTimeAsync(10);
+    expect(flushed).toEqual([['a'], ['from-flush']]);
+    await vi.advanceTimersByTimeAsync(50);
+    add('boom');
+    // The failing flush runs in a timer callback: its error reaches the runtime, as any timer's would.
+    await expect(vi.advanceTimersByTimeAsync(0)).rejects.toThrow('flush failed');
+    await vi.advanceTimersByTimeAsync(50);
+    add('after');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(flushed.at(-1)).toEqual(['after']);
   });
 });
