@@ -848,14 +848,15 @@ export async function startProfile(what: string): Promise<{ stop(file: string): 
   return {
     async stop(file) {
       const { profile } = await session.post('Profiler.stop');
+      // Both stopped before either is written: writing them is no part of what they measure.
+      const sampled = heap ? await session.post('HeapProfiler.stopSampling') : null;
+      session.disconnect();
       writeFileSync(file, JSON.stringify(profile));
       console.log(`  CPU profile ${what}: ${file}`);
-      if (heap) {
-        const sampled = await session.post('HeapProfiler.stopSampling');
+      if (sampled) {
         writeFileSync(`${file}.heapprofile`, JSON.stringify(sampled.profile));
         console.log(`  heap allocation profile ${what}: ${file}.heapprofile`);
       }
-      session.disconnect();
     },
   };
 }

@@ -47,10 +47,10 @@ import {
   signupAccounts,
   sleep,
   startBenchRuntime,
-  waitForPort,
+  startBareSmtp,
   startCounting,
   startProfile,
-  startBareSmtp,
+  waitForPort,
 } from './common';
 import { LoadClient, now } from './load';
 import { groupCommitStats } from '@boxes/core';
@@ -105,6 +105,7 @@ await main('bench:mx', async (onCleanup) => {
     `bench:mx: ${M} messages to ${boxes.length} boxes of ${ACCOUNTS} accounts over ${CONNECTIONS} SMTP connections${TLS ? ' (STARTTLS)' : ''}, ` +
       `after ${WARMUP} warm-up messages, ${PROCESSES ? 'the MX as its own process' : 'all apps in this process'}; ${loadNote()}`,
   );
+  if (process.env.BENCH_MX_COUNT === '1' && PROCESSES) console.log('  BENCH_MX_COUNT: not counted, the MX runs in its own process (counting needs all-in-one)');
   const cpu = new CpuMeter(db.name, rt.pids);
   rss.start();
   const elu0 = performance.eventLoopUtilization();

@@ -364,8 +364,8 @@ await main('bench:push', async (onCleanup) => {
   rss.stop();
   countStatements = false;
   probe?.stop();
-  if (profile) await profile.stop(process.env.BENCH_PUSH_PROFILE!);
   const cpuReport = cpu.report(total, 'event');
+  if (profile) await profile.stop(process.env.BENCH_PUSH_PROFILE!);
   clearInterval(backendSampler);
   backendTicks(db.name, backendsNow);
   const backendMs = [...backendsNow].reduce((sum, [pid, t]) => sum + (t - (backendsAtStart.get(pid) ?? 0)) * 10, 0);
