@@ -120,7 +120,7 @@ const NOTIFY_EVENTS = prepared(sql<{ n: number }>`SELECT count(pg_notify(${EVENT
  * announcement. The push worker gathers its wake-ups for as long (WAKE_GATHER_MS) before it reads, so a steady
  * stream waits about as long as before and each read carries more events. In bench:push (200 events a second,
  * five interleaved pairs) statements fell from 2.48 to 1.93 per event and the server's and PostgreSQL's CPU from
- * 2.23-2.61 to 2.01-2.43 ms per event, for about 5 ms more at the median (p99 26-30 ms against 19-25).
+ * 2.23-2.61 to 2.01-2.43 ms per event, for about 5 ms more at the median (webhook p99 26-29 ms against 19-25).
  */
 const ANNOUNCE_SPACING_MS = 10;
 const announcers = new WeakMap<object, (accountId: string) => void>();
