@@ -24,6 +24,11 @@
  * the bench prints the p99 of each live endpoint beside it, and fails if a live endpoint lost an event or got one
  * twice (every answer is 200): the dead one must delay no one.
  *
+ * The appends alone (all-in-one; BENCH_PUSH_ALONE=0 skips it): once every event arrived, the push engine is stopped
+ * and the same appends run again at the same rate over the same accounts, measured the same way. What they cost
+ * (the append and its announcement, which no one hears now) is what an event costs before anything is pushed;
+ * the difference is the push's own part (the wake-ups, the reads, the POSTs, the MQTT publishes, the records).
+ *
  * Memory: the RSS of this process (the apps in it, the appends, and the receiver and subscribers' thread) and of
  * each app process, idle (after start, before any load) and the peak from the first append until every event
  * arrived.
@@ -77,6 +82,8 @@ const RATE = envInt('BENCH_PUSH_RATE', 200, 1, 5000);
 const SECONDS = envInt('BENCH_PUSH_SECONDS', 10, 1, 600);
 const ACCOUNTS = envInt('BENCH_PUSH_ACCOUNTS', 10, 1, 200);
 const PROCESSES = process.env.BENCH_PROCESSES === '1';
+/** The appends measured again alone, the push engine stopped (all-in-one only; BENCH_PUSH_ALONE=0 skips it). */
+const ALONE = process.env.BENCH_PUSH_ALONE !== '0' && !PROCESSES;
 /** Webhook endpoints per account (0: none, the callback only); the last one is dead. */
 const ENDPOINTS = envInt('BENCH_PUSH_ENDPOINTS', 0, 0, 10);
 const STATEMENTS = process.env.BENCH_PUSH_STATEMENTS === '1';
@@ -305,36 +312,42 @@ await main('bench:push', async (onCleanup) => {
   countStatements = true;
   const probe = TIMELINE ? startProbes() : null;
   const profile = process.env.BENCH_PUSH_PROFILE ? await startProfile('of the appends until every event arrived') : null;
-  const started = Date.now();
-  let appended = 0;
-  const inflight = new Set<Promise<unknown>>();
-  while (appended < total) {
-    const due = Math.min(total, Math.floor(((Date.now() - started) / 1000) * RATE));
-    // Appends run concurrently but bounded: a falling-behind machine shows up as a lower achieved rate.
-    while (appended < due && inflight.size < 32) {
-      const a = accounts[appended % accounts.length]!;
-      // The most common event pushed in production, with a payload of its usual size (push-peer.ts counts this type).
-      const at = Date.now();
-      const p = appendEvent({
-        db: runtime.svc.db,
-        accountId: a.accountId,
-        type: 'mail.delivered',
-        data: {
-          message_id: `msg_bench${appended}`,
-          recipient: 'someone@example.com',
-          route: 'mx',
-          remote_mta: 'mx.example.com',
-          response: '250 2.0.0 Ok: queued',
-        },
-      })
-        .then(() => probe?.appends.push([at, Date.now() - at]))
-        .finally(() => inflight.delete(p));
-      inflight.add(p);
-      appended += 1;
+  /**
+   * `total` events appended at RATE, round-robin over the accounts, concurrently but bounded (a falling-behind
+   * machine shows up as a lower achieved rate); resolves when the last has committed.
+   */
+  const appendAll = async (started: number, onAppended?: (at: number) => void): Promise<void> => {
+    let appended = 0;
+    const inflight = new Set<Promise<unknown>>();
+    while (appended < total) {
+      const due = Math.min(total, Math.floor(((Date.now() - started) / 1000) * RATE));
+      while (appended < due && inflight.size < 32) {
+        const a = accounts[appended % accounts.length]!;
+        // The most common event pushed in production, with a payload of its usual size (push-peer.ts counts this type).
+        const at = Date.now();
+        const p = appendEvent({
+          db: runtime.svc.db,
+          accountId: a.accountId,
+          type: 'mail.delivered',
+          data: {
+            message_id: `msg_bench${appended}`,
+            recipient: 'someone@example.com',
+            route: 'mx',
+            remote_mta: 'mx.example.com',
+            response: '250 2.0.0 Ok: queued',
+          },
+        })
+          .then(() => onAppended?.(at))
+          .finally(() => inflight.delete(p));
+        inflight.add(p);
+        appended += 1;
+      }
+      await sleep(2);
     }
-    await sleep(2);
-  }
-  await Promise.all(inflight);
+    await Promise.all(inflight);
+  };
+  const started = Date.now();
+  await appendAll(started, probe ? (at) => probe.appends.push([at, Date.now() - at]) : undefined);
   const appendSeconds = (Date.now() - started) / 1000;
   const deadline = Date.now() + 60_000;
   let webhookLatency: number[] = [];
@@ -364,6 +377,7 @@ await main('bench:push', async (onCleanup) => {
   rss.stop();
   countStatements = false;
   probe?.stop();
+  const pushedCpu = cpu.totals();
   const cpuReport = cpu.report(total, 'event');
   if (profile) await profile.stop(process.env.BENCH_PUSH_PROFILE!);
   clearInterval(backendSampler);
@@ -505,4 +519,25 @@ await main('bench:push', async (onCleanup) => {
   );
   if (seenWebhook.size < total || seenMqtt.size < total) throw new Error('some events did not arrive within 60 s');
   if (endpointFaults.length) throw new Error(`live webhook endpoints: ${endpointFaults.join('; ')}`);
+
+  // The same appends again with the push engine stopped: what the events cost before anything is pushed (the
+  // append and its announcement, which no one hears now), so the push's own part is the difference.
+  if (ALONE) {
+    await runtime.worker!.push.stop();
+    await sleep(500);
+    const alone = new CpuMeter(db.name, rt.pids);
+    const t0 = Date.now();
+    await appendAll(t0);
+    await sleep(200); // the last announcement
+    const a = alone.totals();
+    alone.stop();
+    const pushed = pushedCpu;
+    const per = (ms: number) => (ms / total).toFixed(2);
+    console.log(
+      `  the same ${total} appends with the push engine stopped (${Math.round(total / ((Date.now() - t0) / 1000))}/s): CPU ms per event: server thread ${per(a.mainMs)}, other threads ${per(a.otherMs)}, PostgreSQL ${per(a.postgresMs)}`,
+    );
+    console.log(
+      `push's own part (pushed minus alone), CPU ms per event: server thread ${per(pushed.mainMs - a.mainMs)}, PostgreSQL ${per(pushed.postgresMs - a.postgresMs)}; server thread + PostgreSQL ${per(pushed.mainMs + pushed.postgresMs)} pushed, ${per(a.mainMs + a.postgresMs)} the appends alone`,
+    );
+  }
 });

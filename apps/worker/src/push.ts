@@ -326,6 +326,8 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     kick,
     sweep,
     async stop() {
+      // Once: a runtime stops its worker's engine again after a caller (bench:push) stopped it.
+      if (stopped) return;
       stopped = true;
       unregisterLocalWake();
       clearInterval(timer);
