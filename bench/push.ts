@@ -28,6 +28,8 @@
  * and the same appends run again at the same rate over the same accounts, measured the same way. What they cost
  * (the append and its announcement, which no one hears now) is what an event costs before anything is pushed;
  * the difference is the push's own part (the wake-ups, the reads, the POSTs, the MQTT publishes, the records).
+ * Before them, 3 s with nothing appended give the runtime's idle CPU (its queues' and broker's timers), printed
+ * as much per event at the rate: it is in both figures.
  *
  * Memory: the RSS of this process (the apps in it, the appends, and the receiver and subscribers' thread) and of
  * each app process, idle (after start, before any load) and the peak from the first append until every event
@@ -525,6 +527,17 @@ await main('bench:push', async (onCleanup) => {
   if (ALONE) {
     await runtime.worker!.push.stop();
     await sleep(500);
+    // What the runtime costs meanwhile with nothing to do (its queues' and brokers' timers, Redis round trips):
+    // part of every figure above, as much per event at this rate.
+    const idle = new CpuMeter(db.name, rt.pids);
+    const idleStarted = performance.now();
+    await sleep(3000);
+    const i = idle.totals();
+    idle.stop();
+    const perEventAtRate = (ms: number) => ((ms / ((performance.now() - idleStarted) / 1000)) / RATE).toFixed(2);
+    console.log(
+      `  idle, nothing appended (for 3 s), as much per event at ${RATE}/s: server thread ${perEventAtRate(i.mainMs)}, other threads ${perEventAtRate(i.otherMs)}, PostgreSQL ${perEventAtRate(i.postgresMs)}`,
+    );
     const alone = new CpuMeter(db.name, rt.pids);
     const t0 = Date.now();
     await appendAll(t0);
