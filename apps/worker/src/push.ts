@@ -13,7 +13,6 @@ import {
   drainEndpoint,
   EVENTS_CHANNEL,
   mqttStream,
-  registerLocalWake,
   webhookHttpDeps,
   webhookStream,
   type PublishFn,
@@ -237,19 +236,14 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
    */
   const checked = new Map<string, { at: number; due: Set<Channel['name']> }>();
   const RECHECK_MS = 1_000;
-  /** The channels whose drainers here take the account's wake-up without a check, or null when it needs one. */
-  const drainedHere = (id: string, now: number): Set<Channel['name']> | null => {
-    const last = checked.get(id);
-    return last && now - last.at < RECHECK_MS && last.due.size && channels.every((ch) => !last.due.has(ch.name) || ch.running.has(id)) ? last.due : null;
-  };
   async function flushKicks(): Promise<void> {
     kickScheduled = false;
     const ids: string[] = [];
     const now = Date.now();
     for (const id of kicked) {
-      const due = drainedHere(id, now);
-      if (due) {
-        for (const ch of channels) if (due.has(ch.name)) wake(ch, id);
+      const last = checked.get(id);
+      if (last && now - last.at < RECHECK_MS && last.due.size && channels.every((ch) => !last.due.has(ch.name) || ch.running.has(id))) {
+        for (const ch of channels) if (last.due.has(ch.name)) wake(ch, id);
       } else ids.push(id);
     }
     kicked.clear();
@@ -279,17 +273,6 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       logQueueError(log, 'push wake-up check failed')(err);
     }
   }
-
-  // Wake-ups: appends made in this process on its pool, while the drainers here hold every channel the account
-  // has something on, are kicked here without a NOTIFY (gathered like one): the NOTIFY would come back to this
-  // process and have every other engine check an account whose locks are taken. A channel configured meanwhile is
-  // found when the last check is RECHECK_MS old (the next append then notifies again), or by the sweep.
-  const localWake = (id: string): boolean => {
-    if (stopped || !drainedHere(id, Date.now())) return false;
-    kick(id);
-    return true;
-  };
-  const unregisterLocalWake = registerLocalWake(svc.db, localWake);
 
   // Wake-ups: NOTIFY at commit; after a reconnect (PostgreSQL restarted), the sweep finds what was missed.
   const listener = await listenForever({
@@ -329,7 +312,6 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
       // Once: a runtime stops its worker's engine again after a caller (bench:push) stopped it.
       if (stopped) return;
       stopped = true;
-      unregisterLocalWake();
       clearInterval(timer);
       // Lingering drainers let go now (recording what they delivered).
       for (const ch of allChannels) for (const release of [...ch.waiting.values()]) release();

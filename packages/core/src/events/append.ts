@@ -124,29 +124,13 @@ const NOTIFY_EVENTS = prepared(sql<{ n: number }>`SELECT count(pg_notify(${EVENT
  */
 const ANNOUNCE_SPACING_MS = 10;
 const announcers = new WeakMap<object, (accountId: string) => void>();
-
-/**
- * A push engine in this process (the worker's, started on the same pool) taking an account's wake-up itself:
- * true when its drainers already hold every channel the account has something on, so a NOTIFY would only come
- * back to it, and make every other process's engine check the account and find the locks taken. False sends
- * the NOTIFY as usual.
+/*
+ * Never skipped, not even when the push engine of this very process already drains the account: every LISTEN on
+ * the channel needs the NOTIFY (the push engines, the server's SSE streams, the mail app's IMAP sessions), in any
+ * process of any instance, and a process cannot tell that no other one listens.
  */
-export type LocalWake = (accountId: string) => boolean;
-const localWakes = new WeakMap<object, LocalWake>();
-
-/**
- * Registers the push engine of this process for appends made on `db` (the last registered one takes them);
- * returns what removes it again.
- */
-export function registerLocalWake(db: object, wake: LocalWake): () => void {
-  localWakes.set(db, wake);
-  return () => {
-    if (localWakes.get(db) === wake) localWakes.delete(db);
-  };
-}
 
 function announce(db: DbClient, accountId: string): void {
-  if (localWakes.get(db)?.(accountId)) return;
   let add = announcers.get(db);
   if (!add) {
     add = spacedBatches<string>(ANNOUNCE_SPACING_MS, (ids) => {
