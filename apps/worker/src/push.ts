@@ -93,6 +93,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
   };
 
   let stopped = false;
+  let stopping: Promise<void> | null = null;
 
   /**
    * One ordered stream per account and channel. The channels drain independently (MQTT never waits behind a
@@ -308,24 +309,27 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
   return {
     kick,
     sweep,
-    async stop() {
-      // Once: a runtime stops its worker's engine again after a caller (bench:push) stopped it.
-      if (stopped) return;
-      stopped = true;
-      clearInterval(timer);
-      // Lingering drainers let go now (recording what they delivered).
-      for (const ch of allChannels) for (const release of [...ch.waiting.values()]) release();
-      await retryWorker.close();
-      await listener.close();
-      // A drain in flight finishes the delivery in hand (bounded by the webhook timeout), records it, schedules
-      // its retry and releases its account lock while Redis is still connected: a lock left behind would stall
-      // that account's webhook on every other worker until the lock's TTL runs out.
-      const deadline = Date.now() + config.webhook.timeoutMs + 5_000;
-      while (allChannels.some((ch) => ch.running.size) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      webhookDeps.agent?.destroy();
-      await queue.close();
-      retryConnection.disconnect();
-      redis.disconnect();
+    stop() {
+      // Once: a runtime stops its worker's engine again after a caller (bench:push) stopped it; a second call
+      // waits for the first.
+      stopping ??= (async () => {
+        stopped = true;
+        clearInterval(timer);
+        // Lingering drainers let go now (recording what they delivered).
+        for (const ch of allChannels) for (const release of [...ch.waiting.values()]) release();
+        await retryWorker.close();
+        await listener.close();
+        // A drain in flight finishes the delivery in hand (bounded by the webhook timeout), records it, schedules
+        // its retry and releases its account lock while Redis is still connected: a lock left behind would stall
+        // that account's webhook on every other worker until the lock's TTL runs out.
+        const deadline = Date.now() + config.webhook.timeoutMs + 5_000;
+        while (allChannels.some((ch) => ch.running.size) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        webhookDeps.agent?.destroy();
+        await queue.close();
+        retryConnection.disconnect();
+        redis.disconnect();
+      })();
+      return stopping;
     },
   };
 }
