@@ -16,6 +16,7 @@ export {
   poolTransaction,
   prepared,
   beginTransaction,
+  commitWithNext,
   prismaTx,
   PrismaTransactionNeeded,
   type SqlClient,

@@ -1,11 +1,13 @@
 /**
  * poolTransaction (sql.ts) against a real, migrated PostgreSQL: a transaction on one pg connection of the pool
  * commits, rolls back on an error, reads values as rows() reads them through Prisma, drops a connection that
- * broke mid-transaction from the pool, and runs the whole function again in Prisma's $transaction when asked to.
+ * broke mid-transaction from the pool, sends a last statement with its COMMIT (commitWithNext), and runs the whole
+ * function again in Prisma's $transaction when asked to.
  */
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { closeDb, createDb, poolOf, type Db } from './client';
-import { beginTransaction, exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
+import { beginTransaction, commitWithNext, exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
 import { admin, templateDatabase } from './template-database';
 
 let db: Db;
@@ -149,6 +151,64 @@ describe('poolTransaction', () => {
     });
     const [bal] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_b1'`);
     expect(bal!.balance_micros).toBe(3n);
+  });
+
+  it('commitWithNext: the next statement goes out with COMMIT behind it, before its answer; then the transaction is over', async () => {
+    // Every query a pg client is asked for, and whether the one before it had been answered then.
+    const calls: { text: string; earlierPending: boolean }[] = [];
+    let pending = 0;
+    const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      const q = args[0];
+      calls.push({ text: typeof q === 'string' ? q : ((q as { text?: string }).text ?? ''), earlierPending: pending > 0 });
+      const out = query.apply(this, args);
+      if (out instanceof Promise) {
+        pending++;
+        void out.finally(() => pending--).catch(() => undefined);
+      }
+      return out;
+    } as never;
+    try {
+      await poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_w1', 1n);
+        commitWithNext(c);
+        // A statement that takes a while: the COMMIT is asked for while it still runs.
+        await exec(c, sql`UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = ${'acct_ptx_w1'}`);
+        await expect(exec(c, sql`SELECT 1`)).rejects.toThrow(/after the transaction ended/);
+      });
+    } finally {
+      pg.Client.prototype.query = query as never;
+    }
+    const commits = calls.filter((x) => x.text === 'COMMIT');
+    expect(commits).toHaveLength(1);
+    expect(commits[0]!.earlierPending).toBe(true);
+    const [a] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_w1'`);
+    expect(a!.balance_micros).toBe(5n);
+
+    // A statement that fails takes everything before it with it; the error is its own and the connection is whole.
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_w2', 1n);
+        commitWithNext(c);
+        await insertAccount(c, 'acct_ptx_w1', 1n);
+      }),
+    ).rejects.toThrow(/duplicate key/);
+    expect(await accountIds('acct_ptx_w')).toEqual(['acct_ptx_w1']);
+    const pool = poolOf(db)!;
+    expect(pool.totalCount).toBe(pool.idleCount);
+    for (let i = 0; i < pool.totalCount + 1; i++) expect(await poolTransaction(db, async (c) => (await rows(c, sql<{ one: number }>`SELECT 1 AS one`))[0]!.one)).toBe(1);
+    // Before any statement, or in Prisma's transaction, it changes nothing: COMMIT comes as usual.
+    await poolTransaction(db, async (c) => {
+      commitWithNext(c);
+      await insertAccount(c, 'acct_ptx_w3', 1n);
+      await insertAccount(c, 'acct_ptx_w4', 1n);
+    });
+    await db.$transaction(async (tx) => {
+      commitWithNext(tx);
+      await insertAccount(tx, 'acct_ptx_w5', 1n);
+      await insertAccount(tx, 'acct_ptx_w6', 1n);
+    });
+    expect(await accountIds('acct_ptx_w')).toEqual(['acct_ptx_w1', 'acct_ptx_w3', 'acct_ptx_w4', 'acct_ptx_w5', 'acct_ptx_w6']);
   });
 
   it('a transaction past options.timeout is rolled back, as Prisma does: no statement after it expires, no COMMIT', async () => {

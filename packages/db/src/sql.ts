@@ -215,6 +215,10 @@ function inlined(text: string, values: unknown[]): string | undefined {
 class PoolTransaction implements SqlClient {
   open = true;
   begun = false;
+  /** The next statement goes out with COMMIT behind it, in one round trip (commitWithNext). */
+  commitNext = false;
+  /** Committed with its last statement: poolTransaction sends no COMMIT of its own. */
+  committed = false;
   constructor(
     private readonly client: pg.PoolClient,
     /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
@@ -253,6 +257,7 @@ class PoolTransaction implements SqlClient {
       await this.client.query('BEGIN');
     }
     const name = statementName(this.pool, text);
+    if (this.commitNext) return this.queryAndCommit(name ? { text, values, types: POOL_TYPES, name } : { text, values, types: POOL_TYPES });
     if (!name) return this.client.query({ text, values, types: POOL_TYPES });
     try {
       return await this.client.query({ text, values, types: POOL_TYPES, name });
@@ -261,6 +266,33 @@ class PoolTransaction implements SqlClient {
       namedStatementFailed(this.pool, text, err);
       throw err;
     }
+  }
+
+  /**
+   * The statement and COMMIT sent together (node-postgres's pipeline mode, for these two only): the COMMIT does not
+   * wait for the statement's answer to reach us and go back out. A statement that fails aborts the transaction, and
+   * the COMMIT behind it then answers ROLLBACK: the statement's error is thrown, and nothing was committed.
+   */
+  private async queryAndCommit(query: pg.QueryConfig): Promise<pg.QueryResult> {
+    this.commitNext = false;
+    this.open = false;
+    const client = this.client as pg.PoolClient & { pipeline: boolean };
+    client.pipeline = true;
+    let statement: PromiseSettledResult<pg.QueryResult>;
+    let commit: PromiseSettledResult<pg.QueryResult>;
+    try {
+      [statement, commit] = await Promise.allSettled([client.query(query), client.query('COMMIT')]);
+    } finally {
+      client.pipeline = false;
+    }
+    if (statement.status === 'rejected') {
+      if (query.name) namedStatementFailed(this.pool, query.text, statement.reason);
+      throw statement.reason;
+    }
+    if (commit.status === 'rejected') throw commit.reason;
+    if (commit.value.command === 'ROLLBACK') throw new Error('poolTransaction: the transaction was aborted and rolled back');
+    this.committed = true;
+    return statement.value;
   }
 
   async $queryRawUnsafe<T = unknown>(text: string, ...values: unknown[]): Promise<T> {
@@ -278,6 +310,14 @@ class PoolTransaction implements SqlClient {
  */
 export async function beginTransaction(c: SqlClient): Promise<void> {
   if (c instanceof PoolTransaction) await c.begin();
+}
+
+/**
+ * The next statement on c is its last: in a poolTransaction it goes out with COMMIT behind it, one round trip
+ * for both (a statement after it throws); in Prisma's transaction nothing changes (COMMIT follows as usual).
+ */
+export function commitWithNext(c: SqlClient): void {
+  if (c instanceof PoolTransaction && c.begun) c.commitNext = true;
 }
 
 /** Prisma's default timeout of an interactive transaction, in ms. */
@@ -322,9 +362,10 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   let out: T;
   try {
     out = await fn(c);
-    c.checkExpired();
+    // Committed with its last statement (commitWithNext): that statement ran in time, or it would have thrown.
+    if (!c.committed) c.checkExpired();
     // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error.
-    if (c.begun && (await client.query('COMMIT')).command === 'ROLLBACK') {
+    if (c.begun && !c.committed && (await client.query('COMMIT')).command === 'ROLLBACK') {
       throw new Error('poolTransaction: the transaction was aborted and rolled back');
     }
   } catch (err) {

@@ -147,7 +147,7 @@ const recorderOf = (svc: Services) =>
       svc.db,
       async (tx) => {
         await Promise.all([accepting, beginTransaction(tx)]);
-        return markDeliveredMany(svc, tx, items);
+        return markDeliveredMany(svc, tx, items, { last: true });
       },
       RECORD_TX,
     );

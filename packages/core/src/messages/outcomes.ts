@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { exec, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
+import { commitWithNext, exec, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -160,7 +160,12 @@ export async function markDelivered(
  * (an account whose charges have something to announce follows the general way, see store/write.ts).
  * Returns the ids it recorded.
  */
-export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: DeliveredOutcome[]): Promise<Set<string>> {
+export async function markDeliveredMany(
+  svc: Services,
+  tx: SqlClient,
+  outcomes: DeliveredOutcome[],
+  opts: { last?: boolean } = {},
+): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
@@ -203,6 +208,8 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
     };
   });
   const unsettled = claimed.filter((d) => !d.settled_at).map((d) => d.id);
+  // The caller's last statement (opts.last): the writer's goes out with the COMMIT.
+  if (opts.last) commitWithNext(tx);
   await writeBatch(svc, tx, {
     locked,
     changes,

@@ -4,7 +4,7 @@
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
 import type { Box, SqlClient, Tx } from '@boxes/db';
-import { k, poolRows, poolTransaction, prepared, rows, sql } from '@boxes/db';
+import { commitWithNext, k, poolRows, poolTransaction, prepared, rows, sql } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -382,6 +382,8 @@ async function storeInboundBatch(svc: Services, tx: SqlClient, items: Prepared[]
     }
     out.push({ messageIds, forwardRunIds: [] });
   }
+  // The last statement of the batch: it goes out with the COMMIT.
+  commitWithNext(tx);
   await write();
   for (const stored of out) {
     const ids = stored.messageIds.flatMap((id) => attachmentIds.get(id) ?? []);

@@ -6,7 +6,7 @@
  */
 import canonicalize from 'canonicalize';
 import type { Account, ApiKey, Message, SqlClient } from '@boxes/db';
-import { poolTransaction } from '@boxes/db';
+import { commitWithNext, poolTransaction } from '@boxes/db';
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type NewEvent, type SendInput, type SendOutput } from '@boxes/schemas';
 import type { z } from 'zod';
 import { microsToCents, microsToUsd } from '../credit/prices';
@@ -381,6 +381,8 @@ const sendersOf = (svc: Services) =>
           }
         });
         if (staged.length) {
+          // The batch's last statement: it goes out with the COMMIT.
+          commitWithNext(tx);
           const attachmentIds = await writeSends(svc, tx, locked, staged);
           for (const r of results) if ('out' in r) r.attachmentIds = attachmentIds.get(r.out.message_id) ?? [];
         }
