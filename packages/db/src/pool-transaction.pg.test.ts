@@ -7,7 +7,20 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { closeDb, createDb, poolOf, type Db } from './client';
-import { beginTransaction, commitWithNext, exec, k, poolRows, poolTransaction, prepared, PrismaTransactionNeeded, prismaTx, rows, sql, type SqlClient } from './sql';
+import {
+  beginTransaction,
+  commitWithNext,
+  exec,
+  k,
+  poolRows,
+  poolTransaction,
+  prepared,
+  PrismaTransactionNeeded,
+  prismaTx,
+  rows,
+  sql,
+  type SqlClient,
+} from './sql';
 import { admin, templateDatabase } from './template-database';
 
 let db: Db;
@@ -154,34 +167,33 @@ describe('poolTransaction', () => {
   });
 
   it('commitWithNext: the next statement goes out with COMMIT behind it, before its answer; then the transaction is over', async () => {
-    // Every query a pg client is asked for, and whether the one before it had been answered then.
-    const calls: { text: string; earlierPending: boolean }[] = [];
-    let pending = 0;
-    const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
-    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-      const q = args[0];
-      calls.push({ text: typeof q === 'string' ? q : ((q as { text?: string }).text ?? ''), earlierPending: pending > 0 });
-      const out = query.apply(this, args);
-      if (out instanceof Promise) {
-        pending++;
-        void out.finally(() => pending--).catch(() => undefined);
-      }
-      return out;
-    } as never;
+    // What the pg clients send and when each query's answer ends (its ReadyForQuery), in order.
+    const seen: string[] = [];
+    const proto = pg.Query.prototype as unknown as { submit: (...a: unknown[]) => unknown; handleReadyForQuery: (...a: unknown[]) => unknown; text?: string };
+    const { submit, handleReadyForQuery } = proto;
+    proto.submit = function (this: { text?: string }, ...args: unknown[]) {
+      seen.push(`sent ${this.text}`);
+      return submit.apply(this, args);
+    };
+    proto.handleReadyForQuery = function (this: { text?: string }, ...args: unknown[]) {
+      seen.push(`answered ${this.text}`);
+      return handleReadyForQuery.apply(this, args);
+    };
+    const slow = 'UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = $1';
     try {
       await poolTransaction(db, async (c) => {
         await insertAccount(c, 'acct_ptx_w1', 1n);
         commitWithNext(c);
-        // A statement that takes a while: the COMMIT is asked for while it still runs.
-        await exec(c, sql`UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = ${'acct_ptx_w1'}`);
+        await c.$executeRawUnsafe(slow, 'acct_ptx_w1');
         await expect(exec(c, sql`SELECT 1`)).rejects.toThrow(/after the transaction ended/);
       });
     } finally {
-      pg.Client.prototype.query = query as never;
+      proto.submit = submit;
+      proto.handleReadyForQuery = handleReadyForQuery;
     }
-    const commits = calls.filter((x) => x.text === 'COMMIT');
-    expect(commits).toHaveLength(1);
-    expect(commits[0]!.earlierPending).toBe(true);
+    // The COMMIT went out before the statement ahead of it was answered, and no other COMMIT followed.
+    const tail = seen.slice(seen.indexOf(`sent ${slow}`));
+    expect(tail).toEqual([`sent ${slow}`, 'sent COMMIT', `answered ${slow}`, 'answered COMMIT']);
     const [a] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_w1'`);
     expect(a!.balance_micros).toBe(5n);
 
@@ -196,7 +208,18 @@ describe('poolTransaction', () => {
     expect(await accountIds('acct_ptx_w')).toEqual(['acct_ptx_w1']);
     const pool = poolOf(db)!;
     expect(pool.totalCount).toBe(pool.idleCount);
-    for (let i = 0; i < pool.totalCount + 1; i++) expect(await poolTransaction(db, async (c) => (await rows(c, sql<{ one: number }>`SELECT 1 AS one`))[0]!.one)).toBe(1);
+    for (let i = 0; i < pool.totalCount + 1; i++)
+      expect(await poolTransaction(db, async (c) => (await rows(c, sql<{ one: number }>`SELECT 1 AS one`))[0]!.one)).toBe(1);
+    // A value pg cannot send throws before anything goes out: the writes before it are rolled back.
+    const circular: { toPostgres(): unknown } = { toPostgres: () => circular };
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_w7', 1n);
+        commitWithNext(c);
+        await exec(c, sql`UPDATE accounts SET human_email = ${circular as unknown as string} WHERE id = ${'acct_ptx_w7'}`);
+      }),
+    ).rejects.toThrow(/circular/);
+    expect(await accountIds('acct_ptx_w')).toEqual(['acct_ptx_w1']);
     // Before any statement, or in Prisma's transaction, it changes nothing: COMMIT comes as usual.
     await poolTransaction(db, async (c) => {
       commitWithNext(c);

@@ -206,6 +206,9 @@ function inlined(text: string, values: unknown[]): string | undefined {
   return ok ? out : undefined;
 }
 
+/** How pg writes a parameter's value (its utils, not in the package's types). */
+const prepareValue = (pg as unknown as { utils: { prepareValue(value: unknown): unknown } }).utils.prepareValue;
+
 /**
  * A transaction on one pg connection of the pool, open for as long as poolTransaction's fn runs. BEGIN goes
  * with the first statement: in the same round trip (one simple query, its parameters written in by inlined())
@@ -219,6 +222,8 @@ class PoolTransaction implements SqlClient {
   commitNext = false;
   /** Committed with its last statement: poolTransaction sends no COMMIT of its own. */
   committed = false;
+  /** Its COMMIT was answered (COMMIT or ROLLBACK): nothing is left to roll back. */
+  ended = false;
   constructor(
     private readonly client: pg.PoolClient,
     /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
@@ -271,22 +276,31 @@ class PoolTransaction implements SqlClient {
   /**
    * The statement and COMMIT sent together (node-postgres's pipeline mode, for these two only): the COMMIT does not
    * wait for the statement's answer to reach us and go back out. A statement that fails aborts the transaction, and
-   * the COMMIT behind it then answers ROLLBACK: the statement's error is thrown, and nothing was committed.
+   * the COMMIT behind it then answers ROLLBACK: the statement's error is thrown, and nothing was committed. The
+   * values are made what pg sends before anything goes out, so one it cannot send throws with nothing sent (a
+   * statement failing in the client with the COMMIT already out would commit what came before it).
    */
   private async queryAndCommit(query: pg.QueryConfig): Promise<pg.QueryResult> {
     this.commitNext = false;
+    const values = query.values?.map((v) => prepareValue(v));
     this.open = false;
     const client = this.client as pg.PoolClient & { pipeline: boolean };
     client.pipeline = true;
     let statement: PromiseSettledResult<pg.QueryResult>;
     let commit: PromiseSettledResult<pg.QueryResult>;
     try {
-      [statement, commit] = await Promise.allSettled([client.query(query), client.query('COMMIT')]);
+      [statement, commit] = await Promise.allSettled([client.query({ ...query, values }), client.query('COMMIT')]);
     } finally {
       client.pipeline = false;
     }
+    // Answered: committed or rolled back, there is no transaction left to roll back.
+    if (commit.status === 'fulfilled') this.ended = true;
     if (statement.status === 'rejected') {
       if (query.name) namedStatementFailed(this.pool, query.text, statement.reason);
+      if (commit.status === 'fulfilled' && commit.value.command === 'COMMIT') {
+        const why = statement.reason instanceof Error ? statement.reason.message : String(statement.reason);
+        throw new Error(`poolTransaction: committed, but reading the last statement's answer failed: ${why}`);
+      }
       throw statement.reason;
     }
     if (commit.status === 'rejected') throw commit.reason;
@@ -371,7 +385,7 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   } catch (err) {
     c.open = false;
     let broken: Error | undefined;
-    if (c.begun) {
+    if (c.begun && !c.ended) {
       try {
         await client.query('ROLLBACK');
       } catch (e) {
