@@ -160,12 +160,7 @@ export async function markDelivered(
  * (an account whose charges have something to announce follows the general way, see store/write.ts).
  * Returns the ids it recorded.
  */
-export async function markDeliveredMany(
-  svc: Services,
-  tx: SqlClient,
-  outcomes: DeliveredOutcome[],
-  opts: { last?: boolean } = {},
-): Promise<Set<string>> {
+export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: DeliveredOutcome[], opts: { last?: boolean } = {}): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
   const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
