@@ -179,12 +179,12 @@ describe('poolTransaction', () => {
       seen.push(`answered ${this.text}`);
       return handleReadyForQuery.apply(this, args);
     };
-    const slow = 'UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = $1';
+    const slow = sql`UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = ${'acct_ptx_w1'}`;
     try {
       await poolTransaction(db, async (c) => {
         await insertAccount(c, 'acct_ptx_w1', 1n);
         commitWithNext(c);
-        await c.$executeRawUnsafe(slow, 'acct_ptx_w1');
+        await exec(c, slow);
         await expect(exec(c, sql`SELECT 1`)).rejects.toThrow(/after the transaction ended/);
       });
     } finally {
@@ -192,8 +192,8 @@ describe('poolTransaction', () => {
       proto.handleReadyForQuery = handleReadyForQuery;
     }
     // The COMMIT went out before the statement ahead of it was answered, and no other COMMIT followed.
-    const tail = seen.slice(seen.indexOf(`sent ${slow}`));
-    expect(tail).toEqual([`sent ${slow}`, 'sent COMMIT', `answered ${slow}`, 'answered COMMIT']);
+    const text = seen.find((e) => e.startsWith('sent UPDATE accounts SET balance_micros = 5'))!.slice('sent '.length);
+    expect(seen.slice(seen.indexOf(`sent ${text}`))).toEqual([`sent ${text}`, 'sent COMMIT', `answered ${text}`, 'answered COMMIT']);
     const [a] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_w1'`);
     expect(a!.balance_micros).toBe(5n);
 
