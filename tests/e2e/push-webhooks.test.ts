@@ -4,7 +4,10 @@
 // gets everything in order when it comes back; secret rotation signs under both secrets; redirects are not
 // followed.
 import { createHmac } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appendEvent, EVENTS_CHANNEL } from '@boxes/core';
+import { poolOf } from '@boxes/db';
 import { Webhook } from 'standardwebhooks';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { verifyWebhook, WebhookVerificationError } from '@boxes/sdk';
@@ -227,6 +230,40 @@ describe('retries and ordering', () => {
       .filter((r) => r.answered === 200)
       .map((r) => r.event.seq);
     expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
+  });
+
+  it('appends on their own are announced by NOTIFY even while this process drains the account (SSE streams and IMAP sessions listen too)', async () => {
+    const a = await signupAccount(t);
+    await setCallback(t, a.apiKey, receiver.url('/announced'));
+    await waitFor('the callback update delivered', () => deliveredEvents(receiver.at('/announced'))[0]);
+    // The drainer lingers with the account's lock now. A listener of our own stands for another process's.
+    const listener = new pg.Client({ connectionString: poolOf(t.db)!.options.connectionString });
+    await listener.connect();
+    let heard = 0;
+    listener.on('notification', (m) => {
+      if (m.channel === EVENTS_CHANNEL && m.payload === a.accountId) heard++;
+    });
+    await listener.query(`LISTEN ${EVENTS_CHANNEL}`);
+    const append = (i: number) =>
+      appendEvent({
+        db: t.db,
+        accountId: a.accountId,
+        type: 'mail.delivered',
+        data: { message_id: `msg_announced${i}`, recipient: 'r@example.com', route: 'mx', remote_mta: 'mx.example.com', response: '250 2.0.0 Ok' },
+      });
+    try {
+      for (let i = 0; i < 5; i++) {
+        await append(i);
+        await sleep(20);
+      }
+      await waitFor('the webhook got them', () => deliveredEvents(receiver.at('/announced')).filter((e) => e.type === 'mail.delivered').length >= 5);
+      // The last one, while the drainer certainly holds the account, is heard too.
+      const before = heard;
+      await append(5);
+      await waitFor('the last append announced', () => heard > before);
+    } finally {
+      await listener.end();
+    }
   });
 
   it('a new URL while the drainer still holds the account: the new URL gets only what follows the change, the old one its own, logged', async () => {
