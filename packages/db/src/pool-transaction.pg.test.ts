@@ -210,6 +210,16 @@ describe('poolTransaction', () => {
     expect(pool.totalCount).toBe(pool.idleCount);
     for (let i = 0; i < pool.totalCount + 1; i++)
       expect(await poolTransaction(db, async (c) => (await rows(c, sql<{ one: number }>`SELECT 1 AS one`))[0]!.one)).toBe(1);
+    // Its error caught inside fn, the call still fails, as with any failed statement: nothing was committed.
+    await expect(
+      poolTransaction(db, async (c) => {
+        await insertAccount(c, 'acct_ptx_w8', 1n);
+        commitWithNext(c);
+        await insertAccount(c, 'acct_ptx_w1', 1n).catch(() => undefined);
+        return 'done';
+      }),
+    ).rejects.toThrow(/aborted/);
+    expect(await accountIds('acct_ptx_w')).toEqual(['acct_ptx_w1']);
     // A value pg cannot send throws before anything goes out: the writes before it are rolled back.
     const circular: { toPostgres(): unknown } = { toPostgres: () => circular };
     await expect(

@@ -206,6 +206,8 @@ function inlined(text: string, values: unknown[]): string | undefined {
   return ok ? out : undefined;
 }
 
+const rolledBack = () => new Error('poolTransaction: the transaction was aborted and rolled back');
+
 /** How pg writes a parameter's value (its utils, not in the package's types). */
 const prepareValue = (pg as unknown as { utils: { prepareValue(value: unknown): unknown } }).utils.prepareValue;
 
@@ -220,10 +222,11 @@ class PoolTransaction implements SqlClient {
   begun = false;
   /** The next statement goes out with COMMIT behind it, in one round trip (commitWithNext). */
   commitNext = false;
-  /** Committed with its last statement: poolTransaction sends no COMMIT of its own. */
-  committed = false;
-  /** Its COMMIT was answered (COMMIT or ROLLBACK): nothing is left to roll back. */
-  ended = false;
+  /**
+   * How the COMMIT sent with the last statement was answered, or null while none was: poolTransaction then sends
+   * no COMMIT or ROLLBACK of its own.
+   */
+  endedWith: 'COMMIT' | 'ROLLBACK' | null = null;
   constructor(
     private readonly client: pg.PoolClient,
     /** When the transaction expires (performance.now()), as Prisma's interactive transactions do after their timeout. */
@@ -294,18 +297,17 @@ class PoolTransaction implements SqlClient {
       client.pipeline = false;
     }
     // Answered: committed or rolled back, there is no transaction left to roll back.
-    if (commit.status === 'fulfilled') this.ended = true;
+    if (commit.status === 'fulfilled') this.endedWith = commit.value.command === 'COMMIT' ? 'COMMIT' : 'ROLLBACK';
     if (statement.status === 'rejected') {
       if (query.name) namedStatementFailed(this.pool, query.text, statement.reason);
-      if (commit.status === 'fulfilled' && commit.value.command === 'COMMIT') {
+      if (this.endedWith === 'COMMIT') {
         const why = statement.reason instanceof Error ? statement.reason.message : String(statement.reason);
         throw new Error(`poolTransaction: committed, but reading the last statement's answer failed: ${why}`);
       }
       throw statement.reason;
     }
     if (commit.status === 'rejected') throw commit.reason;
-    if (commit.value.command === 'ROLLBACK') throw new Error('poolTransaction: the transaction was aborted and rolled back');
-    this.committed = true;
+    if (this.endedWith === 'ROLLBACK') throw rolledBack();
     return statement.value;
   }
 
@@ -376,16 +378,18 @@ export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T
   let out: T;
   try {
     out = await fn(c);
-    // Committed with its last statement (commitWithNext): that statement ran in time, or it would have thrown.
-    if (!c.committed) c.checkExpired();
-    // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error.
-    if (c.begun && !c.committed && (await client.query('COMMIT')).command === 'ROLLBACK') {
-      throw new Error('poolTransaction: the transaction was aborted and rolled back');
+    // A transaction in which a statement failed (its error caught inside fn) ends in ROLLBACK, not an error; so does
+    // one whose last statement failed with its COMMIT behind it (commitWithNext), the error caught the same way.
+    if (c.endedWith === 'ROLLBACK') throw rolledBack();
+    // Committed with its last statement: that statement ran in time, or it would have thrown.
+    if (c.endedWith === null) {
+      c.checkExpired();
+      if (c.begun && (await client.query('COMMIT')).command === 'ROLLBACK') throw rolledBack();
     }
   } catch (err) {
     c.open = false;
     let broken: Error | undefined;
-    if (c.begun && !c.ended) {
+    if (c.begun && c.endedWith === null) {
       try {
         await client.query('ROLLBACK');
       } catch (e) {
