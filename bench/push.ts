@@ -552,7 +552,6 @@ await main('bench:push', async (onCleanup) => {
     const a = alone.totals();
     alone.stop();
     clearInterval(sampler);
-    const pushed = pushedCpu;
     const per = (ms: number) => (ms / total).toFixed(2);
     console.log(
       `  the same ${total} appends with the push engine stopped (${Math.round(total / aloneSeconds)}/s): CPU ms per event: server thread ${per(a.mainMs)}, other threads ${per(a.otherMs)}, PostgreSQL ${per(a.postgresMs)}`,
@@ -562,7 +561,7 @@ await main('bench:push', async (onCleanup) => {
     );
     if (extras.length) console.log(`  (${extras.join(', ')} ran in the first phase only: its CPU is in the pushed figure, not in the alone one)`);
     console.log(
-      `  push's own part (pushed minus alone), CPU ms per event: server thread ${per(pushed.mainMs - a.mainMs)}, PostgreSQL ${per(pushed.postgresMs - a.postgresMs)}; server thread + PostgreSQL ${per(pushed.mainMs + pushed.postgresMs)} pushed, ${per(a.mainMs + a.postgresMs)} the appends alone, ${per(pushed.mainMs + pushed.postgresMs - a.mainMs - a.postgresMs)} the push's part`,
+      `  push's own part (pushed minus alone), CPU ms per event: server thread ${per(pushedCpu.mainMs - a.mainMs)}, PostgreSQL ${per(pushedCpu.postgresMs - a.postgresMs)}; server thread + PostgreSQL ${per(pushedCpu.mainMs + pushedCpu.postgresMs)} pushed, ${per(a.mainMs + a.postgresMs)} the appends alone, ${per(pushedCpu.mainMs + pushedCpu.postgresMs - a.mainMs - a.postgresMs)} the push's part`,
     );
   }
 });
