@@ -634,9 +634,14 @@ export class CpuMeter {
     }
     const c = (ms: number) => (ms / wallMs).toFixed(2);
     const per = (ms: number) => (ms / Math.max(1, items)).toFixed(2);
+    // The rate this CPU per item allows with every core busy and nothing else running: what the run could reach if
+    // nothing waited (the load client's share included, as it runs on the same cores).
+    const allMs = procMs + kidsMs + pgMs + redisMs;
+    const ceiling =
+      allMs > 0 ? `; ${per(allMs)} ms in all, at most ${Math.round((Math.max(1, items) * 1000 * cores) / allMs)}/s with all ${cores} cores busy` : '';
     return (
       `CPU cores: server thread ${c(mainMs)}, other threads (load client, GC) ${c(otherMs)}${kids.map((k) => `, ${k.name} process ${c(k.ms)}`).join('')}, PostgreSQL ${c(pgMs)}, Redis ${c(redisMs)}${rest}\n` +
-      `    CPU ms per ${unit}: server thread ${per(mainMs)}, other threads ${per(otherMs)}${kids.map((k) => `, ${k.name} process ${per(k.ms)}`).join('')}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}`
+      `    CPU ms per ${unit}: server thread ${per(mainMs)}, other threads ${per(otherMs)}${kids.map((k) => `, ${k.name} process ${per(k.ms)}`).join('')}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}${ceiling}`
     );
   }
 }
