@@ -638,7 +638,7 @@ export class CpuMeter {
     // nothing waited (the load client's share included, as it runs on the same cores).
     const allMs = procMs + kidsMs + pgMs + redisMs;
     const ceiling =
-      allMs > 0 ? `; ${per(allMs)} ms in all, at most ${Math.round((Math.max(1, items) * 1000 * cores) / allMs)}/s with all ${cores} cores busy` : '';
+      items > 0 && allMs > 0 ? `; ${per(allMs)} ms in all, at most ${Math.round((items * 1000 * cores) / allMs)}/s with all ${cores} cores busy` : '';
     return (
       `CPU cores: server thread ${c(mainMs)}, other threads (load client, GC) ${c(otherMs)}${kids.map((k) => `, ${k.name} process ${c(k.ms)}`).join('')}, PostgreSQL ${c(pgMs)}, Redis ${c(redisMs)}${rest}\n` +
       `    CPU ms per ${unit}: server thread ${per(mainMs)}, other threads ${per(otherMs)}${kids.map((k) => `, ${k.name} process ${per(k.ms)}`).join('')}, PostgreSQL ${per(pgMs)}, Redis ${per(redisMs)}${ceiling}`
