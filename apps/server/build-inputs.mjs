@@ -1,6 +1,6 @@
 // What the bundle in dist/ is built from, as one hash: every file of apps/*/src and packages/*/src (the generated
-// Prisma client too) with each package.json, the lockfile and build.mjs, by content (a checkout or a restored
-// build cache changes modification times, not what is built). build.mjs writes it into dist/.inputs;
+// Prisma client too) with each package.json, the lockfile, build.mjs and build-swap.mjs, by content (a checkout or a
+// restored build cache changes modification times, not what is built). build.mjs writes it into dist/.inputs;
 // ensure-build.mjs compares it to decide whether `pnpm start` must build first.
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -45,6 +45,7 @@ export function fingerprint() {
   }
   add(path.join(here, 'build.mjs'));
   add(path.join(here, 'build-inputs.mjs'));
+  add(path.join(here, 'build-swap.mjs'));
   add(path.join(root, 'pnpm-lock.yaml'));
   return hash.digest('hex');
 }

@@ -7,12 +7,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fingerprint, STAMP } from './build-inputs.mjs';
+import { swapInBuild } from './build-swap.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dist = path.join(here, 'dist');
-// Into a directory of its own at the depth of dist/, then swapped in whole: a process starting from dist/
-// meanwhile (a restart, a `pnpm start` beside this build) finds the old build or the new one, never half of one,
-// and chunks of an earlier build (their names change with their content) do not pile up.
+// Into a directory of its own at the depth of dist/, then swapped in whole (build-swap.mjs): a process starting
+// from dist/ meanwhile (a restart, a `pnpm start` beside this build) finds the old build or the new one, never half
+// of one, and a process still running an earlier build finds its chunks (kept for a few builds, then dropped).
 const outdir = path.join(here, `.dist-${process.pid}`);
 fs.rmSync(outdir, { recursive: true, force: true });
 const inputs = fingerprint();
@@ -85,17 +86,5 @@ await build({
   logLevel: 'warning',
 });
 fs.writeFileSync(path.join(outdir, STAMP), inputs);
-const old = path.join(here, `.dist-old-${process.pid}`);
-try {
-  fs.renameSync(dist, old);
-} catch {
-  /* no earlier build */
-}
-try {
-  fs.renameSync(outdir, dist);
-} catch {
-  // Another build swapped its own in first (from the same sources): that one stays.
-  fs.rmSync(outdir, { recursive: true, force: true });
-}
-fs.rmSync(old, { recursive: true, force: true });
+swapInBuild(outdir, dist);
 console.log('built apps/server/dist/main.mjs, dist/cli.mjs and dist/extract-thread.mjs');
