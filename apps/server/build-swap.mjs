@@ -5,12 +5,16 @@
 // from one checkout, or one a supervisor keeps while `pnpm start` rebuilds after an update) would fail the first
 // time it needed one of them. So the new dist/ also keeps the files of the builds before it that it does not
 // have itself, for KEEP_BUILDS builds, hard-linked (no copy); `.kept` lists them with the build they came from.
+// Files whose names do not change (the entries, extract-thread.mjs, the query compiler's .wasm) are the new
+// build's: a process of an earlier build that reads one of them afresh gets the new one.
 import fs from 'node:fs';
 import path from 'node:path';
 
-/** How many earlier builds' files a new dist/ keeps: a process outlives that many rebuilds. */
+/** How many earlier builds' files a new dist/ keeps: a process outlives that many rebuilds of changed sources. */
 export const KEEP_BUILDS = 3;
 const MANIFEST = '.kept';
+/** The fingerprint of a build's inputs (build-inputs.mjs's STAMP). */
+const INPUTS = '.inputs';
 
 function readManifest(dir) {
   try {
@@ -22,15 +26,27 @@ function readManifest(dir) {
   return { build: 0, files: {} };
 }
 
+function readText(file) {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
+const code = (err) => (err && typeof err === 'object' && 'code' in err ? err.code : undefined);
+
 /**
  * Carries into fresh (a complete build not yet in place) the files of dist (the build in place, if any) that fresh
- * does not have, from the last keep builds, and writes fresh's manifest. Files fresh has (the entries, main.mjs
- * and the others whose names do not change, and chunks of the same content) are fresh's own. Returns the names
- * carried.
+ * does not have, from the last keep builds, and writes fresh's manifest. Files fresh has (the entries and chunks of
+ * the same content) are fresh's own. A build of the same inputs as the one in place (a second `pnpm build` with
+ * nothing changed) takes its number, so it uses up none of the builds kept. Returns the names carried.
  */
 export function carryEarlierBuilds(fresh, dist, keep = KEEP_BUILDS) {
   const before = readManifest(dist);
-  const build = before.build + 1;
+  const inputs = readText(path.join(fresh, INPUTS));
+  const same = inputs !== null && inputs === readText(path.join(dist, INPUTS));
+  const build = same ? before.build : before.build + 1;
   const files = {};
   let names = [];
   try {
@@ -42,11 +58,18 @@ export function carryEarlierBuilds(fresh, dist, keep = KEEP_BUILDS) {
     if (fs.existsSync(path.join(fresh, name))) continue;
     // A file of the build in place is from that build, unless that build had carried it from one before.
     const from = before.files[name] ?? before.build;
-    if (from <= build - 1 - keep) continue;
+    if (from < build - keep) continue;
     try {
-      fs.linkSync(path.join(dist, name), path.join(fresh, name));
-    } catch {
-      fs.copyFileSync(path.join(dist, name), path.join(fresh, name));
+      try {
+        fs.linkSync(path.join(dist, name), path.join(fresh, name));
+      } catch (err) {
+        if (code(err) === 'ENOENT') throw err;
+        fs.copyFileSync(path.join(dist, name), path.join(fresh, name));
+      }
+    } catch (err) {
+      // Gone meanwhile: another build (one not holding the build lock) swapped dist/ out.
+      if (code(err) === 'ENOENT') continue;
+      throw err;
     }
     files[name] = from;
   }
@@ -56,21 +79,32 @@ export function carryEarlierBuilds(fresh, dist, keep = KEEP_BUILDS) {
 
 /**
  * Puts fresh in place of dist in one rename (a process starting meanwhile finds the old build or the new one,
- * never half of one), after carrying the earlier builds' files into it. When another build swapped its own in
- * first (from the same sources), that one stays and fresh is removed. tag names the temporary directory of the
- * build taken out (the builder's pid).
+ * never half of one), after carrying the earlier builds' files into it. If another build put its own in place
+ * between the two renames, that one stays and fresh is removed; on any other failure the build before is put back
+ * and the error thrown. tag names the temporary directory of the build taken out (the builder's pid). Builds are
+ * meant to run one at a time (`pnpm start` and the tests hold a lock around them): two at once both succeed, the
+ * last one's dist/ staying, with what it carried from the dist/ it saw.
  */
 export function swapInBuild(fresh, dist, tag = process.pid) {
   carryEarlierBuilds(fresh, dist);
   const old = path.join(path.dirname(dist), `.dist-old-${tag}`);
+  // Left by a build of the same tag that stopped half-way.
+  fs.rmSync(old, { recursive: true, force: true });
+  let moved = false;
   try {
     fs.renameSync(dist, old);
-  } catch {
-    /* no earlier build */
+    moved = true;
+  } catch (err) {
+    if (code(err) !== 'ENOENT') throw err;
   }
   try {
     fs.renameSync(fresh, dist);
-  } catch {
+  } catch (err) {
+    const taken = (code(err) === 'ENOTEMPTY' || code(err) === 'EEXIST') && fs.existsSync(path.join(dist, 'main.mjs'));
+    if (!taken) {
+      if (moved && !fs.existsSync(dist)) fs.renameSync(old, dist);
+      throw err;
+    }
     fs.rmSync(fresh, { recursive: true, force: true });
   }
   fs.rmSync(old, { recursive: true, force: true });
