@@ -103,6 +103,21 @@ describe('bodies', () => {
     expect(e.message).toContain('colour');
   });
 
+  it('a query parameter or DELETE body member named like a method of Object -> 400 naming it, not a 500', async () => {
+    for (const name of ['toString', 'constructor', 'valueOf', 'hasOwnProperty', '__proto__']) {
+      const listed = await call('GET', `/boxes?${name}=1`);
+      expect(expectErrorShape(listed, 400, 'validation_error').message).toContain(name);
+      const twice = await call('GET', `/events?${name}=1&${name}=2`);
+      expect(expectErrorShape(twice, 400, 'validation_error').message).toContain(name);
+      const removed = await call('DELETE', `/boxes/${a.keyId}`, { body: `{"${name}": 1.5}`, headers: JSON_CT });
+      expect(expectErrorShape(removed, 400, 'validation_error').message).toContain(name);
+    }
+    // A parameter given several times is a list, as before: where one value belongs, a 400 naming it.
+    const r = await call('GET', '/events?limit=1&limit=2');
+    expect(expectErrorShape(r, 400, 'validation_error').message).toContain('limit');
+    expect((await call('GET', '/events?limit=1')).status).toBe(200);
+  });
+
   it('a field of the wrong type -> 400 naming the field', async () => {
     const box = await call('POST', '/boxes', { body: JSON.stringify({ address: 'typed' }), headers: JSON_CT });
     expect(box.status).toBe(200);

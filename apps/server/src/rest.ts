@@ -11,7 +11,6 @@ import {
   generateOpenApiDocument,
   getErrorFromUnknown,
   getInputOutputParsers,
-  getQuery,
   getPathRegExp,
   instanceofZodTypeKind,
   instanceofZodTypeLikeVoid,
@@ -145,6 +144,23 @@ export function errorResponse(err: AppError, requestId: string, headers: Record<
 }
 
 const WITH_BODY = new Set(['POST', 'PUT', 'PATCH']);
+
+/**
+ * The query string as input, as trpc-to-openapi's getQuery reads it (a parameter given once is a value, given
+ * several times a list), into an object without a prototype: getQuery's own plain object took a parameter named
+ * like one of Object's methods (?toString=1, ?constructor=x) for a list it already had and threw, a 500 where
+ * the unknown field is a 400. Spread into the input, each parameter is an own property of it.
+ */
+function queryInput(url: URL): Record<string, unknown> {
+  const query: Record<string, string | string[]> = Object.create(null);
+  url.searchParams.forEach((value, key) => {
+    const had = query[key];
+    if (had === undefined) query[key] = value;
+    else if (Array.isArray(had)) had.push(value);
+    else query[key] = [had, value];
+  });
+  return query;
+}
 
 /**
  * trpc-to-openapi reads DELETE input from the query string only; a DELETE with a JSON object body (e.g.
@@ -281,7 +297,7 @@ function createOpenApiDispatch() {
         });
       }
       let input: Record<string, unknown> | undefined;
-      if (!procedure.noInput) input = { ...(useBody ? (forward.body as Record<string, unknown>) : getQuery({} as never, url)), ...pathInput };
+      if (!procedure.noInput) input = { ...(useBody ? (forward.body as Record<string, unknown>) : queryInput(url)), ...pathInput };
       if (procedure.objectInput) {
         if (!useBody && input) {
           for (const key of procedure.arrayKeys) {
