@@ -21,7 +21,7 @@ import {
   sql,
   type SqlClient,
 } from './sql';
-import { admin, templateDatabase } from './template-database';
+import { admin, templateDatabase, urlOf } from './template-database';
 
 let db: Db;
 templateDatabase('pooltx', (d) => {
@@ -245,6 +245,7 @@ describe('poolTransaction', () => {
   });
 
   it('a transaction past options.timeout is rolled back, as Prisma does: no statement after it expires, no COMMIT', async () => {
+    // A statement running past the timeout is cancelled (statement_timeout, set with the BEGIN).
     await expect(
       poolTransaction(
         db,
@@ -254,7 +255,7 @@ describe('poolTransaction', () => {
         },
         { timeout: 100 },
       ),
-    ).rejects.toThrow(/expired/);
+    ).rejects.toThrow(/statement timeout/);
     await expect(
       poolTransaction(
         db,
@@ -269,6 +270,57 @@ describe('poolTransaction', () => {
     expect(await accountIds('acct_ptx_t')).toEqual([]);
     await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_t4', 1n), { timeout: 10_000 });
     expect(await accountIds('acct_ptx_t')).toEqual(['acct_ptx_t4']);
+  });
+
+  it('a statement still running or waiting on a lock at the timeout is cancelled: the transaction ends, rolled back, and the pool stays whole', async () => {
+    const pool = poolOf(db)!;
+    // Running: a statement of 30 s in a transaction of 300 ms ends within a few seconds (before, it ran its 30 s).
+    const started = performance.now();
+    await expect(
+      poolTransaction(
+        db,
+        async (c) => {
+          await insertAccount(c, 'acct_ptx_x1', 1n);
+          await rows(c, sql`SELECT pg_sleep(${30}::float8)`);
+        },
+        { timeout: 300 },
+      ),
+    ).rejects.toThrow(/statement timeout/);
+    expect(performance.now() - started).toBeLessThan(10_000);
+    // Waiting on a lock another connection holds: the first statement (BEGIN in its round trip) and one after it.
+    await insertAccount(db, 'acct_ptx_x2', 5n);
+    const [here] = await rows(db, sql<{ name: string }>`SELECT current_database() AS name`);
+    const holder = new pg.Client({ connectionString: urlOf(here!.name) });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT id FROM accounts WHERE id = 'acct_ptx_x2' FOR UPDATE`);
+      await expect(
+        poolTransaction(db, (c) => rows(c, sql`SELECT id FROM accounts WHERE id = ANY(${['acct_ptx_x2']}::text[]) FOR UPDATE`), { timeout: 300 }),
+      ).rejects.toThrow(/statement timeout/);
+      await expect(
+        poolTransaction(
+          db,
+          async (c) => {
+            await insertAccount(c, 'acct_ptx_x3', 1n);
+            await exec(c, sql`UPDATE accounts SET balance_micros = balance_micros + ${1n} WHERE id = ${'acct_ptx_x2'}`);
+          },
+          { timeout: 300 },
+        ),
+      ).rejects.toThrow(/statement timeout/);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      await holder.end();
+    }
+    expect(await accountIds('acct_ptx_x')).toEqual(['acct_ptx_x2']);
+    const [row] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_x2'`);
+    expect(row!.balance_micros).toBe(5n);
+    // The connections went back to the pool, usable; the timeout was the transactions' own (none is left set).
+    expect(pool.totalCount).toBe(pool.idleCount);
+    const [t] = await poolRows(db, sql<{ t: string }>`SELECT current_setting('statement_timeout') AS t`);
+    expect(t!.t).toBe('0');
+    await poolTransaction(db, (c) => insertAccount(c, 'acct_ptx_x4', 1n), { timeout: 10_000 });
+    expect(await accountIds('acct_ptx_x')).toEqual(['acct_ptx_x2', 'acct_ptx_x4']);
   });
 
   it('a prepared() text runs as a named prepared statement on the connection, parsed once, the same rows; it survives a rollback', async () => {

@@ -249,7 +249,17 @@ class PoolTransaction implements SqlClient {
     this.checkExpired();
     if (this.begun) return;
     this.begun = true;
-    await this.client.query('BEGIN');
+    await this.client.query(this.beginText());
+  }
+
+  /**
+   * BEGIN, and each statement of the transaction bounded by its timeout (SET LOCAL: this transaction only, so a
+   * pooler between keeps nothing of it): a statement that would run on, or wait on a lock, past the timeout is
+   * cancelled by PostgreSQL and the transaction rolled back, where checkExpired only stops the next one. In the
+   * same round trip as BEGIN.
+   */
+  private beginText(): string {
+    return `BEGIN; SET LOCAL statement_timeout = ${Math.max(1, Math.ceil(this.timeout))}`;
   }
 
   private async query(text: string, values: unknown[]): Promise<pg.QueryResult> {
@@ -259,10 +269,10 @@ class PoolTransaction implements SqlClient {
       this.begun = true;
       const inline = inlined(text, values);
       if (inline !== undefined) {
-        const results = (await this.client.query({ text: `BEGIN; ${inline}`, types: POOL_TYPES })) as unknown as pg.QueryResult[];
-        return results[1]!;
+        const results = (await this.client.query({ text: `${this.beginText()}; ${inline}`, types: POOL_TYPES })) as unknown as pg.QueryResult[];
+        return results[2]!;
       }
-      await this.client.query('BEGIN');
+      await this.client.query(this.beginText());
     }
     const name = statementName(this.pool, text);
     if (this.commitNext) return this.queryAndCommit(name ? { text, values, types: POOL_TYPES, name } : { text, values, types: POOL_TYPES });
@@ -366,7 +376,8 @@ export function prismaTx(c: SqlClient, reason: string): Tx {
  * fn may throw PrismaTransactionNeeded (prismaTx) for a batch that needs Prisma's models: it then runs again
  * from the start in db.$transaction with options. A transaction that runs past options.timeout (5 s by default,
  * as Prisma's) is rolled back: no statement is sent after it expires, and it does not commit; a statement
- * already running is not interrupted. options.maxWait is not used here: the wait for a connection is the
+ * still running (or waiting on a lock) after the timeout is cancelled by PostgreSQL (statement_timeout, set for
+ * the transaction with its BEGIN), so a transaction ends within about twice its timeout. options.maxWait is not used here: the wait for a connection is the
  * pool's connect timeout (DB_CONNECT_TIMEOUT_MS). Without a pool of ours, it is db.$transaction.
  */
 export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T>, options?: { maxWait?: number; timeout?: number }): Promise<T> {
