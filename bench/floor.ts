@@ -72,6 +72,7 @@ import {
   freePort,
   loadNote,
   main,
+  median,
   rate,
   signupAccounts,
   startBareSmtp,
@@ -492,10 +493,6 @@ const noSuchName = async (name: string): Promise<never> => {
   throw Object.assign(new Error(`queryTxt ENOTFOUND ${name}`), { code: 'ENOTFOUND' });
 };
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const f2 = (x: number): string => x.toFixed(2);
 const f3 = (x: number): string => (x < 0.1 ? x.toFixed(3) : x.toFixed(2));
 

@@ -47,6 +47,7 @@ import {
   loadNote,
   main,
   mb,
+  median,
   processTicks,
   request,
   rssBytes,
@@ -658,11 +659,6 @@ await main('bench:imap', async (onCleanup) => {
   dovecotRss.stop();
   const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
   const best = (xs: number[]) => Math.min(...xs);
-  const median = (xs: number[]) => {
-    const sorted = [...xs].sort((x, y) => x - y);
-    const mid = sorted.length >> 1;
-    return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-  };
   const all = (xs: number[]) => xs.map((x) => (x / 1000).toFixed(2)).join(', ');
   const b = times.boxes;
   const d = times.dovecot;
