@@ -9,12 +9,11 @@
 // build's: a process of an earlier build that reads one of them afresh gets the new one.
 import fs from 'node:fs';
 import path from 'node:path';
+import { STAMP } from './build-inputs.mjs';
 
 /** How many earlier builds' files a new dist/ keeps: a process outlives that many rebuilds of changed sources. */
 export const KEEP_BUILDS = 3;
 const MANIFEST = '.kept';
-/** The fingerprint of a build's inputs (build-inputs.mjs's STAMP). */
-const INPUTS = '.inputs';
 
 function readManifest(dir) {
   try {
@@ -44,8 +43,8 @@ const code = (err) => (err && typeof err === 'object' && 'code' in err ? err.cod
  */
 export function carryEarlierBuilds(fresh, dist, keep = KEEP_BUILDS) {
   const before = readManifest(dist);
-  const inputs = readText(path.join(fresh, INPUTS));
-  const same = inputs !== null && inputs === readText(path.join(dist, INPUTS));
+  const inputs = readText(path.join(fresh, STAMP));
+  const same = inputs !== null && inputs === readText(path.join(dist, STAMP));
   const build = same ? before.build : before.build + 1;
   const files = {};
   let names = [];
@@ -62,8 +61,7 @@ export function carryEarlierBuilds(fresh, dist, keep = KEEP_BUILDS) {
     try {
       try {
         fs.linkSync(path.join(dist, name), path.join(fresh, name));
-      } catch (err) {
-        if (code(err) === 'ENOENT') throw err;
+      } catch {
         fs.copyFileSync(path.join(dist, name), path.join(fresh, name));
       }
     } catch (err) {
