@@ -270,15 +270,16 @@ class PoolTransaction implements SqlClient {
       const inline = inlined(text, values);
       if (inline !== undefined) {
         const results = (await this.client.query({ text: `${this.beginText()}; ${inline}`, types: POOL_TYPES })) as unknown as pg.QueryResult[];
-        return results[2]!;
+        return results[results.length - 1]!;
       }
       await this.client.query(this.beginText());
     }
     const name = statementName(this.pool, text);
-    if (this.commitNext) return this.queryAndCommit(name ? { text, values, types: POOL_TYPES, name } : { text, values, types: POOL_TYPES });
-    if (!name) return this.client.query({ text, values, types: POOL_TYPES });
+    const query: pg.QueryConfig = name ? { text, values, types: POOL_TYPES, name } : { text, values, types: POOL_TYPES };
+    if (this.commitNext) return this.queryAndCommit(query);
+    if (!name) return this.client.query(query);
     try {
-      return await this.client.query({ text, values, types: POOL_TYPES, name });
+      return await this.client.query(query);
     } catch (err) {
       // The transaction is lost either way; a run again (a group commit's retry) goes unnamed or under the new name.
       namedStatementFailed(this.pool, text, err);
@@ -377,8 +378,9 @@ export function prismaTx(c: SqlClient, reason: string): Tx {
  * from the start in db.$transaction with options. A transaction that runs past options.timeout (5 s by default,
  * as Prisma's) is rolled back: no statement is sent after it expires, and it does not commit; a statement
  * still running (or waiting on a lock) after the timeout is cancelled by PostgreSQL (statement_timeout, set for
- * the transaction with its BEGIN), so a transaction ends within about twice its timeout. options.maxWait is not used here: the wait for a connection is the
- * pool's connect timeout (DB_CONNECT_TIMEOUT_MS). Without a pool of ours, it is db.$transaction.
+ * the transaction with its BEGIN), so a transaction ends within about twice its timeout. options.maxWait is not
+ * used here: the wait for a connection is the pool's connect timeout (DB_CONNECT_TIMEOUT_MS). Without a pool of
+ * ours, it is db.$transaction.
  */
 export async function poolTransaction<T>(db: Db, fn: (c: SqlClient) => Promise<T>, options?: { maxWait?: number; timeout?: number }): Promise<T> {
   const pool = poolOf(db);
