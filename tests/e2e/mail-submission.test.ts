@@ -240,6 +240,33 @@ describe('refusals', () => {
     expect(err.response).toMatch(/reserved/);
   });
 
+  it("swaks: headers named like an object's members (toString, constructor) are kept; __proto__ is refused by name", async () => {
+    const swaks = (to: string, headers: string[]) =>
+      execFileAsync('swaks', [
+        ...['--server', '127.0.0.1', '--port', String(t.submissionPort), '--tls-on-connect'],
+        ...['--auth', 'PLAIN', '--auth-user', a.primaryAddress, '--auth-password', password],
+        ...['--from', a.primaryAddress, '--to', to, '--body', 'odd header names'],
+        ...headers.flatMap((h) => ['--header', h]),
+      ]);
+    const tag = unique();
+    const to = `names-${tag}@remote.test`;
+    const out = await swaks(to, [`Subject: names ${tag}`, 'toString: kept 1', 'constructor: kept 2', 'X-Plain: kept 3']);
+    const messageId = /queued as (msg_[0-9a-z]+)/.exec(out.stdout)![1]!;
+    const m = await waitSettled(t, a.apiKey, messageId);
+    expect(m.body.headers).toEqual({ toString: 'kept 1', constructor: 'kept 2', 'X-Plain': 'kept 3' });
+    const raw = sink.to(to)[0]!.raw.toString('latin1');
+    expect(raw).toMatch(/^Tostring: kept 1/im);
+    expect(raw).toMatch(/^Constructor: kept 2/im);
+
+    const before = await sentCount(a.accountId);
+    const refused = await swaks(`proto-${tag}@remote.test`, [`Subject: proto ${tag}`, '__proto__: dropped?']).then(
+      () => null,
+      (err: { stdout?: string }) => err.stdout ?? '',
+    );
+    expect(refused).toMatch(/<~\* 554 5\.6\.0 The message cannot be sent: headers\.__proto__: the key "__proto__" is not accepted/);
+    expect(await sentCount(a.accountId)).toBe(before);
+  });
+
   it('a submission that would overdraw gets 554 with the top-up guidance, and nothing is sent', async () => {
     const poor = await signupAccount(t, 'submit-poor@example.com');
     const pw = (await rest(t, 'POST', '/account/app-passwords', { key: poor.apiKey, body: { label: 'poor' } })).body.password;

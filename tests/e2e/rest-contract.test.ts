@@ -118,6 +118,23 @@ describe('bodies', () => {
     expect((await call('GET', '/events?limit=1')).status).toBe(200);
   });
 
+  it('the key "__proto__" in custom headers or a context object -> 400 naming it; keys named like other members of Object are kept', async () => {
+    const send = (extra: string) => call('POST', '/messages/send', { body: `{"to":"proto@example.net","subject":"s","text":"t",${extra}}`, headers: JSON_CT });
+    for (const [extra, path] of [
+      ['"headers":{"__proto__":"v"}', 'headers.__proto__'],
+      ['"context":{"__proto__":{"polluted":true}}', 'context.__proto__'],
+      ['"context":{"ok":[{"__proto__":1}]}', 'context.ok.0.__proto__'],
+    ] as const) {
+      const e = expectErrorShape(await send(extra), 400, 'validation_error');
+      expect(e.fields).toEqual([{ path, message: expect.stringContaining('"__proto__" is not accepted') }]);
+    }
+    const ok = await send('"headers":{"toString":"v"},"context":{"constructor":1,"valueOf":{"hasOwnProperty":"x"}}');
+    expect(ok.status, JSON.stringify(ok.json)).toBe(200);
+    const m = await call('GET', `/messages/${ok.json.message_id}`);
+    expect(m.json.body.headers).toEqual({ toString: 'v' });
+    expect(m.json.context).toEqual({ constructor: 1, valueOf: { hasOwnProperty: 'x' } });
+  });
+
   it('a field of the wrong type -> 400 naming the field', async () => {
     const box = await call('POST', '/boxes', { body: JSON.stringify({ address: 'typed' }), headers: JSON_CT });
     expect(box.status).toBe(200);

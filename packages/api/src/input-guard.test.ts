@@ -44,6 +44,23 @@ describe('guardInput against the procedures', () => {
     expect(guardInput(inputSchemaOf('events.list'), { limit: '5\u0000' })[0]?.path).toBe('limit');
   });
 
+  it('refuses the key "__proto__" in records and free-form JSON, which zod would drop without a word', () => {
+    const send = inputSchemaOf('messages.send');
+    // As JSON.parse gives them: "__proto__" an own key like any other.
+    const parsed = (json: string) => JSON.parse(json) as Record<string, unknown>;
+    const refused = { message: expect.stringMatching(/"__proto__" is not accepted/) };
+    expect(guardInput(send, parsed('{"to":"a@b.example","headers":{"__proto__":"v","X-A":"w"}}'))).toEqual([{ path: 'headers.__proto__', ...refused }]);
+    expect(guardInput(send, parsed('{"to":"a@b.example","context":{"__proto__":{"polluted":true}}}'))).toEqual([{ path: 'context.__proto__', ...refused }]);
+    expect(guardInput(send, parsed('{"to":"a@b.example","context":{"deep":[{"__proto__":1}]}}'))).toEqual([{ path: 'context.deep.0.__proto__', ...refused }]);
+    expect(guardInput(inputSchemaOf('webhookEndpoints.create'), parsed('{"url":"https://x.example/h","headers":{"__proto__":"v"}}'))).toEqual([
+      { path: 'headers.__proto__', ...refused },
+    ]);
+    // Other names Object's prototype carries are ordinary keys, and so is __proto__ inside a string.
+    expect(
+      guardInput(send, parsed('{"to":"a@b.example","headers":{"toString":"v","constructor":"w"},"context":{"valueOf":{"__proto__x":"__proto__"}}}')),
+    ).toEqual([]);
+  });
+
   it('bounds free-form JSON in depth and size', () => {
     let deep: unknown = 'x';
     for (let i = 0; i < 100; i++) deep = { d: deep };

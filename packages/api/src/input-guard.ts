@@ -9,13 +9,16 @@
  *   no C0 control character (U+0001 to U+001F, line breaks and tabs included) and no DEL;
  * - text fields (marked with text() in @boxes/schemas: bodies, signatures, descriptions): anything but NUL;
  * - free-form JSON (context, feedback): at most MAX_LENGTH.freeFormBytes of JSON, nested at most
- *   MAX_LENGTH.freeFormDepth deep.
+ *   MAX_LENGTH.freeFormDepth deep;
+ * - keys a caller chooses (custom header names, free-form JSON at any depth): not "__proto__". JSON gives it as a
+ *   key like any other, but zod drops it from a record without a word (assigning it would set the parsed object's
+ *   prototype), so a header or a context member of that name would vanish; it is refused by name instead.
  *
  * Lengths of declared fields are the schemas' own .max() (zod checks them right after). The answer is 400
  * validation_error with `fields` naming each offending field, as zod's own errors do.
  */
 import type { z } from 'zod';
-import { isText, MAX_LENGTH } from '@boxes/schemas';
+import { isText, MAX_LENGTH, PROTO_KEY, PROTO_KEY_REFUSED } from '@boxes/schemas';
 import { booleanFields } from './booleans';
 
 export interface GuardIssue {
@@ -119,6 +122,10 @@ class Walker {
       });
     else if (value !== null && typeof value === 'object') {
       for (const [k, v] of Object.entries(value)) {
+        if (k === PROTO_KEY) {
+          this.add(join(path, k), PROTO_KEY_REFUSED);
+          continue;
+        }
         const problem = stringProblem(k, 'free');
         if (problem) this.add(join(path, k), `key ${problem}`);
         this.free(join(path, k), v, depth + 1);
@@ -172,6 +179,10 @@ class Walker {
           return;
         }
         for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+          if (k === PROTO_KEY) {
+            this.add(join(path, k), PROTO_KEY_REFUSED);
+            continue;
+          }
           const kd = unwrap(keyType);
           if (defOf(kd).type === 'string') {
             const problem = stringProblem(k, isText(kd) ? 'text' : 'line');

@@ -8,7 +8,7 @@
  */
 import { parseMessage } from '@boxes/mail';
 import { formatMailbox } from '@boxes/core';
-import { SendInput } from '@boxes/schemas';
+import { PROTO_KEY, PROTO_KEY_REFUSED, SendInput } from '@boxes/schemas';
 import type { AddressObject } from 'mailparser';
 import type { z } from 'zod';
 
@@ -80,7 +80,9 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
   const bcc = [...rcpts].filter((r) => !namedSet.has(r));
   if (!to.length) throw new SubmissionRefused(550, '5.6.0 The message needs at least one To recipient (Bcc-only messages are not supported)');
 
-  const headers: Record<string, string> = {};
+  // The first of each name (a Map: a plain object would take a header named toString or constructor for one
+  // already seen, and drop it).
+  const headers = new Map<string, string>();
   for (const line of mail.headerLines) {
     const key = line.key.toLowerCase();
     if (CONSUMED.has(key) || NOISE.test(key) || key.startsWith('resent-')) continue;
@@ -89,9 +91,9 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
       .slice(line.line.indexOf(':') + 1)
       .replace(/\r?\n[ \t]+/g, ' ')
       .trim();
-    if (headers[name] !== undefined) continue;
-    headers[name] = value;
+    if (!headers.has(name)) headers.set(name, value);
   }
+  if (headers.has(PROTO_KEY)) throw new SubmissionRefused(554, `5.6.0 The message cannot be sent: headers.${PROTO_KEY}: ${PROTO_KEY_REFUSED}`);
 
   const html = typeof mail.html === 'string' ? mail.html : undefined;
   const attachments = mail.attachments.map((a, i) => ({
@@ -111,7 +113,7 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
     ...(mail.text !== undefined ? { text: mail.text } : {}),
     ...(html !== undefined ? { html } : {}),
     ...(mailboxes(mail.replyTo).length ? { reply_to: mailboxes(mail.replyTo).map(formatMailbox) } : {}),
-    ...(Object.keys(headers).length ? { headers } : {}),
+    ...(headers.size ? { headers: Object.fromEntries(headers) } : {}),
     ...(attachments.length ? { attachments } : {}),
   };
   const checked = SendInput.safeParse(request);
