@@ -186,6 +186,16 @@ describe('send rules', () => {
     expect(await messageRows(a.accountId)).toBe(before);
   });
 
+  it('custom headers named key and value are two headers, never a way to set a reserved one (Sender)', async () => {
+    const to = outside('keyvalue');
+    const { got } = await sendAndReceive({ to, headers: { key: 'Sender', value: 'ceo@remote.test', 'X-After': 'kept' }, subject: 'kv', text: 'x' }, [to]);
+    const head = got[0]!.raw.toString('latin1').split('\r\n\r\n')[0]!;
+    expect(head).toMatch(/^Key: Sender$/m);
+    expect(head).toMatch(/^Value: ceo@remote\.test$/m);
+    expect(head).toMatch(/^X-After: kept$/m);
+    expect(head).not.toMatch(/^Sender:/im);
+  });
+
   it.each([
     ['CRLF', 'innocent\r\nBcc: victim@remote.test'],
     ['LF', 'innocent\nBcc: victim@remote.test'],

@@ -138,3 +138,14 @@ describe('treeBytes', () => {
     expect(treeBytes(node)).toBeNull();
   });
 });
+
+describe('composeMessage: custom headers', () => {
+  it('writes each as given, even an object whose members are named key and value (nodemailer would take it for one header)', async () => {
+    const raw = (await composed({ headers: { key: 'Sender', value: 'ceo@boxes.example', 'X-After': 'kept' } })).toString('latin1');
+    const head = raw.slice(0, raw.indexOf('\r\n\r\n'));
+    expect(head).toMatch(/^Key: Sender$/m);
+    expect(head).toMatch(/^Value: ceo@boxes\.example$/m);
+    expect(head).toMatch(/^X-After: kept$/m);
+    expect(head).not.toMatch(/^Sender:/im);
+  });
+});

@@ -55,7 +55,9 @@ export async function composeMessage(m: OutgoingMail): Promise<Buffer> {
     subject: m.subject,
     text: m.text === undefined ? undefined : toCrlf(m.text),
     html: m.html === undefined ? undefined : toCrlf(m.html),
-    headers: m.headers,
+    // As a list: given an object, nodemailer takes one that has `key` and `value` members for a single header
+    // named by the first ({"key": "Sender", "value": ...} would set Sender and drop the rest).
+    headers: Object.entries(m.headers).map(([key, value]) => ({ key, value })),
     messageId: m.messageId,
     date: m.date,
     inReplyTo: m.inReplyTo,
