@@ -42,13 +42,16 @@ const idList = (v: string | string[] | undefined): string[] => (Array.isArray(v)
 export async function parseMessage(raw: Buffer): Promise<ParsedMessage> {
   // keepDeliveryStatus: DSN status parts stay attachments (reports.ts reads them there) instead of joining the text.
   const mail = await simpleParser(raw, { skipImageLinks: true, skipTextLinks: true, maxHtmlLengthToParse: 2_000_000, keepDeliveryStatus: true });
-  const headers: Record<string, string> = {};
+  // A Map, not a plain object: a header named constructor or toString would find Object's member and be joined
+  // to it, and one named __proto__ would be lost.
+  const headers = new Map<string, string>();
   for (const line of mail.headerLines) {
     const value = line.line
       .slice(line.line.indexOf(':') + 1)
       .replace(/\r?\n[ \t]+/g, ' ')
       .trim();
-    headers[line.key] = headers[line.key] ? `${headers[line.key]}, ${value}` : value;
+    const before = headers.get(line.key);
+    headers.set(line.key, before ? `${before}, ${value}` : value);
   }
   return {
     messageId: mail.messageId ?? null,
@@ -62,7 +65,7 @@ export async function parseMessage(raw: Buffer): Promise<ParsedMessage> {
     date: mail.date ? mail.date.toISOString() : null,
     text: mail.text ?? null,
     html: typeof mail.html === 'string' ? mail.html : null,
-    headers,
+    headers: Object.fromEntries(headers),
     attachments: mail.attachments.map((a) => ({
       filename: a.filename ?? null,
       contentType: a.contentType,
