@@ -142,4 +142,37 @@ describe('tRPC and MCP', () => {
     });
     expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 7, error: { code: -32602, message: expect.stringMatching(/arguments must be an object/) } });
   });
+
+  it('refuses the key "__proto__" over MCP and tRPC too, where it would be dropped without a word', async () => {
+    const mcp = (args: string) =>
+      fetch(`${t.url}/mcp`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"messages_send","arguments":${args}}}`,
+      });
+    // At the top of the arguments, the MCP SDK's own parsing would drop it before any tool saw it: invalid params.
+    expect(await (await mcp(`{"to":"${a.primaryAddress}","text":"x","__proto__":{"subject":"y"}}`)).json()).toEqual({
+      jsonrpc: '2.0',
+      id: 8,
+      error: { code: -32602, message: expect.stringMatching(/params\.arguments\.__proto__: the key "__proto__" is not accepted/) },
+    });
+    // Deeper down, the input guard names it, as over REST.
+    const client = new Client({ name: 'boxes-test', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${t.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${a.apiKey}` } } }));
+    const r = await client.callTool({ name: 'messages_send', arguments: JSON.parse(`{"to":"${a.primaryAddress}","text":"x","headers":{"__proto__":"v"}}`) });
+    await client.close();
+    expect(r.isError).toBe(true);
+    expect(JSON.parse((r.content as { text: string }[])[0]!.text).error.fields).toEqual([
+      { path: 'headers.__proto__', message: expect.stringMatching(/not accepted/) },
+    ]);
+    const res = await fetch(`${t.url}/trpc/messages.send`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' },
+      body: `{"to":"${a.primaryAddress}","text":"x","context":{"__proto__":{"a":1}}}`,
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as any).error.data.boxes.details.fields).toEqual([
+      { path: 'context.__proto__', message: expect.stringMatching(/not accepted/) },
+    ]);
+  });
 });

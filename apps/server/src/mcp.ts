@@ -21,6 +21,7 @@ import {
   type Context,
 } from '@boxes/api';
 import { AppError, assertKeyLive, authenticateKey, keyRateLimited, newId, takeKeyRate, type Services } from '@boxes/core';
+import { PROTO_KEY, PROTO_KEY_REFUSED } from '@boxes/schemas';
 import { MCP_INSTRUCTIONS } from './discovery';
 import { logFailure, type Logger } from './logger';
 import { errorResponse } from './rest';
@@ -61,6 +62,9 @@ function invalidToolCall(message: unknown): { id: unknown; message: string } | n
   if (typeof params.name !== 'string') return { id, message: 'params.name must be a string' };
   const args = params.arguments;
   if (args !== undefined && (args === null || typeof args !== 'object' || Array.isArray(args))) return { id, message: 'params.arguments must be an object' };
+  // The SDK parses the arguments into a record, which drops this key without a word: refused by name, as the input
+  // guard refuses it deeper down.
+  if (args !== undefined && Object.hasOwn(args, PROTO_KEY)) return { id, message: `params.arguments.${PROTO_KEY}: ${PROTO_KEY_REFUSED}` };
   return null;
 }
 

@@ -55,6 +55,8 @@ describe('guardInput against the procedures', () => {
     expect(guardInput(inputSchemaOf('webhookEndpoints.create'), parsed('{"url":"https://x.example/h","headers":{"__proto__":"v"}}'))).toEqual([
       { path: 'headers.__proto__', ...refused },
     ]);
+    // An open object's own members (MCP feedback takes any): copied key by key, where the key would be lost.
+    expect(guardInput(inputSchemaOf('mcp.feedback'), parsed('{"notes":"n","__proto__":{"a":1}}'))).toEqual([{ path: '__proto__', ...refused }]);
     // Other names Object's prototype carries are ordinary keys, and so is __proto__ inside a string.
     expect(
       guardInput(send, parsed('{"to":"a@b.example","headers":{"toString":"v","constructor":"w"},"context":{"valueOf":{"__proto__x":"__proto__"}}}')),

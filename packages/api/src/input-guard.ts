@@ -10,9 +10,10 @@
  * - text fields (marked with text() in @boxes/schemas: bodies, signatures, descriptions): anything but NUL;
  * - free-form JSON (context, feedback): at most MAX_LENGTH.freeFormBytes of JSON, nested at most
  *   MAX_LENGTH.freeFormDepth deep;
- * - keys a caller chooses (custom header names, free-form JSON at any depth): not "__proto__". JSON gives it as a
- *   key like any other, but zod drops it from a record without a word (assigning it would set the parsed object's
- *   prototype), so a header or a context member of that name would vanish; it is refused by name instead.
+ * - keys a caller chooses (custom header names, free-form JSON at any depth, the members an open object takes):
+ *   not "__proto__". JSON.parse keeps it as a key like any other, but zod drops it from a record or a catch-all
+ *   without a word (assigning it sets the built object's prototype), so a header or a context member of that name
+ *   would vanish; it is refused by name instead (PROTO_KEY in @boxes/schemas).
  *
  * Lengths of declared fields are the schemas' own .max() (zod checks them right after). The answer is 400
  * validation_error with `fields` naming each offending field, as zod's own errors do.
@@ -159,7 +160,8 @@ class Walker {
         const catchall = d.catchall as z.ZodType | undefined;
         const catchallOpen = catchall && !['never', 'unknown', 'any'].includes(defOf(catchall).type) ? catchall : undefined;
         const freeRest = catchall && ['unknown', 'any'].includes(defOf(catchall).type);
-        const rest: Record<string, unknown> = {};
+        // Without a prototype: assigning "__proto__" to a plain {} would set its prototype instead of the key.
+        const rest: Record<string, unknown> = Object.create(null);
         for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
           if (Object.hasOwn(shape, k)) this.walk(join(path, k), v, shape[k]!, depth + 1);
           else if (catchallOpen) this.walk(join(path, k), v, catchallOpen, depth + 1);

@@ -43,12 +43,13 @@ export const LINE_PATTERN = '^[^\\u0000-\\u001F\\u007F]*$';
 export const TEXT_PATTERN = '^[^\\u0000]*$';
 
 /**
- * A key no object parsed from input can keep as its own: JSON gives "__proto__" as a key like any other, but
- * assigning it sets the object's prototype, so zod leaves it out of a record without a word. Inputs refuse it by
- * name instead (packages/api's input guard; the SMTP submission's header names).
+ * A key refused in objects given as input: JSON.parse keeps "__proto__" as an ordinary key, but an object built key
+ * by key (zod's records and catch-alls, any `obj[key] = value`) takes the assignment for its prototype, so the
+ * member would vanish without a word, or its value become what the object inherits. Inputs refuse it by name
+ * instead, at any depth (packages/api's input guard; MCP tool arguments; the SMTP submission's header names).
  */
 export const PROTO_KEY = '__proto__';
-export const PROTO_KEY_REFUSED = 'the key "__proto__" is not accepted: an object cannot keep it as a key';
+export const PROTO_KEY_REFUSED = 'the key "__proto__" is not accepted (JavaScript drops it from objects built key by key)';
 
 /** Schemas whose strings may span lines (bodies); see text(). */
 const textRegistry = z.registry<{ text: true }>();

@@ -80,9 +80,9 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
   const bcc = [...rcpts].filter((r) => !namedSet.has(r));
   if (!to.length) throw new SubmissionRefused(550, '5.6.0 The message needs at least one To recipient (Bcc-only messages are not supported)');
 
-  // The first of each name (a Map: a plain object would take a header named toString or constructor for one
-  // already seen, and drop it).
-  const headers = new Map<string, string>();
+  // The first of each name, whatever its case, as written (a Map: a plain object would take a header named
+  // toString or constructor for one already seen, and drop it).
+  const headers = new Map<string, { name: string; value: string }>();
   for (const line of mail.headerLines) {
     const key = line.key.toLowerCase();
     if (CONSUMED.has(key) || NOISE.test(key) || key.startsWith('resent-')) continue;
@@ -91,7 +91,7 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
       .slice(line.line.indexOf(':') + 1)
       .replace(/\r?\n[ \t]+/g, ' ')
       .trim();
-    if (!headers.has(name)) headers.set(name, value);
+    if (!headers.has(name.toLowerCase())) headers.set(name.toLowerCase(), { name, value });
   }
   if (headers.has(PROTO_KEY)) throw new SubmissionRefused(554, `5.6.0 The message cannot be sent: headers.${PROTO_KEY}: ${PROTO_KEY_REFUSED}`);
 
@@ -113,7 +113,7 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
     ...(mail.text !== undefined ? { text: mail.text } : {}),
     ...(html !== undefined ? { html } : {}),
     ...(mailboxes(mail.replyTo).length ? { reply_to: mailboxes(mail.replyTo).map(formatMailbox) } : {}),
-    ...(headers.size ? { headers: Object.fromEntries(headers) } : {}),
+    ...(headers.size ? { headers: Object.fromEntries([...headers.values()].map((h) => [h.name, h.value])) } : {}),
     ...(attachments.length ? { attachments } : {}),
   };
   const checked = SendInput.safeParse(request);
