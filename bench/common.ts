@@ -656,7 +656,8 @@ export class CpuMeter {
  * What the machine is, so that runs on different machines of the same kind can be compared: the CPU model,
  * AES-256-GCM throughput in Node (16 KB pieces, as bodies are sealed and opened) beside OpenSSL's own figure for
  * the same block size (`openssl speed`; skipped when the openssl CLI is missing), and what one RSA-2048 signature
- * costs in Node (DKIM signs every sent message with one: 0.3 ms on one 2-core machine, 0.7 ms on another).
+ * costs in Node (DKIM signs every sent message with one: about 0.7 ms on an Intel Xeon 2-core machine, where
+ * bench:floor's whole `dkim` step took 1.0 to 1.2 ms against 0.23 ms on an AMD EPYC one).
  */
 export function machineHeader(): string {
   const model = cpus()[0]?.model.trim() ?? 'unknown CPU';
