@@ -156,6 +156,21 @@ describe('tRPC and MCP', () => {
       id: 8,
       error: { code: -32602, message: expect.stringMatching(/params\.arguments\.__proto__: the key "__proto__" is not accepted/) },
     });
+    // In a batch, one such member stops the whole batch: nothing runs, and every request in it is answered.
+    const subject = `batch-${Date.now()}`;
+    const send = (id: number, extra: string) =>
+      `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"messages_send","arguments":{"to":"${a.primaryAddress}","subject":"${subject}","text":"x"${extra}}}}`;
+    const batch = await fetch(`${t.url}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: `[${send(1, '')},${send(2, ',"__proto__":{"cc":"x@example.net"}')}]`,
+    });
+    expect(await batch.json()).toEqual([
+      { jsonrpc: '2.0', id: 1, error: { code: -32602, message: expect.stringMatching(/not run, as request 2 of the batch has invalid params/) } },
+      { jsonrpc: '2.0', id: 2, error: { code: -32602, message: expect.stringMatching(/params\.arguments\.__proto__/) } },
+    ]);
+    const sent = await rest(t, 'GET', '/events?type=mail.sent&limit=200', { key: a.apiKey });
+    expect(sent.body.events.filter((e: { data: { subject?: string } }) => e.data.subject === subject)).toHaveLength(0);
     // Deeper down, the input guard names it, as over REST.
     const client = new Client({ name: 'boxes-test', version: '1.0.0' });
     await client.connect(new StreamableHTTPClientTransport(new URL(`${t.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${a.apiKey}` } } }));

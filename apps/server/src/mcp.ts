@@ -118,10 +118,21 @@ export function createMcpHandler(svc: Services, log: Logger) {
       }
     }
     // The SDK answers tools/call params of the wrong shape with -32603 (internal error); they are the
-    // caller's mistake: -32602 (invalid params), as the input guard answers a bad argument.
-    const badParams = invalidToolCall(parsedBody);
-    if (badParams) {
-      const res = Response.json({ jsonrpc: '2.0', id: badParams.id, error: { code: -32602, message: `Invalid params: ${badParams.message}` } });
+    // caller's mistake: -32602 (invalid params), as the input guard answers a bad argument. In a batch, each
+    // member is checked, and one bad member stops the whole batch: nothing of it runs, and each request in it
+    // is answered (the bad ones with what is wrong, the others as not run).
+    const members: unknown[] = Array.isArray(parsedBody) ? parsedBody : [parsedBody];
+    const bad = members.map(invalidToolCall);
+    const first = bad.findIndex((b) => b !== null);
+    if (first >= 0) {
+      const answers = members.flatMap((m, i) => {
+        const b = bad[i];
+        if (b) return [{ jsonrpc: '2.0', id: b.id, error: { code: -32602, message: `Invalid params: ${b.message}` } }];
+        const id = (m as { id?: unknown } | null)?.id;
+        if (typeof id !== 'string' && typeof id !== 'number') return [];
+        return [{ jsonrpc: '2.0', id, error: { code: -32602, message: `Invalid params: not run, as request ${first + 1} of the batch has invalid params` } }];
+      });
+      const res = Response.json(Array.isArray(parsedBody) ? answers : answers[0]);
       res.headers.set('x-request-id', requestId);
       return res;
     }

@@ -57,6 +57,8 @@ describe('guardInput against the procedures', () => {
     ]);
     // An open object's own members (MCP feedback takes any): copied key by key, where the key would be lost.
     expect(guardInput(inputSchemaOf('mcp.feedback'), parsed('{"notes":"n","__proto__":{"a":1}}'))).toEqual([{ path: '__proto__', ...refused }]);
+    // A typed catch-all (none of the procedures has one today) refuses it too.
+    expect(guardInput(z.object({}).catchall(z.string().max(10)), parsed('{"__proto__":"x","ok":"y"}'))).toEqual([{ path: '__proto__', ...refused }]);
     // Other names Object's prototype carries are ordinary keys, and so is __proto__ inside a string.
     expect(
       guardInput(send, parsed('{"to":"a@b.example","headers":{"toString":"v","constructor":"w"},"context":{"valueOf":{"__proto__x":"__proto__"}}}')),

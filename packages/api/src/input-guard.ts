@@ -164,6 +164,7 @@ class Walker {
         const rest: Record<string, unknown> = Object.create(null);
         for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
           if (Object.hasOwn(shape, k)) this.walk(join(path, k), v, shape[k]!, depth + 1);
+          else if (catchallOpen && k === PROTO_KEY) this.add(join(path, k), PROTO_KEY_REFUSED);
           else if (catchallOpen) this.walk(join(path, k), v, catchallOpen, depth + 1);
           else if (freeRest) rest[k] = v;
           // Unknown members of a strict object: zod names them (unknown field).

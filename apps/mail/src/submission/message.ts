@@ -93,7 +93,8 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
       .trim();
     if (!headers.has(name.toLowerCase())) headers.set(name.toLowerCase(), { name, value });
   }
-  if (headers.has(PROTO_KEY)) throw new SubmissionRefused(554, `5.6.0 The message cannot be sent: headers.${PROTO_KEY}: ${PROTO_KEY_REFUSED}`);
+  if ([...headers.values()].some((h) => h.name === PROTO_KEY))
+    throw new SubmissionRefused(554, `5.6.0 The message cannot be sent: headers.${PROTO_KEY}: ${PROTO_KEY_REFUSED}`);
 
   const html = typeof mail.html === 'string' ? mail.html : undefined;
   const attachments = mail.attachments.map((a, i) => ({
