@@ -104,6 +104,13 @@ class Walker {
     if (this.issues.length < MAX_ISSUES) this.issues.push({ path: path || '(body)', message });
   }
 
+  /** Whether the key is "__proto__", refused (recorded as an issue at its path; see the rules above). */
+  refusedKey(path: string, key: string): boolean {
+    if (key !== PROTO_KEY) return false;
+    this.add(join(path, key), PROTO_KEY_REFUSED);
+    return true;
+  }
+
   checkString(path: string, s: string, kind: Kind): void {
     const problem = stringProblem(s, kind);
     if (problem) this.add(path, problem);
@@ -123,10 +130,7 @@ class Walker {
       });
     else if (value !== null && typeof value === 'object') {
       for (const [k, v] of Object.entries(value)) {
-        if (k === PROTO_KEY) {
-          this.add(join(path, k), PROTO_KEY_REFUSED);
-          continue;
-        }
+        if (this.refusedKey(path, k)) continue;
         const problem = stringProblem(k, 'free');
         if (problem) this.add(join(path, k), `key ${problem}`);
         this.free(join(path, k), v, depth + 1);
@@ -164,9 +168,9 @@ class Walker {
         const rest: Record<string, unknown> = Object.create(null);
         for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
           if (Object.hasOwn(shape, k)) this.walk(join(path, k), v, shape[k]!, depth + 1);
-          else if (catchallOpen && k === PROTO_KEY) this.add(join(path, k), PROTO_KEY_REFUSED);
-          else if (catchallOpen) this.walk(join(path, k), v, catchallOpen, depth + 1);
-          else if (freeRest) rest[k] = v;
+          else if (catchallOpen) {
+            if (!this.refusedKey(path, k)) this.walk(join(path, k), v, catchallOpen, depth + 1);
+          } else if (freeRest) rest[k] = v;
           // Unknown members of a strict object: zod names them (unknown field).
         }
         if (freeRest && Object.keys(rest).length) this.freeRoot(path, rest);
@@ -182,10 +186,7 @@ class Walker {
           return;
         }
         for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-          if (k === PROTO_KEY) {
-            this.add(join(path, k), PROTO_KEY_REFUSED);
-            continue;
-          }
+          if (this.refusedKey(path, k)) continue;
           const kd = unwrap(keyType);
           if (defOf(kd).type === 'string') {
             const problem = stringProblem(k, isText(kd) ? 'text' : 'line');

@@ -91,9 +91,9 @@ export async function toSendInput(raw: Buffer, envelopeRecipients: string[]): Pr
       .slice(line.line.indexOf(':') + 1)
       .replace(/\r?\n[ \t]+/g, ' ')
       .trim();
-    if (!headers.has(name.toLowerCase())) headers.set(name.toLowerCase(), { name, value });
+    if (!headers.has(key)) headers.set(key, { name, value });
   }
-  if ([...headers.values()].some((h) => h.name === PROTO_KEY))
+  if (headers.get(PROTO_KEY)?.name === PROTO_KEY)
     throw new SubmissionRefused(554, `5.6.0 The message cannot be sent: headers.${PROTO_KEY}: ${PROTO_KEY_REFUSED}`);
 
   const html = typeof mail.html === 'string' ? mail.html : undefined;
