@@ -4,6 +4,7 @@
  * broke mid-transaction from the pool, sends a last statement with its COMMIT (commitWithNext), and runs the whole
  * function again in Prisma's $transaction when asked to.
  */
+import net from 'node:net';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { closeDb, createDb, poolOf, type Db } from './client';
@@ -179,6 +180,17 @@ describe('poolTransaction', () => {
       seen.push(`answered ${this.text}`);
       return handleReadyForQuery.apply(this, args);
     };
+    // And each write to a socket: the statement and its COMMIT reach it in one (one wake-up of the server).
+    const socket = net.Socket.prototype as unknown as { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };
+    const { _write, _writev } = socket;
+    socket._write = function (this: unknown, ...args: unknown[]) {
+      seen.push('write');
+      return _write.apply(this, args);
+    };
+    socket._writev = function (this: unknown, ...args: unknown[]) {
+      seen.push('write');
+      return _writev.apply(this, args);
+    };
     const slow = sql`UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = ${'acct_ptx_w1'}`;
     try {
       await poolTransaction(db, async (c) => {
@@ -190,10 +202,12 @@ describe('poolTransaction', () => {
     } finally {
       proto.submit = submit;
       proto.handleReadyForQuery = handleReadyForQuery;
+      socket._write = _write;
+      socket._writev = _writev;
     }
-    // The COMMIT went out before the statement ahead of it was answered, and no other COMMIT followed.
+    // The COMMIT went out before the statement ahead of it was answered, in the same write, and no other COMMIT followed.
     const text = seen.find((e) => e.startsWith('sent UPDATE accounts SET balance_micros = 5'))!.slice('sent '.length);
-    expect(seen.slice(seen.indexOf(`sent ${text}`))).toEqual([`sent ${text}`, 'sent COMMIT', `answered ${text}`, 'answered COMMIT']);
+    expect(seen.slice(seen.indexOf(`sent ${text}`))).toEqual([`sent ${text}`, 'sent COMMIT', 'write', `answered ${text}`, 'answered COMMIT']);
     const [a] = await rows(db, sql<{ balance_micros: bigint }>`SELECT balance_micros FROM accounts WHERE id = 'acct_ptx_w1'`);
     expect(a!.balance_micros).toBe(5n);
 
