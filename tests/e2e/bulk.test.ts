@@ -9,7 +9,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { BoxesError, createBoxesClient } from '@boxes/sdk';
 import { start as startWorker, type WorkerHandle } from '@boxes/worker';
-import { haltFailedBatch } from '@boxes/core';
+import { haltFailedBatch, messagePrice } from '@boxes/core';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { events, MailSink, unique, waitFor } from './mail-send-helpers';
 import { createJob, getJob, messagesTo, waitForJob } from './bulk-helpers';
@@ -218,6 +218,36 @@ describe('a job in batches with cool-offs', () => {
     expect({ free: acct.freeMessagesLeft, held: acct.heldMicros, heldFree: acct.heldFreeMessages }).toEqual({ free: 250 - 26, held: 0n, heldFree: 0 });
     const list = await rest(t, 'GET', '/messages/send/bulk', { key: a.apiKey });
     expect(list.body.jobs.map((j: any) => j.id)).toEqual([r.body.id]);
+  });
+});
+
+describe('credit alerts', () => {
+  it('a batch whose charges cross an alert threshold: one low_balance at the crossing, the balance and the chain right', async () => {
+    const price = messagePrice(t.svc);
+    const a = await signupAccount(t);
+    await t.db.account.update({ where: { id: a.accountId }, data: { freeMessagesLeft: 0, balanceMicros: 1_000_000n } });
+    // 99 cents: crossed by the charge that takes the balance below 990,000 micros, partway through the batch.
+    const set = await rest(t, 'PUT', '/account/credit/alert-thresholds', { key: a.apiKey, body: { first_cents: 99, second_cents: null } });
+    expect(set.status, JSON.stringify(set.body)).toBe(200);
+    const crossing = Number((1_000_000n - 990_000n) / price) + 1;
+    expect(crossing).toBeLessThan(10);
+
+    const prefix = `alert-${unique()}`;
+    const r = await createJob(t, a.apiKey, { messages: messagesTo(10, prefix), batch_size: 10 });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const job = await waitForJob(t, a.apiKey, r.body.id, ['completed']);
+    expect(job.counts).toMatchObject({ messages: 10, recipients: 10, delivered: 10 });
+
+    const alerts = await events(t, a.apiKey, 'low_balance');
+    expect(alerts.map((e) => e.data)).toEqual([
+      expect.objectContaining({ alert: 'first', threshold_cents: 99, credit_balance_cents: Number((1_000_000n - BigInt(crossing) * price) / 10_000n) }),
+    ]);
+    const acct = await t.db.account.findUniqueOrThrow({ where: { id: a.accountId } });
+    expect({ balance: acct.balanceMicros, held: acct.heldMicros }).toEqual({ balance: 1_000_000n - 10n * price, held: 0n });
+    // One ledger entry per recipient, each balance_after one price below the one before.
+    const entries = await t.db.ledgerEntry.findMany({ where: { accountId: a.accountId, type: 'message_sent' }, orderBy: { balanceAfter: 'desc' } });
+    expect(entries.map((e) => e.balanceAfter)).toEqual(Array.from({ length: 10 }, (_, i) => 1_000_000n - BigInt(i + 1) * price));
+    expect((await rest(t, 'GET', '/events/verify', { key: a.apiKey })).body).toMatchObject({ ok: true });
   });
 });
 
