@@ -25,3 +25,32 @@ describe('parseMessage: headers', () => {
     expect(headers['x-seen']).toBe('first, second');
   });
 });
+
+describe('parseMessage: bodies', () => {
+  it('a plain part beside an HTML part (not alternatives) is in the html too, escaped, as well as in the text', async () => {
+    const raw = Buffer.from(
+      [
+        'From: a@example.org',
+        'To: b@boxes.example',
+        'Subject: mixed',
+        'MIME-Version: 1.0',
+        'Content-Type: multipart/mixed; boundary="b"',
+        '',
+        '--b',
+        'Content-Type: text/plain; charset=utf-8',
+        '',
+        'Plain part <first>',
+        '--b',
+        'Content-Type: text/html; charset=utf-8',
+        '',
+        '<p>HTML part</p>',
+        '--b--',
+        '',
+      ].join('\r\n'),
+    );
+    const parsed = await parseMessage(raw);
+    expect(parsed.text).toContain('Plain part <first>');
+    expect(parsed.html).toContain('Plain part &lt;first&gt;');
+    expect(parsed.html).toContain('<p>HTML part</p>');
+  });
+});

@@ -41,14 +41,7 @@ const idList = (v: string | string[] | undefined): string[] => (Array.isArray(v)
 
 export async function parseMessage(raw: Buffer): Promise<ParsedMessage> {
   // keepDeliveryStatus: DSN status parts stay attachments (reports.ts reads them there) instead of joining the text.
-  // skipTextToHtml: mailparser's textAsHtml (the text part escaped into HTML) is read by nothing here.
-  const mail = await simpleParser(raw, {
-    skipImageLinks: true,
-    skipTextLinks: true,
-    skipTextToHtml: true,
-    maxHtmlLengthToParse: 2_000_000,
-    keepDeliveryStatus: true,
-  });
+  const mail = await simpleParser(raw, { skipImageLinks: true, skipTextLinks: true, maxHtmlLengthToParse: 2_000_000, keepDeliveryStatus: true });
   // A Map, not a plain object: a header named constructor or toString would find Object's member and be joined
   // to it, and one named __proto__ would be lost.
   const headers = new Map<string, string>();
