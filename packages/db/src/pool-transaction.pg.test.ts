@@ -172,23 +172,26 @@ describe('poolTransaction', () => {
     const seen: string[] = [];
     const proto = pg.Query.prototype as unknown as { submit: (...a: unknown[]) => unknown; handleReadyForQuery: (...a: unknown[]) => unknown; text?: string };
     const { submit, handleReadyForQuery } = proto;
+    // The socket of the transaction's connection, known once the statement is handed to it (submit(connection)).
+    let txSocket: unknown = null;
     proto.submit = function (this: { text?: string }, ...args: unknown[]) {
       seen.push(`sent ${this.text}`);
+      if (this.text?.startsWith('UPDATE accounts SET balance_micros = 5')) txSocket = (args[0] as { stream: unknown }).stream;
       return submit.apply(this, args);
     };
     proto.handleReadyForQuery = function (this: { text?: string }, ...args: unknown[]) {
       seen.push(`answered ${this.text}`);
       return handleReadyForQuery.apply(this, args);
     };
-    // And each write to a socket: the statement and its COMMIT reach it in one (one wake-up of the server).
+    // And each write to that socket (no other's): the statement and its COMMIT reach it in one (one wake-up of the server).
     const socket = net.Socket.prototype as unknown as { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };
     const { _write, _writev } = socket;
     socket._write = function (this: unknown, ...args: unknown[]) {
-      seen.push('write');
+      if (this === txSocket) seen.push('write');
       return _write.apply(this, args);
     };
     socket._writev = function (this: unknown, ...args: unknown[]) {
-      seen.push('write');
+      if (this === txSocket) seen.push('write');
       return _writev.apply(this, args);
     };
     const slow = sql`UPDATE accounts SET balance_micros = 5 FROM pg_sleep(0.05) WHERE id = ${'acct_ptx_w1'}`;

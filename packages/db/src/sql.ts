@@ -298,20 +298,20 @@ class PoolTransaction implements SqlClient {
     this.commitNext = false;
     const values = query.values?.map((v) => prepareValue(v));
     this.open = false;
-    const client = this.client as pg.PoolClient & { pipeline: boolean };
+    const client = this.client as pg.PoolClient & { pipeline: boolean; connection?: { stream?: { cork?(): void; uncork?(): void } } };
+    // Both written to the socket at once (one write, one wake-up of the server): node-postgres writes each
+    // query as it is given, and a cork held around both holds the first back until the second is written.
+    const stream = client.connection?.stream;
     client.pipeline = true;
     let statement: PromiseSettledResult<pg.QueryResult>;
     let commit: PromiseSettledResult<pg.QueryResult>;
-    // Both written to the socket at once (one write, one wake-up of the server): node-postgres writes each
-    // query as it is given, and a cork held around both holds the first back until the second is written.
-    const stream = (client as unknown as { connection: { stream: { cork?(): void; uncork?(): void } } }).connection.stream;
     try {
-      stream.cork?.();
+      stream?.cork?.();
       let sent: [Promise<pg.QueryResult>, Promise<pg.QueryResult>];
       try {
         sent = [client.query({ ...query, values }), client.query('COMMIT')];
       } finally {
-        stream.uncork?.();
+        stream?.uncork?.();
       }
       [statement, commit] = await Promise.allSettled(sent);
     } finally {
