@@ -1,23 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { parseMessage } from './parse';
 
+/** A message from a@example.org to b@boxes.example: these lines after From and To, CRLF line ends. */
+const message = (...lines: string[]): Buffer => Buffer.from(['From: a@example.org', 'To: b@boxes.example', ...lines, ''].join('\r\n'));
+
 describe('parseMessage: headers', () => {
   it("keeps headers named like an object's members, and joins repeated ones", async () => {
-    const raw = Buffer.from(
-      [
-        'From: a@example.org',
-        'To: b@boxes.example',
-        'Subject: names',
-        'Constructor: one',
-        'toString: two',
-        '__proto__: three',
-        'X-Seen: first',
-        'X-Seen: second',
-        '',
-        'body',
-        '',
-      ].join('\r\n'),
-    );
+    const raw = message('Subject: names', 'Constructor: one', 'toString: two', '__proto__: three', 'X-Seen: first', 'X-Seen: second', '', 'body');
     const { headers } = await parseMessage(raw);
     expect(Object.hasOwn(headers, 'constructor') && headers.constructor).toBe('one');
     expect(Object.hasOwn(headers, 'tostring') && headers.tostring).toBe('two');
@@ -28,25 +17,20 @@ describe('parseMessage: headers', () => {
 
 describe('parseMessage: bodies', () => {
   it('a plain part beside an HTML part (not alternatives) is in the html too, escaped, as well as in the text', async () => {
-    const raw = Buffer.from(
-      [
-        'From: a@example.org',
-        'To: b@boxes.example',
-        'Subject: mixed',
-        'MIME-Version: 1.0',
-        'Content-Type: multipart/mixed; boundary="b"',
-        '',
-        '--b',
-        'Content-Type: text/plain; charset=utf-8',
-        '',
-        'Plain part <first>',
-        '--b',
-        'Content-Type: text/html; charset=utf-8',
-        '',
-        '<p>HTML part</p>',
-        '--b--',
-        '',
-      ].join('\r\n'),
+    const raw = message(
+      'Subject: mixed',
+      'MIME-Version: 1.0',
+      'Content-Type: multipart/mixed; boundary="b"',
+      '',
+      '--b',
+      'Content-Type: text/plain; charset=utf-8',
+      '',
+      'Plain part <first>',
+      '--b',
+      'Content-Type: text/html; charset=utf-8',
+      '',
+      '<p>HTML part</p>',
+      '--b--',
     );
     const parsed = await parseMessage(raw);
     expect(parsed.text).toContain('Plain part <first>');
