@@ -69,6 +69,15 @@ describe('dkimSign', () => {
     expect(hashes.size).toBe(3);
   });
 
+  it('signs many messages at once (more than the threadpool runs together), each as nodemailer does', async () => {
+    const key = { domainName: 'boxes.example', keySelector: 's', privateKey: createPrivateKey(pem) };
+    const raws = Array.from({ length: 24 }, (_, i) => Buffer.from(`From: a@boxes.example\r\nTo: r${i}@example.org\r\nSubject: ${i}\r\n\r\nbody ${i % 3}\r\n`));
+    const ours = await Promise.all(raws.map((raw) => dkimSign(raw, key)));
+    for (const [i, raw] of raws.entries()) {
+      expect(ours[i]!.toString('latin1')).toBe((await nodemailerSigned(raw, 'boxes.example', 's')).toString('latin1'));
+    }
+  });
+
   it('takes a PEM string as well as a parsed key', async () => {
     const raw = await composed();
     expect(
