@@ -200,12 +200,14 @@ export interface DkimKey {
  * The message with its DKIM-Signature header (relaxed/relaxed, rsa-sha256, the header fields nodemailer signs),
  * byte for byte what nodemailer's DKIM signer writes (a test holds the two together). Done here rather than through
  * nodemailer's signer, which streams the message through three transforms: the body hash is one pass over the
- * bytes. The RSA signature, the one costly step (0.3 to 0.5 ms of CPU for RSA-2048 on the 2-core bench machines),
- * runs on libuv's threadpool (crypto.sign with a callback), not on the calling thread: that thread is the one
- * that answers the API and runs the deliveries, and under load it is the busiest part of the process while the
- * other core has room. The pool's own size (4 threads unless UV_THREADPOOL_SIZE says otherwise) bounds how many
- * signatures run at once. Measured in docs/benchmarks.md (send and bulk): more deliveries a second, and no slower
- * with the machine's cores kept busy by other processes.
+ * bytes. The RSA signature, the one costly step (RSA-2048: from about 0.25 ms to over 1 ms of CPU on the 2-core
+ * bench machines), runs on libuv's threadpool (crypto.sign with a callback), not on the calling thread: that
+ * thread is the one that answers the API and runs the deliveries, and under load it is the busiest part of the
+ * process while the other core has room. The pool's own size (4 threads unless UV_THREADPOOL_SIZE says otherwise)
+ * bounds how many signatures run at once; it is shared with the app passwords' scrypt checks (about 40 ms each, on
+ * a login whose password was not verified lately), behind which a signature may wait. Measured in
+ * docs/benchmarks.md (send and bulk): more deliveries a second, and no slower with the machine's cores kept busy
+ * by other processes.
  */
 export async function dkimSign(raw: Buffer, key: DkimKey): Promise<Buffer> {
   const split = headerEnd(raw);
