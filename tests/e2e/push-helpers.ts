@@ -19,6 +19,17 @@ export const waitFor = <T>(what: string, fn: Parameters<typeof baseWaitFor<T>>[1
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * The account's events published to MQTT so far (its MQTT cursor at the head of its chain), so that a subscriber
+ * that connects now sees only the events that come after, not one the push engine was still on.
+ */
+export async function mqttCaughtUp(t: Pick<TestServer, 'db'>, accountId: string): Promise<void> {
+  await waitFor('the MQTT cursor at the head', async () => {
+    const row = await t.db.account.findUniqueOrThrow({ where: { id: accountId }, select: { mqttCursor: true, chainSeq: true } });
+    return row.mqttCursor >= row.chainSeq;
+  });
+}
+
 /** The receiver's certificate (for 127.0.0.1 and localhost) and a PEM file for WEBHOOK_CA_FILE. */
 export async function receiverCertificate(): Promise<{ key: string; cert: string; caFile: string }> {
   const pems = await generate([{ name: 'commonName', value: 'localhost' }], {

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { generate } from 'selfsigned';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
-import { sendMailToMx, sleep, waitFor } from './push-helpers';
+import { mqttCaughtUp, sendMailToMx, sleep, waitFor } from './push-helpers';
 
 let t: TestServer;
 let pool: Promise<TestAccount>[] = [];
@@ -42,14 +42,6 @@ async function provision(a: TestAccount): Promise<Provisioned> {
   const r = await rest(t, 'POST', '/account/iot/provision', { key: a.apiKey });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
   return r.body;
-}
-
-/** The account's events published so far (the MQTT cursor is at the head), so a new subscriber sees only new ones. */
-async function mqttCaughtUp(a: TestAccount): Promise<void> {
-  await waitFor('the MQTT cursor at the head', async () => {
-    const row = await t.db.account.findUniqueOrThrow({ where: { id: a.accountId }, select: { mqttCursor: true, chainSeq: true } });
-    return row.mqttCursor >= row.chainSeq;
-  });
 }
 
 const options = (p: Pick<Provisioned, 'certificate' | 'private_key' | 'ca_certificate' | 'client_id'>, extra: IClientOptions = {}): IClientOptions => ({
@@ -149,7 +141,7 @@ describe('receiving events', () => {
     const ca = file('ca.pem', p.ca_certificate);
     const cert = file('cert.pem', p.certificate);
     const key = file('key.pem', p.private_key);
-    await mqttCaughtUp(a);
+    await mqttCaughtUp(t, a.accountId);
 
     // Asynchronously: the broker runs in this process. -d prints the SUBACK, so the mail is sent only once subscribed.
     // No --insecure: the broker's certificate names 127.0.0.1.
@@ -312,7 +304,7 @@ describe('refusals', () => {
     const b = await take();
     const pa = await provision(a);
     const pb = await provision(b);
-    await Promise.all([mqttCaughtUp(a), mqttCaughtUp(b)]);
+    await Promise.all([mqttCaughtUp(t, a.accountId), mqttCaughtUp(t, b.accountId)]);
     const victim = await connected(pb);
 
     const r = await tryConnect(options(pa));
@@ -343,7 +335,7 @@ describe('refusals', () => {
   it('a client may not publish, not even to its own topic', async () => {
     const a = await take();
     const p = await provision(a);
-    await mqttCaughtUp(a);
+    await mqttCaughtUp(t, a.accountId);
     const listener = await connected(p);
     const forged = JSON.stringify({ id: 'evt_forged', type: 'mail.received', account_id: a.accountId, data: { forged: true } });
     // The publisher is the subscriber itself (only this account's certificate may subscribe to its topic, and
