@@ -7,9 +7,10 @@
  * warm-up pass, in BENCH_FLOOR_RUNS rounds (default 3), and is measured in CPU, not wall time, so the figures
  * hold on a shared machine: this process's main thread (where the step's Boxes side runs), its other threads
  * (the outside world in a worker thread, bench/load.ts: the HTTP client, the SMTP client, the remote SMTP sink;
- * GC; and libuv's threadpool, where the DKIM step's RSA signature runs, as in Boxes), PostgreSQL (the backends of this run's fresh database and the server's shared processes, from
- * /proc/<pid>/stat) and Redis (a private redis-server this bench starts, without persistence, as the shared one
- * runs, so other jobs' Redis traffic is not counted).
+ * GC; and libuv's threadpool, where the DKIM step's RSA signature runs, as in Boxes), PostgreSQL (the backends
+ * of this run's fresh database and the server's shared processes, from /proc/<pid>/stat) and Redis (a private
+ * redis-server this bench starts, without persistence, as the shared one runs, so other jobs' Redis traffic is
+ * not counted).
  *
  * send, per message:
  *   http     a bare node:http server answering a JSON POST with 200 (JSON parsed, JSON answered); the client
