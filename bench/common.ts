@@ -19,6 +19,9 @@ import { ensureDatabase, migrate } from '@boxes/db';
 import type { MxResolver } from '@boxes/mail';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
 import { createLogger, publicUrlFollowsPort, startRuntime, type Runtime } from '@boxes/server';
+import { freePort } from '@boxes/testing/ports';
+
+export { freePort };
 
 export function envInt(name: string, fallback: number, min = 1, max = 1_000_000): number {
   const raw = process.env[name];
@@ -717,32 +720,6 @@ function rsaSignMs(): number {
 /** The 1-minute load average, to see whether other jobs share the machine. */
 export function loadNote(): string {
   return `load average ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} cores`;
-}
-
-/** Ports this process has handed out: never the same one twice. */
-const handedOut = new Set<number>();
-
-/**
- * A TCP port on 127.0.0.1 that was free a moment ago (for a server the bench starts as its own process).
- * Picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default), where the
- * bench's own outgoing connections (HTTP, PostgreSQL, Redis) never land: a port bound to 0 and released comes
- * from that range, and an outgoing connection could take it before the child binds it (EADDRINUSE).
- */
-export async function freePort(): Promise<number> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    if (handedOut.has(port)) continue;
-    const free = await new Promise<boolean>((resolve) => {
-      const s = net.createServer();
-      s.once('error', () => resolve(false));
-      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-    });
-    if (free) {
-      handedOut.add(port);
-      return port;
-    }
-  }
-  throw new Error('no free port found in 20000-31999 on 127.0.0.1');
 }
 
 /** Resolves once something accepts connections on 127.0.0.1:port; throws after ms. */

@@ -13,18 +13,9 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { connectRedis } from '@boxes/jobs';
+import { freePort } from './ports';
 
-/** A TCP port on 127.0.0.1 that was free a moment ago (bound and released: for the servers a test starts). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from './ports';
 
 async function waitForPort(port: number, ms: number): Promise<void> {
   const end = Date.now() + ms;
