@@ -1,13 +1,13 @@
 /**
- * The MX's RCPT statement (messages/receive.ts: mxRecipientsStatement, mxRecipientsParameters) on a real,
- * migrated PostgreSQL whose tables were never analysed, as on a new instance: each size finds the boxes it is
- * given and nothing for the NULL rows a batch is padded with, each recipient gets its own envelope sender's list
- * entries, and a connection keeps the statement's generic plan after its first runs instead of planning it again
- * for every batch of RCPTs (pg_prepared_statements counts a session's plans of each statement).
+ * The MX's RCPT statement (messages/receive.ts: MX_RECIPIENTS, one row of parameters per recipient) on a real,
+ * migrated PostgreSQL: each size finds the boxes it is given and nothing for the NULL rows a batch is padded
+ * with, and each recipient gets its own envelope sender's list entries. That a connection keeps its generic plan
+ * is in parameter-rows.test.ts, with the other statements written so.
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MX_RECIPIENT_SIZES, candidatesOf, groupCommitStats, mxRecipientsParameters, mxRecipientsStatement, resolveMxRecipient } from '@boxes/core';
+import { MX_RECIPIENTS, candidatesOf, groupCommitStats, resolveMxRecipient } from '@boxes/core';
+import { PARAMETER_ROW_SIZES } from '@boxes/db';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 
 let t: TestServer;
@@ -36,8 +36,8 @@ afterAll(async () => {
 });
 
 async function lookup(items: { address: string; candidates: string[] }[], name: string) {
-  const { size, parameters } = mxRecipientsParameters(items);
-  const c = mxRecipientsStatement(size);
+  const { size, parameters } = MX_RECIPIENTS.parameters(items);
+  const c = MX_RECIPIENTS.statement(size);
   const r = await client.query({ name, text: c.sql, values: parameters as unknown[] });
   return { size, rows: r.rows as { i: number; id: string; account_id: string; trust_rows: { list: string; value: string }[] | null }[] };
 }
@@ -61,7 +61,7 @@ describe("the MX's RCPT statement", () => {
   ];
 
   it("finds each recipient with its own sender's list entries in every size, and nothing for the NULL rows it is padded with", async () => {
-    for (const size of MX_RECIPIENT_SIZES) {
+    for (const size of PARAMETER_ROW_SIZES) {
       // Enough recipients to need this size, and fewer than it holds from size 4 on (the rest are NULL rows).
       const n = size <= 2 ? size : size / 2 + 1;
       const list = Array.from({ length: n }, (_, j) => cases()[j % 5]!);
@@ -81,8 +81,8 @@ describe("the MX's RCPT statement", () => {
   });
 
   it('more recipients than the largest statement holds is an error, not a statement cut short', () => {
-    const largest = MX_RECIPIENT_SIZES.at(-1)!;
-    expect(() => mxRecipientsParameters(Array.from({ length: largest + 1 }, () => ({ address: a.primaryAddress, candidates: [] })))).toThrow(/at most/);
+    const largest = PARAMETER_ROW_SIZES.at(-1)!;
+    expect(() => MX_RECIPIENTS.parameters(Array.from({ length: largest + 1 }, () => ({ address: a.primaryAddress, candidates: [] })))).toThrow(/at most/);
   });
 
   it('RCPTs arriving together beyond the largest statement are all answered, each with its own box and entries', async () => {
@@ -90,7 +90,7 @@ describe("the MX's RCPT statement", () => {
     const list = Array.from({ length: 45 }, (_, j) => cases()[j % 4]!);
     const senders = ['x@spam.example', 'y@nowhere.example', 'friend@good.example', 'friend@good.example'];
     const got = await Promise.all(list.map((c, j) => resolveMxRecipient(t.svc, c.item.address, senders[j % 4]!)));
-    expect(groupCommitStats(t.svc).find((g) => g.name === 'mx_recipients')!.largest).toBeGreaterThan(Math.max(before, MX_RECIPIENT_SIZES.at(-1)!));
+    expect(groupCommitStats(t.svc).find((g) => g.name === 'mx_recipients')!.largest).toBeGreaterThan(Math.max(before, PARAMETER_ROW_SIZES.at(-1)!));
     for (const [j, c] of list.entries()) {
       const r = got[j]!;
       if (!c.expect) {
@@ -100,27 +100,6 @@ describe("the MX's RCPT statement", () => {
       expect(r.resolution.kind, `recipient ${j}`).toBe('box');
       if (r.resolution.kind === 'box') expect(r.resolution.box.accountId).toBe(c.expect.account_id);
       expect(r.rows, `recipient ${j}`).toEqual((c.expect.trust_rows ?? []).map((e) => expect.objectContaining(e)));
-    }
-  });
-
-  it('a connection plans it a few times, then keeps its generic plan, for one recipient and for several', async () => {
-    // These tables were never analysed: an array of recipients was planned anew on every run here.
-    const { rows: stats } = await client.query(
-      `SELECT count(*)::int AS n FROM pg_stat_user_tables WHERE relname = 'boxes' AND last_analyze IS NULL AND last_autoanalyze IS NULL`,
-    );
-    expect(stats[0].n).toBe(1);
-    for (let run = 0; run < 12; run++) {
-      const first = { address: run % 2 ? a.primaryAddress : b.primaryAddress, candidates: candidatesOf('x@spam.example') };
-      await lookup([first], 'rcpt_plans_1');
-      await lookup([first, { address: b.primaryAddress, candidates: [] }, { address: 'nobody@nowhere.example', candidates: [] }], 'rcpt_plans_4');
-    }
-    const { rows } = await client.query(
-      `SELECT name, generic_plans::int, custom_plans::int FROM pg_prepared_statements WHERE name LIKE 'rcpt_plans_%' ORDER BY name`,
-    );
-    expect(rows.map((r) => r.name)).toEqual(['rcpt_plans_1', 'rcpt_plans_4']);
-    for (const r of rows) {
-      expect(r.custom_plans, r.name).toBeLessThanOrEqual(5);
-      expect(r.generic_plans, r.name).toBeGreaterThanOrEqual(7);
     }
   });
 });

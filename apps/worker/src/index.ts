@@ -16,7 +16,7 @@ import { logQueueError, pauseOnOutage } from './outage';
 import { startBulk, type BulkHandle } from './bulk';
 import { startAttachmentText, type AttachmentTextHandle } from './attachment-text';
 
-export { startPush, type PushEngine } from './push';
+export { startPush, WAKE_CHECK, type PushEngine } from './push';
 export { startBilling, type BillingHandle } from './billing';
 export { startBulk, type BulkHandle } from './bulk';
 export { EXTRACTION_LIMITS, extractText, startAttachmentText, type AttachmentTextHandle } from './attachment-text';

@@ -20,7 +20,7 @@ import {
   type Services,
   type WebhookDeps,
 } from '@boxes/core';
-import { poolRows as sqlRows, sql, tbl } from '@boxes/db';
+import { parameterRows, poolRows as sqlRows, sql, tbl } from '@boxes/db';
 import { createRedis, PUSH_QUEUE, webhookRetryDelayMs, WEBHOOK_GIVE_UP_SECONDS, type PushJob } from '@boxes/jobs';
 import type { Logger } from 'pino';
 import { listenForever, logQueueError } from './outage';
@@ -60,6 +60,17 @@ const endpointsDue = sql<string[]>`ARRAY(SELECT ${we.id} FROM ${we.$} WHERE ${we
 /** An account with events for MQTT and a live IoT credential. */
 const mqttDue = sql<boolean>`(${a.mqtt_cursor} < ${a.chain_seq}
   AND EXISTS (SELECT 1 FROM ${cred.$} WHERE ${cred.account_id} = ${a.id} AND ${cred.revoked_at} IS NULL))`;
+
+/**
+ * Which of the accounts woken have something due, on which channel: one row of parameters per account
+ * (parameterRows), so each connection keeps its plan; as one array of ids it was planned on every check.
+ */
+export const WAKE_CHECK = parameterRows<string, { id: string; webhook: boolean; mqtt: boolean; endpoints: string[] }>({
+  types: ['text'],
+  values: (id) => [id],
+  build: (values) => sql`SELECT ${a.id}, ${webhookDue} AS webhook, ${mqttDue} AS mqtt, ${endpointsDue} AS endpoints
+    FROM ${values} AS q(i, id) JOIN ${a.$} ON ${a.id} = q.id`,
+});
 
 export interface PushEngine {
   /** Drains one account now (tests and the sweeper use it). */
@@ -250,12 +261,7 @@ export async function startPush(config: Config, deps: { svc: Services; log: Logg
     kicked.clear();
     if (!ids.length || stopped) return;
     try {
-      const rows = await sqlRows(
-        svc.db,
-        sql<{ id: string; webhook: boolean; mqtt: boolean; endpoints: string[] }>`
-        SELECT ${a.id}, ${webhookDue} AS webhook, ${mqttDue} AS mqtt, ${endpointsDue} AS endpoints
-        FROM ${a.$} WHERE ${a.id} = ANY(${ids}::text[])`,
-      );
+      const rows = await WAKE_CHECK.run(svc.db, ids);
       const at = Date.now();
       for (const r of rows) {
         const due = new Set<Channel['name']>();

@@ -170,6 +170,89 @@ export function prepared<R>(statement: Statement<R>): CompiledQuery<R> {
   return c;
 }
 
+/** The batch sizes a statement with one row of parameters per item is written for (parameterRows). */
+export const PARAMETER_ROW_SIZES = [1, 2, 4, 8, 16, 32] as const;
+
+/** A statement over a batch of items, one row of parameters per item (parameterRows). */
+export interface ParameterRowStatement<I, R> {
+  /** The statement for `size` items (one of PARAMETER_ROW_SIZES), compiled once and prepared (see prepared()). */
+  statement(size: (typeof PARAMETER_ROW_SIZES)[number]): CompiledQuery<R>;
+  /** The smallest size that holds the items (at most the largest) and their parameters, padded with NULL rows. */
+  parameters(items: readonly I[]): { size: (typeof PARAMETER_ROW_SIZES)[number]; parameters: unknown[] };
+  /**
+   * Runs it on db (poolRows: the pool, or a transaction's connection): the rows of each statement, the items
+   * past the largest size in further statements one after the other (a batch that large comes only under a
+   * flood, which should not take more connections). A row's `i`, where the statement selects it, is its item's
+   * number in the whole batch, from 1.
+   */
+  run(db: Db | SqlClient, items: readonly I[]): Promise<R[]>;
+}
+
+/**
+ * A statement over a batch of items (ids, addresses, hashes), given one row of parameters per item rather than
+ * one array of them. `build` writes the statement around `values`, which reads
+ * `(VALUES (1, $1::text, $2::text[]), (2, $3::text, $4::text[]), ...)`: each item's number (from 1), then its
+ * `values(item)` cast to `types`; the caller names the columns (`${values} AS q(i, id, ...)`), and the rows must
+ * be the statement's only parameters. A batch is padded up to the next of PARAMETER_ROW_SIZES with rows of NULLs,
+ * which must match nothing (an inner join or an equality on each, not an outer side).
+ *
+ * Why: a prepared statement is planned anew on every run while PostgreSQL estimates its plan for the values
+ * given cheaper than its generic plan, and `= ANY($1::text[])` (or `IN ($1, $2, ...)` with NULLs) with two
+ * values is estimated apart from the generic plan's assumed ten, so a statement written that way was planned
+ * on every run (on the send path 0.2 to 0.6 ms of PostgreSQL's CPU a plan, several times its execution; see
+ * docs/benchmarks.md). With a row per item both plans see the same rows, and each connection keeps the generic
+ * plan after its first five runs. A few texts in all, one per size.
+ */
+export function parameterRows<I, R>(spec: {
+  types: readonly string[];
+  values: (item: I) => readonly unknown[];
+  build: (values: RawBuilder<unknown>) => Statement<R>;
+}): ParameterRowStatement<I, R> {
+  const width = spec.types.length;
+  const texts = new Map<number, CompiledQuery<R>>();
+  const largest = PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
+  const self: ParameterRowStatement<I, R> = {
+    statement(size) {
+      let c = texts.get(size);
+      if (!c) {
+        const rowsOf = Array.from({ length: size }, (_, j) => sql`(${sql.lit(j + 1)}, ${sql.join(spec.types.map((t) => sql`${null}::${sql.raw(t)}`))})`);
+        c = prepared(spec.build(sql`(VALUES ${sql.join(rowsOf)})`));
+        if (c.parameters.length !== size * width) {
+          throw new Error(`parameterRows: the statement has ${c.parameters.length} parameters, not its ${size} rows of ${width}`);
+        }
+        texts.set(size, c);
+      }
+      return c;
+    },
+    parameters(items) {
+      const size = PARAMETER_ROW_SIZES.find((n) => n >= items.length);
+      if (size === undefined) throw new Error(`parameterRows: at most ${largest} items a statement`);
+      const parameters: unknown[] = [];
+      for (const it of items) {
+        const v = spec.values(it);
+        if (v.length !== width) throw new Error(`parameterRows: ${v.length} values for an item, not ${width}`);
+        parameters.push(...v);
+      }
+      for (let j = items.length * width; j < size * width; j++) parameters.push(null);
+      return { size, parameters };
+    },
+    async run(db, items) {
+      const out: R[] = [];
+      for (let from = 0; from < items.length; from += largest) {
+        const { size, parameters } = self.parameters(items.slice(from, from + largest));
+        const found = await poolRows<R>(db, { ...self.statement(size), parameters });
+        for (const r of found) {
+          const row = r as R & { i?: unknown };
+          if (from && typeof row.i === 'number') row.i += from;
+          out.push(r);
+        }
+      }
+      return out;
+    },
+  };
+  return self;
+}
+
 /**
  * A parameter written as an SQL literal, for the types a first statement's parameters have (account ids: text
  * and text[]); undefined for any other. The array literal quotes every element, so commas, braces, quotes and

@@ -3,7 +3,7 @@
  * looks the key up by its hash and compares in constant time; revocation is read on every request.
  */
 import { randomBytes } from 'node:crypto';
-import { compile, poolRows, sql, type Account, type ApiKey, type DB, type Db, type DbClient } from '@boxes/db';
+import { parameterRows, sql, type Account, type ApiKey, type DB, type Db, type DbClient } from '@boxes/db';
 import { REVIEW_POLICIES, type ReviewPolicy, type Scope } from '@boxes/schemas';
 import { appendEvent } from '../events/append';
 import { constantTimeEqual, sha256Hex } from '../shared/crypto';
@@ -292,18 +292,21 @@ const ACCOUNT_FIELDS = ACCOUNT_COLUMNS.map((c) => [`a_${c}`, fieldOf(c)] as cons
 
 /**
  * The key and its account in one statement (this runs on every keyed call): Prisma's findUnique with include
- * made two queries and cost about as much client CPU as the rest of a send's reads.
+ * made two queries and cost about as much client CPU as the rest of a send's reads. One row of parameters per
+ * hash (parameterRows), so each connection keeps its plan; compiled once per size (compiling 53 columns cost
+ * more than the read).
  */
-const keyLookup = (hashes: string[]) =>
-  sql<Record<string, unknown>>`SELECT ${sql.join([
-    ...KEY_COLUMNS.map((c) => sql`${sql.ref(`k.${c}`)} AS ${sql.id(`k_${c}`)}`),
-    ...ACCOUNT_COLUMNS.map((c) => sql`${sql.ref(`a.${c}`)} AS ${sql.id(`a_${c}`)}`),
-  ])}
-    FROM ${sql.table('api_keys')} AS k JOIN ${sql.table('accounts')} AS a ON ${sql.ref('a.id')} = ${sql.ref('k.account_id')}
-    WHERE ${sql.ref('k.hash')} = ANY(${hashes}::text[])`;
-
-/** Compiled once: only the hashes change from one call to the next (compiling 53 columns cost more than the read). */
-const KEY_LOOKUP = compile(keyLookup([]));
+export const KEY_LOOKUP = parameterRows<string, Record<string, unknown>>({
+  types: ['text'],
+  values: (hash) => [hash],
+  build: (values) =>
+    sql<Record<string, unknown>>`SELECT ${sql.join([
+      ...KEY_COLUMNS.map((c) => sql`${sql.ref(`k.${c}`)} AS ${sql.id(`k_${c}`)}`),
+      ...ACCOUNT_COLUMNS.map((c) => sql`${sql.ref(`a.${c}`)} AS ${sql.id(`a_${c}`)}`),
+    ])}
+    FROM ${values} AS q(i, hash) JOIN ${sql.table('api_keys')} AS k ON ${sql.ref('k.hash')} = q.hash
+      JOIN ${sql.table('accounts')} AS a ON ${sql.ref('a.id')} = ${sql.ref('k.account_id')}`,
+});
 
 /**
  * The lookups of the calls that arrive together share one statement (group commit): under load each call's
@@ -311,7 +314,7 @@ const KEY_LOOKUP = compile(keyLookup([]));
  */
 const keyLookupsOf = (db: Db) =>
   groupCommitOf<string, Record<string, unknown> | null>(db, 'key_lookups', async (hashes) => {
-    const found = await poolRows<Record<string, unknown>>(db, { ...KEY_LOOKUP, parameters: [[...new Set(hashes)]] });
+    const found = await KEY_LOOKUP.run(db, [...new Set(hashes)]);
     const byHash = new Map(found.map((r) => [r.k_hash as string, r]));
     return hashes.map((h) => byHash.get(h) ?? null);
   });

@@ -5,7 +5,7 @@
  * alone, so a repeated job does nothing.
  */
 import { createPrivateKey, type KeyObject } from 'node:crypto';
-import { beginTransaction, k as kq, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
+import { beginTransaction, k as kq, parameterRows, poolRows, poolTransaction, rows as run, sql, tbl, type Message } from '@boxes/db';
 import { composeMessage, dkimSign, parseMessage, type MxResolver, type SmtpDestination, type SmtpSender } from '@boxes/mail';
 import type { Services } from '../shared/context';
 import { open } from '../shared/crypto';
@@ -155,20 +155,24 @@ const recorderOf = (svc: Services) =>
   });
 
 /**
- * One statement on the pg pool, outside Prisma's client (poolRows; it answers no rows). The ids are given again as
- * an array: PostgreSQL guesses 100 rows for any jsonb_to_recordset, and on a deliveries table without statistics
- * yet (a fresh database, or one growing faster than autovacuum analyzes it) it then joined by reading the whole
- * table, every batch; `id = ANY(array)` tells it how many, and it reads them through the primary key.
+ * The MX's acceptances, recorded before the outcome is (a run that stops in between sends nothing again): one
+ * statement on the pg pool, outside Prisma's client, one row of parameters per delivery (parameterRows). The
+ * rows tell the planner how many deliveries there are: with the recordset of one jsonb parameter it guessed 100
+ * and, on a deliveries table without statistics yet (a fresh database, or one growing faster than autovacuum
+ * analyzes it), read the whole table every batch; with a row per delivery it reads them through the primary key.
  */
+export const ACCEPTANCES = parameterRows<DeliveredOutcome, never>({
+  types: ['text', 'text', 'text'],
+  values: (o) => [o.deliveryId, o.response.slice(0, 500), o.mta],
+  build: (values) => {
+    const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+    return sql<never>`UPDATE ${d.$} SET ${set.accepted_at} = now(), ${set.accepted_response} = x.response, ${set.remote_mta} = x.mta
+    FROM ${values} AS x(i, id, response, mta) WHERE ${d.id} = x.id`;
+  },
+});
+
 async function acceptAll(svc: Services, items: DeliveredOutcome[]): Promise<void> {
-  const rows = items.map((o) => ({ id: o.deliveryId, response: o.response.slice(0, 500), mta: o.mta }));
-  const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-  await poolRows(
-    svc.db,
-    sql`UPDATE ${d.$} SET ${set.accepted_at} = now(), ${set.accepted_response} = x.response, ${set.remote_mta} = x.mta
-    FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS x(id text, response text, mta text)
-    WHERE ${d.id} = x.id AND ${d.id} = ANY(${rows.map((r) => r.id)}::text[])`,
-  );
+  await ACCEPTANCES.run(svc.db, items);
 }
 
 export type AttemptResult = { done: true } | { done: false; retryInMs: number; error: string };
@@ -252,29 +256,36 @@ function loadDelivery(svc: Services, deliveryId: string): Promise<LoadedDelivery
   }).add(deliveryId);
 }
 
-/** Deliveries with what sending them needs, in one round trip. */
-async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<LoadedDelivery[]> {
-  const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
-  const rows = await poolRows(
-    svc.db,
-    sql<
-      DeliveryMessageRow & {
-        status: string;
-        route: string;
-        accepted_at: Date | null;
-        accepted_response: string | null;
-        remote_mta: string | null;
-        sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
-      }
-    >`
+type LoadedDeliveryRow = DeliveryMessageRow & {
+  id: string;
+  status: string;
+  route: string;
+  recipient: string;
+  accepted_at: Date | null;
+  accepted_response: string | null;
+  remote_mta: string | null;
+  sending_ip: (Omit<DeliverySendingIp, 'warmupStartedAt'> & { warmupStartedAt: string | null }) | null;
+};
+
+/** The deliveries' read, one row of parameters per delivery id (parameterRows: each connection keeps its plan). */
+export const DELIVERY_READS = parameterRows<string, LoadedDeliveryRow>({
+  types: ['text'],
+  values: (id) => [id],
+  build: (values) => {
+    const [d, m, k, s] = [tbl('deliveries', 'd'), tbl('messages', 'm'), tbl('domains', 'k'), tbl('sending_ips', 's')];
+    return sql<LoadedDeliveryRow>`
     SELECT ${sql.join([d.id, d.status, d.route, d.recipient, d.accepted_at, d.accepted_response, d.remote_mta])}, ${m.id} AS message_id,
       ${sql.join([m.raw_enc, m.body_enc, m.from_address, m.to_addresses, m.cc_addresses, m.subject, m.rfc_message_id, m.recorded_at, k.dkim_selector, k.dkim_private_key_enc])},
       CASE WHEN ${s.id} IS NULL THEN NULL ELSE json_build_object('id', ${s.id}, 'mode', ${s.mode}, 'ip', ${s.ip}, 'heloName', ${s.helo_name}, 'warmupStartedAt', ${s.warmup_started_at}) END AS sending_ip
-    FROM ${d.$} JOIN ${m.$} ON ${m.id} = ${d.message_id}
+    FROM ${values} AS q(i, id) JOIN ${d.$} ON ${d.id} = q.id JOIN ${m.$} ON ${m.id} = ${d.message_id}
       LEFT JOIN ${k.$} ON ${k.live_name} = split_part(${m.from_address}, '@', 2)
-      LEFT JOIN ${s.$} ON ${s.account_id} = ${d.account_id}
-    WHERE ${d.id} = ANY(${deliveryIds}::text[])`,
-  );
+      LEFT JOIN ${s.$} ON ${s.account_id} = ${d.account_id}`;
+  },
+});
+
+/** Deliveries with what sending them needs, in one round trip (a statement per 32). */
+async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<LoadedDelivery[]> {
+  const rows = await DELIVERY_READS.run(svc.db, deliveryIds);
   return rows.map((r) => ({
     id: r.id,
     status: r.status,

@@ -15,7 +15,7 @@
  * when it starts (bulk/run.ts), looking at the suppression list again then.
  */
 import { MAX_CONTEXT_BYTES, MAX_RECIPIENTS, type SendInput } from '@boxes/schemas';
-import { poolRows, sql, tbl, type Account } from '@boxes/db';
+import { poolRows, prepared, sql, tbl, type Account } from '@boxes/db';
 import type { z } from 'zod';
 import type { BoxScope } from '../boxes/boxes';
 import { assertSendable } from '../domains/verify';
@@ -205,20 +205,13 @@ type SendStateRow = {
   account_paused_by: string | null;
 };
 
-/** The states of many requests (each one account and its messages), in one statement: a row per request, in order. */
-export async function loadSendStates(svc: Services, requests: readonly SendStateRequest[]): Promise<SendState[]> {
-  const args = requests.map(({ accountId, messages }, i) => {
-    const recipients = [...new Set(messages.flatMap((m) => m.recipients))];
-    return {
-      i,
-      account_id: accountId,
-      froms: [...new Set(messages.map((m) => m.from.address))],
-      recipients,
-      domains: [...new Set(recipients.map(domainOf))],
-      candidates: [...new Set(recipients.flatMap(candidatesOf))],
-      parents: [...new Set(messages.flatMap((m) => m.parents))],
-    };
-  });
+/**
+ * The send-state read: a row per request of one jsonb parameter (the requests), each answered by subqueries
+ * through the indexes. Compiled once and prepared (its one parameter is the same for the custom and the generic
+ * plan, so each connection keeps the generic plan after its first runs): run unnamed it was parsed and planned on
+ * every send, 0.59 ms of PostgreSQL's CPU a plan on the bench machine.
+ */
+export const SEND_STATES = (() => {
   const [dom, box, sup, ip, tl, msg, acc] = [
     tbl('domains'),
     tbl('boxes'),
@@ -229,8 +222,7 @@ export async function loadSendStates(svc: Services, requests: readonly SendState
     tbl('accounts'),
   ];
   const accountId = sql.ref('x.account_id');
-  const rows = await poolRows(
-    svc.db,
+  return prepared(
     sql<SendStateRow>`
     SELECT x.i,
       (SELECT ${acc.paused_at} FROM ${acc.$} WHERE ${acc.id} = ${accountId}) AS account_paused_at,
@@ -248,9 +240,26 @@ export async function loadSendStates(svc: Services, requests: readonly SendState
         FROM ${tl.$} WHERE ${tl.account_id} = ${accountId} AND ${tl.direction} IN ('send', 'both') AND ${tl.value} = ANY(x.candidates)) AS listed,
       (SELECT json_agg(json_build_object('rfcMessageId', ${msg.rfc_message_id}, 'threadId', ${msg.thread_id}) ORDER BY ${msg.recorded_at})
         FROM ${msg.$} WHERE ${msg.account_id} = ${accountId} AND ${msg.rfc_message_id} = ANY(x.parents)) AS parents
-    FROM jsonb_to_recordset(${JSON.stringify(args)}::jsonb)
+    FROM jsonb_to_recordset(${''}::jsonb)
       AS x(i int, account_id text, froms text[], recipients text[], domains text[], candidates text[], parents text[])`,
   );
+})();
+
+/** The states of many requests (each one account and its messages), in one statement: a row per request, in order. */
+export async function loadSendStates(svc: Services, requests: readonly SendStateRequest[]): Promise<SendState[]> {
+  const args = requests.map(({ accountId, messages }, i) => {
+    const recipients = [...new Set(messages.flatMap((m) => m.recipients))];
+    return {
+      i,
+      account_id: accountId,
+      froms: [...new Set(messages.map((m) => m.from.address))],
+      recipients,
+      domains: [...new Set(recipients.map(domainOf))],
+      candidates: [...new Set(recipients.flatMap(candidatesOf))],
+      parents: [...new Set(messages.flatMap((m) => m.parents))],
+    };
+  });
+  const rows = await poolRows<SendStateRow>(svc.db, { ...SEND_STATES, parameters: [JSON.stringify(args)] });
   const byIndex = new Map(rows.map((r) => [r.i, r]));
   return requests.map((_, i) => sendStateOf(byIndex.get(i)!));
 }

@@ -4,7 +4,7 @@
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
 import type { Box, SqlClient, Tx } from '@boxes/db';
-import { commitWithNext, k, poolRows, poolTransaction, prepared, rows, sql } from '@boxes/db';
+import { commitWithNext, k, parameterRows, poolRows, poolTransaction, rows, sql, type RawBuilder } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -56,30 +56,18 @@ export async function resolveRecipient(svc: Services, rcpt: string): Promise<Rec
 }
 
 /**
- * The MX's RCPT statement for up to `size` recipients, one row of parameters per recipient: ($1, $2, $3) the
- * first one's address, domain and envelope sender's list candidates (an array), ($4, $5, $6) the second's, and so
- * on; a row of NULLs matches nothing. A row per recipient found, with its number (i, from 1).
- *
- * One parameter per recipient, not one array of them: PostgreSQL plans a prepared statement anew on every run
- * while its plan for the values given is estimated cheaper than its generic plan, and a plan for an array it can
- * see the length of (two recipients) is estimated apart from the generic plan's assumed ten. Where the tables were
- * never analysed (a new instance, or a small one: autovacuum analyses a table after 50 changed rows) the array
- * form was planned on every RCPT batch, 0.30 ms of PostgreSQL's CPU against 0.05 ms of execution
- * (docs/benchmarks.md, mx). Written this way both plans estimate the same rows, and each connection keeps the
- * generic plan after its first runs, analysed or not.
+ * The MX's RCPT statement over `values`, one row of parameters per recipient (parameterRows): its address,
+ * domain and envelope sender's list candidates (an array). A row per recipient found, with its number (i).
+ * Written so, PostgreSQL keeps its generic plan; as one array of recipients it was planned on every RCPT batch,
+ * 0.30 ms of PostgreSQL's CPU against 0.05 ms of execution (docs/benchmarks.md, mx).
  */
-function mxRecipientsQuery(size: number) {
-  const rows = Array.from({ length: size }, (_, j) => `(${j + 1}, $${3 * j + 1}::text, $${3 * j + 2}::text, $${3 * j + 3}::text[])`);
+function mxRecipientsQuery(values: RawBuilder<unknown>) {
   return (
     k
-      .selectFrom(
-        sql<{ i: number; address: string; domain: string; candidates: string[] }>`(VALUES ${sql.raw(rows.join(', '))})`.as<'q'>(
-          sql.raw('q(i, address, domain, candidates)'),
-        ),
-      )
+      .selectFrom(sql<{ i: number; address: string; domain: string; candidates: string[] }>`${values}`.as<'q'>(sql.raw('q(i, address, domain, candidates)')))
       .innerJoin('boxes as b', 'b.live_address', 'q.address')
-      // Named, not b.*: the statement is prepared on each connection (see mxRecipientsStatement), and a prepared
-      // statement's result may not change under it when a migration adds a column.
+      // Named, not b.*: the statement is prepared on each connection, and a prepared statement's result may not
+      // change under it when a migration adds a column.
       .select([
         'b.id',
         'b.account_id',
@@ -116,35 +104,12 @@ function mxRecipientsQuery(size: number) {
 }
 type MxRecipientRow = Awaited<ReturnType<ReturnType<typeof mxRecipientsQuery>['executeTakeFirstOrThrow']>>;
 
-/** The sizes the RCPT statement is written for: a batch is padded with NULL rows up to the next (a few texts in all). */
-export const MX_RECIPIENT_SIZES = [1, 2, 4, 8, 16, 32] as const;
-const mxRecipientStatements = new Map<number, ReturnType<typeof prepared<MxRecipientRow>>>();
-
-/**
- * The RCPT statement for `size` recipients (one of MX_RECIPIENT_SIZES), compiled once and run as a prepared
- * statement on each pool connection: parsed and planned there once, not on every batch of RCPTs.
- */
-export function mxRecipientsStatement(size: (typeof MX_RECIPIENT_SIZES)[number]) {
-  let c = mxRecipientStatements.get(size);
-  if (!c) {
-    c = prepared(mxRecipientsQuery(size));
-    mxRecipientStatements.set(size, c);
-  }
-  return c;
-}
-
-/**
- * The parameters of one batch of recipients for the statement of the smallest size that holds them (at most
- * the largest): each recipient's address, its domain and its envelope sender's list candidates, then NULL rows.
- */
-export function mxRecipientsParameters(items: readonly { address: string; candidates: string[] }[]) {
-  const size = MX_RECIPIENT_SIZES.find((n) => n >= items.length);
-  if (size === undefined) throw new Error(`mxRecipientsParameters: at most ${MX_RECIPIENT_SIZES.at(-1)} recipients a statement`);
-  const parameters: (string | string[] | null)[] = [];
-  for (const it of items) parameters.push(it.address, domainOf(it.address), it.candidates);
-  for (let j = items.length; j < size; j++) parameters.push(null, null, null);
-  return { size, parameters };
-}
+/** The RCPT statement: the recipient's address (lowercased) and its envelope sender's list candidates. */
+export const MX_RECIPIENTS = parameterRows<{ address: string; candidates: string[] }, MxRecipientRow>({
+  types: ['text', 'text', 'text[]'],
+  values: (it) => [it.address, domainOf(it.address), it.candidates],
+  build: mxRecipientsQuery,
+});
 
 /**
  * The RCPTs of the sessions that arrive together share one statement (group commit): under load each RCPT was a
@@ -154,16 +119,8 @@ export function mxRecipientsParameters(items: readonly { address: string; candid
  */
 const mxRecipientsOf = (svc: Services) =>
   groupCommitOf<{ address: string; candidates: string[] }, MxRecipientRow | null>(svc, 'mx_recipients', async (items) => {
-    const largest = MX_RECIPIENT_SIZES.at(-1)!;
-    const out: (MxRecipientRow | null)[] = [];
-    for (let from = 0; from < items.length; from += largest) {
-      const chunk = items.slice(from, from + largest);
-      const { size, parameters } = mxRecipientsParameters(chunk);
-      const rows = await poolRows<MxRecipientRow>(svc.db, { ...mxRecipientsStatement(size), parameters });
-      const byNumber = new Map(rows.map((r) => [r.i, r]));
-      for (let n = 1; n <= chunk.length; n++) out.push(byNumber.get(n) ?? null);
-    }
-    return out;
+    const byNumber = new Map((await MX_RECIPIENTS.run(svc.db, items)).map((r) => [r.i, r]));
+    return items.map((_, j) => byNumber.get(j + 1) ?? null);
   });
 
 /**
