@@ -3,15 +3,16 @@
  * migrated PostgreSQL whose tables were never analysed, as on a new instance:
  * - the helper itself: NULL padding up to the next size, items past the largest size in further statements
  *   with their numbers carried on, and a statement or an item of the wrong shape refused;
- * - every hot statement written so (the MX's RCPT lookup, the API key lookup, the deliveries' read, the MX's
- *   acceptances, the push engine's wake-up check) and the send-state read (one jsonb parameter): a connection
+ * - every hot statement written so (the MX's RCPT lookup, the API key lookup, the deliveries' read, the remote
+ *   MX's acceptances, the claim of delivered deliveries, the store of composed bytes, the push engine's wake-up
+ *   check) and the send-state read (one jsonb parameter): a connection
  *   plans each a few times, then keeps its generic plan, instead of planning it for every batch.
  *   pg_prepared_statements counts a session's plans of each statement; a statement given its ids as one array,
  *   as these were, is the control: it is planned on every run here.
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ACCEPTANCES, DELIVERY_READS, KEY_LOOKUP, MX_RECIPIENTS, SEND_STATES, candidatesOf } from '@boxes/core';
+import { ACCEPTANCES, DELIVERED_CLAIMS, DELIVERY_READS, KEY_LOOKUP, MX_RECIPIENTS, RAW_STORES, SEND_STATES, candidatesOf } from '@boxes/core';
 import { PARAMETER_ROW_SIZES, parameterRows, sql, type CompiledQuery } from '@boxes/db';
 import { WAKE_CHECK } from '@boxes/worker';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
@@ -32,14 +33,17 @@ beforeAll(async () => {
   expect(sent.status, JSON.stringify(sent.body)).toBe(200);
   // An instance's worth of rows, never analysed (autovacuum off for these tables of this test's own database): on
   // a handful of rows any form of these statements gets its generic plan, and the control below would not tell.
-  for (const table of ['accounts', 'api_keys', 'deliveries']) await client.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
+  for (const table of ['accounts', 'api_keys', 'messages', 'deliveries']) await client.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
   await client.query(`INSERT INTO accounts (id, human_email, primary_address, updated_at)
     SELECT 'acc_fill_' || g, 'owner' || g || '@fill.example', 'agent@fill' || g || '.example', now() FROM generate_series(1, 2000) g`);
   await client.query(`INSERT INTO api_keys (id, account_id, hash, prefix, label)
     SELECT 'key_fill_' || g, 'acc_fill_' || (g % 2000 + 1), md5('fill' || g), 'bx_fill', 'fill' FROM generate_series(1, 4000) g`);
+  await client.query(`INSERT INTO messages (id, account_id, direction, status, rfc_message_id, provider_message_id, size_bytes)
+    SELECT 'msg_fill_' || g, 'acc_fill_' || (g % 2000 + 1), 'outbound', 'delivered', '<' || g || '@fill.example>', 'msg_fill_' || g, 100
+    FROM generate_series(1, 4000) g`);
   await client.query(`INSERT INTO deliveries (id, message_id, account_id, recipient, route, updated_at)
     SELECT 'dlv_fill_' || g, m.id, m.account_id, 'r' || g || '@elsewhere.example', 'smtp', now()
-    FROM generate_series(1, 4000) g, (SELECT id, account_id FROM messages LIMIT 1) m`);
+    FROM generate_series(1, 4000) g, (SELECT id, account_id FROM messages WHERE id NOT LIKE 'msg_fill_%' LIMIT 1) m`);
   hashes = (await client.query<{ hash: string }>('SELECT hash FROM api_keys ORDER BY created_at LIMIT 20')).rows.map((r) => r.hash);
   deliveryIds = (await client.query<{ id: string }>('SELECT id FROM deliveries LIMIT 20')).rows.map((r) => r.id);
   expect(hashes.length).toBeGreaterThanOrEqual(3);
@@ -118,7 +122,7 @@ describe('a connection keeps the generic plan of the statements written with a r
   it('on tables never analysed, where the same read with an array of ids is planned on every run', async () => {
     const { rows: stats } = await client.query(
       `SELECT count(*)::int AS n FROM pg_stat_user_tables
-       WHERE relname IN ('api_keys', 'accounts', 'boxes', 'deliveries') AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL)`,
+       WHERE relname IN ('api_keys', 'accounts', 'messages', 'deliveries') AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL)`,
     );
     expect(stats[0].n).toBe(0);
     const control = await plans(
@@ -140,6 +144,9 @@ describe('a connection keeps the generic plan of the statements written with a r
     // Deliveries nobody has: the statement runs, and changes nothing.
     ['acceptances', ACCEPTANCES, (run) => [{ deliveryId: `dlv_none_${run}`, mta: 'mx.elsewhere.example', response: '250 ok', attempts: 1 }]],
     ['wake_check', WAKE_CHECK, (run) => [accounts[run % 3]!.accountId]],
+    // Deliveries and messages nobody has, as above.
+    ['delivered_claims', DELIVERED_CLAIMS, (run) => [{ deliveryId: `dlv_none_${run}`, mta: 'mx.elsewhere.example', response: '250 ok', attempts: 1 }]],
+    ['raw_stores', RAW_STORES, (run) => [{ id: `msg_none_${run}`, raw_enc: Buffer.from('sealed').toString('base64'), size: 6 }]],
   ];
   for (const [name, statement, item] of cases) {
     it(`${name}, for one item and for three`, async () => {

@@ -13,7 +13,17 @@ import { lockAccountsCredit } from '../credit/ledger';
 import { domainOf } from './addresses';
 import { openBody, type StoredBody } from './body';
 import { enqueueAttachmentText } from './attachments';
-import { markBounced, markDeferred, markDelivered, markDeliveredMany, markFailed, rawsUpdate, sealRaws, type DeliveredOutcome } from './outcomes';
+import {
+  markBounced,
+  markDeferred,
+  markDelivered,
+  markDeliveredMany,
+  markFailed,
+  rawsUpdateFrom,
+  sealRaws,
+  type DeliveredOutcome,
+  type SealedRaw,
+} from './outcomes';
 import { groupCommitOf } from '../shared/group-commit';
 import { bounceAddress, receiveMessage, resolveRecipient } from './receive';
 import { releaseScheduled } from './schedule';
@@ -65,6 +75,16 @@ export async function ensureComposed(svc: Services, message: ComposableMessage, 
 }
 
 /**
+ * Stores each message's signed bytes unless it has some already (rawsUpdate), one row of parameters per message
+ * (parameterRows, so each connection keeps its plan); answers the messages it stored them for.
+ */
+export const RAW_STORES = parameterRows<SealedRaw, { id: string }>({
+  types: ['text', 'text', 'int'],
+  values: (r) => [r.id, r.raw_enc, r.size],
+  build: (values) => sql<{ id: string }>`${rawsUpdateFrom(sql`${values} AS r(i, id, raw_enc, size)`)} RETURNING ${tbl('messages', 'm').id}`,
+});
+
+/**
  * The composed bytes of many messages stored in one statement (group commit): each only if no other attempt stored
  * its own first, since every recipient must get the same bytes (the MIME boundaries differ from one composition to
  * the next). Two attempts for the same message in one batch store the first one's bytes and both deliver them; an
@@ -76,7 +96,7 @@ const rawStoreOf = (svc: Services) =>
     for (const i of items) if (!first.has(i.messageId)) first.set(i.messageId, i.signed);
     const ids = [...first.keys()];
     const m = tbl('messages', 'm');
-    const stored = await poolRows(svc.db, sql<{ id: string }>`${rawsUpdate(sealRaws(svc.secretKey, first))} RETURNING ${m.id}`);
+    const stored = await RAW_STORES.run(svc.db, sealRaws(svc.secretKey, first));
     const mine = new Set(stored.map((r) => r.id));
     const lost = ids.filter((id) => !mine.has(id));
     const theirs = new Map<string, Buffer>();

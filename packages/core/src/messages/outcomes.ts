@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { commitWithNext, exec, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
+import { commitWithNext, exec, parameterRows, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -81,13 +81,18 @@ export function sealRaws(secretKey: Buffer, raws: Iterable<[string, Buffer]>): S
 
 /**
  * Stores each message's signed bytes unless it has some already: every recipient must get the same bytes, so the
- * first stored win. The messages table is `m` (a caller may add RETURNING m.id: the messages it stored them for).
+ * first stored win. `source` is the rows (id, raw_enc, size) named r; the messages table is `m` (a caller may
+ * add RETURNING m.id: the messages it stored them for).
  */
-export function rawsUpdate(raws: SealedRaw[]): RawBuilder<unknown> {
+export function rawsUpdateFrom(source: RawBuilder<unknown>): RawBuilder<unknown> {
   const [set, m] = [tbl('messages'), tbl('messages', 'm')];
   return sql`UPDATE ${m.$} SET ${set.raw_enc} = decode(r.raw_enc, 'base64'), ${set.size_bytes} = r.size
-      FROM jsonb_to_recordset(${JSON.stringify(raws)}::jsonb) AS r(id text, raw_enc text, size int)
-      WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
+      FROM ${source} WHERE ${m.id} = r.id AND ${m.raw_enc} IS NULL`;
+}
+
+/** rawsUpdateFrom for raws given in one JSON parameter. */
+export function rawsUpdate(raws: SealedRaw[]): RawBuilder<unknown> {
+  return rawsUpdateFrom(sql`jsonb_to_recordset(${JSON.stringify(raws)}::jsonb) AS r(id text, raw_enc text, size int)`);
 }
 
 /**
@@ -152,6 +157,26 @@ export async function markDelivered(
 }
 
 /**
+ * The claim of deliveries accepted by their MX (markDeliveredMany): each not final yet is set delivered, one row
+ * of parameters per delivery (parameterRows), so the planner knows how many rows it joins and reads them through
+ * the primary key (with the recordset of one jsonb parameter it guessed 100, and on a deliveries table without
+ * statistics yet read the whole table every batch), and each connection keeps the statement's plan.
+ */
+export const DELIVERED_CLAIMS = parameterRows<DeliveredOutcome, ClaimedDelivery>({
+  types: ['text', 'text', 'int'],
+  values: (o) => [o.deliveryId, o.mta, o.attempts],
+  build: (values) => {
+    const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
+    return sql<ClaimedDelivery>`
+    UPDATE ${d.$} SET ${set.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
+      ${set.next_attempt_at} = NULL, ${set.attempts} = x.attempts, ${set.updated_at} = now()
+    FROM ${values} AS x(i, id, mta, attempts)
+    WHERE ${d.id} = x.id AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}
+    RETURNING ${sql.join([d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at])}`;
+  },
+});
+
+/**
  * Many deliveries accepted by their MX, recorded together (group commit: the worker gathers the outcomes that
  * arrive while a record is being written). Three statements in the caller's transaction whatever their number
  * (see docs/ARCHITECTURE.md, "Hot paths"): claim the deliveries, lock their accounts (in id order, so two such batches never
@@ -163,18 +188,7 @@ export async function markDelivered(
 export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: DeliveredOutcome[], opts: { last?: boolean } = {}): Promise<Set<string>> {
   const byId = new Map(outcomes.map((o) => [o.deliveryId, o]));
   if (!byId.size) return new Set();
-  const [set, d] = [tbl('deliveries'), tbl('deliveries', 'd')];
-  // The ids again as an array, so the planner knows how many rows the recordset holds and reads them through the
-  // primary key, not the whole table (acceptAll in messages/deliver.ts says more).
-  const claimedRows = await rows(
-    tx,
-    sql<ClaimedDelivery>`
-    UPDATE ${d.$} SET ${set.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}, ${set.delivered_at} = now(), ${set.remote_mta} = x.mta, ${set.last_error} = NULL,
-      ${set.next_attempt_at} = NULL, ${set.attempts} = x.attempts, ${set.updated_at} = now()
-    FROM jsonb_to_recordset(${JSON.stringify([...byId.values()].map((o) => ({ id: o.deliveryId, mta: o.mta, attempts: o.attempts })))}::jsonb) AS x(id text, mta text, attempts int)
-    WHERE ${d.id} = x.id AND ${d.id} = ANY(${[...byId.keys()]}::text[]) AND ${d.status} NOT IN ${statusIn(DELIVERY_STATUSES, FINAL)}
-    RETURNING ${sql.join([d.id, d.account_id, d.message_id, d.recipient, d.route, d.held_micros, d.used_free, d.attachment_micros, d.surcharge_micros, d.settled_at])}`,
-  );
+  const claimedRows = await DELIVERED_CLAIMS.run(tx, [...byId.values()]);
   if (!claimedRows.length) return new Set();
   // In the order they were given: an account's events follow the order its outcomes arrived.
   const order = new Map([...byId.keys()].map((id, i) => [id, i]));
@@ -209,7 +223,7 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
     locked,
     changes,
     also: [
-      sql`settle AS (UPDATE ${set.$} SET ${set.settled_at} = now() WHERE ${set.id} = ANY(${unsettled}::text[]) AND ${set.settled_at} IS NULL)`,
+      sql`settle AS (UPDATE ${tbl('deliveries').$} SET ${tbl('deliveries').settled_at} = now() WHERE ${tbl('deliveries').id} = ANY(${unsettled}::text[]) AND ${tbl('deliveries').settled_at} IS NULL)`,
       sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((c) => c.message_id))])})`,
     ],
   });
