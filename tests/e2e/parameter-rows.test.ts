@@ -13,7 +13,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCEPTANCES, DELIVERED_CLAIMS, DELIVERY_READS, KEY_LOOKUP, MX_RECIPIENTS, RAW_STORES, SEND_STATES, candidatesOf } from '@boxes/core';
-import { PARAMETER_ROW_SIZES, parameterRows, sql, type CompiledQuery } from '@boxes/db';
+import { parameterRows, sql, type CompiledQuery, type ParameterRowStatement } from '@boxes/db';
 import { WAKE_CHECK } from '@boxes/worker';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 
@@ -22,6 +22,9 @@ let client: pg.Client;
 let accounts: TestAccount[];
 let hashes: string[];
 let deliveryIds: string[];
+
+/** The tables these statements read, filled and never analysed. */
+const FILLED = ['accounts', 'api_keys', 'domains', 'boxes', 'messages', 'deliveries'];
 
 beforeAll(async () => {
   t = await startTestServer();
@@ -33,11 +36,18 @@ beforeAll(async () => {
   expect(sent.status, JSON.stringify(sent.body)).toBe(200);
   // An instance's worth of rows, never analysed (autovacuum off for these tables of this test's own database): on
   // a handful of rows any form of these statements gets its generic plan, and the control below would not tell.
-  for (const table of ['accounts', 'api_keys', 'messages', 'deliveries']) await client.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
+  for (const table of FILLED) await client.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
   await client.query(`INSERT INTO accounts (id, human_email, primary_address, updated_at)
     SELECT 'acc_fill_' || g, 'owner' || g || '@fill.example', 'agent@fill' || g || '.example', now() FROM generate_series(1, 2000) g`);
   await client.query(`INSERT INTO api_keys (id, account_id, hash, prefix, label)
     SELECT 'key_fill_' || g, 'acc_fill_' || (g % 2000 + 1), md5('fill' || g), 'bx_fill', 'fill' FROM generate_series(1, 4000) g`);
+  await client.query(`INSERT INTO domains (id, account_id, name, live_name, mode, status, dkim_selector, dkim_public_key, dkim_private_key_enc)
+    SELECT 'dom_fill_' || g, 'acc_fill_' || g, 'fill' || g || '.example', 'fill' || g || '.example', 'hosted', 'active', 's', 'k', 'k'
+    FROM generate_series(1, 2000) g`);
+  await client.query(`INSERT INTO boxes (id, account_id, domain_id, local_part, address, live_address)
+    SELECT 'box_fill_' || g, 'acc_fill_' || (g % 2000 + 1), 'dom_fill_' || (g % 2000 + 1), 'b' || g, 'b' || g || '@fill' || (g % 2000 + 1) || '.example',
+      'b' || g || '@fill' || (g % 2000 + 1) || '.example'
+    FROM generate_series(1, 4000) g`);
   await client.query(`INSERT INTO messages (id, account_id, direction, status, rfc_message_id, provider_message_id, size_bytes)
     SELECT 'msg_fill_' || g, 'acc_fill_' || (g % 2000 + 1), 'outbound', 'delivered', '<' || g || '@fill.example>', 'msg_fill_' || g, 100
     FROM generate_series(1, 4000) g`);
@@ -62,28 +72,32 @@ const ACCOUNT_IDS = parameterRows<string, { i: number; id: string }>({
 });
 
 describe('parameterRows', () => {
-  it('pads a batch with NULL rows up to the next size, which match nothing', () => {
+  it('pads a batch with NULL rows up to the next size, which match nothing', async () => {
     for (const [n, size] of [
       [1, 1],
       [2, 2],
       [3, 4],
       [5, 8],
-      [17, 32],
-      [32, 32],
+      [33, 64],
+      [200, 256],
+      [256, 256],
     ] as const) {
       const { size: got, parameters } = ACCOUNT_IDS.parameters(Array.from({ length: n }, (_, j) => `id${j}`));
       expect(got, `${n} items`).toBe(size);
       expect(parameters.slice(0, n)).toEqual(Array.from({ length: n }, (_, j) => `id${j}`));
       expect(parameters.slice(n)).toEqual(Array(size - n).fill(null));
-      expect(PARAMETER_ROW_SIZES).toContain(got);
     }
-    expect(() => ACCOUNT_IDS.parameters(Array.from({ length: 33 }, () => 'x'))).toThrow(/at most 32/);
+    expect(() => ACCOUNT_IDS.parameters(Array.from({ length: 257 }, () => 'x'))).toThrow(/at most 256/);
+    // Three accounts in a statement for four: three rows, the NULL row matched nothing.
+    const three = accounts.map((a) => a.accountId);
+    const found = await ACCOUNT_IDS.run(t.svc.db, three);
+    expect(found.map((r) => [r.i, r.id]).sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual(three.map((id, j) => [j + 1, id]));
   });
 
   it('runs more items than the largest size in further statements, numbering each item in the whole batch', async () => {
-    // 70 items: three statements (32, 32, then 6 padded to 8); the known accounts sit in each of them.
-    const items = Array.from({ length: 70 }, (_, j) => `nobody_${j}`);
-    const at = [0, 33, 69] as const;
+    // 300 items: two statements (256, then 44 padded to 64); the known accounts sit in both.
+    const items = Array.from({ length: 300 }, (_, j) => `nobody_${j}`);
+    const at = [0, 257, 299] as const;
     at.forEach((j, n) => {
       items[j] = accounts[n]!.accountId;
     });
@@ -122,7 +136,8 @@ describe('a connection keeps the generic plan of the statements written with a r
   it('on tables never analysed, where the same read with an array of ids is planned on every run', async () => {
     const { rows: stats } = await client.query(
       `SELECT count(*)::int AS n FROM pg_stat_user_tables
-       WHERE relname IN ('api_keys', 'accounts', 'messages', 'deliveries') AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL)`,
+       WHERE relname = ANY($1) AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL)`,
+      [FILLED],
     );
     expect(stats[0].n).toBe(0);
     const control = await plans(
@@ -133,11 +148,7 @@ describe('a connection keeps the generic plan of the statements written with a r
     expect(control.custom_plans).toBe(12);
   });
 
-  const cases: [
-    string,
-    { statement(size: 1 | 2 | 4 | 8 | 16 | 32): CompiledQuery<unknown>; parameters(items: never[]): { size: 1 | 2 | 4 | 8 | 16 | 32; parameters: unknown[] } },
-    (run: number) => unknown[],
-  ][] = [
+  const cases: [string, ParameterRowStatement<never, unknown>, (run: number) => unknown[]][] = [
     ['mx_recipients', MX_RECIPIENTS, (run) => [{ address: accounts[run % 3]!.primaryAddress, candidates: candidatesOf('x@spam.example') }]],
     ['key_lookup', KEY_LOOKUP, (run) => [hashes[run % hashes.length]]],
     ['delivery_reads', DELIVERY_READS, (run) => [deliveryIds[run % deliveryIds.length]]],

@@ -171,7 +171,7 @@ export function prepared<R>(statement: Statement<R>): CompiledQuery<R> {
 }
 
 /** The batch sizes a statement with one row of parameters per item is written for (parameterRows). */
-export const PARAMETER_ROW_SIZES = [1, 2, 4, 8, 16, 32] as const;
+export const PARAMETER_ROW_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256] as const;
 
 /** A statement over a batch of items, one row of parameters per item (parameterRows). */
 export interface ParameterRowStatement<I, R> {
@@ -180,10 +180,10 @@ export interface ParameterRowStatement<I, R> {
   /** The smallest size that holds the items (at most the largest) and their parameters, padded with NULL rows. */
   parameters(items: readonly I[]): { size: (typeof PARAMETER_ROW_SIZES)[number]; parameters: unknown[] };
   /**
-   * Runs it on db (poolRows: the pool, or a transaction's connection): the rows of each statement, the items
-   * past the largest size in further statements one after the other (a batch that large comes only under a
-   * flood, which should not take more connections). A row's `i`, where the statement selects it, is its item's
-   * number in the whole batch, from 1.
+   * Runs it on db (poolRows: the pool, or a transaction's connection): one statement for a batch up to the
+   * largest size (a group commit's batch, at most 200, fits in one), any items past it in further statements one
+   * after the other, on the same connection. A row's `i`, where the statement selects it (an int, as the
+   * literal it is written as), is its item's number in the whole batch, from 1.
    */
   run(db: Db | SqlClient, items: readonly I[]): Promise<R[]>;
 }
@@ -194,7 +194,8 @@ export interface ParameterRowStatement<I, R> {
  * `(VALUES (1, $1::text, $2::text[]), (2, $3::text, $4::text[]), ...)`: each item's number (from 1), then its
  * `values(item)` cast to `types`; the caller names the columns (`${values} AS q(i, id, ...)`), and the rows must
  * be the statement's only parameters. A batch is padded up to the next of PARAMETER_ROW_SIZES with rows of NULLs,
- * which must match nothing (an inner join or an equality on each, not an outer side).
+ * which must match nothing (an inner join or an equality on each, not an outer side). Each item is a row of its
+ * own: a read answers an item given twice twice, so callers give each once.
  *
  * Why: a prepared statement is planned anew on every run while PostgreSQL estimates its plan for the values
  * given cheaper than its generic plan, and `= ANY($1::text[])` (or `IN ($1, $2, ...)` with NULLs) with two
@@ -216,10 +217,11 @@ export function parameterRows<I, R>(spec: {
       let c = texts.get(size);
       if (!c) {
         const rowsOf = Array.from({ length: size }, (_, j) => sql`(${sql.lit(j + 1)}, ${sql.join(spec.types.map((t) => sql`${null}::${sql.raw(t)}`))})`);
-        c = prepared(spec.build(sql`(VALUES ${sql.join(rowsOf)})`));
-        if (c.parameters.length !== size * width) {
-          throw new Error(`parameterRows: the statement has ${c.parameters.length} parameters, not its ${size} rows of ${width}`);
+        const compiled = compile(spec.build(sql`(VALUES ${sql.join(rowsOf)})`));
+        if (compiled.parameters.length !== size * width) {
+          throw new Error(`parameterRows: the statement has ${compiled.parameters.length} parameters, not its ${size} rows of ${width}`);
         }
+        c = prepared(compiled);
         texts.set(size, c);
       }
       return c;
@@ -243,7 +245,10 @@ export function parameterRows<I, R>(spec: {
         const found = await poolRows<R>(db, { ...self.statement(size), parameters });
         for (const r of found) {
           const row = r as R & { i?: unknown };
-          if (from && typeof row.i === 'number') row.i += from;
+          if (from && 'i' in (row as object)) {
+            if (typeof row.i !== 'number') throw new Error(`parameterRows: a row's i is ${typeof row.i}, not a number`);
+            row.i += from;
+          }
           out.push(r);
         }
       }

@@ -11,16 +11,17 @@ const handedOut = new Set<number>();
  * A TCP port on 127.0.0.1 that was free a moment ago. Picked at random below the kernel's ephemeral range
  * (net.ipv4.ip_local_port_range, 32768-60999 by default): a port bound to 0 and released comes from that range,
  * where any parallel test's `listen(0)` or outgoing connection (HTTP, PostgreSQL, Redis) could take it before
- * the child binds it (EADDRINUSE). Below the range only another caller of this function picks ports, and the
- * bind checks that nothing holds it yet.
+ * the child binds it (EADDRINUSE). Below the range only callers of this function pick ports: never the same one
+ * twice in a process, and the bind checks that nothing holds it yet; two processes (vitest's workers) picking the
+ * same port within the moment between the check and a child's bind is left to chance (1 in 12,000 a pick).
  */
 export async function freePort(): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {
     const port = 20_000 + Math.floor(Math.random() * 12_000);
     if (handedOut.has(port)) continue;
-    const free = await new Promise<boolean>((resolve) => {
+    const free = await new Promise<boolean>((resolve, reject) => {
       const s = net.createServer();
-      s.once('error', () => resolve(false));
+      s.once('error', (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' ? resolve(false) : reject(err)));
       s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
     });
     if (free) {

@@ -303,7 +303,7 @@ export const DELIVERY_READS = parameterRows<string, LoadedDeliveryRow>({
   },
 });
 
-/** Deliveries with what sending them needs, in one round trip (a statement per 32). */
+/** Deliveries with what sending them needs, in one round trip. */
 async function loadDeliveries(svc: Services, deliveryIds: string[]): Promise<LoadedDelivery[]> {
   const rows = await DELIVERY_READS.run(svc.db, deliveryIds);
   return rows.map((r) => ({

@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { commitWithNext, exec, parameterRows, prismaTx, rows, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
+import { commitWithNext, exec, parameterRows, prismaTx, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';

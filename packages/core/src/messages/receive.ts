@@ -4,7 +4,7 @@
  * the message it replies to, announce it as mail.received, and apply delivery reports (DSN, ARF).
  */
 import type { Box, SqlClient, Tx } from '@boxes/db';
-import { commitWithNext, k, parameterRows, poolRows, poolTransaction, rows, sql, type RawBuilder } from '@boxes/db';
+import { commitWithNext, k, parameterRows, poolTransaction, rows, sql, type RawBuilder } from '@boxes/db';
 import { parseMessage, parseReport, type ParsedMessage } from '@boxes/mail';
 import { lockAccountsCredit, receivedCharge, type LockedAccount, type Posting } from '../credit/ledger';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -114,8 +114,7 @@ export const MX_RECIPIENTS = parameterRows<{ address: string; candidates: string
 /**
  * The RCPTs of the sessions that arrive together share one statement (group commit): under load each RCPT was a
  * round trip of its own, whose fixed cost (the socket writes and reads on both sides, PostgreSQL's per-statement
- * work) was most of the lookup's. More than the largest statement holds go in further statements, one after the
- * other on the pool (a batch that large comes only under a flood of RCPTs, which should not take more connections).
+ * work) was most of the lookup's. A batch is one statement (MX_RECIPIENTS, on the pool).
  */
 const mxRecipientsOf = (svc: Services) =>
   groupCommitOf<{ address: string; candidates: string[] }, MxRecipientRow | null>(svc, 'mx_recipients', async (items) => {
