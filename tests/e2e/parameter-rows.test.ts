@@ -75,11 +75,11 @@ describe('parameterRows', () => {
   it('pads a batch with NULL rows up to the next size, which match nothing', async () => {
     for (const [n, size] of [
       [1, 1],
-      [2, 2],
-      [3, 4],
-      [5, 8],
-      [33, 64],
-      [200, 256],
+      [2, 4],
+      [4, 4],
+      [5, 16],
+      [17, 64],
+      [65, 256],
       [256, 256],
     ] as const) {
       const { size: got, parameters } = ACCOUNT_IDS.parameters(Array.from({ length: n }, (_, j) => `id${j}`));

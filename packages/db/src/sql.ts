@@ -170,8 +170,13 @@ export function prepared<R>(statement: Statement<R>): CompiledQuery<R> {
   return c;
 }
 
-/** The batch sizes a statement with one row of parameters per item is written for (parameterRows). */
-export const PARAMETER_ROW_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256] as const;
+/**
+ * The batch sizes a statement with one row of parameters per item is written for (parameterRows). Each text is
+ * planned about six times on each pool connection before it keeps its generic plan (five plans for the values
+ * given, then the generic one), so fewer sizes mean fewer plans: powers of four, a batch padded at most
+ * fourfold with NULL rows, which cost next to nothing.
+ */
+export const PARAMETER_ROW_SIZES = [1, 4, 16, 64, 256] as const;
 
 /** A statement over a batch of items, one row of parameters per item (parameterRows). */
 export interface ParameterRowStatement<I, R> {
