@@ -160,8 +160,8 @@ describe('a connection keeps the generic plan of the statements written with a r
     ['raw_stores', RAW_STORES, (run) => [{ id: `msg_none_${run}`, raw_enc: Buffer.from('sealed').toString('base64'), size: 6 }]],
   ];
   for (const [name, statement, item] of cases) {
-    it(`${name}, for one item and for three`, async () => {
-      for (const n of [1, 3]) {
+    it(`${name}, for 1, 3, 10 and 40 items (statements for 1, 4, 16 and 64)`, async () => {
+      for (const n of [1, 3, 10, 40]) {
         const items = (run: number) => Array.from({ length: n }, (_, j) => item(run + j)[0]) as never[];
         let run = 0;
         const { size } = statement.parameters(items(0));
