@@ -217,13 +217,14 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
     };
   });
   const unsettled = claimed.filter((d) => !d.settled_at).map((d) => d.id);
+  const set = tbl('deliveries');
   // The caller's last statement (opts.last): the writer's goes out with the COMMIT.
   if (opts.last) commitWithNext(tx);
   await writeBatch(svc, tx, {
     locked,
     changes,
     also: [
-      sql`settle AS (UPDATE ${tbl('deliveries').$} SET ${tbl('deliveries').settled_at} = now() WHERE ${tbl('deliveries').id} = ANY(${unsettled}::text[]) AND ${tbl('deliveries').settled_at} IS NULL)`,
+      sql`settle AS (UPDATE ${set.$} SET ${set.settled_at} = now() WHERE ${set.id} = ANY(${unsettled}::text[]) AND ${set.settled_at} IS NULL)`,
       sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((c) => c.message_id))])})`,
     ],
   });
