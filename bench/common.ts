@@ -7,7 +7,6 @@ import { appendFileSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import http from 'node:http';
-import net from 'node:net';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { createCipheriv, generateKeyPairSync, randomBytes, sign as cryptoSign } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
@@ -19,9 +18,9 @@ import { ensureDatabase, migrate } from '@boxes/db';
 import type { MxResolver } from '@boxes/mail';
 import { deleteKeysWithPrefix } from '@boxes/jobs';
 import { createLogger, publicUrlFollowsPort, startRuntime, type Runtime } from '@boxes/server';
-import { freePort } from '@boxes/testing/ports';
+import { freePort, waitForPort } from '@boxes/testing/ports';
 
-export { freePort };
+export { freePort, waitForPort };
 
 export function envInt(name: string, fallback: number, min = 1, max = 1_000_000): number {
   const raw = process.env[name];
@@ -720,23 +719,6 @@ function rsaSignMs(): number {
 /** The 1-minute load average, to see whether other jobs share the machine. */
 export function loadNote(): string {
   return `load average ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} cores`;
-}
-
-/** Resolves once something accepts connections on 127.0.0.1:port; throws after ms. */
-export async function waitForPort(port: number, ms: number): Promise<void> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = net.connect({ host: '127.0.0.1', port }, () => {
-        s.destroy();
-        resolve(true);
-      });
-      s.once('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() > end) throw new Error(`nothing listens on 127.0.0.1:${port}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 /** A process and its live descendants (a supervisor's children, a launcher's real process), depth-first. */

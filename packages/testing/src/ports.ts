@@ -31,3 +31,18 @@ export async function freePort(): Promise<number> {
   }
   throw new Error('no free port found in 20000-31999 on 127.0.0.1');
 }
+
+/** Resolves once something accepts connections on 127.0.0.1:port; throws after ms. */
+export async function waitForPort(port: number, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const c = net.connect({ host: '127.0.0.1', port });
+      c.once('connect', () => (c.destroy(), resolve(true)));
+      c.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > end) throw new Error(`nothing answers on 127.0.0.1:${port} after ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -8,28 +8,13 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { connectRedis } from '@boxes/jobs';
-import { freePort } from './ports';
+import { freePort, waitForPort } from './ports';
 
 export { freePort } from './ports';
-
-async function waitForPort(port: number, ms: number): Promise<void> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const c = net.connect({ host: '127.0.0.1', port });
-      c.once('connect', () => (c.destroy(), resolve(true)));
-      c.once('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() > end) throw new Error(`nothing answers on 127.0.0.1:${port} after ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 /** The bin directory of the newest PostgreSQL installed from Debian's packages, or null. */
 export function postgresBinDir(): string | null {
