@@ -2,7 +2,9 @@
  * Group commit. Delivery outcomes: the remote 250s that arrive together are recorded in one transaction
  * (markDeliveredMany). Several accounts in one batch, an account whose charge takes the general ledger path
  * (an alert threshold) beside quiet ones, the order of each account's events, the ledger's running balance,
- * a repeated record that changes nothing; then a burst through the real worker and SMTP, seen on /metrics.
+ * a repeated record that changes nothing; on one pool connection, the writer statement of these batches runs
+ * prepared and keeps its generic plan (its lists given as rows of parameters: given as arrays, it was planned on
+ * every batch); then a burst through the real worker and SMTP, seen on /metrics.
  * Inbound: messages arriving on many SMTP connections at once share transactions, each stored once, charged
  * from the free allowance and then the credit in order, an alerted account beside quiet ones. Sends: requests
  * that arrive together share transactions; a send the credit refuses gets its 402 alone, two requests with one
@@ -11,6 +13,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { start as startWorker } from '@boxes/worker';
 import { markDeliveredMany, messagePrice } from '@boxes/core';
+import { closeDb, createDb, poolRows, poolTransaction, sql } from '@boxes/db';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 import { events, MailSink, send, unique, waitFor } from './mail-send-helpers';
 import { rawMessage, sendRaw } from './mail-receive-helpers';
@@ -92,6 +95,37 @@ describe('markDeliveredMany', () => {
     const again = await t.db.$transaction((tx) => markDeliveredMany(t.svc, tx, outcomes));
     expect(again.size).toBe(0);
     for (const a of sent.keys()) expect(await events(t, a.apiKey, 'mail.delivered')).toHaveLength(3);
+  });
+
+  it('on a pool connection the writer statement of delivered outcomes runs prepared and keeps its generic plan', async () => {
+    // One connection, naming statements as the runtime's pool does: every batch below runs on it.
+    const db = createDb(t.config.databaseUrl, { max: 1, namedStatements: true });
+    try {
+      const a = await signupAccount(t);
+      const b = await signupAccount(t);
+      for (let round = 0; round < 12; round++) {
+        // Three outcomes of two accounts a batch (the settled and the message lists padded to four rows).
+        const queued = [...(await queuedSends(a, 2)), ...(await queuedSends(b, 1))];
+        const outcomes = queued.map((q) => ({ deliveryId: q.deliveryId, mta: 'mx.remote.test', response: '250 ok', attempts: 1 }));
+        const recorded = await poolTransaction(db, (tx) => markDeliveredMany(t.svc, tx, outcomes));
+        expect(recorded.size).toBe(3);
+        const ms = await t.db.message.findMany({ where: { id: { in: queued.map((q) => q.messageId) } }, select: { status: true } });
+        expect(ms.map((m) => m.status)).toEqual(['delivered', 'delivered', 'delivered']);
+        const ds = await t.db.delivery.findMany({ where: { id: { in: queued.map((q) => q.deliveryId) } }, select: { settledAt: true } });
+        expect(ds.every((d) => d.settledAt !== null)).toBe(true);
+      }
+      for (const x of [a, b]) expect(await verify(x.apiKey)).toMatchObject({ ok: true });
+      const plans = await poolRows<{ generic_plans: number; custom_plans: number }>(
+        db,
+        sql`SELECT generic_plans::int, custom_plans::int FROM pg_prepared_statements WHERE statement LIKE '%settle AS%'`,
+      );
+      // One text for every batch of this shape, planned for its values a few times and then kept.
+      expect(plans).toHaveLength(1);
+      expect(plans[0]!.custom_plans).toBeLessThanOrEqual(5);
+      expect(plans[0]!.generic_plans).toBeGreaterThanOrEqual(7);
+    } finally {
+      await closeDb(db);
+    }
   });
 
   it('a burst through the worker and SMTP: outcomes share transactions, every message delivered once, chains verify', async () => {

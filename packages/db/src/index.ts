@@ -16,6 +16,7 @@ export {
   poolTransaction,
   prepared,
   parameterRows,
+  valueRows,
   PARAMETER_ROW_SIZES,
   type ParameterRowStatement,
   beginTransaction,

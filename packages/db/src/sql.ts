@@ -193,6 +193,35 @@ export interface ParameterRowStatement<I, R> {
   run(db: Db | SqlClient, items: readonly I[]): Promise<R[]>;
 }
 
+const LARGEST_ROWS = PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
+
+/**
+ * `(VALUES (1, $1::t1, $2::t2), (2, ...), ...)`: one row per entry of `rows` (its values, cast to `types`; null
+ * for a padding row), numbered from 1.
+ */
+function valuesList(types: readonly string[], rows: readonly (readonly unknown[] | null)[]): RawBuilder<unknown> {
+  const list = rows.map((v, j) => {
+    if (v && v.length !== types.length) throw new Error(`valueRows: ${v.length} values for a row, not ${types.length}`);
+    return sql`(${sql.lit(j + 1)}, ${sql.join(types.map((t, c) => sql`${v ? v[c] : null}::${sql.raw(t)}`))})`;
+  });
+  return sql`(VALUES ${sql.join(list)})`;
+}
+
+/**
+ * The rows of parameterRows as a fragment of a larger statement whose text must not depend on the values (a
+ * prepared() one, as the store writer's): `(VALUES (1, $1::text), ...)`, one row per item with its number (from 1)
+ * and `values(item)` cast to `types`, padded with NULL rows up to the next of PARAMETER_ROW_SIZES (beyond the
+ * largest, to a multiple of it). The caller names the columns (`${rows} AS v(i, id)`), and the NULL rows must
+ * match nothing. The text is one of a few per fragment, and PostgreSQL plans the rows as the count they are.
+ */
+export function valueRows<I>(items: readonly I[], types: readonly string[], values: (item: I) => readonly unknown[]): RawBuilder<unknown> {
+  const size = PARAMETER_ROW_SIZES.find((n) => n >= items.length) ?? Math.ceil(items.length / LARGEST_ROWS) * LARGEST_ROWS;
+  return valuesList(
+    types,
+    Array.from({ length: size }, (_, j) => (j < items.length ? values(items[j]!) : null)),
+  );
+}
+
 /**
  * A statement over a batch of items (ids, addresses, hashes), given one row of parameters per item rather than
  * one array of them. `build` writes the statement around `values`, which reads
@@ -216,13 +245,18 @@ export function parameterRows<I, R>(spec: {
 }): ParameterRowStatement<I, R> {
   const width = spec.types.length;
   const texts = new Map<number, CompiledQuery<R>>();
-  const largest = PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
   const self: ParameterRowStatement<I, R> = {
     statement(size) {
       let c = texts.get(size);
       if (!c) {
-        const rowsOf = Array.from({ length: size }, (_, j) => sql`(${sql.lit(j + 1)}, ${sql.join(spec.types.map((t) => sql`${null}::${sql.raw(t)}`))})`);
-        const compiled = compile(spec.build(sql`(VALUES ${sql.join(rowsOf)})`));
+        const compiled = compile(
+          spec.build(
+            valuesList(
+              spec.types,
+              Array.from({ length: size }, () => null),
+            ),
+          ),
+        );
         if (compiled.parameters.length !== size * width) {
           throw new Error(`parameterRows: the statement has ${compiled.parameters.length} parameters, not its ${size} rows of ${width}`);
         }
@@ -233,7 +267,7 @@ export function parameterRows<I, R>(spec: {
     },
     parameters(items) {
       const size = PARAMETER_ROW_SIZES.find((n) => n >= items.length);
-      if (size === undefined) throw new Error(`parameterRows: at most ${largest} items a statement`);
+      if (size === undefined) throw new Error(`parameterRows: at most ${LARGEST_ROWS} items a statement`);
       const parameters: unknown[] = [];
       for (const it of items) {
         const v = spec.values(it);
@@ -245,8 +279,8 @@ export function parameterRows<I, R>(spec: {
     },
     async run(db, items) {
       const out: R[] = [];
-      for (let from = 0; from < items.length; from += largest) {
-        const { size, parameters } = self.parameters(items.slice(from, from + largest));
+      for (let from = 0; from < items.length; from += LARGEST_ROWS) {
+        const { size, parameters } = self.parameters(items.slice(from, from + LARGEST_ROWS));
         const found = await poolRows<R>(db, { ...self.statement(size), parameters });
         for (const r of found) {
           const row = r as R & { i?: unknown };

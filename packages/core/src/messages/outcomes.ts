@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { commitWithNext, exec, parameterRows, prismaTx, sql, tbl, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
+import { commitWithNext, exec, parameterRows, prismaTx, sql, tbl, valueRows, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -27,15 +27,24 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
 }
 
 /**
+ * Message ids for messageStatusUpdate: an array parameter, or rows of parameters (valueRows) for a statement that
+ * runs prepared (the delivered outcomes' writer statement), whose text must not depend on how many there are.
+ */
+export type MessageIds = string[] | { rows: string[] };
+
+/**
  * Each message's deliveries counted: total, delivered, bounced and still open (not final), by message_id (no row
  * for a message without deliveries). Counted message by message through the message_id index: asked as one
  * `message_id = ANY(...)`, a deliveries table without statistics yet (a fresh database, or one growing faster than
  * autovacuum analyzes it) was read whole on every outcome batch, the planner taking each id for 0.5% of the table.
  */
-function deliveryCounts(messageIds: string[]): RawBuilder<unknown> {
+function deliveryCounts(messageIds: MessageIds): RawBuilder<unknown> {
   const d = tbl('deliveries', 'dc');
+  const ids = Array.isArray(messageIds)
+    ? sql`(SELECT DISTINCT unnest(${messageIds}::text[]) AS id)`
+    : sql`(SELECT DISTINCT v.id FROM ${valueRows(messageIds.rows, ['text'], (id) => [id])} AS v(i, id))`;
   return sql`(
-        SELECT c.* FROM (SELECT DISTINCT unnest(${messageIds}::text[]) AS id) AS mid
+        SELECT c.* FROM ${ids} AS mid
         CROSS JOIN LATERAL (
           SELECT ${d.message_id}, count(*) AS total,
             count(*) FILTER (WHERE ${d.status} = ${statusLit(DELIVERY_STATUSES, 'delivered')}) AS delivered,
@@ -59,7 +68,7 @@ function finalStatus(): RawBuilder<unknown> {
  * Each message's status once every delivery of it is final: delivered, partially_delivered, bounced or failed.
  * Also a part of a larger statement, after the statement that set the deliveries' statuses.
  */
-export function messageStatusUpdate(messageIds: string[]): RawBuilder<unknown> {
+export function messageStatusUpdate(messageIds: MessageIds): RawBuilder<unknown> {
   const [set, m] = [tbl('messages'), tbl('messages', 'm')];
   return sql`
       UPDATE ${m.$} SET ${set.status} = CASE ${finalStatus()} END
@@ -217,16 +226,20 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
     };
   });
   const unsettled = claimed.filter((d) => !d.settled_at).map((d) => d.id);
-  const set = tbl('deliveries');
+  const [set, sd] = [tbl('deliveries'), tbl('deliveries', 'sd')];
   // The caller's last statement (opts.last): the writer's goes out with the COMMIT.
   if (opts.last) commitWithNext(tx);
+  // Both lists as rows of parameters: the statement's text depends only on their sizes (rounded up), so it runs
+  // prepared, not parsed and planned again on every batch.
   await writeBatch(svc, tx, {
     locked,
     changes,
     also: [
-      sql`settle AS (UPDATE ${set.$} SET ${set.settled_at} = now() WHERE ${set.id} = ANY(${unsettled}::text[]) AND ${set.settled_at} IS NULL)`,
-      sql`mst AS (${messageStatusUpdate([...new Set(claimed.map((c) => c.message_id))])})`,
+      sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() FROM ${valueRows(unsettled, ['text'], (id) => [id])} AS u(i, id)
+        WHERE ${sd.id} = u.id AND ${sd.settled_at} IS NULL)`,
+      sql`mst AS (${messageStatusUpdate({ rows: [...new Set(claimed.map((c) => c.message_id))] })})`,
     ],
+    alsoPrepared: true,
   });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).

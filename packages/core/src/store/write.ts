@@ -56,6 +56,12 @@ export interface WriteBatch {
   deliveries?: DeliveryRow[];
   /** The caller's own writes for the same statement, each `name AS (...)` (a CTE; it sees the rows as before the statement). */
   also?: RawBuilder<unknown>[];
+  /**
+   * The caller's CTEs are of a few texts, every value in them a parameter and every list given as rows of
+   * parameters (valueRows), so the statement can run prepared as the writer's own do. Otherwise it runs unnamed:
+   * parsed and planned again on every run.
+   */
+  alsoPrepared?: boolean;
 }
 
 export interface WriteResult {
@@ -213,8 +219,8 @@ export async function writeBatch(svc: Services, tx: SqlClient, batch: WriteBatch
     const statement = sql`WITH ${sql.join(ctes)} SELECT pg_notify(${EVENTS_CHANNEL}, n.id)::text AS notified FROM unnest(${notified}::text[]) AS n(id)`;
     // Made of the writer's own fragments, its values all parameters, the statement is one of a few texts (by the
     // CTEs present): prepared on each pool connection, so PostgreSQL parses and plans it once there. A caller's
-    // own CTEs may be anything: with them it runs unnamed.
-    await rows(tx, batch.also?.length ? statement : prepared(statement));
+    // own CTEs may be anything: with them it runs unnamed, unless the caller says they are of a few texts too.
+    await rows(tx, batch.also?.length && !batch.alsoPrepared ? statement : prepared(statement));
   }
   for (const [id, next] of moved) batch.locked.set(id, next);
   if (!general) return { events, attachmentIds };
