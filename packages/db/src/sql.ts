@@ -208,14 +208,22 @@ function valuesList(types: readonly string[], rows: readonly (readonly unknown[]
 }
 
 /**
- * The rows of parameterRows as a fragment of a larger statement whose text must not depend on the values (a
- * prepared() one, as the store writer's): `(VALUES (1, $1::text), ...)`, one row per item with its number (from 1)
- * and `values(item)` cast to `types`, padded with NULL rows up to the next of PARAMETER_ROW_SIZES (beyond the
- * largest, to a multiple of it). The caller names the columns (`${rows} AS v(i, id)`), and the NULL rows must
- * match nothing. The text is one of a few per fragment, and PostgreSQL plans the rows as the count they are.
+ * The rows of parameterRows as a fragment of a larger statement that runs prepared() (the store writer's):
+ * `(VALUES (1, $1::text), ...)`, one row per item with its number (from 1) and `values(item)` cast to `types`,
+ * padded with NULL rows up to the next of PARAMETER_ROW_SIZES that holds `atLeast` rows (the items, unless the
+ * caller pads two lists of one statement to one size). The caller names the columns (`${rows} AS v(i, id)`), and
+ * the NULL rows must match nothing. Given as rows rather than as one array, the list is counted alike by the plan
+ * for the values given and by the generic plan (the padded count), so a connection keeps the generic plan; the
+ * price is a text per size. More than the largest size is refused: the caller runs such a batch unnamed.
  */
-export function valueRows<I>(items: readonly I[], types: readonly string[], values: (item: I) => readonly unknown[]): RawBuilder<unknown> {
-  const size = PARAMETER_ROW_SIZES.find((n) => n >= items.length) ?? Math.ceil(items.length / LARGEST_ROWS) * LARGEST_ROWS;
+export function valueRows<I>(
+  items: readonly I[],
+  types: readonly string[],
+  values: (item: I) => readonly unknown[],
+  atLeast = items.length,
+): RawBuilder<unknown> {
+  const size = PARAMETER_ROW_SIZES.find((n) => n >= Math.max(items.length, atLeast));
+  if (size === undefined) throw new Error(`valueRows: at most ${LARGEST_ROWS} rows`);
   return valuesList(
     types,
     Array.from({ length: size }, (_, j) => (j < items.length ? values(items[j]!) : null)),

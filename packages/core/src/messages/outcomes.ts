@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { commitWithNext, exec, parameterRows, prismaTx, sql, tbl, valueRows, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
+import { commitWithNext, exec, PARAMETER_ROW_SIZES, parameterRows, prismaTx, sql, tbl, valueRows, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -27,10 +27,11 @@ async function refreshMessageStatus(tx: Tx, messageId: string): Promise<void> {
 }
 
 /**
- * Message ids for messageStatusUpdate: an array parameter, or rows of parameters (valueRows) for a statement that
- * runs prepared (the delivered outcomes' writer statement), whose text must not depend on how many there are.
+ * Message ids for messageStatusUpdate: an array parameter, or rows of parameters (valueRows, padded to at least
+ * `atLeast` rows) for a statement that runs prepared (the delivered outcomes' writer statement), where an array
+ * would have PostgreSQL plan the statement again on every run.
  */
-export type MessageIds = string[] | { rows: string[] };
+export type MessageIds = string[] | { rows: string[]; atLeast: number };
 
 /**
  * Each message's deliveries counted: total, delivered, bounced and still open (not final), by message_id (no row
@@ -42,7 +43,7 @@ function deliveryCounts(messageIds: MessageIds): RawBuilder<unknown> {
   const d = tbl('deliveries', 'dc');
   const ids = Array.isArray(messageIds)
     ? sql`(SELECT DISTINCT unnest(${messageIds}::text[]) AS id)`
-    : sql`(SELECT DISTINCT v.id FROM ${valueRows(messageIds.rows, ['text'], (id) => [id])} AS v(i, id))`;
+    : sql`(SELECT DISTINCT v.id FROM ${valueRows(messageIds.rows, ['text'], (id) => [id], messageIds.atLeast)} AS v(i, id))`;
   return sql`(
         SELECT c.* FROM ${ids} AS mid
         CROSS JOIN LATERAL (
@@ -229,17 +230,25 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
   const [set, sd] = [tbl('deliveries'), tbl('deliveries', 'sd')];
   // The caller's last statement (opts.last): the writer's goes out with the COMMIT.
   if (opts.last) commitWithNext(tx);
-  // Both lists as rows of parameters: the statement's text depends only on their sizes (rounded up), so it runs
-  // prepared, not parsed and planned again on every batch.
+  // Both lists as rows of parameters, each padded to the size that holds the whole batch (neither is longer): the
+  // statement is one text per batch size (and per the writer's CTEs), run prepared, and each connection keeps its
+  // plan; given as arrays, it was planned again on every batch. A batch beyond the largest size runs unnamed.
+  const named = claimed.length <= PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
+  const messageIds = [...new Set(claimed.map((c) => c.message_id))];
   await writeBatch(svc, tx, {
     locked,
     changes,
-    also: [
-      sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() FROM ${valueRows(unsettled, ['text'], (id) => [id])} AS u(i, id)
+    also: named
+      ? [
+          sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() FROM ${valueRows(unsettled, ['text'], (id) => [id], claimed.length)} AS u(i, id)
         WHERE ${sd.id} = u.id AND ${sd.settled_at} IS NULL)`,
-      sql`mst AS (${messageStatusUpdate({ rows: [...new Set(claimed.map((c) => c.message_id))] })})`,
-    ],
-    alsoPrepared: true,
+          sql`mst AS (${messageStatusUpdate({ rows: messageIds, atLeast: claimed.length })})`,
+        ]
+      : [
+          sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() WHERE ${sd.id} = ANY(${unsettled}::text[]) AND ${sd.settled_at} IS NULL)`,
+          sql`mst AS (${messageStatusUpdate(messageIds)})`,
+        ],
+    alsoPrepared: named,
   });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).

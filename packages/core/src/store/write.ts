@@ -57,9 +57,9 @@ export interface WriteBatch {
   /** The caller's own writes for the same statement, each `name AS (...)` (a CTE; it sees the rows as before the statement). */
   also?: RawBuilder<unknown>[];
   /**
-   * The caller's CTEs are of a few texts, every value in them a parameter and every list given as rows of
-   * parameters (valueRows), so the statement can run prepared as the writer's own do. Otherwise it runs unnamed:
-   * parsed and planned again on every run.
+   * The caller's CTEs are of a few texts, every value in them a parameter, so the statement can run prepared as
+   * the writer's own do; their lists should be rows of parameters (valueRows), as an array makes PostgreSQL plan
+   * the statement again on every run anyway. Otherwise it runs unnamed: parsed and planned again on every run.
    */
   alsoPrepared?: boolean;
 }
