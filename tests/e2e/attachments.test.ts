@@ -115,7 +115,8 @@ type Attachment = { id: string; filename: string; text_status: string; size_byte
 
 async function attachmentsOf(key: string, messageId: string): Promise<Attachment[]> {
   const m = await rest(t, 'GET', `/messages/${messageId}`, { key });
-  expect(m.status).toBe(200);
+  // On a failure, the answer's body: its request_id and message say what went wrong.
+  if (m.status !== 200) expect.fail(`GET /messages/${messageId}: ${m.status} ${JSON.stringify(m.body)}`);
   return m.body.body.attachments;
 }
 
