@@ -13,7 +13,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCEPTANCES, DELIVERED_CLAIMS, DELIVERY_READS, KEY_LOOKUP, MX_RECIPIENTS, RAW_STORES, SEND_STATES, candidatesOf } from '@boxes/core';
-import { parameterRows, sql, type CompiledQuery, type ParameterRowStatement } from '@boxes/db';
+import { compile, parameterRows, poolRows, sql, valueRows, type CompiledQuery, type ParameterRowStatement } from '@boxes/db';
 import { WAKE_CHECK } from '@boxes/worker';
 import { rest, signupAccount, startTestServer, type TestAccount, type TestServer } from '@boxes/testing';
 
@@ -103,6 +103,22 @@ describe('parameterRows', () => {
     });
     const found = await ACCOUNT_IDS.run(t.svc.db, items);
     expect(found.map((r) => [r.i, r.id]).sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual(at.map((j, n) => [j + 1, accounts[n]!.accountId]));
+  });
+
+  it('valueRows: a list inside a larger statement, padded to a size, to at least a given count, and past the largest to a multiple of it', async () => {
+    const ids = accounts.map((a) => a.accountId);
+    const read = (items: string[], atLeast?: number) =>
+      sql<{ i: number; id: string }>`SELECT v.i, a.id FROM ${valueRows(items, ['text'], (id) => [id], atLeast)} AS v(i, id) JOIN accounts a ON a.id = v.id`;
+    for (const [items, atLeast, size] of [
+      [ids, undefined, 4],
+      [ids, 5, 16],
+      [[...ids, ...Array.from({ length: 297 }, (_, j) => `nobody_${j}`)], undefined, 512],
+    ] as const) {
+      expect(compile(read([...items], atLeast)).parameters, `${items.length} items, at least ${atLeast}`).toHaveLength(size);
+      // Only the known accounts are found, each under its own number: the NULL rows matched nothing.
+      const found = await poolRows(t.svc.db, read([...items], atLeast));
+      expect(found.map((r) => [r.i, r.id]).sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual(ids.map((id, j) => [j + 1, id]));
+    }
   });
 
   it('refuses a statement with parameters of its own and an item of the wrong width', () => {

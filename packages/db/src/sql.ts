@@ -214,7 +214,8 @@ function valuesList(types: readonly string[], rows: readonly (readonly unknown[]
  * caller pads two lists of one statement to one size). The caller names the columns (`${rows} AS v(i, id)`), and
  * the NULL rows must match nothing. Given as rows rather than as one array, the list is counted alike by the plan
  * for the values given and by the generic plan (the padded count), so a connection keeps the generic plan; the
- * price is a text per size. More than the largest size is refused: the caller runs such a batch unnamed.
+ * price is a text per size. Beyond the largest size the rows are padded to a multiple of it: a text per multiple,
+ * so a statement holding such a list should run unnamed.
  */
 export function valueRows<I>(
   items: readonly I[],
@@ -222,8 +223,8 @@ export function valueRows<I>(
   values: (item: I) => readonly unknown[],
   atLeast = items.length,
 ): RawBuilder<unknown> {
-  const size = PARAMETER_ROW_SIZES.find((n) => n >= Math.max(items.length, atLeast));
-  if (size === undefined) throw new Error(`valueRows: at most ${LARGEST_ROWS} rows`);
+  const count = Math.max(items.length, atLeast);
+  const size = PARAMETER_ROW_SIZES.find((n) => n >= count) ?? Math.ceil(count / LARGEST_ROWS) * LARGEST_ROWS;
   return valuesList(
     types,
     Array.from({ length: size }, (_, j) => (j < items.length ? values(items[j]!) : null)),

@@ -232,23 +232,17 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
   if (opts.last) commitWithNext(tx);
   // Both lists as rows of parameters, each padded to the size that holds the whole batch (neither is longer): the
   // statement is one text per batch size (and per the writer's CTEs), run prepared, and each connection keeps its
-  // plan; given as arrays, it was planned again on every batch. A batch beyond the largest size runs unnamed.
-  const named = claimed.length <= PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
-  const messageIds = [...new Set(claimed.map((c) => c.message_id))];
+  // plan; given as arrays, it was planned again on every batch. A batch beyond the largest size (a group commit's
+  // is at most 200) has a text of its own and runs unnamed.
   await writeBatch(svc, tx, {
     locked,
     changes,
-    also: named
-      ? [
-          sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() FROM ${valueRows(unsettled, ['text'], (id) => [id], claimed.length)} AS u(i, id)
+    also: [
+      sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() FROM ${valueRows(unsettled, ['text'], (id) => [id], claimed.length)} AS u(i, id)
         WHERE ${sd.id} = u.id AND ${sd.settled_at} IS NULL)`,
-          sql`mst AS (${messageStatusUpdate({ rows: messageIds, atLeast: claimed.length })})`,
-        ]
-      : [
-          sql`settle AS (UPDATE ${sd.$} SET ${set.settled_at} = now() WHERE ${sd.id} = ANY(${unsettled}::text[]) AND ${sd.settled_at} IS NULL)`,
-          sql`mst AS (${messageStatusUpdate(messageIds)})`,
-        ],
-    alsoPrepared: named,
+      sql`mst AS (${messageStatusUpdate({ rows: [...new Set(claimed.map((c) => c.message_id))], atLeast: claimed.length })})`,
+    ],
+    alsoPrepared: claimed.length <= PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!,
   });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).
