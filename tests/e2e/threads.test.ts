@@ -233,7 +233,8 @@ describe('GET /threads paging over many messages', () => {
         expect(seen.map((x) => [x.last_activity_at, x.message_count, x.sent_count])).toEqual(reference.map((x) => [x.last.toISOString(), x.n, x.sent]));
       }
     }
-  });
+    // About 730 pages (620 of them at limit 1): 10 s on a quiet 2-core machine, twice that or more beside a busy file.
+  }, 120_000);
 });
 
 describe('threads and replies with an outside client', () => {
