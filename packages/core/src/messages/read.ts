@@ -14,8 +14,22 @@ import type { SpamVerdict } from '../trust/spam';
 import { extractReplyText } from '../trust/extract';
 import { labelWhere } from './labels';
 
+/**
+ * A message row as the read paths load it: without the raw bytes (as large as the message, attachments included),
+ * which only the raw download, export, forwarding and the audit bundle read.
+ */
+export type MessageRead = Omit<Message, 'rawEnc'>;
+
+/** What a read path passes as Prisma's `omit` to load a MessageRead. */
+export const WITHOUT_RAW = { rawEnc: true } as const;
+
+/** A message row without its sealed body either (which holds the attachments too): what a listing without bodies reads. */
+export type MessageMeta = Omit<Message, 'rawEnc' | 'bodyEnc'>;
+
+const WITHOUT_BODIES = { rawEnc: true, bodyEnc: true } as const;
+
 /** retentionDays: the account's audit retention window, to say when an available body is due to be reclaimed. */
-export function presentMessage(m: Message, retentionDays?: number) {
+export function presentMessage(m: MessageMeta, retentionDays?: number) {
   return {
     id: m.id,
     direction: m.direction as 'sent' | 'received',
@@ -48,7 +62,7 @@ export function presentMessage(m: Message, retentionDays?: number) {
  * The body of a message, its attachments listed with their ids (rows), their bytes only when asked
  * (withContent: include=attachment_content).
  */
-export function presentBody(svc: Services, m: Message, b: StoredBody, rows: MessageAttachment[], withContent: boolean) {
+export function presentBody(svc: Services, m: MessageRead, b: StoredBody, rows: MessageAttachment[], withContent: boolean) {
   return {
     text: b.text,
     extracted_text: m.direction === 'received' ? extractReplyText(b.text) : null,
@@ -58,8 +72,27 @@ export function presentBody(svc: Services, m: Message, b: StoredBody, rows: Mess
   };
 }
 
+/**
+ * A page of messages (limit of them, and whether there are more) with their bodies when asked (bodies: whether
+ * with the attachments' content); without, the sealed bodies are not read at all.
+ */
+export async function messagePage(
+  svc: Services,
+  q: { where: Prisma.MessageWhereInput; orderBy: Prisma.MessageOrderByWithRelationInput[]; limit: number },
+  bodies: { withContent: boolean } | null,
+): Promise<{ page: MessageMeta[]; more: boolean; bodies: Awaited<ReturnType<typeof presentBodies>> | null }> {
+  const args = { where: q.where, orderBy: q.orderBy, take: q.limit + 1 };
+  if (!bodies) {
+    const rows = await svc.db.message.findMany({ ...args, omit: WITHOUT_BODIES });
+    return { page: rows.slice(0, q.limit), more: rows.length > q.limit, bodies: null };
+  }
+  const rows = await svc.db.message.findMany({ ...args, omit: WITHOUT_RAW });
+  const page = rows.slice(0, q.limit);
+  return { page, more: rows.length > q.limit, bodies: await presentBodies(svc, page, bodies.withContent) };
+}
+
 /** The bodies of some messages, each opened once, with their attachment rows (one query for them all). */
-export async function presentBodies(svc: Services, list: Message[], withContent: boolean) {
+export async function presentBodies(svc: Services, list: MessageRead[], withContent: boolean) {
   const open = list.flatMap((m) => (m.bodyEnc ? [{ m, body: openBody(svc.secretKey, m.bodyEnc) }] : []));
   const rows = await attachmentsOfMany(svc, open);
   const out = new Map<string, ReturnType<typeof presentBody>>();
@@ -75,7 +108,7 @@ const presentDelivery = (d: Delivery) => ({
   delivered_at: d.deliveredAt?.toISOString() ?? null,
 });
 
-function encodeCursor(m: Message): string {
+function encodeCursor(m: Pick<Message, 'recordedAt' | 'id'>): string {
   return Buffer.from(JSON.stringify([m.recordedAt.toISOString(), m.id])).toString('base64url');
 }
 
@@ -159,15 +192,17 @@ export async function listMessages(
     );
     where.id = { in: ids.map((r) => r.id) };
   }
-  const [rows, days] = await Promise.all([
-    svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'desc' }, { id: 'desc' }], take: input.limit + 1 }),
+  const [{ page, more, bodies }, days] = await Promise.all([
+    messagePage(
+      svc,
+      { where, orderBy: [{ recordedAt: 'desc' }, { id: 'desc' }], limit: input.limit },
+      input.include ? { withContent: input.include === 'attachment_content' } : null,
+    ),
     retentionDaysOf(svc, input.accountId),
   ]);
-  const page = rows.slice(0, input.limit);
-  const bodies = input.include ? await presentBodies(svc, page, input.include === 'attachment_content') : null;
   return {
     messages: page.map((m) => ({ ...presentMessage(m, days), ...(bodies ? { body: bodies.get(m.id) ?? null } : {}) })),
-    next_cursor: rows.length > input.limit ? encodeCursor(page[page.length - 1]!) : null,
+    next_cursor: more ? encodeCursor(page[page.length - 1]!) : null,
   };
 }
 
@@ -176,17 +211,21 @@ export async function retentionDaysOf(svc: Services, accountId: string): Promise
   return retentionOf(a).audit_retention_days;
 }
 
-async function findVisible(db: Db | Parameters<Parameters<Db['$transaction']>[0]>[0], accountId: string, scope: BoxScope, id: string) {
-  const m = await db.message.findFirst({ where: { id, accountId } });
+/** The message if the caller's key may see it (a box-restricted key: only its boxes'), else 404. */
+function visible<M extends { boxId: string | null }>(m: M | null, scope: BoxScope, id: string): M {
   if (!m || (scope && (!m.boxId || !scope.includes(m.boxId)))) throw notFound('message', id);
   return m;
+}
+
+async function findVisible(db: Db | Parameters<Parameters<Db['$transaction']>[0]>[0], accountId: string, scope: BoxScope, id: string) {
+  return visible(await db.message.findFirst({ where: { id, accountId } }), scope, id);
 }
 
 export async function getMessage(svc: Services, input: { accountId: string; scope: BoxScope; id: string; include?: 'attachment_content' | undefined }) {
   // One snapshot, so the message's status and its deliveries agree.
   const { m, deliveries } = await svc.db.$transaction(
     async (tx) => {
-      const m = await findVisible(tx, input.accountId, input.scope, input.id);
+      const m = visible(await tx.message.findFirst({ where: { id: input.id, accountId: input.accountId }, omit: WITHOUT_RAW }), input.scope, input.id);
       const deliveries = m.direction === 'sent' ? await tx.delivery.findMany({ where: { messageId: m.id }, orderBy: { recipient: 'asc' } }) : [];
       return { m, deliveries };
     },

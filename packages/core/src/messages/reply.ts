@@ -14,6 +14,7 @@ import { escapeHtml } from '../shared/html';
 import { openBody, type StoredBody } from './body';
 import { formatMailbox, isAddress, type Mailbox } from './addresses';
 import { sendMessage, type SendCaller, type SendOrHeld } from './send';
+import { WITHOUT_RAW, type MessageRead } from './read';
 
 type Input = z.infer<typeof MessageReplyInput>;
 
@@ -45,7 +46,7 @@ function headerMailboxes(value: string | undefined): Mailbox[] {
 /** A header of a received message's stored headers (mailparser keys them in lower case). */
 const header = (body: StoredBody | null, name: string): string | undefined => body?.headers[name] ?? body?.headers[name.toLowerCase()];
 
-function recipientsOf(parent: Message, body: StoredBody | null, replyAll: boolean, self: string): { to: Mailbox[]; cc: Mailbox[] } {
+function recipientsOf(parent: MessageRead, body: StoredBody | null, replyAll: boolean, self: string): { to: Mailbox[]; cc: Mailbox[] } {
   const bare = (list: string[]) => list.map((address) => ({ name: undefined, address }));
   let to: Mailbox[];
   let cc: Mailbox[] = [];
@@ -76,7 +77,7 @@ function recipientsOf(parent: Message, body: StoredBody | null, replyAll: boolea
   return { to, cc };
 }
 
-function quoted(parent: Message, body: StoredBody, author: string) {
+function quoted(parent: MessageRead, body: StoredBody, author: string) {
   const when = parent.recordedAt.toUTCString();
   const intro = `On ${when}, ${author} wrote:`;
   const text = body.text ?? (body.html ? body.html.replace(/<[^>]*>/g, '') : '');
@@ -104,7 +105,7 @@ export async function replySendInput(
   input: Input,
 ): Promise<z.infer<typeof SendInput>> {
   const accountId = caller.account.id;
-  const parent = await svc.db.message.findFirst({ where: { id: input.id, accountId } });
+  const parent = await svc.db.message.findFirst({ where: { id: input.id, accountId }, omit: WITHOUT_RAW });
   if (!parent || (caller.boxScope && (!parent.boxId || !caller.boxScope.includes(parent.boxId)))) throw notFound('message', input.id);
   for (const name of Object.keys(input.headers ?? {})) {
     if (['in-reply-to', 'references'].includes(name.toLowerCase())) {

@@ -13,7 +13,7 @@ import { SEARCH_MARK_START, SEARCH_MARK_STOP } from '@boxes/schemas';
 import type { BoxScope } from '../boxes/boxes';
 import { labelWhere } from '../messages/labels';
 import { openBody } from '../messages/body';
-import { parseTime, presentMessage, retentionDaysOf } from '../messages/read';
+import { parseTime, presentMessage, retentionDaysOf, WITHOUT_RAW } from '../messages/read';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
 import { SEARCH_CONFIG, searchBodyText } from './vector';
@@ -111,10 +111,7 @@ export async function searchMessages(svc: Services, input: SearchInput) {
   const page = hits.slice(0, input.limit);
   if (!page.length) return { results: [], next_cursor: null };
   const ids = page.map((h) => h.id);
-  const [rows, days] = await Promise.all([
-    svc.db.message.findMany({ where: { id: { in: ids } }, omit: { rawEnc: true } }),
-    retentionDaysOf(svc, input.accountId),
-  ]);
+  const [rows, days] = await Promise.all([svc.db.message.findMany({ where: { id: { in: ids } }, omit: WITHOUT_RAW }), retentionDaysOf(svc, input.accountId)]);
   const byId = new Map(rows.map((m) => [m.id, m]));
   const messages = page.flatMap((h) => {
     const m = byId.get(h.id);
@@ -135,7 +132,7 @@ export async function searchMessages(svc: Services, input: SearchInput) {
   const last = page[page.length - 1]!;
   return {
     results: messages.map(({ m, rank }, i) => ({
-      message: presentMessage({ ...m, rawEnc: null }, days),
+      message: presentMessage(m, days),
       rank,
       highlights: { subject: m.subject === null ? null : (headlines[i]?.subject ?? null), body: headlines[i]?.body ?? null },
     })),

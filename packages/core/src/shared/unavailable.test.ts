@@ -16,11 +16,21 @@ describe('isServiceUnavailable', () => {
     ).toBe(true);
     expect(isServiceUnavailable(new Error("Stream isn't writeable and enableOfflineQueue options is false"))).toBe(true);
     expect(isServiceUnavailable({ cause: { cause: new Error('Command timed out') } })).toBe(true);
+    expect(isServiceUnavailable(Object.assign(new Error('Transaction API error: Unable to start a transaction in the given time.'), { code: 'P2028' }))).toBe(
+      true,
+    );
   });
 
   it('leaves other errors alone', () => {
     expect(isServiceUnavailable(new Error('boom'))).toBe(false);
     expect(isServiceUnavailable(Object.assign(new Error('unique'), { code: 'P2002' }))).toBe(false);
+    expect(
+      isServiceUnavailable(
+        Object.assign(new Error('Transaction API error: A query cannot be executed on an expired transaction. The timeout for this transaction was 5000 ms'), {
+          code: 'P2028',
+        }),
+      ),
+    ).toBe(false);
     expect(isServiceUnavailable(null)).toBe(false);
     expect(isServiceUnavailable('ECONNREFUSED')).toBe(false);
   });

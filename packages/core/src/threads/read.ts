@@ -3,12 +3,11 @@
  * account's messages sharing a thread_id; a box-restricted key (or the box filter) sees only the messages of
  * those boxes, so a thread's counts and participants are of what the caller may read.
  */
-import type { Message } from '@boxes/db';
 import { rows as run, sql, tbl, type Prisma, type RawBuilder } from '@boxes/db';
 import type { BoxScope } from '../boxes/boxes';
 import type { Services } from '../shared/context';
 import { AppError, notFound } from '../shared/errors';
-import { presentBodies, presentMessage, retentionDaysOf } from '../messages/read';
+import { messagePage, presentMessage, retentionDaysOf } from '../messages/read';
 import { labelWhere, threadLabels } from '../messages/labels';
 
 interface ThreadRow {
@@ -222,17 +221,15 @@ export async function getThread(
     ...(input.scope ? { boxId: { in: input.scope } } : {}),
     ...(after ? { OR: [{ recordedAt: { gt: after.at } }, { recordedAt: after.at, id: { gt: after.id } }] } : {}),
   };
-  const [messages, days, labels]: [Message[], number, Map<string, string[]>] = await Promise.all([
-    svc.db.message.findMany({ where, orderBy: [{ recordedAt: 'asc' }, { id: 'asc' }], take: input.limit + 1 }),
+  const [{ page, more, bodies }, days, labels] = await Promise.all([
+    messagePage(svc, { where, orderBy: [{ recordedAt: 'asc' }, { id: 'asc' }], limit: input.limit }, input.include === 'body' ? { withContent: false } : null),
     retentionDaysOf(svc, input.accountId),
     threadLabels(svc, { accountId: input.accountId, boxes: input.scope, threadIds: [input.id] }),
   ]);
-  const page = messages.slice(0, input.limit);
   const last = page[page.length - 1];
-  const bodies = input.include === 'body' ? await presentBodies(svc, page, false) : null;
   return {
     ...presentThread(row, labels),
     messages: page.map((m) => ({ ...presentMessage(m, days), ...(bodies ? { body: bodies.get(m.id) ?? null } : {}) })),
-    next_cursor: messages.length > input.limit && last ? encodeCursor(last.recordedAt, last.id) : null,
+    next_cursor: more && last ? encodeCursor(last.recordedAt, last.id) : null,
   };
 }
