@@ -16,7 +16,7 @@ import { labelWhere } from './labels';
 
 /**
  * A message row as the read paths load it: without the raw bytes (as large as the message, attachments included),
- * which only the raw download, export, forwarding and the audit bundle read.
+ * which only delivery, IMAP FETCH, deletion (for their SHA-256), the export, forwarding and the audit bundle read.
  */
 export type MessageRead = Omit<Message, 'rawEnc'>;
 

@@ -47,8 +47,9 @@ const MESSAGES = [
   /stream isn't writeable/i, // ioredis without an offline queue
   /reached the max retries per request limit/i, // ioredis MaxRetriesPerRequestError
   /command timed out/i, // ioredis commandTimeout
-  // Prisma's P2028 when an interactive transaction got no connection within its maxWait: the pool was busy, as
-  // P2024 says for a single query. (P2028's other cases, such as a transaction past its timeout, are not.)
+  // Prisma's P2028 when an interactive transaction got no connection within its maxWait (a busy pool, a server that
+  // does not answer, the client closing), as pg's "timeout exceeded when trying to connect" is for a single query.
+  // P2028's other cases, such as a transaction past its timeout, are not.
   /unable to start a transaction in the given time/i,
 ];
 
