@@ -25,6 +25,7 @@ import { ensureBoxFolders } from '../mailboxes/folders';
 import { domainOf, formatMailbox, parseMailbox, parseMailboxes } from '../messages/addresses';
 import type { StoredAttachment } from '../messages/body';
 import { replySendInput } from '../messages/reply';
+import { visibleMessage } from '../messages/read';
 import { scheduledTime } from '../messages/schedule';
 import { heldForReview, sendMessage, type SendCaller, type SendOrHeld } from '../messages/send';
 import type { ReviewView } from '../reviews/reviews';
@@ -90,8 +91,7 @@ async function resolveParent(svc: Services, caller: DraftCaller, id: string) {
     where: { id, accountId: caller.account.id },
     select: { id: true, boxId: true, rfcMessageId: true, references: true },
   });
-  if (!parent || (caller.boxScope && (!parent.boxId || !caller.boxScope.includes(parent.boxId)))) throw notFound('message', id);
-  return parent;
+  return visibleMessage(parent, caller.boxScope, id);
 }
 
 /** Recipients checked for format (each parses as address or Name <address>) and kept in the form given. */

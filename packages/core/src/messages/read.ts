@@ -211,21 +211,21 @@ export async function retentionDaysOf(svc: Services, accountId: string): Promise
   return retentionOf(a).audit_retention_days;
 }
 
-/** The message if the caller's key may see it (a box-restricted key: only its boxes'), else 404. */
-function visible<M extends { boxId: string | null }>(m: M | null, scope: BoxScope, id: string): M {
+/** The message if the caller's key may see it (a box-restricted key: only its boxes'), else 404 (as if absent). */
+export function visibleMessage<M extends { boxId: string | null }>(m: M | null, scope: BoxScope, id: string): M {
   if (!m || (scope && (!m.boxId || !scope.includes(m.boxId)))) throw notFound('message', id);
   return m;
 }
 
 async function findVisible(db: Db | Parameters<Parameters<Db['$transaction']>[0]>[0], accountId: string, scope: BoxScope, id: string) {
-  return visible(await db.message.findFirst({ where: { id, accountId } }), scope, id);
+  return visibleMessage(await db.message.findFirst({ where: { id, accountId } }), scope, id);
 }
 
 export async function getMessage(svc: Services, input: { accountId: string; scope: BoxScope; id: string; include?: 'attachment_content' | undefined }) {
   // One snapshot, so the message's status and its deliveries agree.
   const { m, deliveries } = await svc.db.$transaction(
     async (tx) => {
-      const m = visible(await tx.message.findFirst({ where: { id: input.id, accountId: input.accountId }, omit: WITHOUT_RAW }), input.scope, input.id);
+      const m = visibleMessage(await tx.message.findFirst({ where: { id: input.id, accountId: input.accountId }, omit: WITHOUT_RAW }), input.scope, input.id);
       const deliveries = m.direction === 'sent' ? await tx.delivery.findMany({ where: { messageId: m.id }, orderBy: { recipient: 'asc' } }) : [];
       return { m, deliveries };
     },

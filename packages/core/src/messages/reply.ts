@@ -9,12 +9,12 @@ import type { Message } from '@boxes/db';
 import type { MessageReplyInput, SendInput } from '@boxes/schemas';
 import type { z } from 'zod';
 import type { Services } from '../shared/context';
-import { AppError, notFound } from '../shared/errors';
+import { AppError } from '../shared/errors';
 import { escapeHtml } from '../shared/html';
 import { openBody, type StoredBody } from './body';
 import { formatMailbox, isAddress, type Mailbox } from './addresses';
 import { sendMessage, type SendCaller, type SendOrHeld } from './send';
-import { WITHOUT_RAW, type MessageRead } from './read';
+import { visibleMessage, WITHOUT_RAW, type MessageRead } from './read';
 
 type Input = z.infer<typeof MessageReplyInput>;
 
@@ -105,8 +105,7 @@ export async function replySendInput(
   input: Input,
 ): Promise<z.infer<typeof SendInput>> {
   const accountId = caller.account.id;
-  const parent = await svc.db.message.findFirst({ where: { id: input.id, accountId }, omit: WITHOUT_RAW });
-  if (!parent || (caller.boxScope && (!parent.boxId || !caller.boxScope.includes(parent.boxId)))) throw notFound('message', input.id);
+  const parent = visibleMessage(await svc.db.message.findFirst({ where: { id: input.id, accountId }, omit: WITHOUT_RAW }), caller.boxScope, input.id);
   for (const name of Object.keys(input.headers ?? {})) {
     if (['in-reply-to', 'references'].includes(name.toLowerCase())) {
       throw new AppError('validation_error', `headers.${name}: a reply sets ${name} itself`, {
