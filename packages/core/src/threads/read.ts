@@ -62,10 +62,13 @@ async function visibleBoxes(svc: Services, accountId: string, scope: BoxScope, b
   return [b.id];
 }
 
+/** The condition that a message (under this alias) is in one of the visible boxes; none without a restriction. */
+const inBoxes = (alias: ReturnType<typeof tbl<'messages'>>, boxes: string[] | null): RawBuilder<unknown> =>
+  boxes ? sql`AND ${alias.box_id} = ANY(${boxes}::text[])` : sql``;
+
 /** One aggregate per thread (these threads) over the visible messages, with the participants of each. */
 async function threadRows(svc: Services, q: { accountId: string; boxes: string[] | null; threadIds: string[] }): Promise<ThreadRow[]> {
   const [m, x] = [tbl('messages', 'm'), tbl('messages', 'x')];
-  const inBoxes = (alias: typeof m) => (q.boxes ? sql`AND ${alias.box_id} = ANY(${q.boxes}::text[])` : sql``);
   return run(
     svc.db,
     sql<ThreadRow>`
@@ -80,13 +83,13 @@ async function threadRows(svc: Services, q: { accountId: string; boxes: string[]
         max(${m.recorded_at}) AS last_activity_at,
         (array_agg(${m.id} ORDER BY ${m.recorded_at} DESC, ${m.id} DESC))[1] AS last_message_id
       FROM ${m.$}
-      WHERE ${m.account_id} = ${q.accountId} ${inBoxes(m)} AND ${m.thread_id} = ANY(${q.threadIds}::text[])
+      WHERE ${m.account_id} = ${q.accountId} ${inBoxes(m, q.boxes)} AND ${m.thread_id} = ANY(${q.threadIds}::text[])
       GROUP BY ${m.thread_id}
     )
     SELECT t.*,
       (SELECT array_agg(DISTINCT lower(p) ORDER BY lower(p))
          FROM ${x.$}, unnest(ARRAY[${x.from_address}] || ${x.to_addresses} || ${x.cc_addresses}) AS p
-        WHERE ${x.account_id} = ${q.accountId} AND ${x.thread_id} = t.thread_id AND p IS NOT NULL ${inBoxes(x)}) AS participants
+        WHERE ${x.account_id} = ${q.accountId} AND ${x.thread_id} = t.thread_id AND p IS NOT NULL ${inBoxes(x, q.boxes)}) AS participants
     FROM t ORDER BY t.last_activity_at DESC, t.thread_id DESC`,
   );
 }
@@ -119,7 +122,7 @@ async function newestThreads(
   const labelled = q.label
     ? sql`AND EXISTS (SELECT 1 FROM ${m2.$} LEFT JOIN ${f2.$} ON ${f2.message_id} = ${m2.id}
         WHERE ${m2.account_id} = ${q.accountId} AND ${m2.thread_id} = ${m.thread_id}
-          ${q.boxes ? sql`AND ${m2.box_id} = ANY(${q.boxes}::text[])` : sql``} AND ${q.label})`
+          ${inBoxes(m2, q.boxes)} AND ${q.label})`
     : sql``;
   const met = new Set<string>();
   const found: Activity[] = [];
@@ -136,7 +139,7 @@ async function newestThreads(
       svc.db,
       sql<{ id: string; thread_id: string; recorded_at: Date }>`
       SELECT ${m.id}, ${m.thread_id}, ${m.recorded_at} FROM ${m.$}
-      WHERE ${m.account_id} = ${q.accountId} ${q.boxes ? sql`AND ${m.box_id} = ANY(${q.boxes}::text[])` : sql``} ${from} ${labelled}
+      WHERE ${m.account_id} = ${q.accountId} ${inBoxes(m, q.boxes)} ${from} ${labelled}
       ORDER BY ${m.recorded_at} DESC, ${m.id} DESC LIMIT ${WALK_STEP}`,
     );
     const fresh = [...new Set(step.map((r) => r.thread_id))].filter((id) => !met.has(id));
@@ -177,7 +180,7 @@ async function lastActivity(svc: Services, q: { accountId: string; boxes: string
     SELECT t.thread_id, l.last_activity_at FROM unnest(${q.threadIds}::text[]) AS t(thread_id)
     CROSS JOIN LATERAL (
       SELECT ${m.recorded_at} AS last_activity_at FROM ${m.$}
-      WHERE ${m.account_id} = ${q.accountId} AND ${m.thread_id} = t.thread_id ${q.boxes ? sql`AND ${m.box_id} = ANY(${q.boxes}::text[])` : sql``}
+      WHERE ${m.account_id} = ${q.accountId} AND ${m.thread_id} = t.thread_id ${inBoxes(m, q.boxes)}
       ORDER BY ${m.recorded_at} DESC LIMIT 1
     ) AS l`,
   );
