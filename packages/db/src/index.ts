@@ -18,6 +18,7 @@ export {
   parameterRows,
   valueRows,
   PARAMETER_ROW_SIZES,
+  LARGEST_ROWS,
   type ParameterRowStatement,
   beginTransaction,
   commitWithNext,

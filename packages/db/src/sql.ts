@@ -193,7 +193,8 @@ export interface ParameterRowStatement<I, R> {
   run(db: Db | SqlClient, items: readonly I[]): Promise<R[]>;
 }
 
-const LARGEST_ROWS = PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
+/** The largest of PARAMETER_ROW_SIZES: a list longer than it gets a text of its own per multiple (valueRows). */
+export const LARGEST_ROWS = PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!;
 
 /**
  * `(VALUES (1, $1::t1, $2::t2), (2, ...), ...)`: one row per entry of `rows` (its values, cast to `types`; null

@@ -3,7 +3,7 @@
  * address, re-evaluate reputation), deferred (retry later) or failed (retries exhausted: release). Each
  * final transition happens once; the message's status follows its deliveries.
  */
-import { commitWithNext, exec, PARAMETER_ROW_SIZES, parameterRows, prismaTx, sql, tbl, valueRows, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
+import { commitWithNext, exec, LARGEST_ROWS, parameterRows, prismaTx, sql, tbl, valueRows, type RawBuilder, type SqlClient, type Tx } from '@boxes/db';
 import { deliveryCharge, lockAccountsCredit, releaseDelivery } from '../credit/ledger';
 import { appendEvent } from '../events/append';
 import { writeBatch, type AccountChange } from '../store/write';
@@ -242,7 +242,7 @@ export async function markDeliveredMany(svc: Services, tx: SqlClient, outcomes: 
         WHERE ${sd.id} = u.id AND ${sd.settled_at} IS NULL)`,
       sql`mst AS (${messageStatusUpdate({ rows: [...new Set(claimed.map((c) => c.message_id))], atLeast: claimed.length })})`,
     ],
-    alsoPrepared: claimed.length <= PARAMETER_ROW_SIZES[PARAMETER_ROW_SIZES.length - 1]!,
+    alsoPrepared: claimed.length <= LARGEST_ROWS,
   });
   // More mail delivered lowers the rates: an account under a warning may have recovered (one that is ok cannot
   // get worse by a delivery, so the hot path skips it).
